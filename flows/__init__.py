@@ -1,0 +1,1 @@
+"""Prefect flows composing the tasks in ``tasks/`` (and the ``mdp-release`` CLI)."""

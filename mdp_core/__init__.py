@@ -1,0 +1,21 @@
+"""mdp_core: the pure library behind mdp-release.
+
+Numpy / scipy / highspy only (pandas and pyarrow for I/O); no Prefect imports.
+Modules are small and named for what they are:
+
+- ``instance``   -- the :class:`Instance` dataclass (one PMO problem) and its validation;
+- ``io``         -- the Parquet instance / mechanism format, atomic writes, content hashes;
+- ``metrics``    -- distance functions (Euclidean, haversine in km);
+- ``graph``      -- the mDP graph (neighbour pairs), components, path distances;
+- ``lp``         -- the exact PMO linear program solved with HiGHS;
+- ``verify``     -- privacy certificates and the exact repair;
+- ``mechanisms`` -- baseline mechanisms (exponential mechanism, ...);
+- ``solve``      -- one entry point: solve an instance with a method, verify, repair or refuse;
+- ``datasets``   -- built-in and real dataset loaders producing instances.
+"""
+
+from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
+from mdp_core.instance import Instance
+
+__all__ = ["Instance", "InputError", "MdpError", "PrivacyError", "SolverError"]
+__version__ = "0.1.0"

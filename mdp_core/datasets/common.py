@@ -1,0 +1,86 @@
+"""Shared construction: points + metric + eta/eps + costs -> Instance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mdp_core.errors import InputError
+from mdp_core.graph import neighbour_edges
+from mdp_core.instance import Instance
+from mdp_core.metrics import check_points
+
+
+def coordinate_frame(points: np.ndarray, metric: str) -> pd.DataFrame:
+    """Coordinate columns for records.parquet: ``lat, lon`` (haversine) or ``x0..x{D-1}``."""
+    if metric == "haversine":
+        return pd.DataFrame({"lat": points[:, 0], "lon": points[:, 1]})
+    return pd.DataFrame({f"x{d}": points[:, d] for d in range(points.shape[1])})
+
+
+def choose_outputs(n: int, k: int | None, rng: np.random.Generator) -> np.ndarray:
+    """Sorted record ids used as outputs: all records when k is None or >= n, else a seeded subset."""
+    if k is None or k >= n:
+        return np.arange(n, dtype=np.int64)
+    if k < 1:
+        raise InputError(f"n_outputs must be >= 1, got {k}")
+    return np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
+
+
+def normalise_prior(weights: np.ndarray | None, n: int) -> np.ndarray:
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise InputError("weights must be N finite, non-negative numbers")
+    total = w.sum()
+    if total <= 0:
+        raise InputError("weights have zero total")
+    return w / total
+
+
+def from_points(
+    points: np.ndarray,
+    metric: str,
+    eta: float,
+    epsilon: float,
+    costs: np.ndarray,
+    prior: np.ndarray | None = None,
+    output_record_ids: np.ndarray | None = None,
+    extra_columns: dict[str, np.ndarray] | None = None,
+    provenance: dict[str, Any] | None = None,
+    distance_unit: str = "km",
+) -> Instance:
+    """Build an instance whose mDP graph joins records within ``eta`` under ``metric``.
+
+    Args:
+        points: (N, D) coordinates (``lat, lon`` degrees for haversine).
+        costs: (N, K) utility loss.
+        prior: (N,) weights (normalised here) or None for uniform.
+        output_record_ids: (K,) record id of each output, or None when outputs are not records.
+    """
+    pts = check_points("points", points, metric)
+    if not (np.isfinite(epsilon) and epsilon > 0):
+        raise InputError(f"epsilon must be a finite number > 0, got {epsilon}")
+    edges, dist = neighbour_edges(pts, metric, eta)
+    records = coordinate_frame(pts, metric)
+    for name, col in (extra_columns or {}).items():
+        records[name] = col
+    outputs = None
+    if output_record_ids is not None:
+        outputs = pd.DataFrame({"record_id": np.asarray(output_record_ids, dtype=np.int64)})
+    return Instance(
+        prior=normalise_prior(prior, pts.shape[0]),
+        costs=costs,
+        edges=edges,
+        distances=dist,
+        epsilon=epsilon,
+        eta=eta,
+        metric=metric,
+        distance_unit=distance_unit,
+        records=records,
+        outputs=outputs,
+        provenance=provenance or {},
+    )

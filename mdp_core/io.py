@@ -1,0 +1,261 @@
+"""The on-disk formats: the Parquet instance directory ("constraint export") and mechanisms.
+
+Instance directory (schema version 1), readable with pandas / DuckDB alone:
+
+  records.parquet   record_id int64 (0..N-1, in order), prior float64 (sums to 1), optional columns
+                    (``lat``/``lon`` degrees, ``x0``.. coordinates, ``label``, ...)
+  outputs.parquet   output_id int64 (0..K-1, in order), optional ``record_id`` int64 and coordinates
+  edges.parquet     i int64, j int64 (i < j, sorted), distance float64 (0 < d <= eta) -- the mDP graph
+  costs.parquet     i int64, k int64, cost float64 -- all N*K entries, sorted by (i, k)
+  instance.json     format, schema_version, epsilon, eta, distance_unit, metric, n_records,
+                    n_outputs, n_edges, tables {file: sha256}, provenance {...}
+
+Mechanism: ``mechanism.parquet`` (i int64, k int64, prob float64; all N*K rows sorted by (i, k))
+next to ``solve.json`` (method, status, objective, bounds, gap, iterations, seconds, solver, ...).
+
+Every file is written atomically (unique temp file in the same directory, fsync, rename), and
+``instance.json`` last: it names the content hash of every table, so a reader detects a missing,
+truncated or modified table. Parquet files carry no timestamps: the same data gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mdp_core.errors import InputError, PrivacyError
+from mdp_core.instance import Instance
+
+FORMAT = "mdp-instance"
+SCHEMA_VERSION = 1
+TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
+EDGE_SCHEMA = {"i": "int64", "j": "int64", "distance": "float64"}
+COST_SCHEMA = {"i": "int64", "k": "int64", "cost": "float64"}
+MECHANISM_SCHEMA = {"i": "int64", "k": "int64", "prob": "float64"}
+
+
+# ----------------------------------------------------------------------------- atomic writes
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` on a unique temp file beside ``path``, fsync it, then rename onto ``path``.
+
+    Readers never see a half-written file; concurrent writers of the same path each rename a
+    complete file (last one wins). The temp file is removed if ``write`` raises.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        write(tmp_path)
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Deterministic JSON (sorted keys, 2-space indent, trailing newline), written atomically."""
+    text = json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def read_json(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: unreadable JSON ({exc})") from None
+
+
+def write_table(path: str | Path, columns: dict[str, np.ndarray | list]) -> Path:
+    """Write columns (in the given order) as Parquet without pandas metadata or timestamps."""
+    table = pa.table({k: pa.array(v) for k, v in columns.items()})
+    return atomic_write(path, lambda p: pq.write_table(table, p, compression="zstd"))
+
+
+def write_frame(path: str | Path, frame: pd.DataFrame) -> Path:
+    return write_table(path, {c: frame[c].to_numpy() for c in frame.columns})
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_table(path: str | Path, schema: dict[str, str] | None = None, required: dict[str, str] | None = None) -> pd.DataFrame:
+    """Read a Parquet table; ``schema`` = exact columns and dtypes, ``required`` = at least these."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        frame = pq.read_table(path).to_pandas()
+    except Exception as exc:  # pyarrow raises several types for truncated / non-Parquet files
+        raise InputError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+    want = schema or required or {}
+    missing = [c for c in want if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path.name}: missing column(s) {missing}")
+    if schema is not None:
+        extra = [c for c in frame.columns if c not in schema]
+        if extra:
+            raise InputError(f"{path.name}: unexpected column(s) {extra}; expected exactly {list(schema)}")
+    for col, dtype in want.items():
+        if str(frame[col].dtype) != dtype:
+            raise InputError(f"{path.name}: column {col!r} has type {frame[col].dtype}, expected {dtype}")
+        if dtype == "float64" and not np.all(np.isfinite(frame[col].to_numpy())):
+            raise InputError(f"{path.name}: column {col!r} contains NaN or infinite values")
+    return frame
+
+
+def _ids(name: str, ids: np.ndarray, n: int, what: str) -> None:
+    if ids.shape[0] != n or not np.array_equal(ids, np.arange(n)):
+        if np.unique(ids).shape[0] != ids.shape[0]:
+            raise InputError(f"{name}: duplicate {what} values")
+        raise InputError(f"{name}: {what} must be 0..{n - 1} in order")
+
+
+def _dense(name: str, frame: pd.DataFrame, n: int, k: int, row: str, col: str, val: str) -> np.ndarray:
+    """Turn a complete long table (row, col, val) into an (n, k) array, with clear errors."""
+    r = frame[row].to_numpy()
+    c = frame[col].to_numpy()
+    if r.size and (r.min() < 0 or r.max() >= n or c.min() < 0 or c.max() >= k):
+        raise InputError(f"{name}: ids out of range (expected {row} in 0..{n - 1}, {col} in 0..{k - 1})")
+    key = r * k + c
+    if np.unique(key).shape[0] != key.shape[0]:
+        raise InputError(f"{name}: duplicate ({row}, {col}) entries")
+    if key.shape[0] != n * k:
+        raise InputError(f"{name}: has {key.shape[0]} entries, needs all N*K = {n}*{k} = {n * k}")
+    out = np.empty(n * k)
+    out[key] = frame[val].to_numpy()
+    return out.reshape(n, k)
+
+
+def _long(z: np.ndarray) -> dict[str, np.ndarray]:
+    n, k = z.shape
+    return {"i": np.repeat(np.arange(n, dtype=np.int64), k), "k": np.tile(np.arange(k, dtype=np.int64), n)}
+
+
+# ----------------------------------------------------------------------------- instances
+def write_instance(instance: Instance, out_dir: str | Path) -> dict:
+    """Write ``instance`` as an instance directory; returns the instance.json content."""
+    out = Path(out_dir)
+    n, k = instance.n_records, instance.n_outputs
+    rec = {"record_id": np.arange(n, dtype=np.int64), "prior": instance.prior}
+    if instance.records is not None:
+        rec |= {c: instance.records[c].to_numpy() for c in instance.records.columns if c not in rec}
+    outs = {"output_id": np.arange(k, dtype=np.int64)}
+    if instance.outputs is not None:
+        outs |= {c: instance.outputs[c].to_numpy() for c in instance.outputs.columns if c not in outs}
+    write_table(out / "records.parquet", rec)
+    write_table(out / "outputs.parquet", outs)
+    write_table(out / "edges.parquet", {"i": instance.edges[:, 0], "j": instance.edges[:, 1], "distance": instance.distances})
+    write_table(out / "costs.parquet", _long(instance.costs) | {"cost": instance.costs.ravel()})
+    meta = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "epsilon": instance.epsilon,
+        "eta": instance.eta,
+        "distance_unit": instance.distance_unit,
+        "metric": instance.metric,
+        "n_records": n,
+        "n_outputs": k,
+        "n_edges": instance.n_edges,
+        "tables": {t: file_sha256(out / t) for t in TABLES},
+        "provenance": instance.provenance,
+    }
+    write_json(out / "instance.json", meta)
+    return meta
+
+
+def read_instance(in_dir: str | Path, epsilon: float | None = None) -> Instance:
+    """Read and fully validate an instance directory (optionally overriding epsilon)."""
+    d = Path(in_dir)
+    if not d.is_dir():
+        raise InputError(f"{d}: no such instance directory")
+    meta = read_json(d / "instance.json")
+    if meta.get("format") != FORMAT or meta.get("schema_version") != SCHEMA_VERSION:
+        raise InputError(
+            f"{d / 'instance.json'}: not an {FORMAT} v{SCHEMA_VERSION} file "
+            f"(format={meta.get('format')!r}, schema_version={meta.get('schema_version')!r})"
+        )
+    for key in ("epsilon", "eta", "metric", "distance_unit", "n_records", "n_outputs", "tables"):
+        if key not in meta:
+            raise InputError(f"{d / 'instance.json'}: missing key {key!r}")
+    for table, digest in meta["tables"].items():
+        if not (d / table).is_file():
+            raise InputError(f"{d / table}: no such file (listed in instance.json)")
+        if file_sha256(d / table) != digest:
+            raise InputError(f"{d / table}: content does not match the sha256 in instance.json (modified or truncated)")
+    n, k = int(meta["n_records"]), int(meta["n_outputs"])
+    records = read_table(d / "records.parquet", required={"record_id": "int64", "prior": "float64"})
+    _ids("records.parquet", records["record_id"].to_numpy(), n, "record_id")
+    outputs = read_table(d / "outputs.parquet", required={"output_id": "int64"})
+    _ids("outputs.parquet", outputs["output_id"].to_numpy(), k, "output_id")
+    edges = read_table(d / "edges.parquet", schema=EDGE_SCHEMA)
+    costs = read_table(d / "costs.parquet", schema=COST_SCHEMA)
+    extra_rec = records.drop(columns=["record_id", "prior"])
+    extra_out = outputs.drop(columns=["output_id"])
+    return Instance(
+        prior=records["prior"].to_numpy(),
+        costs=_dense("costs.parquet", costs, n, k, "i", "k", "cost"),
+        edges=edges[["i", "j"]].to_numpy(),
+        distances=edges["distance"].to_numpy(),
+        epsilon=float(meta["epsilon"] if epsilon is None else epsilon),
+        eta=float(meta["eta"]),
+        metric=meta["metric"],
+        distance_unit=meta["distance_unit"],
+        records=extra_rec if len(extra_rec.columns) else None,
+        outputs=extra_out if len(extra_out.columns) else None,
+        provenance=meta.get("provenance", {}),
+    )
+
+
+# ----------------------------------------------------------------------------- mechanisms
+def write_mechanism(instance: Instance, z: np.ndarray, out_dir: str | Path, solve_info: dict) -> dict:
+    """Write a mechanism after verifying it; refuses (PrivacyError) to write one that fails.
+
+    ``solve_info`` is written to solve.json together with the certificate and the mechanism hash.
+    """
+    from mdp_core.verify import verify  # local: verify imports instance only, kept explicit here
+
+    cert = verify(instance, z)
+    if not cert.passed:
+        raise PrivacyError(f"refusing to write an unverified mechanism: {cert.summary()}")
+    out = Path(out_dir)
+    write_table(out / "mechanism.parquet", _long(z) | {"prob": np.asarray(z, dtype=np.float64).ravel()})
+    info = dict(solve_info) | {
+        "certificate": cert.as_dict(),
+        "mechanism_sha256": file_sha256(out / "mechanism.parquet"),
+        "n_records": instance.n_records,
+        "n_outputs": instance.n_outputs,
+    }
+    write_json(out / "solve.json", info)
+    return info
+
+
+def read_mechanism(path: str | Path, n_records: int | None = None, n_outputs: int | None = None) -> np.ndarray:
+    """Read mechanism.parquet into an (N, K) array (N, K inferred from the ids when not given)."""
+    frame = read_table(path, schema=MECHANISM_SCHEMA)
+    if frame.empty:
+        raise InputError(f"{path}: empty mechanism table")
+    n = int(frame["i"].max()) + 1 if n_records is None else n_records
+    k = int(frame["k"].max()) + 1 if n_outputs is None else n_outputs
+    return _dense(Path(path).name, frame, n, k, "i", "k", "prob")
