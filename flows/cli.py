@@ -3,7 +3,8 @@
   mdp-release solve INSTANCE_DIR --method lp --out OUT_DIR
   mdp-release verify INSTANCE_DIR MECHANISM.parquet
   mdp-release export --dataset grid --out DIR
-  mdp-release run [--config FILE]
+  mdp-release run [--config FILE] [--refresh | --refresh-from STAGE] [--from-manifest MANIFEST]
+  mdp-release server start|stop|status
 
 Errors print one line ``mdp-release: error: ...`` and exit with status 2 (bad input) or 1
 (verification failed / refused / solver failure).
@@ -31,12 +32,22 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text}")
+    return v
+
+
 def _add_solver_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LP solver (HiGHS)")
     g.add_argument("--solver", choices=["simplex", "ipm"], default="simplex", help="dual simplex (default) or interior point")
     g.add_argument("--threads", type=int, default=0, help="HiGHS threads (0 = HiGHS default)")
     g.add_argument("--time-limit", type=_positive_float, default=float("inf"), metavar="SECONDS")
-    g.add_argument("--max-mix", type=float, default=1e-2,
+    g.add_argument("--max-mix", type=_fraction, default=1e-2,
                    help="largest share of uniform noise the exact repair may mix in before refusing (default 0.01)")
 
 
@@ -54,6 +65,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from mdp_core.io import read_instance, write_mechanism, write_table
     from mdp_core.solve import solve
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise InputError(f"--out {args.out}: exists and is not a directory")
     inst = read_instance(args.instance, epsilon=args.epsilon)
     method_args = {}
     if args.method == "benders":
@@ -104,6 +117,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_from_cli(args)
 
 
+def cmd_server(args: argparse.Namespace) -> int:
+    from flows.run import server_from_cli
+
+    return server_from_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdp-release",
@@ -139,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_arguments(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("server", help="start / stop / check a local Prefect server that `run` reuses")
+    from flows.run import add_server_arguments
+
+    add_server_arguments(p)
+    p.set_defaults(func=cmd_server)
     return parser
 
 
@@ -150,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = args.func(args)
     except InputError as exc:
         print(f"mdp-release: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. --out names an existing file or an unwritable directory
+        print(f"mdp-release: error: {f'{exc.filename}: {exc.strerror}' if exc.filename else exc}", file=sys.stderr)
         return 2
     except (PrivacyError, SolverError, MdpError) as exc:
         print(f"mdp-release: error: {exc}", file=sys.stderr)

@@ -1,26 +1,165 @@
-"""``mdp-release run``: placeholder until the Prefect release flow lands (issue 4)."""
+"""``mdp-release run`` and ``mdp-release server``: run the release flow, with or without a Prefect server.
+
+Where the flow runs (decided before Prefect is imported):
+  1. ``PREFECT_API_URL`` set -> that server (e.g. a ``prefect server start`` you run yourself);
+  2. else a server started by ``mdp-release server start`` that is still healthy -> that server;
+  3. else Prefect's ephemeral mode: a temporary local server inside this process (about 20 s of
+     start-up on a small machine, every run).
+The quiet-offline settings (no telemetry) are applied unless you set them yourself.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+QUIET_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "PREFECT_LOGGING_LEVEL": "INFO",
+    "MPLBACKEND": "Agg",
+}
+STATE_FILE = Path(os.environ.get("MDP_RELEASE_HOME", Path.home() / ".mdp-release")) / "server.json"
 
 
+# ----------------------------------------------------------------------------- server
+def healthy(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def saved_server() -> str | None:
+    """The API URL of a server started by ``mdp-release server start`` that still answers."""
+    try:
+        state = json.loads(STATE_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+    url = state.get("api_url")
+    return url if url and healthy(url) else None
+
+
+def start_server(host: str, port: int, timeout: float = 180.0) -> str:
+    url = f"http://{host}:{port}/api"
+    if healthy(url):
+        return url
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    log = open(STATE_FILE.with_suffix(".log"), "ab")
+    env = os.environ | QUIET_ENV
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+    )
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited with code {proc.returncode}; see {STATE_FILE.with_suffix('.log')}")
+        if healthy(url):
+            STATE_FILE.write_text(json.dumps({"api_url": url, "pid": proc.pid}))
+            return url
+        time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError(f"prefect server did not answer at {url} within {timeout:.0f}s")
+
+
+def stop_server() -> bool:
+    try:
+        state = json.loads(STATE_FILE.read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.killpg(int(state["pid"]), signal.SIGTERM)
+    except (ProcessLookupError, KeyError, ValueError, PermissionError):
+        pass
+    STATE_FILE.unlink(missing_ok=True)
+    return True
+
+
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=4200)
+
+
+def server_from_cli(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        url = start_server(args.host, args.port)
+        print(f"Prefect server up at {url.removesuffix('/api')} (UI) -- mdp-release run will use it")
+        return 0
+    if args.action == "stop":
+        print("stopped" if stop_server() else "no server started by mdp-release")
+        return 0
+    url = os.environ.get("PREFECT_API_URL") or saved_server()
+    print(f"server: {url}" if url else "no server: runs use Prefect's ephemeral mode (~20 s start-up)")
+    return 0 if url else 1
+
+
+# ----------------------------------------------------------------------------- run
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="TOML config (default: the built-in default release)")
+    p.add_argument("--from-manifest", default=None, metavar="MANIFEST",
+                   help="re-run the release recorded in a run's manifest.json (same config)")
+    p.add_argument("--store", default=None, help="artifact store root (overrides the config's 'store')")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
+    g.add_argument("--refresh-from", default=None, metavar="STAGE",
+                   choices=["ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate"],
+                   help="recompute this stage and all later ones")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+
+def prepare_environment() -> str:
+    """Apply quiet defaults and pick the Prefect API; returns a description of where the flow runs."""
+    for k, v in QUIET_ENV.items():
+        os.environ.setdefault(k, v)
+    if os.environ.get("PREFECT_API_URL"):
+        return f"Prefect server {os.environ['PREFECT_API_URL']}"
+    url = saved_server()
+    if url:
+        os.environ["PREFECT_API_URL"] = url
+        return f"Prefect server {url} (started by mdp-release server start)"
+    return "Prefect ephemeral mode (temporary local server, ~20 s start-up; `mdp-release server start` avoids it)"
 
 
 def run_from_cli(args: argparse.Namespace) -> int:
-    import tempfile
+    from flows.config import load_config
 
-    from mdp_core.datasets import grid
-    from mdp_core.io import write_instance, write_mechanism
-    from mdp_core.solve import solve
+    if args.from_manifest and args.config:
+        from mdp_core.errors import InputError
 
-    inst = grid()
-    out = tempfile.mkdtemp(prefix="mdp-release-")
-    write_instance(inst, out)
-    sol = solve(inst, "lp")
-    write_mechanism(inst, sol.z, out, sol.solve_info())
-    print(sol.certificate.summary())
-    print(f"objective {sol.objective:.6g}, written to {out}")
+        raise InputError("give --config or --from-manifest, not both")
+    where = prepare_environment()
+    from flows.release import manifest_config, release_flow
+
+    cfg = manifest_config(args.from_manifest) if args.from_manifest else load_config(args.config)
+    if args.store:
+        cfg = cfg.model_copy(update={"store": args.store})
+    refresh_from = "ingest" if args.refresh else args.refresh_from
+    print(f"mdp-release run: {where}; store {Path(cfg.store).resolve()}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    manifest = release_flow(config=cfg, refresh_from=refresh_from)
+    wall = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps(manifest, indent=2, sort_keys=True))
+        return 0
+    cert = manifest["privacy"]["certificate"]
+    print(f"release {manifest['run_name']} -> {manifest['run_dir']}")
+    for name, st in manifest["stages"].items():
+        print(f"  {name:<12} {'cached ' if st['cache_hit'] else 'ran    '} {st['wall_seconds']:>8.2f}s  {st['cache_key'][:12]}")
+    sv = manifest["solve"]
+    print(
+        f"  mechanism: {sv['method']} {sv['status']}, expected loss {sv['objective']:.6g}, "
+        f"privacy {'PASS' if cert['passed'] else 'FAIL'} (realised eps {cert['max_realised_epsilon']})"
+    )
+    print(f"  flow wall time {wall:.1f}s")
     return 0

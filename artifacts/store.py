@@ -1,0 +1,195 @@
+"""The artifact store: content-addressed stage outputs on the local filesystem.
+
+Layout under the store root (see artifacts/README.md):
+
+  objects/<stage>/<cache_key>/      one directory per computed stage output, immutable once renamed in
+      <files>.parquet / .json / .png
+      ref.json                      the ArtifactRef: stage, key, files {name: sha256}, schema version
+  runs/<run_name>/manifest.json     one folder per flow run: manifest + copies of the released files
+  prefect/keys, prefect/results     Prefect's cache-key records and persisted task results
+
+A stage writes into ``objects/<stage>/.<key>.tmp-<random>/`` and renames the directory onto
+``objects/<stage>/<key>/``. Rename is atomic, so a reader sees all of an output or none of it; when
+two runs compute the same key concurrently the first rename wins and the loser deletes its copy
+(both hold the same bytes: stage outputs are deterministic functions of the key's inputs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+from contextlib import contextmanager
+
+from mdp_core.io import file_sha256, read_json, write_json
+
+REF_SCHEMA_VERSION = 1
+DEFAULT_ROOT = "artifacts/store"
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A pointer to one stage output: where it is and the sha256 of every file in it.
+
+    This, never a DataFrame or array, is what Prefect tasks return and cache.
+    """
+
+    stage: str
+    key: str
+    path: str  # relative to the store root: objects/<stage>/<key>
+    files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
+    schema_version: int = REF_SCHEMA_VERSION
+    meta: dict[str, Any] = field(default_factory=dict)  # small JSON facts (seconds, status, ...)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ArtifactRef":
+        return cls(**d)
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 over the sorted (file, sha256) pairs: what downstream cache keys depend on."""
+        return sha256_json(sorted(self.files.items()))
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+class Store:
+    """A store rooted at a directory (created on first use)."""
+
+    def __init__(self, root: str | Path = DEFAULT_ROOT) -> None:
+        self.root = Path(root).expanduser().resolve()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    # -------------------------------------------------------------- locations
+    def object_dir(self, stage: str, key: str) -> Path:
+        return self.root / "objects" / stage / key
+
+    def path(self, ref: ArtifactRef, name: str) -> Path:
+        return self.root / ref.path / name
+
+    def run_dir(self, run_name: str) -> Path:
+        return self.root / "runs" / run_name
+
+    @property
+    def prefect_keys(self) -> Path:
+        return self.root / "prefect" / "keys"
+
+    @property
+    def prefect_results(self) -> Path:
+        return self.root / "prefect" / "results"
+
+    # ------------------------------------------------------------------ reads
+    def load_ref(self, stage: str, key: str) -> ArtifactRef | None:
+        """The ref stored for (stage, key), or None if absent / unreadable."""
+        p = self.object_dir(stage, key) / "ref.json"
+        if not p.is_file():
+            return None
+        try:
+            return ArtifactRef.from_dict(read_json(p))
+        except Exception:
+            return None
+
+    def is_valid(self, ref: ArtifactRef) -> bool:
+        """True when every file of ``ref`` exists with its recorded sha256."""
+        base = self.root / ref.path
+        for name, digest in ref.files.items():
+            p = base / name
+            if not p.is_file() or file_sha256(p) != digest:
+                return False
+        return True
+
+    def valid_ref(self, stage: str, key: str) -> ArtifactRef | None:
+        ref = self.load_ref(stage, key)
+        return ref if ref is not None and self.is_valid(ref) else None
+
+    # ----------------------------------------------------------------- writes
+    @contextmanager
+    def writer(self, stage: str, key: str) -> Iterator["ObjectWriter"]:
+        """Write a stage output: ``with store.writer(stage, key) as w: ...; ref = w.ref``.
+
+        Files go to a private temp directory; on success the directory is renamed into place and
+        ``w.ref`` is set. An invalid leftover at the target (a deleted or corrupted file) is replaced.
+        """
+        final = self.object_dir(stage, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=final.parent))
+        w = ObjectWriter(self, stage, key, tmp)
+        try:
+            yield w
+            ref = w.finish()
+            if final.exists():
+                old = self.load_ref(stage, key)
+                if old is not None and self.is_valid(old) and old.files == ref.files:
+                    shutil.rmtree(tmp)
+                    w.ref = old
+                    return
+                trash = final.with_name(f".{key}.trash-{os.getpid()}-{os.urandom(4).hex()}")
+                try:
+                    os.replace(final, trash)
+                    shutil.rmtree(trash, ignore_errors=True)
+                except FileNotFoundError:
+                    pass
+            try:
+                os.replace(tmp, final)
+            except OSError:  # a concurrent writer renamed first: keep theirs (same content)
+                shutil.rmtree(tmp, ignore_errors=True)
+                other = self.valid_ref(stage, key)
+                if other is None:
+                    raise
+                w.ref = other
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def publish(self, run_name: str, refs: dict[str, tuple[ArtifactRef, str]], manifest: dict[str, Any]) -> Path:
+        """Copy released files into runs/<run_name>/ (atomically each) and write its manifest.json."""
+        run = self.run_dir(run_name)
+        run.mkdir(parents=True, exist_ok=True)
+        for out_name, (ref, name) in refs.items():
+            src = self.path(ref, name)
+            tmp = run / f".{out_name}.tmp-{os.urandom(4).hex()}"
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, run / out_name)
+        write_json(run / "manifest.json", manifest)
+        return run
+
+
+class ObjectWriter:
+    """Collects the files of one stage output inside its temp directory."""
+
+    def __init__(self, store: Store, stage: str, key: str, tmp: Path) -> None:
+        self.store, self.stage, self.key, self.dir = store, stage, key, tmp
+        self.meta: dict[str, Any] = {}
+        self.ref: ArtifactRef | None = None
+
+    @property
+    def ref_path(self) -> str:
+        """Where the output will live once renamed (relative to the store root)."""
+        return f"objects/{self.stage}/{self.key}"
+
+    def file(self, name: str) -> Path:
+        """Path to write ``name`` to (inside the temp directory)."""
+        return self.dir / name
+
+    def finish(self) -> ArtifactRef:
+        files = {
+            p.name: file_sha256(p)
+            for p in sorted(self.dir.iterdir())
+            if p.is_file() and p.name != "ref.json" and not p.name.startswith(".")
+        }
+        ref = ArtifactRef(self.stage, self.key, self.ref_path, files, REF_SCHEMA_VERSION, self.meta)
+        write_json(self.dir / "ref.json", ref.as_dict())
+        self.ref = ref
+        return ref

@@ -1,0 +1,154 @@
+"""The release configuration: typed (pydantic) so the Prefect UI renders it as a form, loadable from TOML.
+
+Example (every key optional; these are the defaults of the built-in release)::
+
+    store = "artifacts/store"
+
+    [dataset]
+    kind = "grid"
+    params = { rows = 10, cols = 20, n_outputs = 100, seed = 0 }
+
+    [privacy]
+    epsilon = 10.0      # per distance unit (km for geo data)
+    eta = 2.0           # neighbour threshold, distance unit
+
+    [partition]
+    method = "kmdv"     # kmdv | kmrec | kmadj | bsc
+    subsets = 4
+    seed = 0
+
+    [solve]
+    method = "lp"       # lp | benders | exp | laplace | constopt
+    solver = "simplex"  # simplex | ipm
+    threads = 0
+    time_limit = 600.0  # seconds
+    max_mix = 0.01      # largest uniform-mixing weight the exact repair may use
+    gap_abs = 0.01      # Benders stopping: absolute gap ...
+    gap_rel = 1e-6      # ... or relative gap
+    max_iterations = 500
+
+    [release]
+    n_individuals = 10000
+    eps_counts = 1.0    # separate budget for the released aggregate counts (CBDP)
+    seed = 0
+
+    [evaluate]
+    baselines = ["exp"]
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mdp_core.errors import InputError
+
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class DatasetConfig(BaseModel):
+    """Which dataset to ingest: a kind of ``mdp_core.datasets.registry`` and its loader parameters."""
+
+    model_config = STRICT
+    kind: Literal["grid", "synthetic", "road", "text", "points"] = "grid"
+    params: dict[str, Any] = Field(default_factory=lambda: {"rows": 10, "cols": 20, "n_outputs": 100, "seed": 0})
+
+    @field_validator("params")
+    @classmethod
+    def _no_privacy_here(cls, v: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted({"epsilon", "eta"} & set(v))
+        if clash:
+            raise ValueError(f"set {clash} in [privacy], not in dataset.params")
+        return v
+
+
+class PrivacyConfig(BaseModel):
+    model_config = STRICT
+    epsilon: float = Field(10.0, gt=0, allow_inf_nan=False, description="privacy budget per distance unit")
+    eta: float = Field(2.0, gt=0, allow_inf_nan=False, description="neighbour threshold (distance unit)")
+
+
+class PartitionConfig(BaseModel):
+    model_config = STRICT
+    method: Literal["kmdv", "kmrec", "kmadj", "bsc"] = "kmdv"
+    subsets: int = Field(4, ge=1, le=10_000)
+    seed: int = 0
+
+
+class SolveConfig(BaseModel):
+    model_config = STRICT
+    method: Literal["lp", "benders", "exp", "laplace", "constopt"] = "lp"
+    solver: Literal["simplex", "ipm"] = "simplex"
+    threads: int = Field(0, ge=0, le=256)
+    time_limit: float = Field(600.0, gt=0, allow_inf_nan=False, description="seconds")
+    max_mix: float = Field(0.01, gt=0, le=1)
+    gap_abs: float = Field(0.01, ge=0)
+    gap_rel: float = Field(1e-6, ge=0)
+    max_iterations: int = Field(500, ge=1)
+
+
+class ReleaseConfig(BaseModel):
+    model_config = STRICT
+    n_individuals: int = Field(10_000, ge=1, le=100_000_000)
+    eps_counts: float = Field(1.0, gt=0, allow_inf_nan=False, description="budget of the released counts")
+    seed: int = 0
+
+
+class EvaluateConfig(BaseModel):
+    model_config = STRICT
+    baselines: list[Literal["exp", "laplace", "constopt", "lp"]] = Field(default_factory=lambda: ["exp"])
+
+
+class ReleaseFlowConfig(BaseModel):
+    """Everything a release depends on. Same config + same code + same inputs -> same artifacts."""
+
+    model_config = STRICT
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    solve: SolveConfig = Field(default_factory=SolveConfig)
+    release: ReleaseConfig = Field(default_factory=ReleaseConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    store: str = "artifacts/store"
+
+
+def _explain(exc: ValidationError, source: str) -> InputError:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+    return InputError(f"{source}: {where}: {msg}{more}")
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> ReleaseFlowConfig:
+    """Validate a config mapping; raises InputError naming the first bad key."""
+    try:
+        cfg = ReleaseFlowConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, source) from None
+    from mdp_core.datasets import registry
+
+    known = registry.parameters(cfg.dataset.kind)
+    unknown = sorted(set(cfg.dataset.params) - set(known))
+    if unknown:
+        raise InputError(f"{source}: dataset.params: unknown parameter(s) {unknown} for kind {cfg.dataset.kind!r}")
+    return cfg
+
+
+def load_config(path: str | Path | None) -> ReleaseFlowConfig:
+    """Read a TOML config (None -> the built-in default release)."""
+    if path is None:
+        return ReleaseFlowConfig()
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such config file")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: not valid TOML ({exc})") from None
+    return parse_config(data, str(p))

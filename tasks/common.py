@@ -1,0 +1,88 @@
+"""What every stage task shares: run a stage against the store, exactly once per cache key.
+
+A stage task is ``task(store: str, params: dict, **upstream: ArtifactRef | None) -> ArtifactRef``.
+:func:`run_stage` computes the stage key, returns the stored output if a valid one exists (a "store
+hit": another run or process already computed it), and otherwise calls ``compute`` to write the
+output files into a private directory that is renamed into place.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from prefect import get_run_logger
+from prefect.context import FlowRunContext
+
+from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.instance import Instance
+from mdp_core.io import EDGE_SCHEMA, read_instance, read_json, read_table
+from tasks.cache import stage_key
+
+Compute = Callable[[ObjectWriter, Store, dict[str, Any], dict[str, ArtifactRef | None]], None]
+
+
+def current_run_id() -> str:
+    ctx = FlowRunContext.get()
+    return str(ctx.flow_run.id) if ctx is not None and ctx.flow_run is not None else "no-flow-run"
+
+
+def logger():
+    try:
+        return get_run_logger()
+    except Exception:  # called through .fn outside a run (tests)
+        import logging
+
+        return logging.getLogger("mdp_release")
+
+
+def run_stage(
+    stage: str, module: str, store: str, params: dict[str, Any], upstream: dict[str, ArtifactRef | None], compute: Compute
+) -> ArtifactRef:
+    key = stage_key(stage, module, params, upstream)
+    s = Store(store)
+    hit = s.valid_ref(stage, key)
+    if hit is not None:
+        logger().info("%s: reusing stored output %s", stage, key[:12])
+        return hit
+    for name, ref in upstream.items():
+        if ref is not None and not s.is_valid(ref):
+            raise RuntimeError(f"{stage}: upstream artifact {name} ({ref.path}) is missing or corrupt")
+    t0 = time.perf_counter()
+    with s.writer(stage, key) as w:
+        compute(w, s, params, upstream)
+        w.meta.update({"seconds": round(time.perf_counter() - t0, 3), "produced_by": current_run_id()})
+    assert w.ref is not None
+    logger().info("%s: computed in %.2fs -> %s", stage, time.perf_counter() - t0, w.ref.path)
+    return w.ref
+
+
+def instance_of(store: Store, ref: ArtifactRef, epsilon: float | None = None) -> Instance:
+    """Read the instance directory behind ``ref``."""
+    return read_instance(store.root / ref.path, epsilon=epsilon)
+
+
+def instance_with_graph(store: Store, dataset: ArtifactRef, graph: ArtifactRef, **changes: Any) -> Instance:
+    """The ingested dataset with the edges of the ``graph`` stage (and eta from its graph.json)."""
+    inst = instance_of(store, dataset)
+    edges = read_table(store.path(graph, "edges.parquet"), schema=EDGE_SCHEMA)
+    return inst.replace(
+        edges=edges[["i", "j"]].to_numpy(),
+        distances=edges["distance"].to_numpy(),
+        eta=float(read_json(store.path(graph, "graph.json"))["eta"]),
+        **changes,
+    )
+
+
+class Throttled:
+    """Forward progress lines to the Prefect logger at most every ``every`` seconds."""
+
+    def __init__(self, prefix: str, every: float = 2.0) -> None:
+        self.prefix, self.every, self.last = prefix, every, 0.0
+        self.log = logger()
+
+    def __call__(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            self.log.info("%s: %s", self.prefix, line)

@@ -1,0 +1,26 @@
+"""Stage ``export``: the constraint export -- the Parquet instance directory that is solved.
+
+params: {"epsilon": float, "eta": float}. Records, outputs and costs come from ``dataset``, the
+edges from ``graph``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.io import write_instance
+from tasks.common import instance_with_graph, run_stage
+
+
+def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    inst = instance_with_graph(store, upstream["dataset"], upstream["graph"], epsilon=float(params["epsilon"]))
+    meta = write_instance(inst, w.dir)
+    w.meta.update({k: meta[k] for k in ("n_records", "n_outputs", "n_edges", "epsilon", "eta")})
+
+
+@task(name="export")
+def export(store: str, params: dict[str, Any], dataset: ArtifactRef, graph: ArtifactRef) -> ArtifactRef:
+    return run_stage("export", __name__, store, params, {"dataset": dataset, "graph": graph}, _compute)

@@ -1,0 +1,45 @@
+"""Stage ``graph``: the mDP graph (neighbour pairs within eta) of the ingested records.
+
+params: {"eta": float}. Records with coordinates get a KD-tree neighbour search under the dataset's
+metric; a dataset without coordinates keeps its own edges with distance <= eta.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from prefect import task
+
+from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.graph import components, neighbour_edges
+from mdp_core.io import write_json, write_table
+from tasks.common import instance_of, run_stage
+
+
+def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    inst = instance_of(store, upstream["dataset"])
+    eta = float(params["eta"])
+    if inst.coordinate_columns():
+        edges, dist = neighbour_edges(inst.record_points(), inst.metric, eta)
+    else:
+        keep = inst.distances <= eta
+        edges, dist = inst.edges[keep], inst.distances[keep]
+    write_table(w.file("edges.parquet"), {"i": edges[:, 0], "j": edges[:, 1], "distance": dist})
+    count, labels = components(inst.n_records, edges)
+    sizes = np.bincount(labels)
+    stats = {
+        "eta": eta,
+        "n_records": inst.n_records,
+        "n_edges": int(edges.shape[0]),
+        "mean_degree": 2.0 * edges.shape[0] / inst.n_records,
+        "n_components": count,
+        "largest_component": int(sizes.max()),
+    }
+    write_json(w.file("graph.json"), stats)
+    w.meta.update(stats)
+
+
+@task(name="graph")
+def graph(store: str, params: dict[str, Any], dataset: ArtifactRef) -> ArtifactRef:
+    return run_stage("graph", __name__, store, params, {"dataset": dataset}, _compute)

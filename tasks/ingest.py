@@ -1,0 +1,27 @@
+"""Stage ``ingest``: load a dataset (``mdp_core.datasets.registry``) into an instance directory.
+
+params: {"kind": str, "params": {...loader parameters...}, "inputs": {path: sha256}} -- the input
+files' hashes are in the params, so editing an input file changes the key and re-runs ingestion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.datasets import registry
+from mdp_core.io import write_instance
+from tasks.common import run_stage
+
+
+def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    inst = registry.load(params["kind"], params.get("params", {}))
+    meta = write_instance(inst, w.dir)
+    w.meta.update({"n_records": meta["n_records"], "n_outputs": meta["n_outputs"], "metric": meta["metric"]})
+
+
+@task(name="ingest")
+def ingest(store: str, params: dict[str, Any]) -> ArtifactRef:
+    return run_stage("ingest", __name__, store, params, {}, _compute)

@@ -1,0 +1,51 @@
+"""Stage ``postprocess``: sample the released microdata and publish consistent aggregate counts.
+
+params: {"n_individuals": int, "eps_counts": float, "seed": int}.
+Individuals are drawn (seeded) from the prior, each perturbed with its row of the verified
+mechanism; aggregate counts of the perturbed outputs (per output / per zone / total, zones = the
+partition subsets of the outputs' records) get Laplace noise with a separate budget eps_counts and
+CBDP consistency post-processing (``mdp_core.postprocess``).
+
+Files: microdata.parquet (released: individual_id, output_id), aggregates.parquet (released counts),
+secret_individuals.parquet (NOT released: each individual's true record, kept for evaluation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from prefect import task
+
+from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core import postprocess as pp
+from mdp_core import release
+from mdp_core.io import read_mechanism, read_table, write_frame, write_table
+from tasks.common import instance_of, run_stage
+
+
+def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    inst = instance_of(store, upstream["instance"])
+    z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
+    seed = int(params["seed"])
+    records = release.draw_individuals(inst.prior, int(params["n_individuals"]), seed)
+    outputs = release.perturb(z, records, seed + 1)
+    ids = np.arange(records.shape[0], dtype=np.int64)
+    write_table(w.file("microdata.parquet"), {"individual_id": ids, "output_id": outputs.astype(np.int64)})
+    write_table(w.file("secret_individuals.parquet"), {"individual_id": ids, "record_id": records.astype(np.int64)})
+    zone = np.zeros(inst.n_outputs, dtype=np.int64)
+    if upstream.get("partition") is not None and inst.outputs is not None and "record_id" in inst.outputs:
+        labels = read_table(store.path(upstream["partition"], "partition.parquet"), required={"subset": "int64"})["subset"]
+        zone = labels.to_numpy()[inst.outputs["record_id"].to_numpy()]
+    table = pp.aggregate_counts(outputs, zone, inst.n_outputs, float(params["eps_counts"]), seed + 2)
+    write_frame(w.file("aggregates.parquet"), table)
+    w.meta.update({"n_individuals": int(records.shape[0]), "eps_counts": float(params["eps_counts"])})
+
+
+@task(name="postprocess")
+def postprocess(
+    store: str, params: dict[str, Any], instance: ArtifactRef, mechanism: ArtifactRef, partition: ArtifactRef | None = None
+) -> ArtifactRef:
+    return run_stage(
+        "postprocess", __name__, store, params, {"instance": instance, "mechanism": mechanism, "partition": partition}, _compute
+    )

@@ -1,0 +1,155 @@
+"""End-to-end release flow tests against one real Prefect server shared by this module.
+
+Every run is a separate OS process (``python -m flows.cli run``) talking to the server, so the cache
+behaviour shown here is the cross-process one users get. Stage execution is read from the run
+manifests (``stages.<name>.cache_hit``), never from timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ["ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate"]
+QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=1) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` on a free loopback port, for the whole test session."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = os.environ | QUIET | {"PREFECT_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    log = open(home / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    t0 = time.monotonic()
+    while not _healthy(url):
+        if proc.poll() is not None or time.monotonic() - t0 > 180:
+            proc.kill()
+            pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.5)
+    yield {"url": url, "home": home}
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+CONFIG = """
+store = "{store}"
+[dataset]
+kind = "grid"
+params = {{ rows = 5, cols = 6, n_outputs = 12, seed = 1 }}
+[privacy]
+epsilon = {epsilon}
+eta = 2.0
+[partition]
+method = "{partition}"
+subsets = 3
+[solve]
+method = "{method}"
+[release]
+n_individuals = 500
+eps_counts = 1.0
+[evaluate]
+baselines = ["exp"]
+"""
+
+
+def _run(server, tmp_path: Path, store: Path, *extra: str, **cfg) -> dict:
+    values = {"store": store, "epsilon": 10.0, "partition": "kmdv", "method": "benders"} | cfg
+    path = tmp_path / f"cfg-{time.monotonic_ns()}.toml"
+    path.write_text(CONFIG.format(**values))
+    env = os.environ | QUIET | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
+    args = [sys.executable, "-m", "flows.cli", "run", *extra]
+    if "--from-manifest" not in extra:
+        args += ["--config", str(path)]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    manifests = sorted((store / "runs").glob("*/manifest.json"), key=lambda p: p.stat().st_mtime_ns)
+    return json.loads(manifests[-1].read_text())
+
+
+def _executed(manifest: dict) -> set[str]:
+    return {s for s, e in manifest["stages"].items() if not e["cache_hit"]}
+
+
+def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
+    store = tmp_path / "store"
+    first = _run(prefect_server, tmp_path, store)
+    assert _executed(first) == set(STAGES)
+    assert first["privacy"]["certificate"]["passed"] is True
+    run_dir = Path(first["run_dir"]) if "run_dir" in first else store / "runs" / first["run_name"]
+    for name in ("mechanism.parquet", "evaluation.parquet", "aggregates.parquet", "microdata.parquet", "manifest.json"):
+        assert (run_dir / name).is_file(), name
+
+    second = _run(prefect_server, tmp_path, store)
+    assert _executed(second) == set()
+    assert {s: e["cache_key"] for s, e in second["stages"].items()} == {s: e["cache_key"] for s, e in first["stages"].items()}
+
+    eps = _run(prefect_server, tmp_path, store, epsilon=5.0)
+    assert _executed(eps) == {"export", "solve", "postprocess", "evaluate"}
+
+    part = _run(prefect_server, tmp_path, store, partition="kmrec")
+    assert {"ingest", "graph", "export"}.isdisjoint(_executed(part))
+    assert {"partition", "solve"} <= _executed(part)
+
+    # Delete one artifact file of the partition stage: only that stage recomputes; its output is
+    # byte-identical, so stages downstream keep their keys and stay cached.
+    victim = store / first["stages"]["partition"]["artifact"] / "partition.parquet"
+    victim.unlink()
+    healed = _run(prefect_server, tmp_path, store)
+    assert _executed(healed) == {"partition"}
+    assert victim.is_file()
+
+    refreshed = _run(prefect_server, tmp_path, store, "--refresh-from", "solve")
+    assert _executed(refreshed) == {"solve", "postprocess", "evaluate"}
+
+
+def test_rerun_from_manifest_reproduces_parquet_bytes(prefect_server, tmp_path):
+    store_a = tmp_path / "a"
+    first = _run(prefect_server, tmp_path, store_a, method="lp")
+    manifest_path = store_a / "runs" / first["run_name"] / "manifest.json"
+    store_b = tmp_path / "b"
+    again = _run(prefect_server, tmp_path, store_b, "--from-manifest", str(manifest_path), "--store", str(store_b))
+    assert _executed(again) == set(STAGES)
+    dir_a, dir_b = store_a / "runs" / first["run_name"], store_b / "runs" / again["run_name"]
+    parquet = sorted(p.name for p in dir_a.glob("*.parquet"))
+    assert parquet and parquet == sorted(p.name for p in dir_b.glob("*.parquet"))
+    for name in parquet:
+        assert (dir_a / name).read_bytes() == (dir_b / name).read_bytes(), name
+    assert all(first["released_files"][n] == again["released_files"][n] for n in parquet)
+    shutil.rmtree(store_a)
