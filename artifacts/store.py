@@ -55,8 +55,14 @@ class ArtifactRef:
 
     @property
     def content_hash(self) -> str:
-        """sha256 over the sorted (file, sha256) pairs: what downstream cache keys depend on."""
-        return sha256_json(sorted(self.files.items()))
+        """sha256 over the sorted (file, sha256) pairs: what downstream cache keys depend on.
+
+        Files listed in ``meta["volatile"]`` (run reports holding wall-clock timings, such as
+        solve.json and trace.parquet) are left out: they differ between two computations of the
+        same result, and nothing downstream depends on their timing fields.
+        """
+        volatile = set(self.meta.get("volatile", ()))
+        return sha256_json(sorted((k, v) for k, v in self.files.items() if k not in volatile))
 
 
 def sha256_json(obj: Any) -> str:

@@ -8,7 +8,7 @@ Example (every key optional; these are the defaults of the built-in release)::
     kind = "grid"
     params = { rows = 10, cols = 20, n_outputs = 100, seed = 0 }
 
-    [privacy]
+    [privacy]           # unset: the dataset's own values (grid: eps = 10 / km, eta = 2 km)
     epsilon = 10.0      # per distance unit (km for geo data)
     eta = 2.0           # neighbour threshold, distance unit
 
@@ -66,9 +66,12 @@ class DatasetConfig(BaseModel):
 
 
 class PrivacyConfig(BaseModel):
+    """eps and eta in the dataset's distance unit; unset (None) = the dataset loader's own value
+    (e.g. the text loader scales eta to the vectors' norms)."""
+
     model_config = STRICT
-    epsilon: float = Field(10.0, gt=0, allow_inf_nan=False, description="privacy budget per distance unit")
-    eta: float = Field(2.0, gt=0, allow_inf_nan=False, description="neighbour threshold (distance unit)")
+    epsilon: float | None = Field(None, gt=0, allow_inf_nan=False, description="privacy budget per distance unit")
+    eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="neighbour threshold (distance unit)")
 
 
 class PartitionConfig(BaseModel):

@@ -48,7 +48,7 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
         "ingest": {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs},
         "graph": {"eta": cfg.privacy.eta},
         "partition": cfg.partition.model_dump(),
-        "export": {"epsilon": cfg.privacy.epsilon, "eta": cfg.privacy.eta},
+        "export": {"epsilon": cfg.privacy.epsilon},
         "solve": {
             "method": s.method,
             "solver": {"solver": s.solver, "threads": s.threads, "time_limit": s.time_limit},
@@ -127,6 +127,7 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
     started = _dt.datetime.now(_dt.timezone.utc)
     run_name = f"{started:%Y%m%d-%H%M%S}-{run_id[:8]}"
     solve_info = read_json(store.path(sol, "solve.json"))
+    inst_meta = read_json(store.path(inst, "instance.json"))
     manifest = {
         "format": "mdp-release-manifest",
         "version": 1,
@@ -139,9 +140,9 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
         "code_versions": {s: code_version(_TASKS[s].fn.__module__) for s in STAGES},
         "package_versions": _versions(),
         "privacy": {
-            "mechanism_epsilon": config.privacy.epsilon,
-            "eta": config.privacy.eta,
-            "distance_unit": read_json(store.path(inst, "instance.json"))["distance_unit"],
+            "mechanism_epsilon": inst_meta["epsilon"],
+            "eta": inst_meta["eta"],
+            "distance_unit": inst_meta["distance_unit"],
             "certificate": solve_info["certificate"],
             "counts_epsilon": config.release.eps_counts,
             "note": "the mechanism is eps-mDP per distance unit; the released aggregate counts spend a separate "

@@ -9,27 +9,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from mdp_core.io import atomic_write  # noqa: E402
+from mdp_core.io import atomic_write
 
 _PNG_META = {"Software": None}
 
 
+def _plt():
+    """matplotlib.pyplot on the Agg backend, imported on first use (it costs ~1 s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(fig, path: Path) -> Path:
     atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=100, metadata=_PNG_META))
-    plt.close(fig)
+    _plt().close(fig)
     return path
 
 
 def plot_bounds(trace: pd.DataFrame, path: Path) -> Path:
     """Benders upper / lower bound per iteration (Qiu 2024 Figs. 17-20). Needs columns iteration, lb, ub."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = _plt().subplots(figsize=(6, 3.5))
     it = trace["iteration"].to_numpy()
     ax.plot(it, trace["lb"].to_numpy(), label="lower bound (master)")
     ub = trace["ub"].to_numpy(dtype=float)
@@ -51,7 +57,7 @@ def plot_partition(points: np.ndarray, labels: np.ndarray, boundary: np.ndarray,
         pts = centred @ vt[:2].T
     elif lonlat:
         pts = pts[:, ::-1]  # (lat, lon) -> x = lon, y = lat
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig, ax = _plt().subplots(figsize=(5.5, 5))
     ax.scatter(pts[:, 0], pts[:, 1], c=labels, cmap="tab20", s=14, linewidths=0)
     b = np.asarray(boundary, bool)
     ax.scatter(pts[b, 0], pts[b, 1], facecolors="none", edgecolors="k", s=28, linewidths=0.6, label="boundary")
@@ -64,7 +70,7 @@ def plot_partition(points: np.ndarray, labels: np.ndarray, boundary: np.ndarray,
 
 def plot_lines(x: Sequence[float], series: dict[str, Sequence[float]], xlabel: str, ylabel: str, title: str, path: Path, logy: bool = False) -> Path:
     """Generic line plot: utility vs eps per mechanism (Fig. 7), CBDP error vs eps_counts (Fioretto Fig. 5)."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = _plt().subplots(figsize=(6, 3.5))
     for name, ys in series.items():
         ax.plot(list(x), list(ys), marker="o", label=name)
     ax.set_xlabel(xlabel)

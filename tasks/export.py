@@ -1,6 +1,6 @@
 """Stage ``export``: the constraint export -- the Parquet instance directory that is solved.
 
-params: {"epsilon": float, "eta": float}. Records, outputs and costs come from ``dataset``, the
+params: {"epsilon": float | None} (None: the dataset's own epsilon). Records, outputs and costs come from ``dataset``, the
 edges from ``graph``.
 """
 
@@ -16,7 +16,8 @@ from tasks.common import instance_with_graph, run_stage
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
-    inst = instance_with_graph(store, upstream["dataset"], upstream["graph"], epsilon=float(params["epsilon"]))
+    changes = {} if params.get("epsilon") is None else {"epsilon": float(params["epsilon"])}
+    inst = instance_with_graph(store, upstream["dataset"], upstream["graph"], **changes)
     meta = write_instance(inst, w.dir)
     w.meta.update({k: meta[k] for k in ("n_records", "n_outputs", "n_edges", "epsilon", "eta")})
 

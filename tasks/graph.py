@@ -1,6 +1,6 @@
 """Stage ``graph``: the mDP graph (neighbour pairs within eta) of the ingested records.
 
-params: {"eta": float}. Records with coordinates get a KD-tree neighbour search under the dataset's
+params: {"eta": float | None} (None: the dataset's own eta). Records with coordinates get a KD-tree neighbour search under the dataset's
 metric; a dataset without coordinates keeps its own edges with distance <= eta.
 """
 
@@ -19,7 +19,7 @@ from tasks.common import instance_of, run_stage
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     inst = instance_of(store, upstream["dataset"])
-    eta = float(params["eta"])
+    eta = float(params["eta"]) if params.get("eta") is not None else inst.eta
     if inst.coordinate_columns():
         edges, dist = neighbour_edges(inst.record_points(), inst.metric, eta)
     else:

@@ -6,7 +6,8 @@ mechanism; aggregate counts of the perturbed outputs (per output / per zone / to
 partition subsets of the outputs' records) get Laplace noise with a separate budget eps_counts and
 CBDP consistency post-processing (``mdp_core.postprocess``).
 
-Files: microdata.parquet (released: individual_id, output_id), aggregates.parquet (released counts),
+Files: microdata.parquet (released: individual, output_id, output coordinates), aggregates.parquet
+(released counts; ``true_count`` there counts the released microdata, which is public),
 secret_individuals.parquet (NOT released: each individual's true record, kept for evaluation).
 """
 
@@ -31,8 +32,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     records = release.draw_individuals(inst.prior, int(params["n_individuals"]), seed)
     outputs = release.perturb(z, records, seed + 1)
     ids = np.arange(records.shape[0], dtype=np.int64)
-    write_table(w.file("microdata.parquet"), {"individual_id": ids, "output_id": outputs.astype(np.int64)})
-    write_table(w.file("secret_individuals.parquet"), {"individual_id": ids, "record_id": records.astype(np.int64)})
+    write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
+    write_table(w.file("secret_individuals.parquet"), {"individual": ids, "record_id": records.astype(np.int64)})
     zone = np.zeros(inst.n_outputs, dtype=np.int64)
     if upstream.get("partition") is not None and inst.outputs is not None and "record_id" in inst.outputs:
         labels = read_table(store.path(upstream["partition"], "partition.parquet"), required={"subset": "int64"})["subset"]

@@ -39,6 +39,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         write_table(w.file("trace.parquet"), {c: sol.trace[c].to_numpy() for c in sol.trace.columns})
     w.meta.update(
         {
+            "volatile": ["solve.json", "trace.parquet"],  # timings: not part of the content hash
             "method": method,
             "status": sol.status,
             "objective": sol.objective,

@@ -11,7 +11,7 @@ from mdp_core.errors import InputError
 def test_default_config_is_valid_and_small():
     cfg = load_config(None)
     assert isinstance(cfg, ReleaseFlowConfig)
-    assert cfg.dataset.kind == "grid" and cfg.privacy.epsilon > 0
+    assert cfg.dataset.kind == "grid" and cfg.privacy.epsilon is None  # the dataset's own eps
 
 
 @pytest.mark.parametrize(

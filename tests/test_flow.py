@@ -116,6 +116,17 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
     for name in ("mechanism.parquet", "evaluation.parquet", "aggregates.parquet", "microdata.parquet", "manifest.json"):
         assert (run_dir / name).is_file(), name
 
+    # What the Prefect UI shows for this run: the evaluation table and the markdown report.
+    body = json.dumps({"flow_runs": {"id": {"any_": [first["flow_run_id"]]}}}).encode()
+    req = urllib.request.Request(prefect_server["url"] + "/artifacts/filter", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        arts = {a["key"]: a for a in json.load(r)}
+    assert arts["mdp-evaluation"]["type"] == "table"
+    rows = arts["mdp-evaluation"]["data"]
+    rows = json.loads(rows) if isinstance(rows, str) else rows
+    assert {row["method"] for row in rows} >= {"benders", "exp"}
+    assert arts["mdp-report"]["type"] == "markdown" and "Privacy certificate: PASS" in arts["mdp-report"]["data"]
+
     second = _run(prefect_server, tmp_path, store)
     assert _executed(second) == set()
     assert {s: e["cache_key"] for s, e in second["stages"].items()} == {s: e["cache_key"] for s, e in first["stages"].items()}
@@ -147,7 +158,8 @@ def test_rerun_from_manifest_reproduces_parquet_bytes(prefect_server, tmp_path):
     again = _run(prefect_server, tmp_path, store_b, "--from-manifest", str(manifest_path), "--store", str(store_b))
     assert _executed(again) == set(STAGES)
     dir_a, dir_b = store_a / "runs" / first["run_name"], store_b / "runs" / again["run_name"]
-    parquet = sorted(p.name for p in dir_a.glob("*.parquet"))
+    # every data table; trace.parquet (Benders only) holds wall-clock seconds and is a run report
+    parquet = sorted(p.name for p in dir_a.glob("*.parquet") if p.name != "trace.parquet")
     assert parquet and parquet == sorted(p.name for p in dir_b.glob("*.parquet"))
     for name in parquet:
         assert (dir_a / name).read_bytes() == (dir_b / name).read_bytes(), name
