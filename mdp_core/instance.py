@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from mdp_core.errors import InputError
+from mdp_core.metrics import check_points
 
 PRIOR_TOL = 1e-9
 METRICS = ("euclidean", "haversine", "graph")
@@ -140,6 +141,8 @@ class Instance:
             raise InputError(f"outputs table has {len(self.outputs)} rows, expected K={self.n_outputs}")
         if self.outputs is not None and "record_id" in self.outputs:
             rid = self.outputs["record_id"].to_numpy()
+            if not np.issubdtype(rid.dtype, np.integer):
+                raise InputError(f"outputs.record_id must be integers, got dtype {rid.dtype}")
             if rid.min() < 0 or rid.max() >= n:
                 raise InputError("outputs.record_id out of range 0..N-1")
 
@@ -159,7 +162,7 @@ class Instance:
         cols = self.coordinate_columns()
         if not cols or (self.metric == "haversine" and len(cols) != 2):
             raise InputError("this instance has no record coordinates (records.parquet lacks lat/lon or x0.. columns)")
-        return self.records[cols].to_numpy(dtype=np.float64)
+        return check_points("record coordinates", self.records[cols].to_numpy(dtype=np.float64), self.metric)
 
     def output_points(self) -> np.ndarray:
         """(K, D) output coordinates, from ``outputs.record_id`` or the outputs' own coordinate columns."""
@@ -168,4 +171,4 @@ class Instance:
         cols = self.coordinate_columns()
         if self.outputs is None or not cols or not set(cols) <= set(self.outputs.columns):
             raise InputError("this instance has no output coordinates (outputs.parquet lacks record_id or coordinates)")
-        return self.outputs[cols].to_numpy(dtype=np.float64)
+        return check_points("output coordinates", self.outputs[cols].to_numpy(dtype=np.float64), self.metric)

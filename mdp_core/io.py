@@ -82,14 +82,14 @@ def read_json(path: str | Path) -> dict:
         raise InputError(f"{path}: unreadable JSON ({exc})") from None
 
 
-def write_table(path: str | Path, columns: dict[str, np.ndarray | list]) -> Path:
+def write_table(path: str | Path, columns: dict[str, np.ndarray | list | pd.Series]) -> Path:
     """Write columns (in the given order) as Parquet without pandas metadata or timestamps."""
-    table = pa.table({k: pa.array(v) for k, v in columns.items()})
+    table = pa.table({k: pa.Array.from_pandas(v) if isinstance(v, pd.Series) else pa.array(v) for k, v in columns.items()})
     return atomic_write(path, lambda p: pq.write_table(table, p, compression="zstd"))
 
 
 def write_frame(path: str | Path, frame: pd.DataFrame) -> Path:
-    return write_table(path, {c: frame[c].to_numpy() for c in frame.columns})
+    return write_table(path, {c: frame[c] for c in frame.columns})
 
 
 def file_sha256(path: str | Path) -> str:
@@ -160,10 +160,10 @@ def write_instance(instance: Instance, out_dir: str | Path) -> dict:
     n, k = instance.n_records, instance.n_outputs
     rec = {"record_id": np.arange(n, dtype=np.int64), "prior": instance.prior}
     if instance.records is not None:
-        rec |= {c: instance.records[c].to_numpy() for c in instance.records.columns if c not in rec}
+        rec |= {c: instance.records[c] for c in instance.records.columns if c not in rec}  # Series: keeps NA
     outs = {"output_id": np.arange(k, dtype=np.int64)}
     if instance.outputs is not None:
-        outs |= {c: instance.outputs[c].to_numpy() for c in instance.outputs.columns if c not in outs}
+        outs |= {c: instance.outputs[c] for c in instance.outputs.columns if c not in outs}
     write_table(out / "records.parquet", rec)
     write_table(out / "outputs.parquet", outs)
     write_table(out / "edges.parquet", {"i": instance.edges[:, 0], "j": instance.edges[:, 1], "distance": instance.distances})
@@ -185,12 +185,22 @@ def write_instance(instance: Instance, out_dir: str | Path) -> dict:
     return meta
 
 
+def _json_number(d: Path, meta: dict, key: str, kind: type) -> float | int:
+    """``meta[key]`` as ``kind`` (int or float); InputError naming the key when it is not a number."""
+    v = meta[key]
+    if isinstance(v, bool) or not isinstance(v, int if kind is int else (int, float)):
+        raise InputError(f"{d / 'instance.json'}: {key} must be {'an integer' if kind is int else 'a number'}, got {v!r}")
+    return kind(v)
+
+
 def read_instance(in_dir: str | Path, epsilon: float | None = None) -> Instance:
     """Read and fully validate an instance directory (optionally overriding epsilon)."""
     d = Path(in_dir)
     if not d.is_dir():
         raise InputError(f"{d}: no such instance directory")
     meta = read_json(d / "instance.json")
+    if not isinstance(meta, dict):
+        raise InputError(f"{d / 'instance.json'}: expected a JSON object, got {type(meta).__name__}")
     if meta.get("format") != FORMAT or meta.get("schema_version") != SCHEMA_VERSION:
         raise InputError(
             f"{d / 'instance.json'}: not an {FORMAT} v{SCHEMA_VERSION} file "
@@ -199,12 +209,19 @@ def read_instance(in_dir: str | Path, epsilon: float | None = None) -> Instance:
     for key in ("epsilon", "eta", "metric", "distance_unit", "n_records", "n_outputs", "tables"):
         if key not in meta:
             raise InputError(f"{d / 'instance.json'}: missing key {key!r}")
+    if not isinstance(meta["tables"], dict):
+        raise InputError(f"{d / 'instance.json'}: 'tables' must map file names to sha256 digests")
+    unlisted = [t for t in TABLES if t not in meta["tables"]]
+    if unlisted:
+        raise InputError(f"{d / 'instance.json'}: 'tables' lacks the sha256 of {unlisted}")
     for table, digest in meta["tables"].items():
         if not (d / table).is_file():
             raise InputError(f"{d / table}: no such file (listed in instance.json)")
         if file_sha256(d / table) != digest:
             raise InputError(f"{d / table}: content does not match the sha256 in instance.json (modified or truncated)")
-    n, k = int(meta["n_records"]), int(meta["n_outputs"])
+    n, k = _json_number(d, meta, "n_records", int), _json_number(d, meta, "n_outputs", int)
+    eps = _json_number(d, meta, "epsilon", float) if epsilon is None else epsilon
+    eta = _json_number(d, meta, "eta", float)
     records = read_table(d / "records.parquet", required={"record_id": "int64", "prior": "float64"})
     _ids("records.parquet", records["record_id"].to_numpy(), n, "record_id")
     outputs = read_table(d / "outputs.parquet", required={"output_id": "int64"})
@@ -218,8 +235,8 @@ def read_instance(in_dir: str | Path, epsilon: float | None = None) -> Instance:
         costs=_dense("costs.parquet", costs, n, k, "i", "k", "cost"),
         edges=edges[["i", "j"]].to_numpy(),
         distances=edges["distance"].to_numpy(),
-        epsilon=float(meta["epsilon"] if epsilon is None else epsilon),
-        eta=float(meta["eta"]),
+        epsilon=eps,
+        eta=eta,
         metric=meta["metric"],
         distance_unit=meta["distance_unit"],
         records=extra_rec if len(extra_rec.columns) else None,
@@ -239,6 +256,10 @@ def write_mechanism(instance: Instance, z: np.ndarray, out_dir: str | Path, solv
     cert = verify(instance, z)
     if not cert.passed:
         raise PrivacyError(f"refusing to write an unverified mechanism: {cert.summary()}")
+    try:  # check solve.json can be written before writing anything (no mechanism without its solve.json)
+        json.dumps(solve_info, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"solve info is not strict JSON ({exc}); nothing written") from None
     out = Path(out_dir)
     write_table(out / "mechanism.parquet", _long(z) | {"prob": np.asarray(z, dtype=np.float64).ravel()})
     info = dict(solve_info) | {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.spatial.distance import cdist
 
 from mdp_core.errors import InputError
 
@@ -26,9 +27,12 @@ def haversine_rows_km(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def euclidean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pairwise Euclidean distance: a (n, D), b (m, D) -> (n, m)."""
-    sq = np.sum(a * a, axis=1)[:, None] + np.sum(b * b, axis=1)[None, :] - 2.0 * (a @ b.T)
-    return np.sqrt(np.maximum(sq, 0.0))
+    """Pairwise Euclidean distance: a (n, D), b (m, D) -> (n, m).
+
+    Computed from coordinate differences (scipy ``cdist``), not |a|^2 + |b|^2 - 2 a.b, which cancels
+    catastrophically: a point's distance to itself must be exactly 0.
+    """
+    return cdist(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), "euclidean")
 
 
 def pairwise(metric: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:

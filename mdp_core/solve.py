@@ -79,9 +79,9 @@ class Solution:
 
 def _lp(instance: Instance, options: lp.SolverOptions, progress: Progress | None, **_: Any) -> RawSolution:
     res = lp.solve_lp(instance, options, progress)
-    # The LP optimum of the raw solution is the optimum to solver tolerance; the certified z can only
-    # be worse by the repair. HiGHS's optimal objective is a lower bound up to its dual tolerance.
-    lower = res.objective if res.status == "optimal" else None
+    # A proven lower bound from the duals (lp.lagrangian_bound), valid whatever HiGHS's tolerances:
+    # HiGHS's "optimal" objective itself can sit slightly above the true optimum.
+    lower = float(res.lower_bound) if np.isfinite(res.lower_bound) else None
     return RawSolution(
         res.z,
         res.status,

@@ -27,6 +27,11 @@ from mdp_core.instance import Instance
 ROW_TOL = 1e-9
 RATIO_TOL = 1e-9
 CHUNK = 1 << 21  # (pair, output) entries examined at once
+# Ratio bounds exp(eps d) above e^30 (~1e13) are replaced by e^30 in the LP and in the repair. That
+# only tightens z_ik <= exp(eps d) z_jk, so every Z meeting the capped rows is eps-mDP; it keeps the
+# LP coefficients below HiGHS's large_matrix_value (1e15, i.e. eps d <= 34.5, else passModel fails)
+# and exp() finite (eps d > 709 overflows). The optimum moves by at most about K e^-30 max|c|.
+MAX_LOG_RATIO = 30.0
 
 
 @dataclass
@@ -101,7 +106,7 @@ def verify(instance: Instance, z: np.ndarray, row_tol: float = ROW_TOL, ratio_to
         logz = np.log(np.maximum(z, 0.0))
         for a, b, d in _directed_chunks(instance):
             za, zb = z[a], z[b]
-            abs_v = za - np.exp(eps * d)[:, None] * zb
+            abs_v = za - np.exp(np.minimum(eps * d, 700.0))[:, None] * zb  # finite: no inf * 0
             max_abs = max(max_abs, float(abs_v.max()))
             la, lb = logz[a], logz[b]
             both_zero = (za <= 0) & (zb <= 0)
@@ -156,7 +161,7 @@ def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     z'_i = (1 - t_C) z_i + t_C u with u = (1/K, ..., 1/K) and
 
         t_C = max over directed pairs (i, j) in C and k with v > 0 of  v / (v + (g - 1) / K),
-        v = z_ik - g z_jk,  g = exp(eps d_ij) > 1  (edges have d_ij > 0),
+        v = z_ik - g z_jk,  g = exp(min(eps d_ij, MAX_LOG_RATIO)) > 1  (edges have d_ij > 0),
 
     enlarged by a relative 1e-9 against rounding.
 
@@ -165,7 +170,8 @@ def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         z'_ik - g z'_jk = (1 - t) (z_ik - g z_jk) + t (1 - g) / K = (1 - t) v - t (g - 1) / K.
     If v <= 0 this is <= 0 for every t in [0, 1] since g > 1. If v > 0 it is <= 0 iff
     t (v + (g - 1)/K) >= v, i.e. t >= v / (v + (g - 1)/K), which t_C satisfies by construction.
-    Components share no edge, so mixing each with its own t_C leaves the others untouched. Since
+    Components share no edge, so mixing each with its own t_C leaves the others untouched. When g
+    is capped below exp(eps d_ij), z'_ik <= g z'_jk <= exp(eps d_ij) z'_jk still holds. Since
     v <= 1 and (g - 1)/K > 0, t_C < 1 always: the repair exists for every input.
 
     Returns:
@@ -183,9 +189,10 @@ def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     need = np.zeros(count)
     eps = instance.epsilon
     for a, b, d in _directed_chunks(instance):
-        g = np.exp(eps * d)[:, None]
+        g = np.exp(np.minimum(eps * d, MAX_LOG_RATIO))[:, None]  # capped: see MAX_LOG_RATIO
         v = z[a] - g * z[b]
-        t = np.where(v > 0, v / (v + (g - 1.0) / k), 0.0).max(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):  # the masked-out v <= 0 branch may divide by 0
+            t = np.where(v > 0, v / (v + (g - 1.0) / k), 0.0).max(axis=1)
         np.maximum.at(need, labels[a], t)
     t_c = np.where(need > 0, np.minimum(need * (1 + 1e-9) + 1e-15, 1.0), 0.0)
     t_row = t_c[labels][:, None]

@@ -1,0 +1,87 @@
+"""Wall time of `mdp-release run` (the default release): first run, then a fully cached re-run,
+in Prefect's ephemeral mode and against a running Prefect server. Prints one JSON line per run.
+
+    python bench/bench_pipeline.py [--config FILE] [--modes ephemeral,server]
+
+Each run is a fresh OS process (what a user experiences), timed from process start to exit.
+The server mode starts a private `prefect server` on a free loopback port for the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg",
+         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=1) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def _run(cwd: Path, env: dict, config: str | None) -> float:
+    args = [sys.executable, "-m", "flows.cli", "run"] + (["--config", config] if config else [])
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed:\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--modes", default="ephemeral,server")
+    args = ap.parse_args()
+    repo = Path(__file__).resolve().parents[1]
+    for mode in args.modes.split(","):
+        work = Path(tempfile.mkdtemp(prefix=f"bench-{mode}-"))
+        env = os.environ | QUIET | {"PREFECT_HOME": str(work / "prefect-home"), "MDP_RELEASE_HOME": str(work),
+                                    "PYTHONPATH": str(repo)}
+        env.pop("PREFECT_API_URL", None)
+        server = None
+        if mode == "server":
+            port = _free_port()
+            url = f"http://127.0.0.1:{port}/api"
+            server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                       "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, start_new_session=True)
+            t0 = time.perf_counter()
+            while not _healthy(url):
+                time.sleep(0.5)
+            print(json.dumps({"bench": "pipeline", "mode": mode, "step": "server_start",
+                              "seconds": round(time.perf_counter() - t0, 2)}), flush=True)
+            env["PREFECT_API_URL"] = url
+        try:
+            for step in ("first_run", "cached_run"):
+                wall = _run(work, env, args.config)
+                print(json.dumps({"bench": "pipeline", "mode": mode, "step": step, "seconds": round(wall, 2),
+                                  "config": args.config or "default"}), flush=True)
+        finally:
+            if server is not None:
+                os.killpg(server.pid, signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    main()

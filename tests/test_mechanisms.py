@@ -1,0 +1,141 @@
+"""The exponential mechanism z_ik ~ exp(-eps d(r_i, o_k) / 2): formula, privacy, and LP <= EM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial.distance import cdist
+
+from mdp_core.datasets import from_points, grid, synthetic
+from mdp_core.errors import InputError
+from mdp_core.instance import Instance
+from mdp_core.mechanisms import exponential, record_output_distances
+from mdp_core.metrics import haversine_km
+from mdp_core.solve import solve
+from mdp_core.verify import objective, verify
+
+
+def reference_em(eps: float, d: np.ndarray) -> np.ndarray:
+    """Straight from the definition, in extended precision (fine for the small eps * d used here)."""
+    w = np.exp(-0.5 * eps * d.astype(np.longdouble))
+    return (w / w.sum(axis=1, keepdims=True)).astype(np.float64)
+
+
+def test_formula_matches_definition(grid_small):
+    pts = grid_small.records[["x0", "x1"]].to_numpy()
+    d = cdist(pts, pts[grid_small.outputs["record_id"].to_numpy()])
+    np.testing.assert_allclose(record_output_distances(grid_small), d, atol=1e-12)
+    z = exponential(grid_small.replace(epsilon=0.8))
+    np.testing.assert_allclose(z, reference_em(0.8, d), rtol=1e-12)
+
+
+def test_record_output_distances_are_exact():
+    """A record used as an output is at distance exactly 0 from itself, even far from the origin
+    (|a|^2 + |b|^2 - 2 a.b would leave ~1e-5 here)."""
+    pts = 1e4 + np.random.default_rng(0).random((30, 3))
+    inst = from_points(pts, "euclidean", 0.5, 1.0, np.zeros((30, 4)), output_record_ids=[1, 5, 7, 29])
+    d = record_output_distances(inst)
+    assert np.all(d[[1, 5, 7, 29], np.arange(4)] == 0.0)
+    np.testing.assert_allclose(d, np.linalg.norm(pts[:, None, :] - pts[None, [1, 5, 7, 29], :], axis=2), rtol=1e-13)
+
+
+def test_two_points_by_hand():
+    """Records at x = 0 and x = 1, both are outputs, eps = 2: row 0 is (1, e^-1) / (1 + e^-1)."""
+    inst = from_points(np.array([[0.0], [1.0]]), "euclidean", 1.0, 2.0, np.zeros((2, 2)), output_record_ids=[0, 1])
+    z = exponential(inst)
+    a = 1 / (1 + np.exp(-1.0))
+    np.testing.assert_allclose(z, [[a, 1 - a], [1 - a, a]], rtol=1e-14)
+
+
+def test_explicit_distances_argument(synth_small):
+    d = np.abs(np.random.default_rng(0).normal(size=(synth_small.n_records, synth_small.n_outputs)))
+    np.testing.assert_allclose(exponential(synth_small, d), reference_em(synth_small.epsilon, d), rtol=1e-12)
+
+
+def test_large_epsilon_does_not_underflow():
+    inst = synthetic(n_records=12, n_outputs=5, sigma=10.0, eta=3.0, epsilon=1e4, seed=1)
+    z = exponential(inst)
+    assert np.all(np.isfinite(z)) and np.all(z >= 0)
+    np.testing.assert_allclose(z.sum(axis=1), 1.0, atol=1e-15)
+    # each record's nearest output gets (essentially) everything
+    nearest = np.argmin(record_output_distances(inst), axis=1)
+    np.testing.assert_allclose(z[np.arange(12), nearest], 1.0, atol=1e-12)
+
+
+def test_outputs_with_their_own_coordinates():
+    """Outputs that are not records: coordinates in outputs.parquet (x0, x1)."""
+    rng = np.random.default_rng(4)
+    rec, out = rng.random((6, 2)), rng.random((3, 2))
+    base = from_points(rec, "euclidean", 0.5, 3.0, cdist(rec, out))
+    inst = base.replace(outputs=pd.DataFrame({"x0": out[:, 0], "x1": out[:, 1]}))
+    np.testing.assert_allclose(exponential(inst), reference_em(3.0, cdist(rec, out)), rtol=1e-12)
+
+
+def test_haversine_instance():
+    rng = np.random.default_rng(2)
+    latlon = np.column_stack([41.9 + rng.random(10) * 0.05, 12.48 + rng.random(10) * 0.05])
+    inst = from_points(latlon, "haversine", 3.0, 2.0, np.ones((10, 4)), output_record_ids=[0, 3, 5, 9])
+    d = haversine_km(latlon, latlon[[0, 3, 5, 9]])
+    np.testing.assert_allclose(exponential(inst), reference_em(2.0, d), rtol=1e-12)
+    assert verify(inst, exponential(inst)).passed
+
+
+def test_no_coordinates_is_an_input_error():
+    inst = Instance([0.5, 0.5], [[0.0, 1.0], [1.0, 0.0]], [[0, 1]], [1.0], 1.0, 1.0)
+    with pytest.raises(InputError, match="no record coordinates"):
+        exponential(inst)
+
+
+def test_nan_coordinates_are_an_input_error(grid_small):
+    rec = grid_small.records.copy()
+    rec.loc[3, "x1"] = np.nan
+    with pytest.raises(InputError, match="record coordinates: 1 row"):
+        exponential(grid_small.replace(records=rec))
+
+
+def test_deterministic(grid_small):
+    assert np.array_equal(exponential(grid_small), exponential(grid_small))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(2, 10),
+    st.integers(1, 6),
+    st.integers(1, 3),
+    st.floats(0.01, 20.0),
+)
+def test_property_em_is_private_for_every_pair(seed, n, k, dim, eps):
+    """With eta above the diameter every pair is a neighbour: the EM satisfies all N^2 K ratios."""
+    rng = np.random.default_rng(seed)
+    pts = rng.random((n, dim))
+    outs = rng.random((k, dim)) * 1.5  # outputs anywhere, not only at records
+    base = from_points(pts, "euclidean", 2.0, eps, cdist(pts, outs))
+    inst = base.replace(outputs=pd.DataFrame({f"x{i}": outs[:, i] for i in range(dim)}))
+    assert inst.n_edges == n * (n - 1) // 2
+    z = exponential(inst)
+    cert = verify(inst, z)
+    assert cert.passed and cert.max_realised_epsilon <= eps * (1 + 1e-9)
+    np.testing.assert_allclose(z.sum(axis=1), 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "inst",
+    [
+        grid(4, 5, n_outputs=6),
+        grid(3, 4, n_outputs=None, epsilon=1.5, prior="random", seed=2),
+        synthetic(n_records=12, n_outputs=5, sigma=1.5, eta=1.5, epsilon=2.0, seed=3),
+        synthetic(n_records=15, n_outputs=15, dim=2, sigma=0.5, eta=0.8, epsilon=0.5, seed=9),
+    ],
+    ids=["grid4x5", "grid3x4", "synthetic-components", "synthetic-dense"],
+)
+def test_exact_lp_beats_exponential(inst):
+    em = solve(inst, "exp")
+    assert em.status == "closed_form" and not em.repair.applied and em.lower_bound is None
+    assert em.objective == pytest.approx(objective(inst, exponential(inst)), rel=1e-12)
+    opt = solve(inst, "lp")
+    assert opt.certificate.passed
+    assert opt.objective <= em.objective + 1e-9
