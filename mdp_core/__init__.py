@@ -9,8 +9,15 @@ Modules are small and named for what they are:
 - ``graph``      -- the mDP graph (neighbour pairs), components, path distances;
 - ``lp``         -- the exact PMO linear program solved with HiGHS;
 - ``verify``     -- privacy certificates and the exact repair;
-- ``mechanisms`` -- baseline mechanisms (exponential mechanism, ...);
+- ``mechanisms`` -- baseline mechanisms (exponential mechanism, planar Laplace);
+- ``constopt``   -- ConstOPTMech (Imola et al. 2022) adapted to neighbour-threshold mDP;
 - ``solve``      -- one entry point: solve an instance with a method, verify, repair or refuse;
+- ``partition``  -- the four partitioners of Qiu 2024 and their balance statistics;
+- ``benders``    -- Benders decomposition over a partition (master + subproblems, cuts, bounds);
+- ``postprocess``-- CBDP consistent count release (Fioretto et al. 2018) and its baselines;
+- ``release``    -- individuals' microdata: draw, perturb, the released table;
+- ``evaluate``   -- utility, privacy and bound metrics of a mechanism;
+- ``report``     -- plots and markdown;
 - ``datasets``   -- built-in and real dataset loaders producing instances.
 """
 

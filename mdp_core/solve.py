@@ -129,7 +129,7 @@ def solve(
     options = options or lp.SolverOptions()
     t0 = time.perf_counter()
     raw = _resolve(method)(instance, options, progress, **method_args)
-    if raw.status not in ("optimal", "closed_form", "time_limit", "iteration_limit", "feasible"):
+    if raw.status not in ("optimal", "closed_form", "estimate", "time_limit", "iteration_limit", "feasible"):
         raise SolverError(f"{method}: solver status {raw.status}")
     z, cert, rep = certify(instance, raw.z, max_mix=max_mix)
     return Solution(

@@ -75,7 +75,8 @@ def _json_float(x: float) -> float | str | None:
     return x if np.isfinite(x) else ("inf" if x > 0 else "-inf")
 
 
-def _check_shape(instance: Instance, z: np.ndarray) -> np.ndarray:
+def check_mechanism(instance: Instance, z: np.ndarray) -> np.ndarray:
+    """Z as a float64 (N, K) array of finite numbers, or InputError."""
     z = np.asarray(z, dtype=np.float64)
     if z.shape != (instance.n_records, instance.n_outputs):
         raise InputError(f"mechanism has shape {z.shape}, instance needs ({instance.n_records}, {instance.n_outputs})")
@@ -84,7 +85,7 @@ def _check_shape(instance: Instance, z: np.ndarray) -> np.ndarray:
     return z
 
 
-def _directed_chunks(instance: Instance) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def directed_pairs(instance: Instance) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(a, b, d) for both directions of every edge, in chunks of about CHUNK (pair, k) entries."""
     e, d = instance.edges, instance.distances
     a, b, dd = np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]], np.r_[d, d]
@@ -95,7 +96,7 @@ def _directed_chunks(instance: Instance) -> Iterator[tuple[np.ndarray, np.ndarra
 
 def verify(instance: Instance, z: np.ndarray, row_tol: float = ROW_TOL, ratio_tol: float = RATIO_TOL) -> Certificate:
     """Check Z against every constraint of ``instance``; never modifies Z."""
-    z = _check_shape(instance, z)
+    z = check_mechanism(instance, z)
     eps = instance.epsilon
     n_neg = int(np.sum(z < 0))
     row_err = float(np.max(np.abs(z.sum(axis=1) - 1.0)))
@@ -104,7 +105,7 @@ def verify(instance: Instance, z: np.ndarray, row_tol: float = ROW_TOL, ratio_to
     log_tol = np.log1p(ratio_tol)
     with np.errstate(divide="ignore", invalid="ignore"):
         logz = np.log(np.maximum(z, 0.0))
-        for a, b, d in _directed_chunks(instance):
+        for a, b, d in directed_pairs(instance):
             za, zb = z[a], z[b]
             abs_v = za - np.exp(np.minimum(eps * d, 700.0))[:, None] * zb  # finite: no inf * 0
             max_abs = max(max_abs, float(abs_v.max()))
@@ -177,7 +178,7 @@ def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         (repaired Z, (n_components,) array of the t_C used).
     """
-    z = _check_shape(instance, z).copy()
+    z = check_mechanism(instance, z).copy()
     k = z.shape[1]
     np.maximum(z, 0.0, out=z)
     s = z.sum(axis=1)
@@ -188,7 +189,7 @@ def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     count, labels = components(instance.n_records, instance.edges)
     need = np.zeros(count)
     eps = instance.epsilon
-    for a, b, d in _directed_chunks(instance):
+    for a, b, d in directed_pairs(instance):
         g = np.exp(np.minimum(eps * d, MAX_LOG_RATIO))[:, None]  # capped: see MAX_LOG_RATIO
         v = z[a] - g * z[b]
         with np.errstate(divide="ignore", invalid="ignore"):  # the masked-out v <= 0 branch may divide by 0
@@ -215,7 +216,7 @@ def certify(
     share of uniform noise is far from a solution (time limit, numerical failure) and is refused
     rather than silently degraded.
     """
-    z = _check_shape(instance, z)
+    z = check_mechanism(instance, z)
     before = objective(instance, z)
     cert = verify(instance, z)
     if cert.passed:

@@ -1,0 +1,253 @@
+"""CBDP post-processing (Fioretto et al. 2018): consistency, non-negativity, accuracy, baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mdp_core import postprocess as pp
+from mdp_core.errors import InputError
+
+
+def sparse_example(seed: int = 0, u: int = 200, nonzero: int = 8):
+    """A sparse universe: 200 cells in 10 zones, 8 non-empty cells."""
+    rng = np.random.default_rng(seed)
+    c = np.zeros(u, dtype=np.int64)
+    c[rng.choice(u, nonzero, replace=False)] = rng.integers(5, 60, nonzero)
+    return c, [np.arange(u), np.arange(u) // 20, np.zeros(u, dtype=np.int64)]
+
+
+def assert_consistent(feats: pp.Features, x: list[np.ndarray]) -> None:
+    """Every O2 constraint for every comparable pair holds exactly, and x >= 0."""
+    for fine, coarse in feats.order:
+        par = _block_parent(feats.labels[fine], feats.labels[coarse])
+        summed = np.bincount(par, weights=x[fine], minlength=len(x[coarse]))
+        np.testing.assert_array_equal(summed, x[coarse])
+    for v in x:
+        assert np.all(np.asarray(v) >= 0)
+
+
+def _block_parent(fine: np.ndarray, coarse: np.ndarray) -> np.ndarray:
+    par = np.empty(int(fine.max()) + 1, dtype=np.int64)
+    par[fine] = coarse
+    return par
+
+
+def test_partial_order_derived_from_partitions():
+    u = 12
+    a = np.arange(u) // 3  # 4 blocks
+    b = np.arange(u) // 6  # 2 blocks, coarser than a
+    crossing = np.arange(u) % 2  # not comparable with a or b
+    feats = pp.make_features([np.arange(u), a, b, crossing, np.zeros(u)], u)
+    assert set(feats.order) == {(0, 1), (0, 2), (0, 3), (0, 4), (1, 2), (1, 4), (2, 4), (3, 4)}
+    assert pp.refinement_chain(feats) == [4, 2, 1, 0]
+
+
+def test_features_that_are_not_partitions_are_rejected():
+    with pytest.raises(InputError, match="not a partition"):
+        pp.make_features([np.arange(4), [[0, 1], [1, 2, 3]], np.zeros(4)], 4)  # overlap
+    with pytest.raises(InputError, match="not a partition"):
+        pp.make_features([np.arange(4), [[0, 1], [3]], np.zeros(4)], 4)  # element 2 missing
+    with pytest.raises(InputError, match="singletons"):
+        pp.make_features([np.arange(4) // 2, np.zeros(4)], 4)
+    with pytest.raises(InputError, match="whole universe"):
+        pp.make_features([np.arange(4), np.arange(4) // 2], 4)
+    with pytest.raises(InputError, match="shape"):
+        pp.make_features([np.arange(4), np.zeros(3)], 4)
+    with pytest.raises(InputError, match="counts"):
+        pp.cbdp(np.array([1, -1, 0]), [np.arange(3), np.zeros(3)], 1.0, 0)
+    with pytest.raises(InputError, match="eps_counts"):
+        pp.cbdp(np.array([1, 1, 0]), [np.arange(3), np.zeros(3)], 0.0, 0)
+    # a list of blocks that is a partition is accepted and means the same as its label array
+    f = pp.make_features([np.arange(4), [[2, 3], [0, 1]], np.zeros(4)], 4)
+    np.testing.assert_array_equal(f.labels[1], [1, 1, 0, 0])
+
+
+def test_cbdp_consistent_and_nonnegative_after_rounding():
+    c, feats_in = sparse_example(1)
+    crossing = np.arange(c.size) % 7  # a feature not nested with the zones (flat structure)
+    feats = pp.make_features(feats_in + [crossing], c.size)
+    for seed in range(5):
+        res = pp.cbdp(c, feats, 0.1, seed)
+        integer = res.extra["integer"]
+        assert all(v.dtype.kind == "i" for v in integer)
+        assert_consistent(feats, integer)
+        for fine, coarse in feats.order:
+            summed = np.bincount(_block_parent(feats.labels[fine], feats.labels[coarse]), weights=res.estimate[fine])
+            np.testing.assert_allclose(summed, res.estimate[coarse], rtol=1e-12, atol=1e-9)
+        assert min(v.min() for v in res.estimate) >= 0
+        # chain features (total, zones, singletons) end at floor or ceil of the QP value
+        for f in pp.refinement_chain(feats):
+            assert np.all(np.abs(integer[f] - res.estimate[f]) < 1 + 1e-9)
+
+
+def test_cbdp_beats_naive_laplace_on_sparse_data():
+    """Fioretto et al. section 10: at eps_counts = 0.1 on sparse counts CBDP is more accurate."""
+    c, feats_in = sparse_example(2)
+    feats = pp.make_features(feats_in, c.size)
+    true = [t.astype(float) for t in feats.aggregate(c)]
+    cb, lap = [], []
+    for seed in range(50):
+        cb.append(pp.feature_errors(feats, pp.cbdp(c, feats, 0.1, seed).extra["integer"], true)["mae_singletons"])
+        lap.append(pp.feature_errors(feats, pp.laplace_rounded(c, feats, 0.1, seed).estimate, true)["mae_singletons"])
+    assert np.mean(cb) < np.mean(lap)
+    assert np.mean(cb) < 0.6 * np.mean(lap)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    u=st.integers(2, 40),
+    n_zones=st.integers(1, 6),
+    density=st.floats(0.05, 1.0),
+    eps=st.sampled_from([0.05, 0.3, 1.0, 5.0]),
+    seed=st.integers(0, 10_000),
+)
+def test_theorem_8_3_bound(u, n_zones, density, eps, seed):
+    """||x* - c||_{2,w} <= 2 ||c~ - c||_{2,w} for the QP optimum x* (weights 1/n_i)."""
+    rng = np.random.default_rng(seed)
+    c = np.where(rng.random(u) < density, rng.integers(0, 30, u), 0)
+    feats = pp.make_features([np.arange(u), rng.integers(0, n_zones, u), rng.integers(0, 3, u), np.zeros(u)], u)
+    res = pp.cbdp(c, feats, eps, seed)
+    true = feats.aggregate(c)
+    lhs = pp.weighted_l2(res.estimate, true)
+    rhs = 2 * pp.weighted_l2(res.noisy, true)
+    assert lhs <= rhs * (1 + 1e-6) + 1e-6
+    # and x* is at least as close to the observations as the true counts (optimality step)
+    assert pp.weighted_l2(res.estimate, res.noisy) <= pp.weighted_l2(true, res.noisy) * (1 + 1e-6) + 1e-6
+    assert_consistent(feats, res.extra["integer"])
+
+
+def test_qp_matches_projected_gradient_reference():
+    """The HiGHS QP optimum agrees with an independent solver (scipy L-BFGS-B on y >= 0)."""
+    from scipy.optimize import minimize
+
+    c, feats_in = sparse_example(3, u=30, nonzero=6)
+    feats = pp.make_features([np.arange(30), np.arange(30) // 5, np.zeros(30)], 30)
+    rng = np.random.default_rng(4)
+    noisy = pp.laplace_noise([t.astype(float) for t in feats.aggregate(c)], 0.2, rng)
+    qp = pp.consistent_qp(feats, noisy)
+    mats = [pp.indicator(lab) for lab in feats.labels]
+    w = [1.0 / s for s in feats.sizes]
+
+    def f(y):
+        r = [m @ y - t for m, t in zip(mats, noisy)]
+        return sum(wi * ri @ ri for wi, ri in zip(w, r)), sum(2 * wi * (m.T @ ri) for wi, m, ri in zip(w, mats, r))
+
+    ref = minimize(f, np.full(30, 1.0), jac=True, bounds=[(0, None)] * 30, method="L-BFGS-B",
+                   options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10_000})
+    assert f(qp.x[0])[0] <= ref.fun + 1e-6 * max(1.0, abs(ref.fun))
+    np.testing.assert_allclose(qp.x[0], ref.x, atol=1e-3)
+
+
+def test_tree_least_squares_is_the_weighted_least_squares_solution():
+    """The two-pass tree estimate equals the GLS solution computed by dense linear algebra."""
+    rng = np.random.default_rng(5)
+    u = 12
+    levels = [np.zeros(u, dtype=np.int64), np.arange(u) // 6, np.arange(u) // 2, np.arange(u)]
+    var = np.array([3.0, 0.5, 2.0, 1.0])
+    noisy = [rng.normal(size=int(lab.max()) + 1) * 5 for lab in levels]
+    x = pp.tree_least_squares(levels, noisy, var)
+    a = np.vstack([pp.indicator(lab).toarray() for lab in levels])  # rows: every node; columns: leaves
+    wts = np.concatenate([np.full(int(lab.max()) + 1, 1.0 / v) for lab, v in zip(levels, var)])
+    leaves = np.linalg.lstsq(a * np.sqrt(wts)[:, None], np.concatenate(noisy) * np.sqrt(wts), rcond=None)[0]
+    for lab, xl in zip(levels, x):
+        np.testing.assert_allclose(xl, pp.indicator(lab) @ leaves, atol=1e-10)
+
+
+def test_hierarchical_baseline_consistent_without_nonnegativity():
+    c, feats_in = sparse_example(6)
+    feats = pp.make_features(feats_in, c.size)
+    res = pp.hierarchical(c, feats, 0.1, 0)
+    assert res.extra["levels"] == 3
+    assert abs(sum(res.extra["level_eps"]) - 0.1) < 1e-12
+    np.testing.assert_allclose(np.bincount(feats.labels[1], weights=res.estimate[0]), res.estimate[1], atol=1e-8)
+    assert res.estimate[0].min() < 0  # no non-negativity: sparse data gives negative cells
+    geo = pp.hierarchical(c, feats, 0.1, 0, budget="geometric")
+    assert geo.extra["level_eps"][-1] > geo.extra["level_eps"][0]
+    with pytest.raises(InputError):
+        pp.hierarchical(c, feats, 0.1, 0, budget="nope")
+
+
+def test_laplace_baseline_rounds_to_nonnegative_integers():
+    c, feats_in = sparse_example(7)
+    res = pp.laplace_rounded(c, feats_in, 0.1, 3)
+    assert res.estimate[0].dtype.kind == "i" and res.estimate[0].min() >= 0
+    np.testing.assert_array_equal(res.estimate[0], np.maximum(np.rint(res.noisy[0]), 0))
+    # sparse data: the rounded Laplace total is biased far upwards
+    assert res.estimate[2][0] > c.sum() + 100
+
+
+def test_seeded_and_deterministic():
+    c, feats_in = sparse_example(8)
+    a, b = pp.cbdp(c, feats_in, 0.5, 11), pp.cbdp(c, feats_in, 0.5, 11)
+    for x, y in zip(a.extra["integer"], b.extra["integer"]):
+        np.testing.assert_array_equal(x, y)
+    d = pp.cbdp(c, feats_in, 0.5, 12)
+    assert not np.array_equal(a.noisy[0], d.noisy[0])
+
+
+def test_aggregate_counts_schema_and_consistency():
+    rng = np.random.default_rng(9)
+    k = 40
+    out = rng.integers(0, k, 500)
+    zones = np.array(["north", "south", "east", "west"])[np.arange(k) % 4]
+    df = pp.aggregate_counts(out, zones, k, 1.0, seed=3)
+    assert list(df.columns) == pp.AGGREGATE_COLUMNS
+    assert list(df["level"].unique()) == ["total", "zone", "output"]
+    assert len(df) == 1 + 4 + k
+    outs, zs, tot = (df[df.level == lv] for lv in ("output", "zone", "total"))
+    np.testing.assert_array_equal(outs.true_count, np.bincount(out, minlength=k))
+    assert tot.true_count.iloc[0] == 500
+    assert outs.cbdp_int.sum() == tot.cbdp_int.iloc[0]
+    assert (df.cbdp_int >= 0).all() and (df.cbdp >= -1e-12).all()
+    zone_idx = np.unique(zones, return_inverse=True)[1]
+    np.testing.assert_array_equal(np.bincount(zone_idx, weights=outs.cbdp_int.to_numpy()), zs.cbdp_int.to_numpy())
+    assert sorted(zs.label) == sorted(set(zones)) and zs.n_members.sum() == k
+    assert df.laplace.isna().all() and df.hierarchical.isna().all()
+    df2 = pp.aggregate_counts(out, zones, k, 1.0, seed=3)
+    pd.testing.assert_frame_equal(df, df2)
+    with_b = pp.aggregate_counts(out, None, k, 1.0, seed=3, baselines=True)
+    assert list(with_b["level"].unique()) == ["total", "output"]
+    assert with_b.laplace.notna().all()
+    with pytest.raises(InputError):
+        pp.aggregate_counts(np.array([0, 41]), None, k, 1.0, 0)
+
+
+def test_error_curve_shape_and_trend():
+    c, feats_in = sparse_example(10)
+    df = pp.error_curve(c, feats_in, [0.1, 1.0], n_seeds=5)
+    assert list(df.columns) == ["eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_seeds"]
+    assert len(df) == 8
+    cb = df[df.method == "cbdp"].set_index("eps_counts")
+    assert cb.loc[1.0, "mae_singletons"] < cb.loc[0.1, "mae_singletons"]
+
+
+def test_released_mdp_histogram_as_extra_observation():
+    """Adding the released histogram (expectation Z^T h) to the QP sharpens the secret-count estimate."""
+    from mdp_core import release
+    from mdp_core.datasets import grid
+    from mdp_core.mechanisms import exponential
+
+    inst = grid(6, 7, n_outputs=None, epsilon=6.0, eta=1.5, seed=0)
+    z = exponential(inst)
+    prior = np.zeros(42)
+    prior[[3, 10, 11, 30]] = [0.4, 0.3, 0.2, 0.1]
+    rec = release.draw_individuals(prior, 400, seed=1)
+    h = np.bincount(rec, minlength=42)
+    released = np.bincount(release.perturb(z, rec, seed=2), minlength=42)
+    feats = pp.make_features([np.arange(42), inst.records["row"].to_numpy(), np.zeros(42)], 42)
+    true = [t.astype(float) for t in feats.aggregate(h)]
+    b = 3 / 0.1  # Laplace scale of each of the k = 3 feature queries at eps_counts = 0.1
+    obs = pp.mdp_histogram_observation(z, released, weight=(1 / 42) * 2 * b**2 / released.mean())
+    plain, with_obs = [], []
+    for seed in range(10):
+        plain.append(pp.feature_errors(feats, pp.cbdp(h, feats, 0.1, seed).estimate, true)["mae_singletons"])
+        res = pp.cbdp(h, feats, 0.1, seed, observations=[obs])
+        with_obs.append(pp.feature_errors(feats, res.estimate, true)["mae_singletons"])
+        assert_consistent(feats, res.extra["integer"])
+    assert np.mean(with_obs) < 0.5 * np.mean(plain)
+    with pytest.raises(InputError):
+        pp.mdp_histogram_observation(z, released[:-1])
