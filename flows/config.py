@@ -34,6 +34,9 @@ Example (every key optional; these are the defaults of the built-in release)::
 
     [evaluate]
     baselines = ["exp"]
+    eps_factors = [0.2, 0.5, 1.0]          # utility vs eps: re-solve at eps * factor
+    counts_eps = [0.05, 0.1, 0.5, 1.0, 2.0]  # count-error curve
+    counts_seeds = 10
 """
 
 from __future__ import annotations
@@ -101,8 +104,21 @@ class ReleaseConfig(BaseModel):
 
 
 class EvaluateConfig(BaseModel):
+    """Baselines compared with the released mechanism; the utility-vs-eps sweep (each mechanism
+    re-solved at eps * factor); the eps_counts values and seeds of the count-error curve."""
+
     model_config = STRICT
-    baselines: list[Literal["exp", "laplace", "constopt", "lp"]] = Field(default_factory=lambda: ["exp"])
+    baselines: list[Literal["exp", "laplace", "constopt", "lp", "benders"]] = Field(default_factory=lambda: ["exp"])
+    eps_factors: list[float] = Field(default_factory=lambda: [0.2, 0.5, 1.0])
+    counts_eps: list[float] = Field(default_factory=lambda: [0.05, 0.1, 0.5, 1.0, 2.0])
+    counts_seeds: int = Field(10, ge=1, le=1000)
+
+    @field_validator("eps_factors", "counts_eps")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(not (x > 0 and x != float("inf")) for x in v):
+            raise ValueError("values must be finite and > 0")
+        return v
 
 
 class ReleaseFlowConfig(BaseModel):

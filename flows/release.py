@@ -56,7 +56,12 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
             "method_args": method_args,
         },
         "postprocess": cfg.release.model_dump(),
-        "evaluate": {"baselines": list(cfg.evaluate.baselines), "max_mix": s.max_mix},
+        "evaluate": cfg.evaluate.model_dump() | {
+            "max_mix": s.max_mix,
+            "method": s.method,
+            "method_args": method_args,
+            "solver": {"solver": s.solver, "threads": s.threads, "time_limit": s.time_limit},
+        },
     }
 
 
@@ -121,7 +126,7 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
     inst = run("export", dataset=ds, graph=g)
     sol = run("solve", instance=inst, partition=part if config.solve.method == "benders" else None)
     post = run("postprocess", instance=inst, mechanism=sol, partition=part)
-    ev = run("evaluate", instance=inst, mechanism=sol, partition=part)
+    ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post)
     evaluate.publish_report(str(store.root), ev)
 
     started = _dt.datetime.now(_dt.timezone.utc)
@@ -145,8 +150,9 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
             "distance_unit": inst_meta["distance_unit"],
             "certificate": solve_info["certificate"],
             "counts_epsilon": config.release.eps_counts,
-            "note": "the mechanism is eps-mDP per distance unit; the released aggregate counts spend a separate "
-            "eps_counts budget (Laplace + CBDP post-processing)",
+            "note": "the mechanism is eps-mDP per distance unit (each individual's released output); the aggregate "
+            "counts are Laplace (eps_counts) + CBDP post-processing of counts of the released microdata, which is "
+            "itself public: that extra noise protects the counts only where the microdata is withheld",
         },
         "solve": {k: solve_info.get(k) for k in ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")},
     }
@@ -161,7 +167,7 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
     if "trace.parquet" in sol.files:
         released["trace.parquet"] = (sol, "trace.parquet")
     for name in ev.files:
-        if name.endswith(".png"):
+        if name.endswith(".png") or name in ("utility_vs_eps.parquet", "cbdp_error.parquet"):
             released[name] = (ev, name)
     manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
     run_dir = store.publish(run_name, released, manifest)

@@ -504,8 +504,7 @@ def hierarchical(
     true = [np.bincount(lab, weights=c, minlength=int(lab.max()) + 1) for lab in levels]
     noisy = [t + rng.laplace(0.0, 1.0 / e, size=t.shape) for t, e in zip(true, eps_l)]
     x = tree_least_squares(levels, noisy, 2.0 / eps_l**2)
-    leaves = np.empty(c.size)
-    leaves[levels[-1]] = x[-1][levels[-1]]
+    leaves = x[-1][levels[-1]]  # element i takes the value of its finest-level block
     return CountRelease("hierarchical", feats.aggregate(leaves), eps, noisy,
                         {"levels": len(levels), "level_eps": eps_l.tolist(), "budget": budget})
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from prefect import get_run_logger
 from prefect.context import FlowRunContext
 
@@ -72,6 +74,13 @@ def instance_with_graph(store: Store, dataset: ArtifactRef, graph: ArtifactRef, 
         eta=float(read_json(store.path(graph, "graph.json"))["eta"]),
         **changes,
     )
+
+
+def output_zones(inst: Instance, labels: np.ndarray | None) -> np.ndarray:
+    """(K,) zone of each output: the partition subset of the output's record, else one zone 0."""
+    if labels is None or inst.outputs is None or "record_id" not in inst.outputs:
+        return np.zeros(inst.n_outputs, dtype=np.int64)
+    return np.asarray(labels, dtype=np.int64)[inst.outputs["record_id"].to_numpy()]
 
 
 class Throttled:

@@ -22,7 +22,7 @@ from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core import postprocess as pp
 from mdp_core import release
 from mdp_core.io import read_mechanism, read_table, write_frame, write_table
-from tasks.common import instance_of, run_stage
+from tasks.common import instance_of, output_zones, run_stage
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
@@ -34,10 +34,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     ids = np.arange(records.shape[0], dtype=np.int64)
     write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
     write_table(w.file("secret_individuals.parquet"), {"individual": ids, "record_id": records.astype(np.int64)})
-    zone = np.zeros(inst.n_outputs, dtype=np.int64)
-    if upstream.get("partition") is not None and inst.outputs is not None and "record_id" in inst.outputs:
+    labels = None
+    if upstream.get("partition") is not None:
         labels = read_table(store.path(upstream["partition"], "partition.parquet"), required={"subset": "int64"})["subset"]
-        zone = labels.to_numpy()[inst.outputs["record_id"].to_numpy()]
+    zone = output_zones(inst, None if labels is None else labels.to_numpy())
     table = pp.aggregate_counts(outputs, zone, inst.n_outputs, float(params["eps_counts"]), seed + 2)
     write_frame(w.file("aggregates.parquet"), table)
     w.meta.update({"n_individuals": int(records.shape[0]), "eps_counts": float(params["eps_counts"])})

@@ -34,7 +34,9 @@ def pipeline(tmp_path_factory):
     refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"])
     refs["solve"] = solve.solve.fn(s, p["solve"], refs["export"])
     refs["postprocess"] = postprocess.postprocess.fn(s, p["postprocess"], refs["export"], refs["solve"], refs["partition"])
-    refs["evaluate"] = evaluate.evaluate.fn(s, p["evaluate"], refs["export"], refs["solve"], refs["partition"])
+    refs["evaluate"] = evaluate.evaluate.fn(
+        s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"]
+    )
     return Store(root), p, refs
 
 
@@ -54,7 +56,16 @@ def test_stage_outputs(pipeline):
     ev = pd.read_parquet(store.path(refs["evaluate"], "evaluation.parquet"))
     assert list(ev["method"]) == ["lp", "exp"]
     assert ev.loc[0, "expected_loss"] <= ev.loc[1, "expected_loss"] + 1e-9
-    assert (store.root / refs["evaluate"].path / "report.md").read_text().startswith("# mdp-release evaluation")
+    report = (store.root / refs["evaluate"].path / "report.md").read_text()
+    assert report.startswith("# mdp-release evaluation")
+    util = pd.read_parquet(store.path(refs["evaluate"], "utility_vs_eps.parquet"))
+    assert sorted(util["epsilon"].unique()) == pytest.approx([0.6, 1.5, 3.0]) and set(util["method"]) == {"lp", "exp"}
+    lp = util[util["method"] == "lp"].sort_values("epsilon")["expected_loss"].to_numpy()
+    assert np.all(np.diff(lp) <= 1e-9)  # more budget never costs utility
+    curve = pd.read_parquet(store.path(refs["evaluate"], "cbdp_error.parquet"))
+    assert set(curve["method"]) >= {"cbdp", "laplace", "hierarchical"}
+    for png in ("utility_vs_eps.png", "cbdp_error.png", "partition.png"):
+        assert png in refs["evaluate"].files and f"]({png})" in report
 
 
 def test_store_hit_returns_the_same_ref_without_recomputing(pipeline):
