@@ -126,7 +126,8 @@ class Store:
         """Write a stage output: ``with store.writer(stage, key) as w: ...; ref = w.ref``.
 
         Files go to a private temp directory; on success the directory is renamed into place and
-        ``w.ref`` is set. An invalid leftover at the target (a deleted or corrupted file) is replaced.
+        ``w.ref`` is set. An existing output at the target (invalid, or being recomputed on request)
+        is replaced. If a concurrent writer renames its copy in first, that copy is kept.
         """
         final = self.object_dir(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -134,13 +135,8 @@ class Store:
         w = ObjectWriter(self, stage, key, tmp)
         try:
             yield w
-            ref = w.finish()
-            if final.exists():
-                old = self.load_ref(stage, key)
-                if old is not None and self.is_valid(old) and old.files == ref.files:
-                    shutil.rmtree(tmp)
-                    w.ref = old
-                    return
+            w.finish()
+            if final.exists():  # an invalid leftover, or a forced recomputation: replace it
                 trash = final.with_name(f".{key}.trash-{os.getpid()}-{os.urandom(4).hex()}")
                 try:
                     os.replace(final, trash)

@@ -102,7 +102,6 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
     ctx = FlowRunContext.get()
     run_id = str(ctx.flow_run.id) if ctx and ctx.flow_run else "local"
     params = stage_params(config)
-    refs: dict[str, ArtifactRef | None] = {}
     entries: dict[str, dict[str, Any]] = {}
 
     def run(stage: str, **upstream: ArtifactRef | None) -> ArtifactRef:
@@ -117,7 +116,6 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
             "wall_seconds": round(time.perf_counter() - t0, 3),
             "compute_seconds": ref.meta.get("seconds"),
         }
-        refs[stage] = ref
         return ref
 
     ds = run("ingest")
@@ -129,8 +127,8 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
     ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post)
     evaluate.publish_report(str(store.root), ev)
 
-    started = _dt.datetime.now(_dt.timezone.utc)
-    run_name = f"{started:%Y%m%d-%H%M%S}-{run_id[:8]}"
+    finished = _dt.datetime.now(_dt.timezone.utc)
+    run_name = f"{finished:%Y%m%d-%H%M%S}-{run_id[:8]}"
     solve_info = read_json(store.path(sol, "solve.json"))
     inst_meta = read_json(store.path(inst, "instance.json"))
     manifest = {
@@ -138,7 +136,7 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
         "version": 1,
         "run_name": run_name,
         "flow_run_id": run_id,
-        "created_at": started.isoformat(timespec="seconds"),
+        "created_at": finished.isoformat(timespec="seconds"),
         "config": config.model_dump(mode="json"),
         "refresh_from": refresh_from,
         "stages": entries,

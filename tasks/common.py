@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from prefect import get_run_logger
-from prefect.context import FlowRunContext
+from prefect.context import FlowRunContext, TaskRunContext
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.instance import Instance
@@ -27,6 +27,12 @@ Compute = Callable[[ObjectWriter, Store, dict[str, Any], dict[str, ArtifactRef |
 def current_run_id() -> str:
     ctx = FlowRunContext.get()
     return str(ctx.flow_run.id) if ctx is not None and ctx.flow_run is not None else "no-flow-run"
+
+
+def _refreshing() -> bool:
+    """True when the flow asked this task to ignore caches (``refresh_cache=True``)."""
+    ctx = TaskRunContext.get()
+    return bool(ctx is not None and getattr(ctx.task, "refresh_cache", False))
 
 
 def logger():
@@ -43,7 +49,7 @@ def run_stage(
 ) -> ArtifactRef:
     key = stage_key(stage, module, params, upstream)
     s = Store(store)
-    hit = s.valid_ref(stage, key)
+    hit = None if _refreshing() else s.valid_ref(stage, key)
     if hit is not None:
         logger().info("%s: reusing stored output %s", stage, key[:12])
         return hit
