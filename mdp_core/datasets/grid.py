@@ -6,10 +6,15 @@ distance between centres in km; outputs are K cells (seeded subset); the utility
 
     c_ik = sum_t p_t |d(r_i, t) - d(o_k, t)|
 
-over ``n_destinations`` destination cells t drawn (seeded) with uniform weights p_t.
+over ``n_destinations`` destination cells t drawn (seeded) with uniform weights p_t, where d is the
+Euclidean distance between cell centres (km), or, when a road graph is given (the LR-Geo paper, Qiu
+2025 section 5.1), the shortest street-path length (km) between the road nodes nearest to the cell
+centres. The mDP graph always uses the Euclidean centre distance.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -43,10 +48,21 @@ def grid(
     n_destinations: int = 100,
     prior: str = "uniform",
     seed: int = 0,
+    road_nodes: str | None = None,
+    road_edges: str | None = None,
+    road_osm: str | None = None,
+    road_pbf: str | None = None,
+    anchor_lat: float | None = None,
+    anchor_lon: float | None = None,
 ) -> Instance:
     """The paper's grid map (default 20 x 25 = 500 cells, K = 100, eta = 2 km, eps = 10 / km).
 
     ``prior``: "uniform" or "random" (seeded Dirichlet(1) weights).
+    ``road_nodes`` + ``road_edges`` (osmnx export), ``road_osm`` (OSM XML) or ``road_pbf``: a street
+    graph for the LR-Geo road-path cost (see the module docstring); records then carry
+    ``road_osmid`` (nearest node of the largest strongly connected component) and ``snap_km``.
+    ``anchor_lat``, ``anchor_lon``: the grid's south-west corner in degrees (default: the Rome box's
+    SW corner, or the south-west corner of the road graph's LSCC when a road graph is given).
     """
     if rows < 1 or cols < 1:
         raise InputError(f"grid needs rows, cols >= 1, got {rows} x {cols}")
@@ -56,6 +72,18 @@ def grid(
         raise InputError(f"n_destinations must be >= 1, got {n_destinations}")
     if prior not in ("uniform", "random"):
         raise InputError(f"prior must be 'uniform' or 'random', got {prior!r}")
+    road = None
+    if any(v is not None for v in (road_nodes, road_edges, road_osm, road_pbf)):
+        from mdp_core.datasets.road import road_graph
+
+        road = road_graph(road_nodes, road_edges, road_osm, road_pbf).largest_scc()
+    default_anchor = ROME_SW if road is None else (float(road.lat.min()), float(road.lon.min()))
+    anchor = (
+        default_anchor[0] if anchor_lat is None else float(anchor_lat),
+        default_anchor[1] if anchor_lon is None else float(anchor_lon),
+    )
+    if not (abs(anchor[0]) < 90 and abs(anchor[1]) <= 180):
+        raise InputError(f"anchor must be a valid latitude/longitude, got {anchor}")
     rng = np.random.default_rng(seed)
     r, c = np.divmod(np.arange(rows * cols), cols)
     xy = np.column_stack([(c + 0.5) * cell_km, (r + 0.5) * cell_km])
@@ -63,11 +91,17 @@ def grid(
     outputs = choose_outputs(n, n_outputs, rng)
     dest = rng.choice(n, size=min(n_destinations, n), replace=False)
     w = np.full(dest.shape[0], 1.0 / dest.shape[0])
-    d_rt = euclidean(xy, xy[dest])
+    lat = anchor[0] + xy[:, 1] / KM_PER_DEG_LAT
+    lon = anchor[1] + xy[:, 0] / (KM_PER_DEG_LAT * np.cos(np.radians(anchor[0])))
+    extra: dict[str, Any] = {"lat": lat, "lon": lon, "row": r.astype(np.int64), "col": c.astype(np.int64)}
+    if road is None:
+        d_rt = euclidean(xy, xy[dest])
+    else:
+        node, snap = road.nearest(np.column_stack([lat, lon]))
+        d_rt = road.km_to(node[dest])[:, node].T  # (N, T) street km from cell i's node to cell t's node
+        extra |= {"road_osmid": road.osmid[node], "snap_km": snap}
     costs = destination_costs(d_rt, d_rt[outputs], w)
     weights = rng.dirichlet(np.ones(n)) if prior == "random" else None
-    lat = ROME_SW[0] + xy[:, 1] / KM_PER_DEG_LAT
-    lon = ROME_SW[1] + xy[:, 0] / (KM_PER_DEG_LAT * np.cos(np.radians(ROME_SW[0])))
     return from_points(
         xy,
         "euclidean",
@@ -76,14 +110,15 @@ def grid(
         costs,
         prior=weights,
         output_record_ids=outputs,
-        extra_columns={"lat": lat, "lon": lon, "row": r.astype(np.int64), "col": c.astype(np.int64)},
+        extra_columns=extra,
         provenance={
             "dataset": "grid",
             "generator": "mdp_core.datasets.grid",
             "parameters": {
                 "rows": rows, "cols": cols, "n_outputs": n_outputs, "cell_km": cell_km,
-                "n_destinations": n_destinations, "prior": prior, "anchor_sw": list(ROME_SW),
-            },
+                "n_destinations": n_destinations, "prior": prior, "anchor_sw": list(anchor),
+            } | ({} if road is None else {"cost_distance": "road_path"}),
+            **({} if road is None else {"source": road.source}),
             "seed": seed,
         },
     )
