@@ -4,6 +4,7 @@
   mdp-release verify INSTANCE_DIR MECHANISM.parquet
   mdp-release export --dataset grid --out DIR
   mdp-release run [--config FILE] [--refresh | --refresh-from STAGE] [--from-manifest MANIFEST]
+  mdp-release reproduce [--quick] [--store DIR] [--out DIR]
   mdp-release server start|stop|status
 
 Errors print one line ``mdp-release: error: ...`` and exit with status 2 (bad input) or 1
@@ -117,6 +118,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_from_cli(args)
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from flows.run import prepare_environment
+
+    where = prepare_environment()  # before Prefect is imported
+    from flows.reproduce import reproduce_from_cli
+
+    return reproduce_from_cli(args, where)
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     from flows.run import server_from_cli
 
@@ -158,6 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_arguments(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("reproduce", help="run the papers' experiment grids and compare with the published numbers")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (about a minute), for tests / CI")
+    p.add_argument("--store", default="artifacts/store", help="artifact store root")
+    p.add_argument("--out", default=None, help="also copy the report, tables and PNGs to this folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=None, help="real data folder (default ../shared/data beside the repo)")
+    p.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("server", help="start / stop / check a local Prefect server that `run` reuses")
     from flows.run import add_server_arguments

@@ -34,11 +34,12 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_bounds(trace: pd.DataFrame, path: Path) -> Path:
-    """Benders upper / lower bound per iteration (Qiu 2024 Figs. 17-20). Needs columns iteration, lb, ub."""
+    """Benders upper / lower bound per iteration (Qiu 2024 Figs. 17-20), from a Benders trace table
+    (columns ``iteration``, ``lower_bound``, ``upper_bound``; an infinite UB is not drawn)."""
     fig, ax = _plt().subplots(figsize=(6, 3.5))
     it = trace["iteration"].to_numpy()
-    ax.plot(it, trace["lb"].to_numpy(), label="lower bound (master)")
-    ub = trace["ub"].to_numpy(dtype=float)
+    ax.plot(it, trace["lower_bound"].to_numpy(dtype=float), label="lower bound (master)")
+    ub = trace["upper_bound"].to_numpy(dtype=float)
     ax.plot(it, np.where(np.isfinite(ub), ub, np.nan), label="upper bound (best feasible)")
     ax.set_xlabel("iteration")
     ax.set_ylabel("expected utility loss")

@@ -31,7 +31,7 @@ from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core import experiments as ex
 from mdp_core import partition as part_mod
 from mdp_core import report
-from mdp_core.io import atomic_write, read_json, read_table, write_frame, write_json
+from mdp_core.io import atomic_write, read_table, write_frame, write_json
 from mdp_core.lp import SolverOptions
 from tasks.common import logger, run_stage
 
@@ -51,7 +51,7 @@ def _per_dataset(w: ObjectWriter, params: dict[str, Any], run: Callable[[ex.Data
             logger().info("%s: %s done", w.stage, name)
         except Exception as exc:  # reported, not fatal: the other datasets still count
             errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            logger().warning("%s: %s failed: %s\n%s", w.stage, name, errors[name], traceback.format_exc(limit=3))
+            logger().warning("%s: %s failed: %s\n%s", w.stage, name, errors[name], traceback.format_exc(limit=-4))
     write_json(w.file("errors.json"), errors)
     w.meta["errors"] = errors
     return results
@@ -184,11 +184,12 @@ def _figures(w: ObjectWriter, t: dict[str, pd.DataFrame | None]) -> list[tuple[s
             figs.append((f"Utility vs eps, {ds} (Qiu 2024 Fig. 7)", name))
     tr = t.get("trace")
     if tr is not None:
-        for (ds, p), g in tr.groupby(["dataset", "partitioner"], sort=False):
-            if p != "kmdv" and ((tr["dataset"] == ds) & (tr["partitioner"] == "kmdv")).any():
-                continue
+        for ds, gd in tr.groupby("dataset", sort=False):
+            parts = list(dict.fromkeys(gd["partitioner"]))
+            p = "kmdv" if "kmdv" in parts else parts[0]  # one plot per dataset: k-m-DV when it ran
+            g = gd[gd["partitioner"] == p]
             name = f"bounds_{ds}_{p}.png"
-            report.plot_bounds(g.rename(columns={"lower_bound": "lb", "upper_bound": "ub"}), w.file(name))
+            report.plot_bounds(g, w.file(name))
             figs.append((f"Benders bounds per iteration, {ds}, {p} (Qiu 2024 Figs. 17-20)", name))
     ex_ = t.get("example")
     if ex_ is not None:
