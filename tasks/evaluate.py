@@ -132,11 +132,19 @@ def _markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, st
     return "\n".join(lines)
 
 
+# What the UI table shows first (the full table is evaluation.parquet).
+UI_COLUMNS = [
+    "method", "expected_loss", "lower_bound", "gap", "verified", "realised_epsilon", "epsilon", "seconds",
+    "n_records", "n_outputs", "n_edges", "lp_rows", "loss_q95", "eps_tight", "adversary_error",
+]
+
+
 @task(name="publish-report", cache_policy=NO_CACHE)
 def publish_report(store: str, evaluation: ArtifactRef) -> None:
     """Prefect UI artifacts of this run's evaluation (every run, cached stage or not)."""
     s = Store(store)
     table = read_table(s.path(evaluation, "evaluation.parquet"))
+    table = table[[c for c in UI_COLUMNS if c in table.columns]]
     records = table.astype(object).where(table.notna(), None).to_dict(orient="records")
     create_table_artifact(key="mdp-evaluation", table=records, description="mdp-release: mechanisms compared")
     md = s.path(evaluation, "report.md").read_text(encoding="utf-8")
