@@ -70,8 +70,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise InputError(f"--out {args.out}: exists and is not a directory")
     inst = read_instance(args.instance, epsilon=args.epsilon)
     method_args = {}
+    if args.method in ("benders", "colgen"):
+        method_args = {"gap_abs": args.gap_abs, "gap_rel": args.gap_rel, "max_iterations": args.max_iterations}
     if args.method == "benders":
-        method_args = {"partition": args.partition, "n_subsets": args.subsets, "seed": args.seed}
+        method_args |= {"partition": args.partition, "n_subsets": args.subsets, "seed": args.seed}
     print(
         f"solving {args.instance}: N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}, "
         f"eps={inst.epsilon:g}, method={args.method}",
@@ -142,12 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("solve", help="solve an instance directory and write a verified mechanism")
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
-    p.add_argument("--method", default="lp", choices=["lp", "benders", "exp", "laplace", "constopt"])
+    p.add_argument("--method", default="lp", choices=["lp", "colgen", "benders", "exp", "laplace", "constopt"],
+                   help="lp: exact LP; colgen: exact LP by column generation; benders: partition + Benders; "
+                   "exp / laplace / constopt: baselines")
     p.add_argument("--out", required=True, help="output directory for mechanism.parquet and solve.json")
     p.add_argument("--epsilon", type=_positive_float, default=None, help="override the instance's epsilon")
     p.add_argument("--partition", default="kmdv", choices=["kmdv", "kmrec", "kmadj", "bsc"], help="Benders partitioner")
     p.add_argument("--subsets", type=int, default=25, metavar="M", help="Benders: number of subsets (default 25)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gap-abs", type=float, default=0.0, help="benders/colgen: stop when UB - LB <= this (paper: 0.01)")
+    p.add_argument("--gap-rel", type=float, default=1e-6, help="benders/colgen: stop when UB - LB <= this * |UB|")
+    p.add_argument("--max-iterations", type=int, default=1000, help="benders/colgen: iteration limit")
     _add_solver_args(p)
     p.set_defaults(func=cmd_solve)
 

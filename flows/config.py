@@ -23,7 +23,7 @@ Example (every key optional; these are the defaults of the built-in release)::
     threads = 0
     time_limit = 600.0  # seconds
     max_mix = 0.01      # largest uniform-mixing weight the exact repair may use
-    gap_abs = 0.01      # Benders stopping: absolute gap ...
+    gap_abs = 0.0       # Benders / colgen stopping: absolute gap (the paper uses 0.01) ...
     gap_rel = 1e-6      # ... or relative gap
     max_iterations = 500
 
@@ -86,12 +86,12 @@ class PartitionConfig(BaseModel):
 
 class SolveConfig(BaseModel):
     model_config = STRICT
-    method: Literal["lp", "benders", "exp", "laplace", "constopt"] = "lp"
+    method: Literal["lp", "colgen", "benders", "exp", "laplace", "constopt"] = "lp"
     solver: Literal["simplex", "ipm"] = "simplex"
     threads: int = Field(0, ge=0, le=256)
     time_limit: float = Field(600.0, gt=0, allow_inf_nan=False, description="seconds")
     max_mix: float = Field(0.01, gt=0, le=1)
-    gap_abs: float = Field(0.01, ge=0)
+    gap_abs: float = Field(0.0, ge=0)
     gap_rel: float = Field(1e-6, ge=0)
     max_iterations: int = Field(500, ge=1)
 

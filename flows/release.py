@@ -42,7 +42,7 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     inputs = {str(p): file_sha256(p) for p in registry.input_files(cfg.dataset.kind, cfg.dataset.params)}
     s = cfg.solve
     method_args: dict[str, Any] = {}
-    if s.method == "benders":
+    if s.method in ("benders", "colgen"):
         method_args = {"gap_abs": s.gap_abs, "gap_rel": s.gap_rel, "max_iterations": s.max_iterations}
     return {
         "ingest": {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs},

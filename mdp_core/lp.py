@@ -101,6 +101,7 @@ class LpSolution:
     iterations: int
     seconds: float
     row_dual: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fallback: str | None = None  # set when a second algorithm produced this solution
 
 
 def privacy_rows(
@@ -240,9 +241,33 @@ def run(h: highspy.Highs, want_duals: bool = False) -> LpSolution:
 def solve_model(
     model: LpModel, options: SolverOptions, time_limit: float | None = None, want_duals: bool = False
 ) -> LpSolution:
+    """Solve ``model``; if the chosen algorithm breaks down numerically, retry once with the other one.
+
+    Dual simplex can lose numerical control on mDP LPs whose ratio chains span many orders of magnitude
+    (e.g. the 20 x 25 grid at eps = 2 / km: exp(eps * diameter) ~ e^40): primal infeasibilities blow up
+    to 1e12 and HiGHS stops with model status "Not Set". Interior point (with crossover) solves those.
+    A breakdown of IPM is retried with dual simplex. ``LpSolution.status`` is then the retry's status
+    and ``fallback`` names the algorithm that produced the answer.
+    """
+    t0 = time.perf_counter()
     h = new_highs(options, time_limit)
     pass_model(h, model)
-    return run(h, want_duals)
+    sol = run(h, want_duals)
+    if not sol.status.startswith("error"):
+        return sol
+    other = SolverOptions(**(options.as_dict() | {"solver": "ipm" if options.solver == "simplex" else "simplex",
+                                                  "time_limit": options.time_limit}))
+    limit = options.time_limit if time_limit is None else time_limit
+    remaining = limit - (time.perf_counter() - t0)
+    if remaining <= 0:
+        return sol
+    h = new_highs(other, remaining)
+    pass_model(h, model)
+    retry = run(h, want_duals)
+    retry.seconds += sol.seconds
+    retry.iterations += sol.iterations
+    retry.fallback = f"{other.solver} after {options.solver} failed ({sol.status})"
+    return retry
 
 
 def lagrangian_bound(model: LpModel, n_priv: int, row_dual: np.ndarray) -> float:
@@ -275,6 +300,7 @@ class LpResult:
     n_components: int
     largest_component: int
     lower_bound: float = float("nan")  # proven bound on the optimum (lagrangian_bound), original unit
+    fallbacks: list[str] = field(default_factory=list)  # components solved by the fallback algorithm
 
 
 def solve_lp(
@@ -294,6 +320,7 @@ def solve_lp(
     count, labels = components(n, instance.edges)
     z = np.zeros((n, k))
     status, iterations, lower = "optimal", 0, 0.0
+    fallbacks: list[str] = []
     sizes = np.bincount(labels, minlength=count)
     edge_comp = labels[instance.edges[:, 0]] if instance.n_edges else np.zeros(0, np.int64)
     order = np.argsort(labels, kind="stable")
@@ -322,6 +349,8 @@ def solve_lp(
                 f"component {c + 1}/{count}: {members.shape[0]} records, {model.a.shape[0]} rows, "
                 f"{sol.status} in {sol.seconds:.2f}s"
             )
+        if sol.fallback:
+            fallbacks.append(f"component {c + 1}: {sol.fallback}")
         if sol.x.shape[0] == 0:
             raise SolverError(f"HiGHS returned no solution for component {c + 1}/{count} (status {sol.status})")
         if sol.status != "optimal":
@@ -331,5 +360,5 @@ def solve_lp(
         lower += scale * lagrangian_bound(model, n_priv, sol.row_dual) if sol.row_dual.size else -np.inf
     objective = float(np.sum(weighted * z))
     return LpResult(
-        z, status, objective, iterations, time.perf_counter() - t0, count, int(sizes.max()), float(lower)
+        z, status, objective, iterations, time.perf_counter() - t0, count, int(sizes.max()), float(lower), fallbacks
     )

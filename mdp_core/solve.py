@@ -87,7 +87,7 @@ def _lp(instance: Instance, options: lp.SolverOptions, progress: Progress | None
         res.status,
         lower,
         res.iterations,
-        {"n_components": res.n_components, "largest_component": res.largest_component},
+        {"n_components": res.n_components, "largest_component": res.largest_component, "fallbacks": res.fallbacks},
     )
 
 
@@ -101,6 +101,7 @@ METHODS: dict[str, Callable[..., RawSolution] | str] = {
     "lp": _lp,
     "exp": _exp,
     "benders": "mdp_core.benders:method",
+    "colgen": "mdp_core.colgen:method",
     "laplace": "mdp_core.mechanisms:planar_laplace_method",
     "constopt": "mdp_core.constopt:method",
 }
