@@ -18,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from flows.run import healthy
 
 QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg",
          "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
@@ -29,14 +30,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=1) as r:
-            return r.status == 200
-    except Exception:
-        return False
 
 
 def _run(cwd: Path, env: dict, config: str | None) -> float:
@@ -68,7 +61,7 @@ def main() -> None:
                                        "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
             t0 = time.perf_counter()
-            while not _healthy(url):
+            while not healthy(url):
                 time.sleep(0.5)
             print(json.dumps({"bench": "pipeline", "mode": mode, "step": "server_start",
                               "seconds": round(time.perf_counter() - t0, 2)}), flush=True)

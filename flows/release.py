@@ -9,7 +9,6 @@ to ``<store>/runs/<run_name>/``.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from flows.config import ReleaseFlowConfig
 from mdp_core.datasets import registry
 from mdp_core.io import file_sha256, read_json
 from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
-from tasks.cache import StageCachePolicy, code_version
+from tasks.cache import cached, code_version, package_versions
 
 STAGES = ("ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate")
 _TASKS = {
@@ -65,28 +64,6 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     }
 
 
-def _versions() -> dict[str, str]:
-    out = {}
-    for p in PACKAGES:
-        try:
-            out[p] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            out[p] = "absent"
-    return out
-
-
-def configured(stage: str, store: Store, refresh: bool):
-    """The stage's task with its cache policy, key storage and result storage under the store."""
-    module = _TASKS[stage].fn.__module__
-    policy = StageCachePolicy(stage, module).configure(key_storage=store.prefect_keys)
-    return _TASKS[stage].with_options(
-        cache_policy=policy,
-        persist_result=True,
-        result_storage=store.prefect_results,
-        refresh_cache=refresh,
-    )
-
-
 @flow(name="mdp-release", description="Optimal mDP mechanism -> verified, reproducible release")
 def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: str | None = None) -> dict[str, Any]:
     """Run the release pipeline; returns the run manifest (also written to runs/<run_name>/manifest.json).
@@ -106,7 +83,7 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
 
     def run(stage: str, **upstream: ArtifactRef | None) -> ArtifactRef:
         t0 = time.perf_counter()
-        task = configured(stage, store, STAGES.index(stage) >= first_refresh)
+        task = cached(_TASKS[stage], stage, store, STAGES.index(stage) >= first_refresh)
         ref = task(str(store.root), params[stage], **upstream)
         entries[stage] = {
             "cache_key": ref.key,
@@ -141,7 +118,7 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
         "refresh_from": refresh_from,
         "stages": entries,
         "code_versions": {s: code_version(_TASKS[s].fn.__module__) for s in STAGES},
-        "package_versions": _versions(),
+        "package_versions": package_versions(PACKAGES),
         "privacy": {
             "mechanism_epsilon": inst_meta["epsilon"],
             "eta": inst_meta["eta"],

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from artifacts.store import ArtifactRef, Store
 from mdp_core import experiments as ex
 from tasks import reproduce as rp
-from tasks.cache import StageCachePolicy, code_version
+from tasks.cache import cached, code_version
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"
@@ -128,14 +128,6 @@ def settings(cfg: ReproduceConfig, p: dict[str, dict[str, Any]], specs: dict[str
     }
 
 
-def configured(stage: str, store: Store, refresh: bool):
-    """The stage's task with its cache policy, key storage and result storage under the store."""
-    module = _TASKS[stage].fn.__module__
-    policy = StageCachePolicy(stage, module).configure(key_storage=store.prefect_keys)
-    return _TASKS[stage].with_options(cache_policy=policy, persist_result=True, result_storage=store.prefect_results,
-                                      refresh_cache=refresh)
-
-
 @flow(name="mdp-reproduce", description="Run the papers' experiment grids and compare with the published numbers")
 def reproduce_flow(config: ReproduceConfig = ReproduceConfig()) -> dict[str, Any]:
     """Run every experiment stage and the report; returns the manifest (also runs/<run_name>/manifest.json)."""
@@ -147,10 +139,10 @@ def reproduce_flow(config: ReproduceConfig = ReproduceConfig()) -> dict[str, Any
     refs: dict[str, ArtifactRef] = {}
     for stage in STAGES[:5]:
         t0 = time.perf_counter()
-        refs[stage] = configured(stage, store, config.refresh)(str(store.root), params[stage])
+        refs[stage] = cached(_TASKS[stage], stage, store, config.refresh)(str(store.root), params[stage])
         entries[stage] = _entry(refs[stage], run_id, t0)
     t0 = time.perf_counter()
-    rep = configured("rp-report", store, config.refresh)(
+    rep = cached(_TASKS["rp-report"], "rp-report", store, config.refresh)(
         str(store.root), params["rp-report"], partition=refs["rp-partition"], utility=refs["rp-utility"],
         timing=refs["rp-timing"], scalability=refs["rp-scalability"], cbdp=refs["rp-cbdp"])
     entries["rp-report"] = _entry(rep, run_id, t0)

@@ -98,15 +98,20 @@ def code_version(module: str) -> str:
     return h.hexdigest()
 
 
+def package_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """Installed version of each distribution ("absent" when not installed)."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def library_versions() -> dict[str, str]:
-    out = {}
-    for lib in NUMERIC_LIBRARIES:
-        try:
-            out[lib] = importlib.metadata.version(lib)
-        except importlib.metadata.PackageNotFoundError:
-            out[lib] = "absent"
-    return out
+    return package_versions(NUMERIC_LIBRARIES)
 
 
 def stage_key(stage: str, module: str, params: dict[str, Any], upstream: dict[str, ArtifactRef | None]) -> str:
@@ -143,3 +148,12 @@ class StageCachePolicy(CachePolicy):
             # The Prefect record would hand back a ref to a missing/corrupt artifact: drop it.
             (self.key_storage / key).unlink(missing_ok=True)
         return key
+
+
+def cached(task: Any, stage: str, store: Store, refresh: bool = False) -> Any:
+    """``task`` configured for the pipeline: :class:`StageCachePolicy` with its key records and the
+    persisted results under the store, ``refresh`` = ignore (and overwrite) cached results."""
+    policy = StageCachePolicy(stage, task.fn.__module__).configure(key_storage=store.prefect_keys)
+    return task.with_options(
+        cache_policy=policy, persist_result=True, result_storage=store.prefect_results, refresh_cache=refresh
+    )

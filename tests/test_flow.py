@@ -21,6 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from flows.run import healthy
+
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,14 +36,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=1) as r:
-            return r.status == 200
-    except Exception:
-        return False
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +52,7 @@ def prefect_server(tmp_path_factory):
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )
     t0 = time.monotonic()
-    while not _healthy(url):
+    while not healthy(url):
         if proc.poll() is not None or time.monotonic() - t0 > 180:
             proc.kill()
             pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
