@@ -24,6 +24,7 @@ def pipeline(tmp_path_factory):
             "privacy": {"epsilon": 3.0, "eta": 2.0},
             "partition": {"subsets": 2},
             "release": {"n_individuals": 300},
+            "evaluate": {"eps_factors": [0.2, 0.5, 1.0]},
         }
     )
     p = stage_params(cfg)
