@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core import evaluate as ev
@@ -139,9 +138,9 @@ UI_COLUMNS = [
 ]
 
 
-@task(name="publish-report", cache_policy=NO_CACHE)
 def publish_report(store: str, evaluation: ArtifactRef) -> None:
-    """Prefect UI artifacts of this run's evaluation (every run, cached stage or not)."""
+    """Prefect UI artifacts of this run's evaluation: called by the flow on every run, cached stage or
+    not (a plain function, not a task: one task run less per release)."""
     s = Store(store)
     table = read_table(s.path(evaluation, "evaluation.parquet"))
     table = table[[c for c in UI_COLUMNS if c in table.columns]]
