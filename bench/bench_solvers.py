@@ -5,6 +5,7 @@ Instances (issue 3): grid N in {200, 500, 1000}, K = 100, eta = 2 km, eps in {10
 
     python bench/bench_solvers.py --instances grid200 --eps 10 --methods lp,benders \
         --partition kmdv --subsets 4 --time-limit 600
+    python bench/bench_solvers.py --instances grid200 --eps 10 --methods lp,colgen
 
 Every run goes through ``mdp_core.solve.solve`` (so the Benders mechanism is certified exactly like
 the LP's). ``peak_rss_mb`` is the process's resident high-water mark after the run (monotone over
@@ -23,6 +24,7 @@ from pathlib import Path
 from mdp_core import lp
 from mdp_core.datasets import grid, synthetic
 from mdp_core.solve import solve
+
 
 GRIDS = {"grid200": (10, 20), "grid500": (20, 25), "grid1000": (40, 25)}
 SYNTH = {"syn100": 100, "syn200": 200, "syn500": 500}
@@ -62,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
                 if m == "benders":
                     args = dict(partition=a.partition, n_subsets=a.subsets, seed=a.seed, executor=a.executor,
                                 initial_cuts=a.initial_cuts, max_iterations=a.max_iterations)
+                elif m == "colgen":
+                    args = dict(max_iterations=a.max_iterations)
                 row = {"instance": name, "N": inst.n_records, "K": inst.n_outputs, "eps": eps, "edges": inst.n_edges,
                        "method": m, "partitioner": a.partition if m == "benders" else None,
                        "subsets": a.subsets if m == "benders" else None}
@@ -84,6 +88,14 @@ def main(argv: list[str] | None = None) -> None:
                         if a.trace_dir:
                             Path(a.trace_dir).mkdir(parents=True, exist_ok=True)
                             tr.to_parquet(Path(a.trace_dir) / f"{name}_eps{eps:g}_{a.partition}_m{a.subsets}.parquet")
+                    if m == "colgen":
+                        ex, tr = sol.extra, sol.trace
+                        row |= {k: ex[k] for k in ("lower_bound_pricing", "columns", "pricing_rows", "n_components")}
+                        row["master_seconds"] = round(float(tr.master_seconds.sum()), 2)
+                        row["pricing_seconds"] = round(float(tr.pricing_seconds.sum()), 2)
+                        if a.trace_dir:
+                            Path(a.trace_dir).mkdir(parents=True, exist_ok=True)
+                            tr.to_parquet(Path(a.trace_dir) / f"{name}_eps{eps:g}_colgen.parquet")
                 except Exception as e:  # report and go on: a benchmark row per attempt
                     row |= {"status": f"error: {type(e).__name__}: {e}", "seconds": round(time.perf_counter() - t0, 2)}
                 row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

@@ -1,0 +1,174 @@
+"""Column generation for the PMO LP: same optimum as the full LP, valid bounds, exact cone columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import path_instance
+from mdp_core import colgen, lp
+from mdp_core.datasets import grid, synthetic
+from mdp_core.errors import InputError
+from mdp_core.graph import path_distances
+from mdp_core.instance import Instance
+from mdp_core.solve import solve
+from mdp_core.verify import MAX_LOG_RATIO, certify, objective, verify
+
+
+
+def check_against_lp(inst: Instance, gap_rel: float = 1e-6) -> colgen.ColgenResult:
+    """colgen agrees with the full LP within the gap; every trace row brackets the LP optimum."""
+    ref = lp.solve_lp(inst)
+    assert ref.status == "optimal"
+    opt = ref.objective
+    res = colgen.colgen(inst, gap_rel=gap_rel)
+    slack = 1e-9 * max(abs(opt), 1.0)  # HiGHS's own "optimal" sits within ~1e-9 of the optimum
+    tr = res.trace
+    assert len(tr) == res.iterations >= (1 if inst.n_edges else 0)
+    assert np.all(tr.lower_bound <= opt + slack)  # the proven bound
+    assert np.all(tr.upper_bound >= opt - slack)
+    assert np.all(np.diff(tr.lower_bound) >= -1e-15)  # best bound so far: never decreases
+    # the pricing bound uses HiGHS's pricing optima (warm-started: off by up to ~1e-6 relative)
+    assert np.all(tr.pricing_bound <= opt + 2e-6 * abs(opt) + slack)
+    assert res.lower_bound <= opt + slack
+    assert abs(res.upper_bound - opt) <= gap_rel * abs(opt) + slack
+    if res.status == "optimal":
+        assert res.upper_bound - res.lower_bound <= gap_rel * abs(res.upper_bound) + 1e-12
+    else:  # the proven bound stalled just short of gap_rel: no improving column, even from scratch
+        assert res.status == "feasible", res.extra
+        assert res.upper_bound - res.lower_bound <= 10 * gap_rel * abs(res.upper_bound)
+    assert res.upper_bound == pytest.approx(objective(inst, res.z), abs=1e-12)
+    z, cert, _ = certify(inst, res.z)
+    assert cert.passed
+    assert objective(inst, z) == pytest.approx(opt, rel=gap_rel, abs=slack)
+    return res
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "k", "eps"),
+    [(4, 5, 6, 10.0), (4, 5, 6, 2.0), (5, 6, 8, 10.0), (5, 6, 8, 2.0)],
+)
+def test_grid_matches_full_lp(rows, cols, k, eps):
+    res = check_against_lp(grid(rows, cols, n_outputs=k, epsilon=eps))
+    assert res.extra["n_components"] == 1
+
+
+def test_dense_synthetic_matches_full_lp():
+    """3-D N(0,1) points with eta = 2: a dense mDP graph (most pairs are neighbours)."""
+    inst = synthetic(n_records=30, n_outputs=10, epsilon=10.0, seed=1)
+    assert inst.n_edges > 0.4 * 30 * 29 / 2
+    check_against_lp(inst)
+
+
+def test_disconnected_synthetic_matches_full_lp(synth_small):
+    """Several components and isolated records (sigma 1.5, eta 1.5)."""
+    res = check_against_lp(synth_small)
+    assert res.extra["n_components"] > 2
+    from mdp_core.graph import components
+
+    _, labels = components(synth_small.n_records, synth_small.edges)
+    isolated = np.bincount(labels) == 1
+    assert isolated.any()
+    for i in np.flatnonzero(isolated[labels]):  # isolated records report their cheapest output
+        assert res.z[i, np.argmin(synth_small.costs[i])] == 1.0
+
+
+def test_two_records_hand_derivation():
+    """Two records at distance 1, eps 1, 0/1 loss, uniform prior: OPT = 1 / (1 + e) (test_lp derivation)."""
+    inst = path_instance([[0.0, 1.0], [1.0, 0.0]], [1.0], 1.0)
+    res = colgen.colgen(inst)
+    assert res.status == "optimal"
+    assert res.upper_bound == pytest.approx(1 / (1 + np.e), abs=1e-9)
+    assert res.lower_bound == pytest.approx(1 / (1 + np.e), abs=1e-9)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(2, 9),
+    k=st.integers(1, 5),
+    eps=st.floats(0.2, 12.0),
+    seed=st.integers(0, 10_000),
+)
+def test_random_instances_match_full_lp(n, k, eps, seed):
+    """Random points on a line (a path-like graph with chords), random costs and prior."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0, 3, n))
+    x += np.arange(n) * 1e-3  # distinct points
+    i, j = np.triu_indices(n, 1)
+    d = x[j] - x[i]
+    keep = d <= 1.0
+    prior = rng.dirichlet(np.ones(n))
+    inst = Instance(prior, rng.uniform(0, 5, (n, k)), np.column_stack([i, j])[keep], d[keep], eps, 1.0)
+    check_against_lp(inst)
+
+
+def test_columns_are_exactly_in_the_cone():
+    """close() and the seeds satisfy every privacy row (capped at e^30) exactly, with no zeros."""
+    inst = grid(5, 6, n_outputs=4, epsilon=40.0)  # eps * d up to 80: exercises the cap
+    n = inst.n_records
+    dist = colgen.capped_path_distances(n, inst.edges, inst.distances, inst.epsilon)
+    decay = np.exp(-inst.epsilon * dist)
+    cols, owner = colgen.seed_columns(inst.costs, decay, 2)
+    rng = np.random.default_rng(0)
+    closed = np.column_stack([colgen.close(rng.exponential(size=n) * (rng.random(n) < 0.3), decay) for _ in range(5)])
+    a, _ = colgen.cone_rows(n, inst.edges, inst.distances, inst.epsilon)
+    for v in (cols, closed):
+        assert np.all(v > 0)
+        lhs = a @ v  # x_a - g x_b: must be <= 0 up to round-off
+        assert lhs.max() <= 1e-12 * np.abs(v).max()
+    assert cols.shape[1] == inst.n_outputs + 2 * n and np.bincount(owner).sum() == cols.shape[1]
+
+
+def test_implied_edges_are_implied():
+    """On the grid the 2 km edges are implied by two 1 km steps; no other edge is."""
+    inst = grid(4, 5, n_outputs=3)
+    n = inst.n_records
+    paths = path_distances(n, inst.edges, np.minimum(inst.distances, MAX_LOG_RATIO / inst.epsilon))
+    implied = colgen.implied_edges(inst.edges, inst.distances, paths, inst.epsilon)
+    assert np.array_equal(implied, np.isclose(inst.distances, 2.0))
+
+
+def test_solve_certifies_and_reports():
+    inst = grid(5, 6, n_outputs=8, epsilon=10.0)
+    messages: list[str] = []
+    sol = solve(inst, "colgen", progress=messages.append)
+    assert sol.certificate.passed and verify(inst, sol.z).passed
+    assert sol.status == "optimal"
+    ref = solve(inst, "lp")
+    assert sol.objective == pytest.approx(ref.objective, rel=1e-6)
+    assert sol.lower_bound is not None and sol.lower_bound <= ref.objective + 1e-9
+    assert len(messages) == sol.iterations == len(sol.trace)
+    assert list(sol.trace.columns) == colgen.TRACE_COLUMNS
+
+
+def test_ipm_master_and_no_smoothing_reach_the_same_optimum():
+    inst = grid(5, 6, n_outputs=8, epsilon=2.0)
+    opt = lp.solve_lp(inst).objective
+    for kwargs in ({"master_solver": "ipm"}, {"smoothing": 0.0}):
+        res = colgen.colgen(inst, **kwargs)
+        assert res.status == "optimal"
+        assert res.lower_bound <= opt + 1e-9 and res.upper_bound == pytest.approx(opt, rel=1e-6)
+
+
+def test_iteration_and_time_limits_return_feasible_mechanisms():
+    inst = grid(6, 6, n_outputs=10, epsilon=2.0)
+    res = colgen.colgen(inst, max_iterations=1)
+    assert res.status == "iteration_limit" and res.iterations == 1
+    z, cert, rep = certify(inst, res.z)
+    assert cert.passed and rep.max_mix <= 1e-6
+    assert res.lower_bound <= lp.solve_lp(inst).objective <= res.upper_bound + 1e-9
+    res = colgen.colgen(inst, lp.SolverOptions(time_limit=1e-3))
+    assert res.status == "time_limit"
+    assert certify(inst, res.z)[1].passed
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [({"gap_rel": -1.0}, "gap"), ({"max_iterations": 0}, "max_iterations"), ({"seeds_per_record": -1}, "seeds"),
+     ({"tol": float("nan")}, "tol"), ({"smoothing": 1.0}, "smoothing"), ({"master_solver": "pdlp"}, "master_solver")],
+)
+def test_bad_arguments(kwargs, word):
+    with pytest.raises(InputError, match=word):
+        colgen.colgen(grid(3, 3, n_outputs=2), **kwargs)
