@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -122,12 +123,13 @@ class Store:
 
     # ----------------------------------------------------------------- writes
     @contextmanager
-    def writer(self, stage: str, key: str) -> Iterator["ObjectWriter"]:
+    def writer(self, stage: str, key: str, force: bool = False) -> Iterator["ObjectWriter"]:
         """Write a stage output: ``with store.writer(stage, key) as w: ...; ref = w.ref``.
 
         Files go to a private temp directory; on success the directory is renamed into place and
-        ``w.ref`` is set. An existing output at the target (invalid, or being recomputed on request)
-        is replaced. If a concurrent writer renames its copy in first, that copy is kept.
+        ``w.ref`` is set. If a valid output for the key appeared meanwhile (a concurrent run computed
+        the same inputs), that one is kept and returned, unless ``force`` (a requested recomputation),
+        which replaces it. An invalid leftover (deleted or corrupted file) is always replaced.
         """
         final = self.object_dir(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -136,21 +138,26 @@ class Store:
         try:
             yield w
             w.finish()
-            if final.exists():  # an invalid leftover, or a forced recomputation: replace it
-                trash = final.with_name(f".{key}.trash-{os.getpid()}-{os.urandom(4).hex()}")
+            for _ in range(100):
+                existing = None if force else self.valid_ref(stage, key)
+                if existing is not None:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    w.ref = existing
+                    return
+                if final.exists():
+                    trash = final.with_name(f".{key}.trash-{os.getpid()}-{os.urandom(4).hex()}")
+                    try:
+                        os.replace(final, trash)
+                        shutil.rmtree(trash, ignore_errors=True)
+                    except FileNotFoundError:
+                        pass
                 try:
-                    os.replace(final, trash)
-                    shutil.rmtree(trash, ignore_errors=True)
-                except FileNotFoundError:
-                    pass
-            try:
-                os.replace(tmp, final)
-            except OSError:  # a concurrent writer renamed first: keep theirs (same content)
-                shutil.rmtree(tmp, ignore_errors=True)
-                other = self.valid_ref(stage, key)
-                if other is None:
-                    raise
-                w.ref = other
+                    os.replace(tmp, final)
+                    return
+                except OSError:  # another writer renamed its copy in first: look again
+                    force = False
+                    time.sleep(0.01)
+            raise RuntimeError(f"could not publish {stage}/{key}: the target kept changing")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -49,7 +49,8 @@ def run_stage(
 ) -> ArtifactRef:
     key = stage_key(stage, module, params, upstream)
     s = Store(store)
-    hit = None if _refreshing() else s.valid_ref(stage, key)
+    force = _refreshing()
+    hit = None if force else s.valid_ref(stage, key)
     if hit is not None:
         logger().info("%s: reusing stored output %s", stage, key[:12])
         return hit
@@ -57,7 +58,7 @@ def run_stage(
         if ref is not None and not s.is_valid(ref):
             raise RuntimeError(f"{stage}: upstream artifact {name} ({ref.path}) is missing or corrupt")
     t0 = time.perf_counter()
-    with s.writer(stage, key) as w:
+    with s.writer(stage, key, force=force) as w:
         compute(w, s, params, upstream)
         w.meta.update({"seconds": round(time.perf_counter() - t0, 3), "produced_by": current_run_id()})
     assert w.ref is not None

@@ -55,11 +55,12 @@ def test_concurrent_writers_of_one_key(tmp_path):
         except Exception as exc:  # pragma: no cover - the assertion below reports it
             errors.append(exc)
 
-    threads = [threading.Thread(target=work) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for _ in range(5):  # several rounds: the races are timing-dependent
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     assert not errors
     assert len({tuple(sorted(r.files.items())) for r in refs}) == 1
     assert s.valid_ref("stage", "same") is not None
@@ -71,3 +72,16 @@ def test_content_hash_ignores_location(tmp_path):
     a = _write(Store(tmp_path / "a"), "k", b"data")
     b = _write(Store(tmp_path / "b"), "other-key", b"data")
     assert a.content_hash == b.content_hash
+
+
+def test_forced_write_replaces_a_valid_output(tmp_path):
+    s = Store(tmp_path)
+    first = _write(s, "k", b"same")
+    with s.writer("stage", "k", force=True) as w:
+        w.file("a.bin").write_bytes(b"same")
+        w.meta["n"] = -1
+    assert w.ref.meta["n"] == -1 and s.valid_ref("stage", "k").meta["n"] == -1
+    with s.writer("stage", "k") as w2:  # not forced: the existing valid output is kept
+        w2.file("a.bin").write_bytes(b"same")
+        w2.meta["n"] = -2
+    assert w2.ref.meta["n"] == -1 and first.files == w2.ref.files
