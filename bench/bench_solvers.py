@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--subsets", type=int, default=25)
     ap.add_argument("--executor", default="auto")
     ap.add_argument("--initial-cuts", action="store_true")
+    ap.add_argument("--no-heuristic", action="store_true", help="Benders without its closure primal heuristic")
+    ap.add_argument("--gap-abs", type=float, default=0.0, help="Benders absolute gap (the paper's xi = 0.01)")
     ap.add_argument("--max-iterations", type=int, default=1000)
     ap.add_argument("--time-limit", type=float, default=600.0, help="seconds per run")
     ap.add_argument("--seed", type=int, default=0)
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
                 args = {}
                 if m == "benders":
                     args = dict(partition=a.partition, n_subsets=a.subsets, seed=a.seed, executor=a.executor,
-                                initial_cuts=a.initial_cuts, max_iterations=a.max_iterations)
+                                initial_cuts=a.initial_cuts, max_iterations=a.max_iterations,
+                                heuristic=not a.no_heuristic, gap_abs=a.gap_abs)
                 elif m == "colgen":
                     args = dict(max_iterations=a.max_iterations)
                 row = {"instance": name, "N": inst.n_records, "K": inst.n_outputs, "eps": eps, "edges": inst.n_edges,
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> None:
                         row["master_seconds"] = round(float(tr.master_seconds.sum()), 2)
                         row["sub_seconds"] = round(float(tr.sub_total_seconds.sum()), 2)
                         row["stop_reason"] = ex["stop_reason"]
+                        row["heuristic"] = not a.no_heuristic
+                        row["iteration1_seconds"] = round(float(tr.elapsed_seconds.iloc[0]), 2) if len(tr) else None
+                        row["iteration1_upper_bound"] = float(tr.upper_bound.iloc[0]) if len(tr) else None
                         if a.trace_dir:
                             Path(a.trace_dir).mkdir(parents=True, exist_ok=True)
                             tr.to_parquet(Path(a.trace_dir) / f"{name}_eps{eps:g}_{a.partition}_m{a.subsets}.parquet")

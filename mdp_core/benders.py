@@ -52,11 +52,30 @@ core <- (core + z_Y) / 2; only if that yields no cut violated at the master's (z
 solved at z_Y itself. Without it the degenerate master wandered (UB stuck at +16 % after 76
 iterations on the 80-record grid); with it the same run reaches LB = LP optimum in ~20 iterations.
 
-Bounds: LB = master optimum (a relaxation). UB = cost of the best full solution assembled from
-master and subproblem rows, made exactly feasible by :func:`mdp_core.verify.repair` when a
-subproblem used slack (the repair mixes in uniform rows; for slacks at the 1e-7 level the mixing
-weight is ~1e-9). Stopping: UB - LB <= ``gap_abs`` or <= ``gap_rel`` * |UB| ("optimal"),
-``max_iterations`` ("iteration_limit"), the options' time limit for the whole run ("time_limit"),
+Primal heuristic (the upper bound). Plain Benders found good lower bounds fast but its upper bound
+stalled (grid 10x20, eps = 10/km, M = 2: LB at the optimum by iteration 2, UB still 2 % above it
+after 150 iterations; grid 40x25: 5e-4 above after 300 s). The reason: the master's vertex
+solutions put z_yk = 0 on most outputs k of a boundary record y; with z_xk <= e^{eps d} z_yk an
+internal neighbour x then cannot use output k at all, so the subproblem either pays slack or moves
+x's mass to worse outputs (assembled cost 0.46 against an optimum of 0.287), and each cut only
+fixes a few of the N_Y * K entries. The optimal mechanism instead carries tiny masses
+(~e^{-eps d} z_xk) in those entries, which cost almost nothing. So at the master's point z_Y the
+heuristic solves a *priced* copy of each subproblem whose slack on a row z_xk <= g z_yk costs
+what raising z_yk by s / g would cost the boundary row (:func:`lift_prices`: c_yk - c_y . z_y,
+divided by g, floored at ``PRICE_FLOOR``), assembles (z_Y, z_X) and makes it exactly eps-mDP with
+:func:`closure` (each column raised to its conic majorant max_j z_jk exp(-eps D_ij), rows
+renormalised, then :func:`mdp_core.verify.repair`). Measured: on grid 10x20 and 20x25 at
+eps = 10/km the first candidate equals the LP optimum to 1e-9; at eps = 2/km (grid 10x20) it is
+0.7 % above it. The priced models are separate HiGHS models (kept warm); their Lagrangian cuts
+are valid (slack costs <= rho) and are added too. The heuristic runs at iteration 1, after every
+iteration where it improved UB, and every ``HEURISTIC_EVERY`` iterations (``heuristic=False``
+turns it off; trace column ``heuristic_upper_bound``).
+
+Bounds: LB = master optimum (a relaxation). UB = cost of the best full solution: the heuristic's,
+or the one assembled from the separation point's master and subproblem rows, made exactly
+feasible by :func:`mdp_core.verify.repair` when a subproblem used slack. Stopping: UB - LB <=
+``gap_abs`` or <= ``gap_rel`` * |UB| ("optimal"), ``max_iterations`` ("iteration_limit"), the
+options' time limit for the whole run ("time_limit"),
 or, once the relative gap is below 1e-4, no bound moving by more than gap_rel in
 ``stall_iterations`` iterations ("feasible").
 Every iteration is a row of ``RawSolution.trace``.
@@ -67,8 +86,9 @@ models; only the boundary values z_{Y_l} a subproblem reads are sent each iterat
 the subproblem rows come back). ``executor="auto"`` uses processes only when there are at least 2
 CPUs, at least 2 subproblems and at least ``PROCESS_MIN_VARS`` subproblem variables in total:
 below that, start-up (measured: ~3.5 s for two spawned workers importing numpy/scipy/pandas/
-highspy and building their models) costs more than it saves; at 50,000 variables (e.g. grid500,
-M = 2: two subproblems of ~210 records x K = 100) a cold subproblem solve already takes seconds.
+highspy and building their models) costs more than it saves. At 42,000 variables (grid 20x25,
+M = 2: two subproblems of ~210 records x K = 100) a cold subproblem solve takes ~4 s and the pool
+cut the whole run from 19.4 s (serial) to 15.0 s.
 """
 
 from __future__ import annotations
@@ -88,6 +108,7 @@ from mdp_core import lp
 from mdp_core.errors import InputError, SolverError
 from mdp_core.graph import path_distances
 from mdp_core.instance import Instance
+from mdp_core.mechanisms import smooth_to_mdp
 from mdp_core.partition import Partition, balance_stats, from_labels, partition
 from mdp_core.verify import repair
 
@@ -95,11 +116,13 @@ SLACK_TOL = 1e-9  # total slack (probability units) below which an assembled sol
 RHO0 = 4.0  # initial slack penalty (scaled costs: max p_i c_ik = 1)
 STALL_GAP = 1e-4  # stall detection only applies once the relative gap is this small
 CUT_TOL = 1e-9  # relative violation of w_l below which no optimality cut is added
-PROCESS_MIN_VARS = 50_000  # total subproblem variables (internal records x K) before a process pool pays off
+PRICE_FLOOR = 1e-10  # smallest slack cost in the heuristic's priced subproblems (scaled)
+HEURISTIC_EVERY = 10  # iterations between primal-heuristic runs once it stops improving the UB
+PROCESS_MIN_VARS = 20_000  # total subproblem variables (internal records x K) before a process pool pays off
 INF = highspy.kHighsInf
 _TRACE_COLUMNS = [
     "iteration", "lower_bound", "upper_bound", "gap", "optimality_cuts", "penalised_subproblems",
-    "slack", "rho", "master_seconds", "sub_max_seconds", "sub_total_seconds",
+    "slack", "heuristic_upper_bound", "rho", "master_seconds", "sub_max_seconds", "sub_total_seconds",
     "master_rows", "elapsed_seconds",
 ]
 
@@ -172,6 +195,9 @@ class SubSolver:
         self.a_t = spec.a_priv.T.tocsr()
         self.lower = np.full(nd, -INF)
         self.slack_cols = (nx + np.arange(nd)).astype(np.int32)
+        t = spec.t.tocsr()  # each z_Y-dependent row reads exactly one boundary entry: U_r = g_r z_{y,k}
+        first = t.indptr[self.dep32]
+        self.dep_col, self.dep_g = t.indices[first], t.data[first]
         self.rho = 0.0
 
     def _set_rho(self, rho: float) -> None:
@@ -179,9 +205,21 @@ class SubSolver:
             self.h.changeColsCost(self.slack_cols.size, self.slack_cols, np.full(self.slack_cols.size, rho))
         self.rho = rho
 
-    def solve(self, zy: np.ndarray, time_limit: float, rho: float) -> SubResult:
+    def solve(self, zy: np.ndarray, time_limit: float, rho: float, price: np.ndarray | None = None) -> SubResult:
+        """Solve at boundary values ``zy`` ((nY_l*K,) rows of the subset's boundary records).
+
+        With ``price`` ((nY_l*K,) scaled cost of raising each boundary entry z_yk, see
+        :func:`lift_prices`) the slack of a row z_xk <= g z_yk costs price_yk / g (floored at
+        ``PRICE_FLOOR``, capped at ``rho``) instead of ``rho``: the primal heuristic's model.
+        """
         spec = self.spec
-        self._set_rho(rho)
+        if price is None:
+            self._set_rho(rho)
+            floor = rho
+        else:
+            floor = np.clip(price[self.dep_col] / self.dep_g, PRICE_FLOOR, rho)
+            self.h.changeColsCost(self.slack_cols.size, self.slack_cols, floor)
+            self.rho = np.nan  # slack costs no longer uniform
         # U = T z_Y, capped at 1: a row with a positive right-hand side reads z_xk <= g z_yk and
         # z_xk <= 1 holds anyway (unit measure), so the cap leaves the feasible set unchanged while
         # keeping bounds like e^20 out of HiGHS. Cuts stay valid: with y <= 0, y.T z_Y <= y.U.
@@ -197,12 +235,13 @@ class SubSolver:
             raise SolverError(f"subproblem {spec.index}: HiGHS status {sol.status}")
         p, nx = spec.a_priv.shape[0], spec.n_x * spec.k
         y = np.minimum(sol.row_dual[:p], 0.0)
-        y[self.dep32] = np.maximum(y[self.dep32], -rho)  # dual feasibility of the slack columns
+        y[self.dep32] = np.maximum(y[self.dep32], -floor)  # dual feasibility of the slack columns
         r = (spec.c - self.a_t @ y).reshape(spec.n_x, spec.k)
         const, coef = float(r.min(axis=1).sum()), np.asarray(spec.t.T @ y).ravel()
         x = sol.x[:nx]
-        slack = float(np.maximum(sol.x[nx:], 0.0).sum())
-        value = float(spec.c @ x) + rho * slack
+        s = np.maximum(sol.x[nx:], 0.0)
+        slack = float(s.sum())
+        value = float(spec.c @ x) + float(np.sum(floor * s))
         return SubResult(spec.index, "optimal", value, slack, x, const, coef, sol.seconds, sol.iterations)
 
 
@@ -230,7 +269,9 @@ class Executor(Protocol):
 
     def start(self, specs: Sequence[SubSpec], options: lp.SolverOptions) -> None: ...
 
-    def solve(self, zs: Sequence[np.ndarray], time_limit: float, rho: float) -> list[SubResult]: ...
+    def solve(
+        self, zs: Sequence[np.ndarray], time_limit: float, rho: float, prices: Sequence[np.ndarray] | None = None
+    ) -> list[SubResult]: ...
 
     def close(self) -> None: ...
 
@@ -241,20 +282,27 @@ class SerialExecutor:
     name = "serial"
 
     def start(self, specs: Sequence[SubSpec], options: lp.SolverOptions) -> None:
+        self.specs, self.options = list(specs), options
         self.solvers = [SubSolver(s, options) for s in specs]
+        self.pricers: list[SubSolver] = []  # the heuristic's models, built on first use
 
-    def solve(self, zs: Sequence[np.ndarray], time_limit: float, rho: float) -> list[SubResult]:
+    def solve(
+        self, zs: Sequence[np.ndarray], time_limit: float, rho: float, prices: Sequence[np.ndarray] | None = None
+    ) -> list[SubResult]:
+        if prices is not None and not self.pricers:
+            self.pricers = [SubSolver(s, self.options) for s in self.specs]
+        models = self.solvers if prices is None else self.pricers
         t0, out = time.perf_counter(), []
-        for s, z in zip(self.solvers, zs):
-            out.append(s.solve(z, time_limit - (time.perf_counter() - t0), rho))
+        for i, (s, z) in enumerate(zip(models, zs)):
+            out.append(s.solve(z, time_limit - (time.perf_counter() - t0), rho, None if prices is None else prices[i]))
         return out
 
     def close(self) -> None:
-        self.solvers = []
+        self.solvers, self.pricers = [], []
 
 
 def _worker(conn: Any, specs: list[SubSpec], options: lp.SolverOptions) -> None:
-    """Worker loop: build the models once, then answer (zs, time_limit) messages until None."""
+    """Worker loop: build the models once, then answer (zs, time_limit, rho, prices) messages until None."""
     try:
         ex = SerialExecutor()
         ex.start(specs, options)
@@ -307,9 +355,11 @@ class ProcessExecutor:
             if tag != "ready":
                 raise SolverError(f"subproblem worker failed to start: {payload}")
 
-    def solve(self, zs: Sequence[np.ndarray], time_limit: float, rho: float) -> list[SubResult]:
+    def solve(
+        self, zs: Sequence[np.ndarray], time_limit: float, rho: float, prices: Sequence[np.ndarray] | None = None
+    ) -> list[SubResult]:
         for g, c in zip(self.groups, self.conns):
-            c.send(([zs[i] for i in g], time_limit, rho))
+            c.send(([zs[i] for i in g], time_limit, rho, None if prices is None else [prices[i] for i in g]))
         out: list[SubResult | None] = [None] * len(zs)
         errors = []
         for g, c in zip(self.groups, self.conns):
@@ -453,6 +503,33 @@ def property32_rows(
     return np.r_[rows, rows], np.r_[ca, cb], np.r_[va, -np.ones(m)], m
 
 
+def lift_prices(cy: np.ndarray, zy: np.ndarray) -> np.ndarray:
+    """(nY, K) first-order cost (scaled) of raising boundary entry z_yk by one unit and renormalising
+    row y: c_yk - c_y . z_y, clipped at 0. ``cy``: (nY, K) scaled costs; ``zy``: (nY, K) master rows."""
+    return np.maximum(cy - (cy * zy).sum(axis=1, keepdims=True), 0.0)
+
+
+def _assemble(
+    n: int, k: int, ys: np.ndarray, zy: np.ndarray, subs: list[tuple[int, np.ndarray, np.ndarray]],
+    results: Sequence[SubResult],
+) -> np.ndarray:
+    """(N, K) full matrix from the boundary rows ``zy`` ((nY*K,)) and the subproblems' internal rows."""
+    z = np.zeros((n, k))
+    z[ys] = zy.reshape(ys.size, k)
+    for (_, xs, _), r in zip(subs, results):
+        z[xs] = r.x.reshape(xs.size, k)
+    return z
+
+
+def closure(instance: Instance, z: np.ndarray) -> np.ndarray:
+    """Make an assembled (N, K) matrix exactly eps-mDP with the least added mass we know how to add:
+    :func:`mdp_core.mechanisms.smooth_to_mdp` (every column raised to its smallest conic majorant
+    z'_ik = max_j z_jk exp(-eps D_ij), rows renormalised, repeated) and then
+    :func:`mdp_core.verify.repair` for whatever tolerance-level violation is left."""
+    z, _ = smooth_to_mdp(instance, np.maximum(z, 0.0))
+    return repair(instance, z)[0]
+
+
 def _csr_rows(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
     m = sp.csr_matrix((vals, (rows, cols)), shape=(n_rows, n_cols))
     m.sum_duplicates()
@@ -507,7 +584,8 @@ def method(
     executor: str | Executor = "auto",
     rho0: float = RHO0,
     stabilise: float = 0.5,
-    stall_iterations: int = 30,
+    stall_iterations: int = 15,
+    heuristic: bool = True,
     **_: Any,
 ) -> "RawSolution":
     """Solve the PMO by Benders decomposition; see the module docstring.
@@ -525,6 +603,8 @@ def method(
         stabilise: weight of the stabilisation centre in the separation point (0 = plain Benders).
         stall_iterations: stop ("feasible") when the relative gap is below ``STALL_GAP`` and neither
             bound moved by gap_rel in this many iterations (0 = never).
+        heuristic: run the closure primal heuristic (module docstring) at iteration 1, after every
+            iteration where it improved the upper bound, and every ``HEURISTIC_EVERY`` iterations.
     Returns:
         RawSolution with z (N, K) the best feasible assembled solution, lower_bound (instance
         unit), status "optimal" / "time_limit" / "iteration_limit" / "feasible" (stalled), trace
@@ -597,6 +677,7 @@ def method(
     core = np.full(ny * k, 1.0 / k)  # stabilisation centre: the uniform rows (strictly feasible)
     trace: list[dict[str, Any]] = []
     status, it, last_report = "iteration_limit", 0, -np.inf
+    heur_improved = False
     try:
         while it < max_iterations:
             it += 1
@@ -623,14 +704,10 @@ def method(
             # -------------------------------------------- subproblems: stabilised point, then zy
             points = [stabilise * core + (1.0 - stabilise) * zy, zy] if stabilise > 0 else [zy]
             cut_rows, cut_lo, sub_secs = [], [], []
-            slack, penalised = 0.0, 0
-            for point in points:
-                remaining = options.time_limit - (time.perf_counter() - t0)
-                results = ex.solve([point[cols] for _, cols in subs], remaining, rho) if n_w else []
-                if any(r.status == "time_limit" for r in results):
-                    status = "time_limit"
-                    break
-                sub_secs += [r.seconds for r in results]
+            slack, penalised, heur_ub = 0.0, 0, np.nan
+
+            def add_cuts(results: list[SubResult]) -> int:
+                before = len(cut_rows)
                 for (spec, cols), r in zip(subs, results):
                     if r.cut_const + r.cut_coef @ zy[cols] > w[spec.index] + CUT_TOL * max(1.0, abs(r.value)):
                         const, coef = _relax_small(r.cut_const, r.cut_coef)
@@ -638,11 +715,34 @@ def method(
                         norm = max(1.0, float(np.abs(coef).max(initial=0.0)))
                         cut_rows.append((np.r_[cols[nz], ny * k + spec.index], np.r_[-coef[nz], 1.0] / norm))
                         cut_lo.append(const / norm)
+                return len(cut_rows) - before
+
+            # -------------------------------------------- primal heuristic at the master's point
+            if heuristic and n_w and (it == 1 or heur_improved or it % HEURISTIC_EVERY == 0):
+                remaining = options.time_limit - (time.perf_counter() - t0)
+                prices = lift_prices(c[ys], zy.reshape(ny, k)).ravel()
+                results = ex.solve([zy[cols] for _, cols in subs], remaining, rho, [prices[cols] for _, cols in subs])
+                if any(r.status == "time_limit" for r in results):
+                    status = "time_limit"
+                    break
+                sub_secs += [r.seconds for r in results]
+                add_cuts(results)  # Lagrangian cuts of the priced model are valid too (its slack costs <= rho)
+                z = closure(instance, _assemble(n, k, ys, zy, dec.subs, results))
+                heur_ub = float(np.sum(weighted * z))
+                heur_improved = heur_ub < ub - max(gap_abs, gap_rel * abs(heur_ub))
+                if heur_ub < ub:
+                    ub, best_z = heur_ub, z
+            n_regular = 0
+            for point in points:
+                remaining = options.time_limit - (time.perf_counter() - t0)
+                results = ex.solve([point[cols] for _, cols in subs], remaining, rho) if n_w else []
+                if any(r.status == "time_limit" for r in results):
+                    status = "time_limit"
+                    break
+                sub_secs += [r.seconds for r in results]
+                n_regular = add_cuts(results)
                 # upper bound: the assembled full solution (repaired if a subproblem used slack)
-                z = np.zeros((n, k))
-                z[ys] = point.reshape(ny, k)
-                for (_, xs, _), r in zip(dec.subs, results):
-                    z[xs] = r.x.reshape(xs.size, k)
+                z = _assemble(n, k, ys, point, dec.subs, results)
                 slack = float(sum(r.slack for r in results))
                 penalised = int(sum(r.slack > SLACK_TOL for r in results))
                 if slack > SLACK_TOL:
@@ -650,7 +750,7 @@ def method(
                 cand = float(np.sum(weighted * z))
                 if cand < ub:
                     ub, best_z = cand, z
-                if cut_rows:
+                if n_regular:
                     break
             if status == "time_limit":
                 break
@@ -663,6 +763,7 @@ def method(
             trace.append({
                 "iteration": it, "lower_bound": lb, "upper_bound": ub, "gap": gap,
                 "optimality_cuts": len(cut_rows), "penalised_subproblems": penalised, "slack": slack,
+                "heuristic_upper_bound": heur_ub,
                 "rho": rho, "master_seconds": ms.seconds, "sub_max_seconds": max(sub_secs, default=0.0),
                 "sub_total_seconds": float(sum(sub_secs)), "master_rows": master_rows,
                 "elapsed_seconds": time.perf_counter() - t0,
@@ -681,7 +782,7 @@ def method(
                 if old["upper_bound"] - ub <= tol and lb - old["lower_bound"] <= tol:
                     status, stop_reason = "feasible", "stalled"  # numerical floor of the cuts
                     break
-            if not cut_rows:  # the penalised problem is solved at zy
+            if not n_regular:  # the penalised problem is solved at zy
                 if slack <= SLACK_TOL:
                     status = "optimal"  # what is left of the gap is solver tolerance
                     break
