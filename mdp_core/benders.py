@@ -59,17 +59,27 @@ solutions put z_yk = 0 on most outputs k of a boundary record y; with z_xk <= e^
 internal neighbour x then cannot use output k at all, so the subproblem either pays slack or moves
 x's mass to worse outputs (assembled cost 0.46 against an optimum of 0.287), and each cut only
 fixes a few of the N_Y * K entries. The optimal mechanism instead carries tiny masses
-(~e^{-eps d} z_xk) in those entries, which cost almost nothing. So at the master's point z_Y the
-heuristic solves a *priced* copy of each subproblem whose slack on a row z_xk <= g z_yk costs
-what raising z_yk by s / g would cost the boundary row (:func:`lift_prices`: c_yk - c_y . z_y,
-divided by g, floored at ``PRICE_FLOOR``), assembles (z_Y, z_X) and makes it exactly eps-mDP with
-:func:`closure` (each column raised to its conic majorant max_j z_jk exp(-eps D_ij), rows
-renormalised, then :func:`mdp_core.verify.repair`). Measured: on grid 10x20 and 20x25 at
-eps = 10/km the first candidate equals the LP optimum to 1e-9; at eps = 2/km (grid 10x20) it is
-0.7 % above it. The priced models are separate HiGHS models (kept warm); their Lagrangian cuts
-are valid (slack costs <= rho) and are added too. The heuristic runs at iteration 1, after every
-iteration where it improved UB, and every ``HEURISTIC_EVERY`` iterations (``heuristic=False``
-turns it off; trace column ``heuristic_upper_bound``).
+(~e^{-eps d} z_xk) in those entries, which cost almost nothing. Two heuristics use this:
+
+* the *seed* (before iteration 1): every record's cheapest output, one-hot, closed under the cone
+  by :func:`closure`. On the eps = 10/km grids 10x20, 20x25 and 40x25 this is the LP optimum to
+  3e-9, 7e-10 and 3e-10 (relative) in 0.05-0.6 s; at eps = 2/km it is 2.8 % above (grid 10x20).
+  When the master's bound meets it, the run stops without solving subproblems in that iteration.
+* the *priced* heuristic (from iteration 2): at the master's point z_Y it solves a copy of each
+  subproblem whose slack on a row z_xk <= g z_yk costs what raising z_yk by s / g would cost the
+  boundary row (:func:`lift_prices`: c_yk - c_y . z_y, divided by g, floored at ``PRICE_FLOOR``),
+  assembles (z_Y, z_X) and makes it exactly eps-mDP with :func:`closure` (each column raised to
+  its conic majorant max_j z_jk exp(-eps D_ij), rows renormalised, then
+  :func:`mdp_core.verify.repair`). Measured at iteration 1 (before the seed existed): the LP
+  optimum to 1e-9 on the eps = 10/km grids 10x20 and 20x25; 0.7 % above it at eps = 2/km (grid
+  10x20), where the seed is 2.8 % above. The priced models are separate HiGHS models (kept
+  warm); their Lagrangian cuts are valid (slack costs <= rho) and are added too. It runs at
+  iteration 2, after every iteration where it improved UB, and every ``HEURISTIC_EVERY``
+  iterations (trace column ``heuristic_upper_bound``); at iteration 1, whose cold subproblem
+  solves it doubles, only when the seed is more than ``PRICED_AT_ONCE_GAP`` (relative) above the
+  first master bound (eps = 10 grids: 2e-4 and less; eps = 2 grid 10x20: 40 %).
+
+``heuristic=False`` turns both off (extra ``seed_upper_bound`` is then None).
 
 Bounds: LB = master optimum (a relaxation). UB = cost of the best full solution: the heuristic's,
 or the one assembled from the separation point's master and subproblem rows, made exactly
@@ -117,6 +127,7 @@ RHO0 = 4.0  # initial slack penalty (scaled costs: max p_i c_ik = 1)
 STALL_GAP = 1e-4  # stall detection only applies once the relative gap is this small
 CUT_TOL = 1e-9  # relative violation of w_l below which no optimality cut is added
 PRICE_FLOOR = 1e-10  # smallest slack cost in the heuristic's priced subproblems (scaled)
+PRICED_AT_ONCE_GAP = 1e-3  # seed vs first master bound (relative) above which the priced heuristic runs at once
 HEURISTIC_EVERY = 10  # iterations between primal-heuristic runs once it stops improving the UB
 PROCESS_MIN_VARS = 20_000  # total subproblem variables (internal records x K) before a process pool pays off
 INF = highspy.kHighsInf
@@ -350,14 +361,20 @@ class ProcessExecutor:
             child.close()
             self.procs.append(p)
             self.conns.append(parent)
-        for c in self.conns:
-            tag, payload = c.recv()
-            if tag != "ready":
-                raise SolverError(f"subproblem worker failed to start: {payload}")
+        self.ready = False  # awaited at the first solve: start-up overlaps the caller's work
+
+    def _await_ready(self) -> None:
+        if not self.ready:
+            for c in self.conns:
+                tag, payload = c.recv()
+                if tag != "ready":
+                    raise SolverError(f"subproblem worker failed to start: {payload}")
+            self.ready = True
 
     def solve(
         self, zs: Sequence[np.ndarray], time_limit: float, rho: float, prices: Sequence[np.ndarray] | None = None
     ) -> list[SubResult]:
+        self._await_ready()
         for g, c in zip(self.groups, self.conns):
             c.send(([zs[i] for i in g], time_limit, rho, None if prices is None else [prices[i] for i in g]))
         out: list[SubResult | None] = [None] * len(zs)
@@ -374,6 +391,11 @@ class ProcessExecutor:
         return out  # type: ignore[return-value]
 
     def close(self) -> None:
+        try:  # let workers finish starting before they are told to stop (no broken pipe on their side)
+            if getattr(self, "conns", []):
+                self._await_ready()
+        except (SolverError, OSError, EOFError):
+            pass
         for c in getattr(self, "conns", []):
             try:
                 c.send(None)
@@ -603,8 +625,7 @@ def method(
         stabilise: weight of the stabilisation centre in the separation point (0 = plain Benders).
         stall_iterations: stop ("feasible") when the relative gap is below ``STALL_GAP`` and neither
             bound moved by gap_rel in this many iterations (0 = never).
-        heuristic: run the closure primal heuristic (module docstring) at iteration 1, after every
-            iteration where it improved the upper bound, and every ``HEURISTIC_EVERY`` iterations.
+        heuristic: the seed incumbent and the priced closure heuristic (module docstring).
     Returns:
         RawSolution with z (N, K) the best feasible assembled solution, lower_bound (instance
         unit), status "optimal" / "time_limit" / "iteration_limit" / "feasible" (stalled), trace
@@ -633,52 +654,60 @@ def method(
     subs = sub_specs(instance, dec, c)
     n_w = len(subs)
 
-    # ---------------------------------------------------------------- master
-    e, d = instance.edges, instance.distances
-    bb = part.boundary[e[:, 0]] & part.boundary[e[:, 1]]
-    ystart = np.where(dec.ypos >= 0, dec.ypos * k, -1)
-    r1, c1, v1 = lp.privacy_rows(e[bb], d[bb], instance.epsilon, k, ystart, ystart)
-    n_priv = 2 * int(bb.sum()) * k
-    n_cols = ny * k + n_w
-    r2 = n_priv + np.repeat(np.arange(ny), k)
-    a = sp.csc_matrix((np.r_[v1, np.ones(ny * k)], (np.r_[r1, r2], np.r_[c1, np.arange(ny * k)])),
-                      shape=(n_priv + ny, n_cols))
-    wlb = np.array([c[xs].min(axis=1).sum() for _, xs, _ in dec.subs])
-    master = lp.LpModel(
-        c=np.r_[c[ys].ravel(), np.ones(n_w)],
-        a=a,
-        row_lower=np.r_[np.full(n_priv, -INF), np.ones(ny)],
-        row_upper=np.r_[np.zeros(n_priv), np.ones(ny)],
-        col_lower=np.r_[np.zeros(ny * k), wlb],
-        col_upper=np.full(n_cols, INF),
-    )
-    h = lp.new_highs(options)
-    # Devex pricing: the default dual steepest-edge weights are recomputed for every row after each
-    # addRows, which made master re-solves ~10x slower (measured: 14 s vs 1.5 s on an 80-record grid).
-    h.setOptionValue("simplex_dual_edge_weight_strategy", 1)
-    lp.pass_model(h, master)
-    n_initial = 0
-    if initial_cuts and ny:
-        rr, cc, vv, m = property32_rows(instance, dec, initial_cut_cap)
-        if m:
-            _add_rows(h, _csr_rows(rr, cc, vv, m, n_cols), np.full(m, -INF), np.zeros(m))
-            n_initial = m
-    master_rows = n_priv + ny + n_initial
-
+    # worker processes start now (non-blocking) and import / build while the master is built and solved
     total_vars = sum(s.c.shape[0] for s, _ in subs)
     ex = make_executor(executor, total_vars, n_w)
     ex_name = getattr(ex, "name", type(ex).__name__)
     if n_w:
         ex.start([s for s, _ in subs], options)
 
-    lb, ub, best_z, stop_reason = -np.inf, np.inf, None, None
-    n_opt = n_rho = 0
-    rho = float(rho0)
-    core = np.full(ny * k, 1.0 / k)  # stabilisation centre: the uniform rows (strictly feasible)
-    trace: list[dict[str, Any]] = []
-    status, it, last_report = "iteration_limit", 0, -np.inf
-    heur_improved = False
     try:
+        # ---------------------------------------------------------------- master
+        e, d = instance.edges, instance.distances
+        bb = part.boundary[e[:, 0]] & part.boundary[e[:, 1]]
+        ystart = np.where(dec.ypos >= 0, dec.ypos * k, -1)
+        r1, c1, v1 = lp.privacy_rows(e[bb], d[bb], instance.epsilon, k, ystart, ystart)
+        n_priv = 2 * int(bb.sum()) * k
+        n_cols = ny * k + n_w
+        r2 = n_priv + np.repeat(np.arange(ny), k)
+        a = sp.csc_matrix((np.r_[v1, np.ones(ny * k)], (np.r_[r1, r2], np.r_[c1, np.arange(ny * k)])),
+                          shape=(n_priv + ny, n_cols))
+        wlb = np.array([c[xs].min(axis=1).sum() for _, xs, _ in dec.subs])
+        master = lp.LpModel(
+            c=np.r_[c[ys].ravel(), np.ones(n_w)],
+            a=a,
+            row_lower=np.r_[np.full(n_priv, -INF), np.ones(ny)],
+            row_upper=np.r_[np.zeros(n_priv), np.ones(ny)],
+            col_lower=np.r_[np.zeros(ny * k), wlb],
+            col_upper=np.full(n_cols, INF),
+        )
+        h = lp.new_highs(options)
+        # Devex pricing: the default dual steepest-edge weights are recomputed for every row after each
+        # addRows, which made master re-solves ~10x slower (measured: 14 s vs 1.5 s on an 80-record grid).
+        h.setOptionValue("simplex_dual_edge_weight_strategy", 1)
+        lp.pass_model(h, master)
+        n_initial = 0
+        if initial_cuts and ny:
+            rr, cc, vv, m = property32_rows(instance, dec, initial_cut_cap)
+            if m:
+                _add_rows(h, _csr_rows(rr, cc, vv, m, n_cols), np.full(m, -INF), np.zeros(m))
+                n_initial = m
+        master_rows = n_priv + ny + n_initial
+
+        lb, ub, best_z, stop_reason = -np.inf, np.inf, None, None
+        n_opt = n_rho = 0
+        rho = float(rho0)
+        core = np.full(ny * k, 1.0 / k)  # stabilisation centre: the uniform rows (strictly feasible)
+        trace: list[dict[str, Any]] = []
+        status, it, last_report = "iteration_limit", 0, -np.inf
+        heur_improved = False
+        seed_ub = None  # JSON-friendly when the seed is off
+        if heuristic:  # seed incumbent: every record's cheapest output, closed under the cone
+            z0 = np.zeros((n, k))
+            z0[np.arange(n), weighted.argmin(axis=1)] = 1.0
+            z0 = closure(instance, z0)
+            seed_ub = float(np.sum(weighted * z0))
+            ub, best_z = seed_ub, z0
         while it < max_iterations:
             it += 1
             remaining = options.time_limit - (time.perf_counter() - t0)
@@ -701,8 +730,12 @@ def method(
                 break
             lb = max(lb, ms.objective * scale)
             zy, w = np.maximum(ms.x[: ny * k], 0.0), ms.x[ny * k :]
+            # the incumbent (seed or heuristic) already meets this bound: no subproblem to solve
+            closed = bool(np.isfinite(ub)) and (ub - lb <= gap_abs or ub - lb <= gap_rel * abs(ub))
             # -------------------------------------------- subproblems: stabilised point, then zy
             points = [stabilise * core + (1.0 - stabilise) * zy, zy] if stabilise > 0 else [zy]
+            if closed:
+                points = []
             cut_rows, cut_lo, sub_secs = [], [], []
             slack, penalised, heur_ub = 0.0, 0, np.nan
 
@@ -718,7 +751,9 @@ def method(
                 return len(cut_rows) - before
 
             # -------------------------------------------- primal heuristic at the master's point
-            if heuristic and n_w and (it == 1 or heur_improved or it % HEURISTIC_EVERY == 0):
+            far = ub - lb > PRICED_AT_ONCE_GAP * abs(ub)  # the seed is clearly not optimal (eps = 2 grids)
+            if heuristic and n_w and not closed and (it == 2 or far and it == 1 or heur_improved
+                                                     or it % HEURISTIC_EVERY == 0):
                 remaining = options.time_limit - (time.perf_counter() - t0)
                 prices = lift_prices(c[ys], zy.reshape(ny, k)).ravel()
                 results = ex.solve([zy[cols] for _, cols in subs], remaining, rho, [prices[cols] for _, cols in subs])
@@ -804,6 +839,7 @@ f"Benders stopped ({status}) before its first complete iteration; no solution to
             "partition_seconds": round(t_part, 3),
             "lower_bound": float(lb),
             "upper_bound": float(ub),
+            "seed_upper_bound": seed_ub,
             "gap": float(ub - lb),
             "optimality_cuts": n_opt,
             "rho_final": rho,
