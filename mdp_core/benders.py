@@ -731,7 +731,7 @@ def method(
             lb = max(lb, ms.objective * scale)
             zy, w = np.maximum(ms.x[: ny * k], 0.0), ms.x[ny * k :]
             # the incumbent (seed or heuristic) already meets this bound: no subproblem to solve
-            closed = bool(np.isfinite(ub)) and (ub - lb <= gap_abs or ub - lb <= gap_rel * abs(ub))
+            closed = lp.gap_closed(ub, lb, gap_abs, gap_rel)
             # -------------------------------------------- subproblems: stabilised point, then zy
             points = [stabilise * core + (1.0 - stabilise) * zy, zy] if stabilise > 0 else [zy]
             if closed:
@@ -808,7 +808,7 @@ def method(
                 progress(f"benders iteration {it}: LB={lb:.9g} UB={ub:.9g} gap={gap:.3g} "
                          f"(+{len(cut_rows)} cuts, slack {slack:.2g}, rho {rho:g})")
                 last_report = now
-            if gap <= gap_abs or gap <= gap_rel * max(abs(ub), 1e-300):
+            if lp.gap_closed(ub, lb, gap_abs, gap_rel):
                 status = "optimal"
                 break
             if stall_iterations and len(trace) > stall_iterations and gap <= STALL_GAP * max(abs(ub), 1e-300):

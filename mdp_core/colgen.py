@@ -449,11 +449,6 @@ class ColgenResult:
     extra: dict[str, Any]
 
 
-def _closed(upper: float, lower: float, gap_abs: float, gap_rel: float) -> bool:
-    gap = upper - lower
-    return bool(gap <= gap_abs or gap <= gap_rel * abs(upper))
-
-
 def colgen(
     instance: Instance,
     options: lp.SolverOptions | None = None,
@@ -540,10 +535,11 @@ def colgen(
             added, ms, ps = added + a, ms + m_s, ps + p_s
             if st not in ("optimal", "mispriced"):
                 status = st
-            closed = _closed(comp.upper, comp.lower, gap_abs, gap_rel)
-            if not closed and st == "optimal" and a == 0 and _closed(comp.upper, comp.pricing_lb, gap_abs, gap_rel):
+            closed = lp.gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
+            pricing_closed = lp.gap_closed(comp.upper, comp.pricing_lb, gap_abs, gap_rel)
+            if not closed and st == "optimal" and a == 0 and pricing_closed:
                 comp.lower = max(comp.lower, comp.polished_bound())  # exact duals of the current bases
-                closed = _closed(comp.upper, comp.lower, gap_abs, gap_rel)
+                closed = lp.gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
             if closed:
                 comp.done = True
             elif a == 0 and st == "optimal":
@@ -576,7 +572,7 @@ def colgen(
     lower = fixed + sum(c.lower for c in comps)
     pricing = fixed + sum(c.pricing_lb for c in comps)
     upper = float(np.sum(weighted * z))
-    if status == "optimal" and not all(_closed(c.upper, c.lower, gap_abs, gap_rel) for c in comps):
+    if status == "optimal" and not all(lp.gap_closed(c.upper, c.lower, gap_abs, gap_rel) for c in comps):
         status = "feasible"
     extra = {
         "n_components": int(count),

@@ -270,6 +270,13 @@ def solve_model(
     return retry
 
 
+def gap_closed(upper: float, lower: float, gap_abs: float, gap_rel: float) -> bool:
+    """The stopping rule shared by the decomposition methods: a finite UB with UB - LB <= gap_abs or
+    <= gap_rel * |UB| (bounds in one cost unit)."""
+    gap = upper - lower
+    return bool(np.isfinite(upper) and (gap <= gap_abs or gap <= gap_rel * abs(upper)))
+
+
 def lagrangian_bound(model: LpModel, n_priv: int, row_dual: np.ndarray) -> float:
     """A proven lower bound on a PMO model's optimum from any privacy-row duals (model's own unit).
 
