@@ -8,10 +8,14 @@ Layout under the store root (see artifacts/README.md):
   runs/<run_name>/manifest.json     one folder per flow run: manifest + copies of the released files
   prefect/keys, prefect/results     Prefect's cache-key records and persisted task results
 
-A stage writes into ``objects/<stage>/.<key>.tmp-<random>/`` and renames the directory onto
+A stage writes into ``objects/<stage>/.<key>.tmp-<pid>-<random>/`` and renames the directory onto
 ``objects/<stage>/<key>/``. Rename is atomic, so a reader sees all of an output or none of it; when
 two runs compute the same key concurrently the first rename wins and the loser deletes its copy
-(both hold the same bytes: stage outputs are deterministic functions of the key's inputs).
+(both hold the same bytes: stage outputs are deterministic functions of the key's inputs). Temp and
+trash folders left by a killed run (its pid is gone, or older than STALE_SECONDS for folders without
+a pid) are deleted by the next writer of the same stage. A release is staged in
+``runs/.<run>.tmp-<pid>-<random>/``, checked there (``check``: the door, :mod:`mdp_core.audit`) and
+renamed into place only if the check passes. Stored and released files have mode 0644.
 """
 
 from __future__ import annotations
@@ -22,15 +26,57 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
-from contextlib import contextmanager
+from typing import Any
 
 from mdp_core.io import file_sha256, read_json, write_json
 
 REF_SCHEMA_VERSION = 1
 DEFAULT_ROOT = "artifacts/store"
+FILE_MODE = 0o644
+STALE_SECONDS = 3600.0  # a temp folder without a live owner pid older than this is a leftover
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _stale(path: Path) -> bool:
+    """A ``.<name>.tmp-<pid>-<hex>`` / ``.<name>.trash-<pid>-<hex>`` folder whose writer is gone."""
+    tail = path.name.rsplit(".tmp-", 1)[-1] if ".tmp-" in path.name else path.name.rsplit(".trash-", 1)[-1]
+    pid = tail.split("-", 1)[0]
+    if pid.isdigit() and "-" in tail:
+        return int(pid) != os.getpid() and not _pid_alive(int(pid))
+    try:
+        return time.time() - path.stat().st_mtime > STALE_SECONDS
+    except FileNotFoundError:
+        return False
+
+
+def clean_stale(folder: Path) -> list[Path]:
+    """Delete temp / trash entries left in ``folder`` by killed runs; returns what was removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return removed
+    for p in entries:
+        if p.name.startswith(".") and (".tmp-" in p.name or ".trash-" in p.name) and _stale(p):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -51,7 +97,7 @@ class ArtifactRef:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ArtifactRef":
+    def from_dict(cls, d: dict[str, Any]) -> ArtifactRef:
         return cls(**d)
 
     @property
@@ -123,7 +169,7 @@ class Store:
 
     # ----------------------------------------------------------------- writes
     @contextmanager
-    def writer(self, stage: str, key: str, force: bool = False) -> Iterator["ObjectWriter"]:
+    def writer(self, stage: str, key: str, force: bool = False) -> Iterator[ObjectWriter]:
         """Write a stage output: ``with store.writer(stage, key) as w: ...; ref = w.ref``.
 
         Files go to a private temp directory; on success the directory is renamed into place and
@@ -133,7 +179,8 @@ class Store:
         """
         final = self.object_dir(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=final.parent))
+        clean_stale(final.parent)  # leftovers of killed runs of this stage
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-{os.getpid()}-", dir=final.parent))
         w = ObjectWriter(self, stage, key, tmp)
         try:
             yield w
@@ -160,19 +207,48 @@ class Store:
             raise RuntimeError(f"could not publish {stage}/{key}: the target kept changing")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            for empty in (final.parent, final.parent.parent):  # no empty objects/<stage>/ folders left behind
+                try:
+                    empty.rmdir()
+                except OSError:
+                    break
             raise
 
-    def publish(self, run_name: str, refs: dict[str, tuple[ArtifactRef, str]], manifest: dict[str, Any]) -> Path:
-        """Copy released files into runs/<run_name>/ (atomically each) and write its manifest.json."""
-        run = self.run_dir(run_name)
-        run.mkdir(parents=True, exist_ok=True)
-        for out_name, (ref, name) in refs.items():
-            src = self.path(ref, name)
-            tmp = run / f".{out_name}.tmp-{os.urandom(4).hex()}"
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, run / out_name)
-        write_json(run / "manifest.json", manifest)
-        return run
+    def publish(
+        self,
+        run_name: str,
+        refs: dict[str, tuple[ArtifactRef, str]],
+        manifest: dict[str, Any],
+        check: Callable[[Path], None] | None = None,
+    ) -> Path:
+        """Publish a release: copy the released files (``{name in the run: (ref, file)}``; names may
+        contain one sub-folder, e.g. ``instance/edges.parquet``) and manifest.json into a staging
+        folder, call ``check(staged_dir)`` (it raises to refuse), then rename it to runs/<run_name>/.
+
+        A refused or failed publication leaves nothing under runs/. Files get mode 0644.
+        """
+        final = self.run_dir(run_name)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(final.parent)
+        if final.exists():
+            raise FileExistsError(f"release folder {final} already exists")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{run_name}.tmp-{os.getpid()}-", dir=final.parent))
+        try:
+            for out_name, (ref, name) in refs.items():
+                dst = tmp / out_name
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.path(ref, name), dst)
+            write_json(tmp / "manifest.json", manifest)
+            for p in tmp.rglob("*"):
+                os.chmod(p, 0o755 if p.is_dir() else FILE_MODE)
+            os.chmod(tmp, 0o755)
+            if check is not None:
+                check(tmp)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
 
 
 class ObjectWriter:
@@ -200,5 +276,9 @@ class ObjectWriter:
         }
         ref = ArtifactRef(self.stage, self.key, self.ref_path, files, REF_SCHEMA_VERSION, self.meta)
         write_json(self.dir / "ref.json", ref.as_dict())
+        for p in self.dir.iterdir():
+            if p.is_file():
+                os.chmod(p, FILE_MODE)
+        os.chmod(self.dir, 0o755)
         self.ref = ref
         return ref

@@ -2,10 +2,13 @@
 
   mdp-release solve INSTANCE_DIR --method lp --out OUT_DIR
   mdp-release verify INSTANCE_DIR MECHANISM.parquet
+  mdp-release audit RUN_DIR
   mdp-release export --dataset grid --out DIR
   mdp-release run [--config FILE] [--refresh | --refresh-from STAGE] [--from-manifest MANIFEST]
   mdp-release reproduce [--quick] [--store DIR] [--out DIR]
   mdp-release server start|stop|status
+  mdp-release serve --cron EXPR | --interval SECONDS [--config FILE] [--name N]
+  mdp-release deploy --pool NAME [--cron EXPR | --interval SECONDS] [--config FILE] [--name N]
 
 Errors print one line ``mdp-release: error: ...`` and exit with status 2 (bad input) or 1
 (verification failed / refused / solver failure).
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from mdp_core import options as opts
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
 
 
@@ -44,16 +48,30 @@ def _fraction(text: str) -> float:
 
 
 def _add_solver_args(p: argparse.ArgumentParser) -> None:
+    """HiGHS settings and every registered method's options, built from their option dataclasses
+    (``highs.SolverOptions``, ``solve.options_class(method)``): one place defines each option, its
+    default and its help. Method options not given on the command line take the method's default."""
+    from mdp_core.highs import SolverOptions
+    from mdp_core.options import add_arguments
+    from mdp_core.solve import METHODS, options_class
+
     g = p.add_argument_group("LP solver (HiGHS)")
-    g.add_argument("--solver", choices=["simplex", "ipm"], default="simplex", help="dual simplex (default) or interior point")
-    g.add_argument("--threads", type=int, default=0, help="HiGHS threads (0 = HiGHS default)")
-    g.add_argument("--time-limit", type=_positive_float, default=float("inf"), metavar="SECONDS")
+    add_arguments(g, [SolverOptions], skip=("primal_tolerance", "dual_tolerance", "presolve"),
+                  types={"time_limit": _positive_float}, suppress=False)
     g.add_argument("--max-mix", type=_fraction, default=1e-2,
                    help="largest share of uniform noise the exact repair may mix in before refusing (default 0.01)")
+    # flags the solve sub-command already defines (their dest -> the option name)
+    defined = {"partition": "partition", "subsets": "n_subsets", "seed": "seed", "gap_abs": "gap_abs",
+               "gap_rel": "gap_rel", "max_iterations": "max_iterations"}
+    m = p.add_argument_group("method options (default: the chosen method's own)")
+    classes = [c for c in (options_class(name) for name in METHODS) if c is not None]
+    added = add_arguments(m, classes, skip=defined.values())
+    p.set_defaults(**{dest: None for dest in defined},  # None: not given, the method's default applies
+                   method_options={**defined, **{name: name for name in added}})
 
 
 def _solver_options(args: argparse.Namespace):
-    from mdp_core.lp import SolverOptions
+    from mdp_core.highs import SolverOptions
 
     return SolverOptions(solver=args.solver, threads=args.threads, time_limit=args.time_limit)
 
@@ -69,11 +87,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise InputError(f"--out {args.out}: exists and is not a directory")
     inst = read_instance(args.instance, epsilon=args.epsilon)
-    method_args = {}
-    if args.method in ("benders", "colgen"):
-        method_args = {"gap_abs": args.gap_abs, "gap_rel": args.gap_rel, "max_iterations": args.max_iterations}
-    if args.method == "benders":
-        method_args |= {"partition": args.partition, "n_subsets": args.subsets, "seed": args.seed}
+    # only the method options given on the command line (solve() rejects one the method does not take)
+    method_args = {name: getattr(args, dest) for dest, name in args.method_options.items()
+                   if getattr(args, dest, None) is not None}
     print(
         f"solving {args.instance}: N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}, "
         f"eps={inst.epsilon:g}, method={args.method}",
@@ -101,6 +117,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if cert.passed else 1
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from mdp_core.audit import audit_release
+
+    findings = audit_release(args.run_dir)
+    for line in findings:
+        print(f"{args.run_dir}: {line}")
+    if not findings:
+        print(f"{args.run_dir}: OK (files, instance, mechanism certificate, microdata provenance all check out)")
+    return 1 if findings else 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from flows.cli_export import build_from_args
     from mdp_core.io import write_instance
@@ -124,7 +151,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from flows.run import prepare_environment
 
     where = prepare_environment()  # before Prefect is imported
-    from flows.reproduce import reproduce_from_cli
+    from flows.reproduce.flow import reproduce_from_cli
 
     return reproduce_from_cli(args, where)
 
@@ -135,21 +162,45 @@ def cmd_server(args: argparse.Namespace) -> int:
     return server_from_cli(args)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.operate import serve_from_cli
+
+    return serve_from_cli(args)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from flows.operate import deploy_from_cli
+
+    return deploy_from_cli(args)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``mdp-release: error: ...``, exit 2) instead of usage + error;
+    ``--help`` still shows the usage. Subcommand parsers inherit this class."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sub = self.prog.removeprefix("mdp-release").strip()
+        print(f"mdp-release: error: {sub + ': ' if sub else ''}{_one_line(message)}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mdp-release",
         description="Optimal metric-DP perturbation mechanisms (exact LP / Benders) and reproducible releases.",
     )
+    parser.add_argument("--debug", action="store_true", help="print tracebacks (and Prefect's error logs) on the terminal")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("solve", help="solve an instance directory and write a verified mechanism")
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
-    p.add_argument("--method", default="lp", choices=["lp", "colgen", "benders", "exp", "laplace", "constopt"],
-                   help="lp: exact LP; colgen: exact LP by column generation; benders: partition + Benders; "
-                   "exp / laplace / constopt: baselines")
+    p.add_argument("--method", default="auto", choices=list(opts.METHOD_NAMES),
+                   help="auto (default): lp or rowgen from the instance's structure, the choice and reason go into "
+                   "solve.json; lp: exact LP; rowgen: exact LP by row generation (dense graphs); colgen: by column "
+                   "generation; benders: partition + Benders; exp / laplace / constopt: baselines")
     p.add_argument("--out", required=True, help="output directory for mechanism.parquet and solve.json")
     p.add_argument("--epsilon", type=_positive_float, default=None, help="override the instance's epsilon")
-    p.add_argument("--partition", default="kmdv", choices=["kmdv", "kmrec", "kmadj", "bsc"], help="Benders partitioner")
+    p.add_argument("--partition", default="kmdv", choices=list(opts.PARTITIONER_NAMES), help="Benders partitioner")
     p.add_argument("--subsets", type=int, default=25, metavar="M", help="Benders: number of subsets (default 25)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gap-abs", type=float, default=0.0, help="benders/colgen: stop when UB - LB <= this (paper: 0.01)")
@@ -164,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="also print the certificate as JSON")
     p.set_defaults(func=cmd_verify)
 
+    p = sub.add_parser("audit", help="re-check a published release from its files alone (exit 1 on any discrepancy)")
+    p.add_argument("run_dir", help="a release folder, e.g. artifacts/store/runs/<run>/")
+    p.set_defaults(func=cmd_audit)
+
     p = sub.add_parser("export", help="build an instance directory from a dataset")
     from flows.cli_export import add_export_arguments
 
@@ -174,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     from flows.run import add_run_arguments
 
     add_run_arguments(p)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="print tracebacks and Prefect's error logs on the terminal (else: one error line)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("reproduce", help="run the papers' experiment grids and compare with the published numbers")
@@ -190,27 +247,54 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_server_arguments(p)
     p.set_defaults(func=cmd_server)
+
+    from flows.operate import add_deploy_arguments, add_serve_arguments
+
+    p = sub.add_parser("serve", help="serve scheduled releases from this process (flow.serve; needs a server)")
+    add_serve_arguments(p)
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("deploy", help="deploy scheduled releases to a work pool (run by `prefect worker start`)")
+    add_deploy_arguments(p)
+    p.set_defaults(func=cmd_deploy)
     return parser
+
+
+def _one_line(text: object) -> str:
+    """An error message on one line (multi-line messages, e.g. pydantic's, joined with '; ')."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip()) or "unknown error"
+
+
+def _fail(message: object, code: int, debug: bool) -> int:
+    """Print ``mdp-release: error: <message>`` (one line; the traceback too with --debug), return ``code``."""
+    if debug:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+    print(f"mdp-release: error: {_one_line(message)}", file=sys.stderr)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a bad option (one line printed by _Parser.error) or --help
+        return exc.code if isinstance(exc.code, int) else 2
+    debug = bool(getattr(args, "debug", False))
     t0 = time.perf_counter()
     try:
         code = args.func(args)
     except InputError as exc:
-        print(f"mdp-release: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc, 2, debug)
     except OSError as exc:  # e.g. --out names an existing file or an unwritable directory
-        print(f"mdp-release: error: {f'{exc.filename}: {exc.strerror}' if exc.filename else exc}", file=sys.stderr)
-        return 2
+        return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc, 2, debug)
     except (PrivacyError, SolverError, MdpError) as exc:
-        print(f"mdp-release: error: {exc}", file=sys.stderr)
-        return 1
+        return _fail(exc, 1, debug)
     except KeyboardInterrupt:
         print("mdp-release: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # anything unforeseen (inside the flow too): one line, traceback with --debug
+        return _fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1, debug)
     if getattr(args, "verbose", False):
         print(f"done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return code

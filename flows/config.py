@@ -2,7 +2,8 @@
 
 Example (every key optional; these are the defaults of the built-in release)::
 
-    store = "artifacts/store"
+    name = "rome-grid"  # release name: run names, tags and UI artifact keys (unset: derived from the config)
+    store = "artifacts/store"   # relative: against this file's folder; unset: the project's default store
 
     [dataset]
     kind = "grid"
@@ -37,19 +38,38 @@ Example (every key optional; these are the defaults of the built-in release)::
     eps_factors = [1.0]                    # utility vs eps: e.g. [0.2, 0.5, 1.0] re-solves at eps * factor
     counts_eps = [0.05, 0.1, 0.5, 1.0, 2.0]  # count-error curve
     counts_seeds = 10
+
+    [run]               # how the flow runs (not part of any cache key: results do not depend on it)
+    task_runner = "thread"   # thread | dask
+    dask_address = ""        # tcp://host:8786 of a running Dask scheduler; empty: a local Dask cluster
+    max_workers = 2          # threads (thread runner) or local Dask workers
+    timeouts = { solve = 3600 }   # per-stage timeout, seconds (unset: none)
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mdp_core import executor as executor_mod
+from mdp_core import options as opts  # option dataclasses: each option's one default and help text
+from mdp_core.benders import BendersOptions
 from mdp_core.errors import InputError
+from mdp_core.highs import SOLVERS, SolverOptions
+from mdp_core.result import GapOptions
 
 STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+# The pipeline stages, in order. ``refresh_from`` takes one: a Literal, so the flow's parameter schema
+# is a JSON-schema enum and the UI shows a drop-down (an Enum class would shadow str.partition).
+StageName = Literal["ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate", "release"]
+STAGE_NAMES: tuple[str, ...] = typing.get_args(StageName)
 
 
 class DatasetConfig(BaseModel):
@@ -78,22 +98,49 @@ class PrivacyConfig(BaseModel):
 
 
 class PartitionConfig(BaseModel):
+    """Benders' partition (``BendersOptions``: partition, n_subsets, seed). The release uses 4 subsets,
+    not Benders' own 25 (the paper's M): on a small machine M = 2..4 is what pays off (README)."""
+
     model_config = STRICT
-    method: Literal["kmdv", "kmrec", "kmadj", "bsc"] = "kmdv"
-    subsets: int = Field(4, ge=1, le=10_000)
-    seed: int = 0
+    method: Literal[opts.PARTITIONER_NAMES] = Field(  # type: ignore[valid-type]
+        opts.default(BendersOptions, "partition"), description=opts.help_text(BendersOptions, "partition")
+    )
+    subsets: int = Field(4, ge=1, le=10_000, description=opts.help_text(BendersOptions, "n_subsets"))
+    seed: int = Field(opts.default(BendersOptions, "seed"), description=opts.help_text(BendersOptions, "seed"))
 
 
 class SolveConfig(BaseModel):
+    """The [solve] section: the method (``mdp_core.solve.METHODS``), HiGHS settings (``SolverOptions``)
+    and the gap (``GapOptions``) with their defaults and help texts. Two release defaults differ from
+    the methods' own on purpose: time_limit 600 s (a release must end; solvers default to none) and
+    max_iterations 500 (Benders: 1000, colgen: 200)."""
+
     model_config = STRICT
-    method: Literal["lp", "colgen", "benders", "exp", "laplace", "constopt"] = "lp"
-    solver: Literal["simplex", "ipm"] = "simplex"
-    threads: int = Field(0, ge=0, le=256)
-    time_limit: float = Field(600.0, gt=0, allow_inf_nan=False, description="seconds")
-    max_mix: float = Field(0.01, gt=0, le=1)
-    gap_abs: float = Field(0.0, ge=0)
-    gap_rel: float = Field(1e-6, ge=0)
-    max_iterations: int = Field(500, ge=1)
+    method: Literal[opts.METHOD_NAMES] = Field(  # type: ignore[valid-type]
+        "auto", description="auto: lp or rowgen from the instance's structure (mdp_core.auto); or a named method"
+    )
+    solver: Literal[SOLVERS] = Field(  # type: ignore[valid-type]
+        opts.default(SolverOptions, "solver"), description=opts.help_text(SolverOptions, "solver")
+    )
+    threads: int = Field(
+        opts.default(SolverOptions, "threads"), ge=0, le=256, description=opts.help_text(SolverOptions, "threads")
+    )
+    time_limit: float = Field(600.0, gt=0, allow_inf_nan=False, description=opts.help_text(SolverOptions, "time_limit"))
+    max_mix: float = Field(
+        0.01, ge=0, le=1, description="largest uniform-mixing weight the exact repair may use (as --max-mix)"
+    )
+    gap_abs: float = Field(opts.default(GapOptions, "gap_abs"), ge=0, description=opts.help_text(GapOptions, "gap_abs"))
+    gap_rel: float = Field(opts.default(GapOptions, "gap_rel"), ge=0, description=opts.help_text(GapOptions, "gap_rel"))
+    max_iterations: int = Field(500, ge=1, description="Benders / colgen: master solves at most")
+    executor: Literal[executor_mod.EXECUTORS] = Field(  # type: ignore[valid-type]
+        "auto", description="Benders: where subproblems run (auto, serial, process, dask)"
+    )
+    scheduler: str | None = Field(
+        None, description="with executor = dask: a scheduler address (tcp://host:8786); unset: a local Dask cluster"
+    )
+
+    def solver_options(self) -> SolverOptions:
+        return SolverOptions(solver=self.solver, threads=self.threads, time_limit=self.time_limit)
 
 
 class ReleaseConfig(BaseModel):
@@ -103,12 +150,16 @@ class ReleaseConfig(BaseModel):
     seed: int = 0
 
 
+Baseline = Literal["exp", "laplace", "constopt", "lp", "rowgen", "colgen", "benders"]
+_DEFAULT_BASELINES: list[Baseline] = ["exp"]
+
+
 class EvaluateConfig(BaseModel):
     """Baselines compared with the released mechanism; the utility-vs-eps sweep (each mechanism
     re-solved at eps * factor); the eps_counts values and seeds of the count-error curve."""
 
     model_config = STRICT
-    baselines: list[Literal["exp", "laplace", "constopt", "lp", "benders"]] = Field(default_factory=lambda: ["exp"])
+    baselines: list[Baseline] = Field(default_factory=lambda: list(_DEFAULT_BASELINES))
     # Default: no sweep. Each factor re-solves every mechanism; small eps makes the LP much harder
     # (the 10 x 20 grid at eps = 2 / km takes ~75 s against ~5 s at eps = 10 / km).
     eps_factors: list[float] = Field(default_factory=lambda: [1.0])
@@ -123,17 +174,106 @@ class EvaluateConfig(BaseModel):
         return v
 
 
+class TimeoutsConfig(BaseModel):
+    """Per-stage timeout in seconds (None: no limit). A stage that exceeds it fails the run."""
+
+    model_config = STRICT
+    ingest: float | None = Field(None, gt=0)
+    graph: float | None = Field(None, gt=0)
+    partition: float | None = Field(None, gt=0)
+    export: float | None = Field(None, gt=0)
+    solve: float | None = Field(None, gt=0)
+    postprocess: float | None = Field(None, gt=0)
+    evaluate: float | None = Field(None, gt=0)
+    release: float | None = Field(None, gt=0)
+
+
+class RunConfig(BaseModel):
+    """How the flow runs: task runner and timeouts. Results never depend on it (no cache key does)."""
+
+    model_config = STRICT
+    task_runner: Literal["thread", "dask"] = "thread"
+    dask_address: str = Field("", description="tcp://host:port of a Dask scheduler; empty: a local Dask cluster")
+    max_workers: int = Field(2, ge=1, le=256, description="threads, or workers of a local Dask cluster")
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+
+
 class ReleaseFlowConfig(BaseModel):
     """Everything a release depends on. Same config + same code + same inputs -> same artifacts."""
 
     model_config = STRICT
+    name: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+        description="release name (lowercase, digits, dashes): run names, tags, UI artifact keys; unset: derived",
+    )
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     solve: SolveConfig = Field(default_factory=SolveConfig)
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
-    store: str = "artifacts/store"
+    store: str | None = Field(None, description="artifact store root; unset: the project's default store")
+    run: RunConfig = Field(default_factory=RunConfig)
+
+
+def default_store() -> Path:
+    """The store used when a config names none: ``$MDP_RELEASE_STORE``, else ``artifacts/store`` in
+    this checkout (an editable install), else ``~/.mdp-release/store``. Never the working directory."""
+    env = os.environ.get("MDP_RELEASE_STORE")
+    if env:
+        return Path(env).expanduser().resolve()
+    root = Path(__file__).resolve().parents[1]
+    if (root / "pyproject.toml").is_file() and os.access(root, os.W_OK):
+        return root / "artifacts" / "store"
+    return Path.home() / ".mdp-release" / "store"
+
+
+def store_root(cfg: ReleaseFlowConfig) -> Path:
+    """Absolute store root of ``cfg`` (a relative ``store`` is taken against the working directory;
+    :func:`load_config` has already made a config file's relative paths absolute)."""
+    return Path(cfg.store).expanduser().resolve() if cfg.store else default_store()
+
+
+def release_name(cfg: ReleaseFlowConfig) -> str:
+    """``cfg.name`` or a name derived from the config: ``<kind>-eps<eps>-<method>``."""
+    if cfg.name:
+        return cfg.name
+    eps = "default" if cfg.privacy.epsilon is None else f"{cfg.privacy.epsilon:g}".replace(".", "p")
+    return f"{cfg.dataset.kind}-eps{eps}-{cfg.solve.method}".lower()
+
+
+def config_hash(cfg: ReleaseFlowConfig) -> str:
+    """sha256 of what the release depends on (the config without ``run``/``name``/``store``)."""
+    import hashlib
+    import json
+
+    data = cfg.model_dump(mode="json", exclude={"run", "name", "store"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+# Names a file parameter may take that are not paths (bundled data sets: mdp_core.datasets.bundled).
+_NOT_PATHS = {"glove-6b-50d", "helsinki", "test", "gensim-test", "gensim-lee"}
+
+
+def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``data`` with its relative paths (``store``, the dataset's input files) made absolute against
+    ``base`` (the config file's folder), so the config means the same from any working directory."""
+    from mdp_core.datasets import registry
+
+    data = dict(data)
+    if isinstance(data.get("store"), str) and data["store"] and not Path(data["store"]).expanduser().is_absolute():
+        data["store"] = str((base / data["store"]).resolve())
+    ds = data.get("dataset")
+    if isinstance(ds, dict) and isinstance(ds.get("params"), dict):
+        kind = ds.get("kind", "grid")
+        params = dict(ds["params"])
+        for n in registry.FILE_PARAMETERS.get(kind, ()):
+            v = params.get(n)
+            if isinstance(v, str) and v and v.lower() not in _NOT_PATHS and not Path(v).expanduser().is_absolute():
+                params[n] = str((base / v).resolve())
+        data["dataset"] = dict(ds, params=params)
+    return data
 
 
 def _explain(exc: ValidationError, source: str) -> InputError:
@@ -172,4 +312,4 @@ def load_config(path: str | Path | None) -> ReleaseFlowConfig:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: not valid TOML ({exc})") from None
-    return parse_config(data, str(p))
+    return parse_config(_absolute_paths(data, p.resolve().parent), str(p))

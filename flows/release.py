@@ -4,27 +4,34 @@ Every stage is a cached Prefect task (``tasks/``) whose key is built from its co
 parameters and the content hashes of what it reads (:mod:`tasks.cache`), so a re-run recomputes only
 the stages whose inputs or code changed. The last step publishes the released files and a manifest
 to ``<store>/runs/<run_name>/``.
+
+No ``from __future__ import annotations`` here: ``flow.serve`` and deployments hand the flow to a
+fresh process by pickling it, and the copy must see the real (pydantic) annotations of the flow's
+parameters, not strings it cannot resolve (every scheduled run failed in 0 s that way).
 """
 
-from __future__ import annotations
-
+import dataclasses
 import datetime as _dt
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from prefect import flow
+from prefect import Flow, flow, tags
+from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
+from prefect.states import State
 
+import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.store import ArtifactRef, Store
-from flows.config import ReleaseFlowConfig
+from flows.config import STAGE_NAMES, ReleaseFlowConfig, SolveConfig, StageName, config_hash, release_name, store_root
 from mdp_core.datasets import registry
 from mdp_core.io import file_sha256, read_json
 from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
+from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
 
 STAGES = ("ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate")
-_TASKS = {
+_TASKS: dict[str, Any] = {
     "ingest": ingest.ingest,
     "graph": graph.graph,
     "partition": partition.partition,
@@ -36,13 +43,22 @@ _TASKS = {
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
 
+def solve_method_args(s: SolveConfig) -> dict[str, Any]:
+    """The [solve] settings the chosen method takes (its options dataclass names them): the gap for
+    every method with a bound, max_iterations for benders / colgen, executor / scheduler for benders."""
+    from mdp_core.solve import options_class
+
+    known = {f.name for f in dataclasses.fields(cls)} if (cls := options_class(s.method)) else set()
+    values = {"gap_abs": s.gap_abs, "gap_rel": s.gap_rel, "max_iterations": s.max_iterations,
+              "executor": s.executor, "scheduler": s.scheduler}
+    return {k: v for k, v in values.items() if k in known and not (k == "scheduler" and v is None)}
+
+
 def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     """Each stage's own parameters (what goes into its cache key besides upstream hashes)."""
     inputs = {str(p): file_sha256(p) for p in registry.input_files(cfg.dataset.kind, cfg.dataset.params)}
     s = cfg.solve
-    method_args: dict[str, Any] = {}
-    if s.method in ("benders", "colgen"):
-        method_args = {"gap_abs": s.gap_abs, "gap_rel": s.gap_rel, "max_iterations": s.max_iterations}
+    method_args = solve_method_args(s)
     return {
         "ingest": {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs},
         "graph": {"eta": cfg.privacy.eta},
@@ -64,30 +80,88 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     }
 
 
-@flow(name="mdp-release", description="Optimal mDP mechanism -> verified, reproducible release")
-def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: str | None = None) -> dict[str, Any]:
+DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release (the flow's default parameter)
+
+
+def as_config(value: Any) -> ReleaseFlowConfig:
+    """A flow-run parameter (a model, or its JSON form as the API stores it) as a config."""
+    if isinstance(value, ReleaseFlowConfig):
+        return value
+    if value is None:
+        return ReleaseFlowConfig()
+    return ReleaseFlowConfig.model_validate(value, strict=False)
+
+
+def run_title(config: ReleaseFlowConfig) -> str:
+    """The flow run's name: ``<release name>-<hash8 of the config>``, e.g. grid-eps10-benders-1a2b3c4d."""
+    return f"{release_name(config)}-{config_hash(config)[:8]}"
+
+
+def run_tags(config: ReleaseFlowConfig) -> list[str]:
+    eps = "default" if config.privacy.epsilon is None else f"{config.privacy.epsilon:g}"
+    return [
+        f"dataset:{config.dataset.kind}",
+        f"method:{config.solve.method}",
+        f"release:{release_name(config)}",
+        f"eps:{eps}",
+    ]
+
+
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    try:
+        return run_title(as_config(flow_run.parameters.get("config")))
+    except Exception:  # never let naming fail a run
+        return "mdp-release"
+
+
+def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` and the UI."""
+    from flows import operate_ui
+
+    operate_ui.record_failure(flow_run, state)
+
+
+@flow(
+    name="mdp-release",
+    description="Optimal mDP mechanism -> verified, reproducible release",
+    flow_run_name=_flow_run_name,
+    on_failure=[cast(Any, _on_failure)],
+    on_crashed=[cast(Any, _on_failure)],
+)
+def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: StageName | None = None) -> dict[str, Any]:
     """Run the release pipeline; returns the run manifest (also written to runs/<run_name>/manifest.json).
 
     Args:
         config: the release configuration.
         refresh_from: recompute this stage and every later one, ignoring caches ("ingest" = all).
     """
-    if refresh_from is not None and refresh_from not in STAGES:
-        raise ValueError(f"refresh_from must be one of {STAGES}, got {refresh_from!r}")
-    first_refresh = STAGES.index(refresh_from) if refresh_from else len(STAGES)
-    store = Store(config.store)
+    from flows import operate_ui
+
+    config = as_config(config)
+    if refresh_from is not None and refresh_from not in STAGE_NAMES:
+        raise ValueError(f"refresh_from must be one of {list(STAGE_NAMES)}, got {refresh_from!r}")
+    refresh_name = refresh_from
+    first_refresh = STAGES.index(refresh_name) if refresh_name in STAGES else len(STAGES)
+    store = Store(store_root(config))
     ctx = FlowRunContext.get()
     run_id = str(ctx.flow_run.id) if ctx and ctx.flow_run else "local"
+    rname = release_name(config)
+    operate_ui.tag_flow_run(ctx, run_tags(config))
     params = stage_params(config)
     entries: dict[str, dict[str, Any]] = {}
+    flow_started = time.time()  # cache_hit: produced by another run that finished before this one began
 
-    def run(stage: str, **upstream: ArtifactRef | None) -> ArtifactRef:
+    def run(stage: str, **upstream: Any) -> ArtifactRef:
         t0 = time.perf_counter()
         task = cached(_TASKS[stage], stage, store, STAGES.index(stage) >= first_refresh)
-        ref = task(str(store.root), params[stage], **upstream)
+        task = task.with_options(**operate_ui.task_options(stage, config))
+        with tags(*run_tags(config)):
+            ref = task(str(store.root), params[stage], **upstream)
         entries[stage] = {
             "cache_key": ref.key,
-            "cache_hit": ref.meta.get("produced_by") != run_id,
+            "cache_hit": ref.meta.get("produced_by") != run_id and ref.meta.get("produced_at", 0.0) < flow_started,
             "artifact": ref.path,
             "files": ref.files,
             "wall_seconds": round(time.perf_counter() - t0, 3),
@@ -99,13 +173,32 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
     g = run("graph", dataset=ds)
     part = run("partition", dataset=ds, graph=g)
     inst = run("export", dataset=ds, graph=g)
-    sol = run("solve", instance=inst, partition=part if config.solve.method == "benders" else None)
-    post = run("postprocess", instance=inst, mechanism=sol, partition=part)
-    ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post)
-    evaluate.publish_report(str(store.root), ev)
+    # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
+    # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
+    refresh_ev = STAGES.index("evaluate") >= first_refresh
+    point_task = cached(evaluate.evaluate_point, "evaluate_point", store, refresh_ev)
+    point_task = point_task.with_options(**operate_ui.task_options("evaluate", config))
+    with operate_ui.task_runner(config.run) as runner, tags(*run_tags(config)):
+        futures = [
+            runner.submit(
+                point_task,
+                {
+                    "store": str(store.root),
+                    "params": spec,
+                    "instance": inst,
+                    "partition": part if spec["method"] == "benders" else None,
+                },
+            )
+            for spec in evaluate.point_specs(params["evaluate"])
+        ]
+        sol = run("solve", instance=inst, partition=part if config.solve.method == "benders" else None)
+        post = run("postprocess", instance=inst, mechanism=sol, partition=part)
+        points = [f.result() for f in futures]
+    ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post, points=points)
+    evaluate.publish_report(str(store.root), ev, key=rname)
 
     finished = _dt.datetime.now(_dt.timezone.utc)
-    run_name = f"{finished:%Y%m%d-%H%M%S}-{run_id[:8]}"
+    run_name = f"{finished:%Y%m%d-%H%M%S}-{run_id[-8:]}"  # uuid7: the first 8 hex digits are the clock
     solve_info = read_json(store.path(sol, "solve.json"))
     inst_meta = read_json(store.path(inst, "instance.json"))
     manifest = {
@@ -114,8 +207,9 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
         "run_name": run_name,
         "flow_run_id": run_id,
         "created_at": finished.isoformat(timespec="seconds"),
+        "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
         "config": config.model_dump(mode="json"),
-        "refresh_from": refresh_from,
+        "refresh_from": refresh_name,
         "stages": entries,
         "code_versions": {s: code_version(_TASKS[s].fn.__module__) for s in STAGES},
         "package_versions": package_versions(PACKAGES),
@@ -131,23 +225,20 @@ def release_flow(config: ReleaseFlowConfig = ReleaseFlowConfig(), refresh_from: 
         },
         "solve": {k: solve_info.get(k) for k in ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")},
     }
-    released = {
-        "mechanism.parquet": (sol, "mechanism.parquet"),
-        "solve.json": (sol, "solve.json"),
-        "microdata.parquet": (post, "microdata.parquet"),
-        "aggregates.parquet": (post, "aggregates.parquet"),
-        "evaluation.parquet": (ev, "evaluation.parquet"),
-        "report.md": (ev, "report.md"),
-    }
-    if "trace.parquet" in sol.files:
-        released["trace.parquet"] = (sol, "trace.parquet")
-    for name in ev.files:
-        if name.endswith(".png") or name in ("utility_vs_eps.parquet", "cbdp_error.parquet"):
-            released[name] = (ev, name)
+    released = release_task.released_files(sol, post, ev, inst)
     manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
-    run_dir = store.publish(run_name, released, manifest)
+    # The door: staged, re-verified from the exact bytes (mdp_core.audit), published only if it checks out.
+    run_dir = release_task.release(str(store.root), run_name, released, manifest)
     manifest["run_dir"] = str(run_dir)
+    operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
     return manifest
+
+
+@flow(name="mdp-release-batch", description="Several releases as one flow run; common stages computed once")
+def batch_flow(configs: list[ReleaseFlowConfig], refresh_from: StageName | None = None) -> list[dict[str, Any]]:
+    """Run ``release_flow`` for each config (as subflow runs of this one), one after the other: stages
+    the configs have in common (same key) are computed by the first and served from cache to the rest."""
+    return [release_flow(config=as_config(c), refresh_from=refresh_from) for c in configs]
 
 
 def manifest_config(path: str | Path) -> ReleaseFlowConfig:

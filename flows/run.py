@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,14 +20,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-QUIET_ENV = {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "DO_NOT_TRACK": "1",
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    "PREFECT_LOGGING_LEVEL": "INFO",
-    "MPLBACKEND": "Agg",
-}
+from flows import QUIET_ENV
+
 STATE_FILE = Path(os.environ.get("MDP_RELEASE_HOME", Path.home() / ".mdp-release")) / "server.json"
 
 
@@ -51,19 +48,28 @@ def saved_server() -> str | None:
 
 def start_server(host: str, port: int, timeout: float = 180.0) -> str:
     url = f"http://{host}:{port}/api"
-    if healthy(url):
-        return url
     STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    if healthy(url):  # already up (yours, or ours): remember it, but never stop a server we did not start
+        if saved_server() != url:
+            STATE_FILE.write_text(json.dumps({"api_url": url, "pid": None}))
+        return url
     log = open(STATE_FILE.with_suffix(".log"), "ab")
-    env = os.environ | QUIET_ENV
+    # the UI calls this server's API, also on a port other than 4200
+    env = QUIET_ENV | {"PREFECT_UI_API_URL": url, "PREFECT_SERVER_UI_API_URL": url} | os.environ
     proc = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
     )
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if proc.poll() is not None:
-            raise RuntimeError(f"prefect server exited with code {proc.returncode}; see {STATE_FILE.with_suffix('.log')}")
+            raise RuntimeError(
+                f"prefect server exited with code {proc.returncode}; see {STATE_FILE.with_suffix('.log')}"
+            )
         if healthy(url):
             STATE_FILE.write_text(json.dumps({"api_url": url, "pid": proc.pid}))
             return url
@@ -77,11 +83,13 @@ def stop_server() -> bool:
         state = json.loads(STATE_FILE.read_text())
     except (OSError, ValueError):
         return False
+    STATE_FILE.unlink(missing_ok=True)
+    if state.get("pid") is None:
+        return False  # a server someone else started: forget it, leave it running
     try:
         os.killpg(int(state["pid"]), signal.SIGTERM)
-    except (ProcessLookupError, KeyError, ValueError, PermissionError):
+    except (ProcessLookupError, KeyError, ValueError, PermissionError, TypeError):
         pass
-    STATE_FILE.unlink(missing_ok=True)
     return True
 
 
@@ -99,22 +107,38 @@ def server_from_cli(args: argparse.Namespace) -> int:
     if args.action == "stop":
         print("stopped" if stop_server() else "no server started by mdp-release")
         return 0
-    url = os.environ.get("PREFECT_API_URL") or saved_server()
-    print(f"server: {url}" if url else "no server: runs use Prefect's ephemeral mode (~20 s start-up)")
-    return 0 if url else 1
+    found = os.environ.get("PREFECT_API_URL") or saved_server()
+    print(f"server: {found}" if found else "no server: runs use Prefect's ephemeral mode (~20 s start-up)")
+    return 0 if found else 1
 
 
 # ----------------------------------------------------------------------------- run
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help="TOML config (default: the built-in default release)")
-    p.add_argument("--from-manifest", default=None, metavar="MANIFEST",
-                   help="re-run the release recorded in a run's manifest.json (same config)")
+    p.add_argument(
+        "--config",
+        default=None,
+        action="append",
+        help="TOML config (default: the built-in default release); repeat it to run several releases "
+        "as one flow (batch) that shares their common cached stages",
+    )
+    p.add_argument(
+        "--from-manifest",
+        default=None,
+        metavar="MANIFEST",
+        help="re-run the release recorded in a run's manifest.json (same config)",
+    )
     p.add_argument("--store", default=None, help="artifact store root (overrides the config's 'store')")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
-    g.add_argument("--refresh-from", default=None, metavar="STAGE",
-                   choices=["ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate"],
-                   help="recompute this stage and all later ones")
+    from flows.config import STAGE_NAMES
+
+    g.add_argument(
+        "--refresh-from",
+        default=None,
+        metavar="STAGE",
+        choices=list(STAGE_NAMES),
+        help=f"recompute this stage and all later ones; STAGE is one of {', '.join(STAGE_NAMES)}",
+    )
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
 
@@ -131,6 +155,28 @@ def prepare_environment() -> str:
     return "Prefect ephemeral mode (temporary local server, ~20 s start-up; `mdp-release server start` avoids it)"
 
 
+class _NoErrorsOnConsole(logging.Filter):
+    """Keeps ERROR records (Prefect's failure tracebacks) off the terminal; they still reach the
+    Prefect log (the API handler is separate). ``mdp-release`` prints the one-line error itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+def quiet_console_errors(debug: bool) -> None:
+    """Unless ``debug``: filter ERROR records out of Prefect's console handlers (call after Prefect
+    configured logging, i.e. after importing the flow)."""
+    if debug:
+        return
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger()] + [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)]
+    for lg in loggers:
+        for h in getattr(lg, "handlers", []):
+            if isinstance(h, PrefectConsoleHandler) and not any(isinstance(f, _NoErrorsOnConsole) for f in h.filters):
+                h.addFilter(_NoErrorsOnConsole())
+
+
 def run_from_cli(args: argparse.Namespace) -> int:
     from flows.config import load_config
 
@@ -141,25 +187,47 @@ def run_from_cli(args: argparse.Namespace) -> int:
     where = prepare_environment()
     from flows.release import manifest_config, release_flow
 
-    cfg = manifest_config(args.from_manifest) if args.from_manifest else load_config(args.config)
+    quiet_console_errors(getattr(args, "debug", False))
+    paths = args.config or [None]
+    cfgs = [manifest_config(args.from_manifest)] if args.from_manifest else [load_config(p) for p in paths]
     if args.store:
-        cfg = cfg.model_copy(update={"store": args.store})
-    refresh_from = "ingest" if args.refresh else args.refresh_from
-    print(f"mdp-release run: {where}; store {Path(cfg.store).resolve()}", file=sys.stderr, flush=True)
+        cfgs = [c.model_copy(update={"store": str(Path(args.store).expanduser().resolve())}) for c in cfgs]
+    refresh_from: Any = "ingest" if args.refresh else args.refresh_from  # a StageName (argparse checked it)
+    from flows.config import store_root
+
+    stores = sorted({str(store_root(c)) for c in cfgs})
+    print(f"mdp-release run: {where}; store {', '.join(stores)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    manifest = release_flow(config=cfg, refresh_from=refresh_from)
+    if len(cfgs) > 1:
+        from flows.release import batch_flow
+
+        manifests = batch_flow(configs=cfgs, refresh_from=refresh_from)
+        if args.json:
+            print(json.dumps(manifests, indent=2, sort_keys=True))
+            return 0
+        for m in manifests:
+            _print_manifest(m)
+        print(f"  batch of {len(manifests)} releases, flow wall time {time.perf_counter() - t0:.1f}s")
+        return 0
+    manifest = release_flow(config=cfgs[0], refresh_from=refresh_from)
     wall = time.perf_counter() - t0
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
         return 0
+    _print_manifest(manifest)
+    print(f"  flow wall time {wall:.1f}s")
+    return 0
+
+
+def _print_manifest(manifest: dict) -> None:
     cert = manifest["privacy"]["certificate"]
     print(f"release {manifest['run_name']} -> {manifest['run_dir']}")
     for name, st in manifest["stages"].items():
-        print(f"  {name:<12} {'cached ' if st['cache_hit'] else 'ran    '} {st['wall_seconds']:>8.2f}s  {st['cache_key'][:12]}")
+        print(
+            f"  {name:<12} {'cached ' if st['cache_hit'] else 'ran    '} {st['wall_seconds']:>8.2f}s  {st['cache_key'][:12]}"
+        )
     sv = manifest["solve"]
     print(
         f"  mechanism: {sv['method']} {sv['status']}, expected loss {sv['objective']:.6g}, "
         f"privacy {'PASS' if cert['passed'] else 'FAIL'} (realised eps {cert['max_realised_epsilon']})"
     )
-    print(f"  flow wall time {wall:.1f}s")
-    return 0

@@ -7,7 +7,12 @@ Modules are small and named for what they are:
 - ``io``         -- the Parquet instance / mechanism format, atomic writes, content hashes;
 - ``metrics``    -- distance functions (Euclidean, haversine in km);
 - ``graph``      -- the mDP graph (neighbour pairs), components, path distances;
+- ``result``     -- ``RawSolution``, the ``Status`` enum, the gap rule and honest status;
+- ``highs``      -- the one HiGHS adapter (models from arrays, status map, time limits, retries);
+- ``options``    -- option dataclasses as the source of defaults, help texts and CLI arguments;
+- ``executor``   -- stateful per-key workers for independent solves (serial, processes);
 - ``lp``         -- the exact PMO linear program solved with HiGHS;
+- ``colgen``     -- column generation by output (exact LP, with a proven bound);
 - ``verify``     -- privacy certificates and the exact repair;
 - ``mechanisms`` -- baseline mechanisms (exponential mechanism, planar Laplace);
 - ``constopt``   -- ConstOPTMech (Imola et al. 2022) adapted to neighbour-threshold mDP;

@@ -1,5 +1,14 @@
 """Column generation (Dantzig-Wolfe by output) for the PMO LP, with bounds.
 
+Privacy contract
+    input:      the mDP graph (neighbour pairs d_ij <= eta, both directions), eps per distance unit.
+    guarantee:  eps-mDP per distance unit on every neighbour pair and output.
+    holds by:   the certify gate: every generated column is exactly in the privacy cone
+                (:func:`close`), so the assembled mechanism is feasible up to the master's row
+                tolerance; :func:`mdp_core.verify.certify` repairs and re-checks it before release.
+                "optimal" is claimed only with the valid Lagrangian bound below.
+    reference:  Qiu 2024 (the PMO LP, Eqs. 4-7); Dantzig-Wolfe decomposition by output column.
+
 The PMO LP (see :mod:`mdp_core.lp`) is, with z_k the k-th column of Z (shape (N,)) and
 c_k = (p_i c_ik)_i,
 
@@ -9,8 +18,8 @@ where C = {x >= 0 : x_a <= g_ab x_b for every edge (a, b), both directions} is o
 all outputs, g_ab = exp(min(eps d_ab, MAX_LOG_RATIO)) (the same cap as :mod:`lp`).
 
 Restricted master (one HiGHS model per connected component, kept alive, columns appended with
-``addCols``, primal simplex warm start, or interior point with ``master_solver="ipm"``, which
-was 1.9x faster than the full LP on the eps = 2 grid): variables lambda_kj >= 0 for generated columns v_kj in C,
+``addCols``, primal simplex warm start, or interior point with ``master_solver="ipm"``, faster on
+smooth small-eps columns, see bench/README.md): variables lambda_kj >= 0 for generated columns v_kj in C,
 each tied to one output k,
 
     min sum_kj (c_k . v_kj) lambda_kj   s.t.  sum_kj lambda_kj v_kj = 1  (n rows).
@@ -79,26 +88,29 @@ model per output.
 
 from __future__ import annotations
 
-import time
 import dataclasses
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-import highspy
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from mdp_core import lp
+from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
-from mdp_core.graph import components, path_distances
+from mdp_core.graph import Block, component_blocks, path_distances
+from mdp_core.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, SOLVERS, LpModel, LpSolution, SolverOptions
 from mdp_core.instance import Instance
+from mdp_core.lp import privacy_rows
+from mdp_core.result import LIMITS, GapOptions, RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO
 
 FLOOR = 1e-13  # smallest column entry relative to the column's maximum (see module docstring)
-MASTER_STRATEGY = 4
-PRICING_STRATEGY = 1
+MASTER_STRATEGY = PRIMAL_SIMPLEX
+PRICING_STRATEGY = DUAL_SIMPLEX
 SMALL_MATRIX_VALUE = 1e-12  # HiGHS drops |a_ij| below this (default 1e-9 would drop real entries)
 
 
@@ -112,7 +124,7 @@ def cone_rows(n: int, edges: np.ndarray, distances: np.ndarray, epsilon: float) 
         A (2E, n) CSR matrix, and a (2E,) bool mask of the rows whose ratio was capped at e^MAX_LOG_RATIO.
     """
     ids = np.arange(n, dtype=np.int64)
-    r, c, v = lp.privacy_rows(edges, distances, epsilon, 1, ids, ids)
+    r, c, v = privacy_rows(edges, distances, epsilon, 1, ids, ids)
     a = sp.csr_matrix((v, (r, c)), shape=(2 * edges.shape[0], n))
     capped = np.r_[distances, distances] * epsilon > MAX_LOG_RATIO
     return a, capped
@@ -192,7 +204,7 @@ def lagrangian_terms(a: sp.csr_matrix, capped: np.ndarray, row_dual: np.ndarray)
     return np.asarray(a.T @ lam).ravel()
 
 
-def basis_duals(h: highspy.Highs, p: sp.csr_matrix, r: np.ndarray) -> np.ndarray | None:
+def basis_duals(h: Any, p: sp.csr_matrix, r: np.ndarray) -> np.ndarray | None:
     """Row duals y recomputed in float64 from HiGHS's final basis: P_N^T y_N = r_B, y_B = 0.
 
     ``p`` is the pricing LP's full row matrix ((m, n) CSR, the sum row last), ``r`` its costs (n,).
@@ -200,10 +212,8 @@ def basis_duals(h: highspy.Highs, p: sp.csr_matrix, r: np.ndarray) -> np.ndarray
     coefficients, which costs 1e-5 in the bound; these are accurate to float64 round-off for the
     same basis. Returns None when the basis system is not square or singular.
     """
-    basic = highspy.HighsBasisStatus.kBasic
-    bs = h.getBasis()
-    cb = np.fromiter((st == basic for st in bs.col_status), bool, count=p.shape[1])
-    rn = ~np.fromiter((st == basic for st in bs.row_status), bool, count=p.shape[0])
+    cb, rb = highs.basic_masks(h, p.shape[1], p.shape[0])
+    rn = ~rb
     if cb.sum() != rn.sum() or cb.sum() == 0:
         return None
     m = p[rn].T.tocsr()[cb].tocsc()
@@ -231,8 +241,8 @@ class _Component:
     capped: np.ndarray  # (2E',)
     p: sp.csr_matrix  # (2E' + 1, n) pricing rows: a, then the sum row
     decay: np.ndarray  # (n, n)
-    master: highspy.Highs
-    pricers: list[highspy.Highs]
+    master: Any  # highspy.Highs
+    pricers: list[Any]
     cols: np.ndarray  # (n, m)
     owner: np.ndarray  # (m,)
     lam: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -262,92 +272,86 @@ class _Component:
         n, k = self.c.shape
         terms = np.empty((n, k))
         for kk, h in enumerate(self.pricers):
-            r = np.asarray(h.getLp().col_cost_, dtype=np.float64)
-            y = basis_duals(h, self.p, r)
+            y = basis_duals(h, self.p, highs.costs(h))
             if y is None:
-                y = np.asarray(h.getSolution().row_dual, dtype=np.float64)
+                y = highs.row_duals(h)
             terms[:, kk] = lagrangian_terms(self.a, self.capped, y)
         return self.lagrangian(terms)
 
 
-def _configure(h: highspy.Highs, strategy: int) -> None:
-    h.setOptionValue("simplex_strategy", strategy)
-    h.setOptionValue("small_matrix_value", SMALL_MATRIX_VALUE)
-    h.setOptionValue("presolve", "off")  # keep the basis between solves
+def _configure(h: Any, strategy: int) -> None:
+    highs.set_options(
+        h, simplex_strategy=strategy, small_matrix_value=SMALL_MATRIX_VALUE, presolve="off"
+    )  # presolve off: keep the basis between solves
 
 
 def _new_component(
-    instance: Instance, members: np.ndarray, eidx: np.ndarray, local: np.ndarray, weighted: np.ndarray,
-    options: lp.SolverOptions, seeds_per_record: int, master_solver: str,
+    instance: Instance, block: Block, weighted: np.ndarray, options: SolverOptions, params: ColgenOptions
 ) -> _Component:
+    members, edges = block.members, block.local_edges
     n, k = members.shape[0], weighted.shape[1]
-    edges, dist = local[instance.edges[eidx]], instance.distances[eidx]
+    dist = instance.distances[block.edge_ids]
     w = weighted[members]
-    scale = float(np.max(np.abs(w))) or 1.0
-    c = w / scale
+    c, scale = highs.scale_costs(w)
     paths = capped_path_distances(n, edges, dist, instance.epsilon)
     decay = np.exp(-instance.epsilon * paths)  # row s = seed column v_s (before the floor)
     keep = ~implied_edges(edges, dist, paths, instance.epsilon)
     a, capped = cone_rows(n, edges[keep], dist[keep], instance.epsilon)
-    cols, owner = seed_columns(c, decay, seeds_per_record)
+    cols, owner = seed_columns(c, decay, params.seeds_per_record)
     simplex = dataclasses.replace(options, solver="simplex")
-    master = lp.new_highs(simplex)
+    master = highs.new_highs(simplex)
     _configure(master, MASTER_STRATEGY)
-    if master_solver == "ipm":  # no warm start, but far faster on smooth (small-eps) columns
-        master.setOptionValue("solver", "ipm")
-        master.setOptionValue("run_crossover", "on")
-    lp.pass_model(
+    if params.master_solver == "ipm":  # no warm start, but far faster on smooth (small-eps) columns
+        highs.set_options(master, solver="ipm", run_crossover="on")
+    highs.pass_model(
         master,
-        lp.LpModel(
-            c=(c[:, owner] * cols).sum(0), a=sp.csc_matrix(cols), row_lower=np.ones(n), row_upper=np.ones(n),
-            col_lower=np.zeros(cols.shape[1]), col_upper=np.full(cols.shape[1], np.inf),
+        LpModel(
+            c=(c[:, owner] * cols).sum(0),
+            a=sp.csc_matrix(cols),
+            row_lower=np.ones(n),
+            row_upper=np.ones(n),
+            col_lower=np.zeros(cols.shape[1]),
+            col_upper=np.full(cols.shape[1], np.inf),
         ),
     )
     n_priv = a.shape[0]
     p = sp.vstack([a, sp.csr_matrix(np.ones((1, n)))]).tocsr()
-    model = lp.LpModel(
-        c=np.zeros(n), a=p.tocsc(),
-        row_lower=np.r_[np.full(n_priv, -np.inf), 1.0], row_upper=np.r_[np.zeros(n_priv), 1.0],
-        col_lower=np.zeros(n), col_upper=np.full(n, np.inf),
+    model = LpModel(
+        c=np.zeros(n),
+        a=p.tocsc(),
+        row_lower=np.r_[np.full(n_priv, -np.inf), 1.0],
+        row_upper=np.r_[np.zeros(n_priv), 1.0],
+        col_lower=np.zeros(n),
+        col_upper=np.full(n, np.inf),
     )
     pricers = []
     for _ in range(k):
-        h = lp.new_highs(simplex)
+        h = highs.new_highs(simplex)
         _configure(h, PRICING_STRATEGY)
-        lp.pass_model(h, model)
+        highs.pass_model(h, model)
         pricers.append(h)
     return _Component(members, c, scale, w, a, capped, p, decay, master, pricers, cols, owner)
 
 
-def _set_time_limit(h: highspy.Highs, remaining: float) -> None:
-    """Allow ``remaining`` more seconds. HiGHS compares ``time_limit`` with the object's cumulative
-    run time (``getRunTime``, summed over every ``run()`` since it was created; checked on highspy
-    1.15), not with the time of the current run, so a long-lived model needs the offset."""
-    if np.isfinite(remaining):
-        h.setOptionValue("time_limit", float(h.getRunTime() + max(remaining, 1e-3)))
+def _run_robust(h: Any, strategy: int) -> LpSolution:
+    """Solve with simplex ``strategy`` from the current basis; on a HiGHS error the other strategy,
+    then both from scratch (:func:`mdp_core.highs.strategy_ladder`)."""
+    return highs.run_robust(h, highs.strategy_ladder(strategy), want_duals=True)
 
 
-def _run_robust(h: highspy.Highs, strategy: int) -> lp.LpSolution:
-    """Solve with simplex ``strategy`` (1 dual, 4 primal) from the current basis; on a HiGHS error try
-    the other strategy, then both from scratch (``clearSolver``). HiGHS sometimes stops at once with
-    "Not Set" / "Unknown" from a warm basis (seen on the 20 x 25 grids, pricing and master)."""
-    other = 4 if strategy == 1 else 1
-    sol = lp.run(h, want_duals=True)
-    for cold, st in ((False, other), (True, strategy), (True, other)):
-        if not sol.status.startswith("error"):
-            break
-        if cold:
-            h.clearSolver()
-        h.setOptionValue("simplex_strategy", st)
-        sol = lp.run(h, want_duals=True)
-    h.setOptionValue("simplex_strategy", strategy)
-    return sol
+@dataclass
+class _Step:
+    """What one iteration of one component did."""
+
+    added: int = 0
+    master_s: float = 0.0
+    pricing_s: float = 0.0
+    status: Status = Status.OPTIMAL  # OPTIMAL = the iteration completed (a limit otherwise)
+    mispriced: bool = False  # a smoothed pricing round found no improving column
 
 
-def _iterate(
-    comp: _Component, deadline: float, tol: float, alpha: float, gap_rel: float
-) -> tuple[int, float, float, str]:
-    """One master solve + K pricing solves; updates the bounds. Returns (columns added, master s, pricing s, status).
+def _iterate(comp: _Component, deadline: float, tol: float, alpha: float, gap_rel: float) -> _Step:
+    """One master solve + K pricing solves; updates the bounds and adds the improving columns.
 
     A column enters when its reduced cost per unit mass is below -max(tol, gap_rel |master| / (100 n))
     (scaled costs): a column worth less could not move the bound n min_k m_k by 1 % of the target
@@ -356,43 +360,67 @@ def _iterate(
     """
     t0 = time.perf_counter()
     if deadline - t0 <= 0:
-        return 0, 0.0, 0.0, "time_limit"
-    _set_time_limit(comp.master, deadline - t0)
+        return _Step(status=Status.TIME_LIMIT)
+    highs.set_time_limit(comp.master, deadline - t0)
     sol = _run_robust(comp.master, MASTER_STRATEGY)
-    master_s = time.perf_counter() - t0
+    step = _Step(master_s=time.perf_counter() - t0)
     if sol.x.shape[0]:
         comp.lam = np.maximum(sol.x, 0.0)
         comp.upper = float(np.sum(comp.weighted * comp.z()))
-    if sol.status != "optimal" or sol.x.shape[0] == 0:
-        if sol.status in ("time_limit", "iteration_limit"):
-            return 0, master_s, 0.0, sol.status
-        raise SolverError(f"colgen master: HiGHS status {sol.status}")
+    if sol.status != Status.OPTIMAL or sol.x.shape[0] == 0:
+        if sol.status in LIMITS:
+            step.status = sol.status
+            return step
+        raise SolverError(f"colgen master: HiGHS status {sol.describe()}")
     u_master = np.asarray(sol.row_dual, dtype=np.float64)
-    smoothed = comp.smooth and not comp.cold_next and comp.center is not None and alpha > 0
-    u = alpha * comp.center + (1 - alpha) * u_master if smoothed else u_master
-    n, k = comp.c.shape
-    threshold = max(tol, gap_rel * abs(sol.objective) / (100 * n))
+    center = comp.center
+    smoothed = comp.smooth and not comp.cold_next and center is not None and alpha > 0
+    u = alpha * center + (1 - alpha) * u_master if smoothed and center is not None else u_master
+    threshold = max(tol, gap_rel * abs(sol.objective) / (100 * comp.c.shape[0]))
     t1 = time.perf_counter()
-    new_cols, new_owner, m_k = [], [], []
+    new_cols, new_owner = _price(comp, u, u_master, threshold, deadline, step)
+    step.pricing_s = time.perf_counter() - t1
+    comp.cold_next = False
+    # a smoothed point that yields no improving column is a mis-pricing: price at the master's duals next
+    step.mispriced = smoothed and not new_cols and step.status == Status.OPTIMAL
+    comp.smooth = not step.mispriced
+    if step.mispriced:
+        return step
+    if new_cols:
+        v = np.column_stack(new_cols)
+        highs.add_cols(comp.master, (comp.c[:, new_owner] * v).sum(0), sp.csc_matrix(v))
+        comp.cols = np.concatenate([comp.cols, v], axis=1)
+        comp.owner = np.r_[comp.owner, np.asarray(new_owner, dtype=np.int64)]
+    step.added = len(new_cols)
+    return step
+
+
+def _price(
+    comp: _Component, u: np.ndarray, u_master: np.ndarray, threshold: float, deadline: float, step: _Step
+) -> tuple[list[np.ndarray], list[int]]:
+    """Solve the K pricing LPs at duals ``u``; update the component's bounds when all K finished.
+    Returns the improving columns (closed, :func:`close`) and their outputs; a limit goes to ``step``."""
+    n, k = comp.c.shape
+    new_cols: list[np.ndarray] = []
+    new_owner: list[int] = []
+    m_k: list[float] = []
     terms = np.zeros((n, k))
-    status = "optimal"
-    idx = np.arange(n, dtype=np.int32)
+    idx = np.arange(n)
     for kk, h in enumerate(comp.pricers):
-        r = comp.c[:, kk] - u
-        h.changeColsCost(n, idx, r)
+        highs.change_costs(h, idx, comp.c[:, kk] - u)
         if comp.cold_next:
-            h.clearSolver()
+            highs.clear_solver(h)
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
-            status = "time_limit"
+            step.status = Status.TIME_LIMIT
             break
-        _set_time_limit(h, remaining)
+        highs.set_time_limit(h, remaining)
         ps = _run_robust(h, PRICING_STRATEGY)
-        if ps.status != "optimal":
-            if ps.status in ("time_limit", "iteration_limit"):
-                status = ps.status
+        if ps.status != Status.OPTIMAL:
+            if ps.status in LIMITS:
+                step.status = ps.status
                 break
-            raise SolverError(f"colgen pricing (output {kk}): HiGHS status {ps.status}")
+            raise SolverError(f"colgen pricing (output {kk}): HiGHS status {ps.describe()}")
         m_k.append(ps.objective)
         if ps.row_dual.size:  # else lam = 0, still valid
             terms[:, kk] = lagrangian_terms(comp.a, comp.capped, ps.row_dual)
@@ -401,36 +429,62 @@ def _iterate(
             if (comp.c[:, kk] - u_master) @ x / x.sum() < -threshold:  # improves the master
                 new_cols.append(x)
                 new_owner.append(kk)
-    pricing_s = time.perf_counter() - t1
     if len(m_k) == k:
         lb = float(u.sum() + n * min(min(m_k), 0.0))  # valid for any u, smoothed or not
         if lb > comp.center_lb:
             comp.center, comp.center_lb = u.copy(), lb
         comp.pricing_lb = max(comp.pricing_lb, comp.scale * lb)
         comp.lower = max(comp.lower, comp.lagrangian(terms))
-    comp.cold_next = False
-    # a smoothed point that yields no improving column is a mis-pricing: price at the master's duals next
-    mispriced = smoothed and not new_cols and status == "optimal"
-    comp.smooth = not mispriced
-    if mispriced:
-        return 0, master_s, pricing_s, "mispriced"
-    if new_cols:
-        v = np.column_stack(new_cols)
-        cs = sp.csc_matrix(v)
-        comp.master.addCols(
-            v.shape[1], (comp.c[:, new_owner] * v).sum(0), np.zeros(v.shape[1]), np.full(v.shape[1], np.inf),
-            cs.nnz, cs.indptr.astype(np.int32), cs.indices.astype(np.int32), cs.data,
-        )
-        comp.cols = np.concatenate([comp.cols, v], axis=1)
-        comp.owner = np.r_[comp.owner, np.asarray(new_owner, dtype=np.int64)]
-    return len(new_cols), master_s, pricing_s, status
+    return new_cols, new_owner
 
 
 # --------------------------------------------------------------------------- the method
 TRACE_COLUMNS = [
-    "iteration", "lower_bound", "pricing_bound", "upper_bound", "gap", "columns_added",
-    "master_seconds", "pricing_seconds",
+    "iteration",
+    "lower_bound",
+    "pricing_bound",
+    "upper_bound",
+    "gap",
+    "columns_added",
+    "master_seconds",
+    "pricing_seconds",
 ]
+
+
+@dataclass(frozen=True)
+class ColgenOptions(GapOptions):
+    """Options of the "colgen" method (module docstring); a component stops when its gap is closed.
+    Constraints are declared in the metadata (:func:`mdp_core.options.validate`)."""
+
+    max_iterations: int = field(
+        default=200, metadata={"help": "master solves at most (per component)", "integer": True, "ge": 1}
+    )
+    seeds_per_record: int = field(
+        default=3,
+        metadata={"help": "cheapest outputs of each record given its seed column", "integer": True, "ge": 0},
+    )
+    tol: float = field(
+        default=1e-12,
+        metadata={
+            "help": "a column enters when its reduced cost per unit mass is below -max(tol, gap_rel |master| / (100 n))",
+            "ge": 0,
+        },
+    )
+    smoothing: float = field(
+        default=0.5,
+        metadata={
+            "help": "Wentges dual smoothing weight in [0, 1): price at alpha * centre + (1 - alpha) * u (0 = off)",
+            "ge": 0,
+            "lt": 1,
+        },
+    )
+    master_solver: str = field(
+        default="simplex",
+        metadata={
+            "help": "master LP: primal simplex, warm-started (default), or ipm + crossover, cold",
+            "choices": SOLVERS,
+        },
+    )
 
 
 @dataclass
@@ -438,8 +492,8 @@ class ColgenResult:
     """Output of :func:`colgen` (bounds and objectives in the instance's cost unit)."""
 
     z: np.ndarray  # (N, K) raw assembled mechanism (feasible up to the master's row tolerance)
-    status: str  # "optimal" (proven gap closed), "feasible" (no improving column, gap open),
-    #              "iteration_limit" or "time_limit" (z is still a feasible mechanism)
+    status: Status  # optimal (proven gap closed), feasible (no improving column, gap open),
+    #                 iteration_limit or time_limit (z is still a feasible mechanism)
     lower_bound: float  # proven (Lagrangian) bound, valid whatever the solver tolerances (module docstring)
     pricing_bound: float  # 1.u + n min_k min(m_k, 0) per component, m_k = HiGHS's pricing optima
     upper_bound: float  # cost of z
@@ -449,17 +503,30 @@ class ColgenResult:
     extra: dict[str, Any]
 
 
+@dataclass
+class _Run:
+    """Column generation over all components: the isolated records' fixed part and the live components."""
+
+    z: np.ndarray  # (N, K)
+    fixed: float = 0.0  # exact cost of isolated records
+    comps: list[_Component] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the trace
+
+    def bounds(self) -> tuple[float, float, float]:
+        """(proven lower bound, pricing bound, upper bound) of the whole instance."""
+        return (
+            self.fixed + sum(c.lower for c in self.comps),
+            self.fixed + sum(c.pricing_lb for c in self.comps),
+            self.fixed + sum(c.upper for c in self.comps),
+        )
+
+
 def colgen(
     instance: Instance,
-    options: lp.SolverOptions | None = None,
+    options: SolverOptions | None = None,
     progress: Callable[[str], None] | None = None,
-    gap_abs: float = 0.0,
-    gap_rel: float = 1e-6,
-    max_iterations: int = 200,
-    seeds_per_record: int = 3,
-    tol: float = 1e-12,
-    smoothing: float = 0.5,
-    master_solver: str = "simplex",
+    params: ColgenOptions | None = None,
+    **kwargs: Any,
 ) -> ColgenResult:
     """Solve the PMO by column generation (module docstring), components in lockstep.
 
@@ -467,151 +534,114 @@ def colgen(
         options: HiGHS settings; ``time_limit`` bounds the whole run (``solver`` is ignored: the
             master and pricing LPs are always solved by simplex, to warm-start).
         progress: called once per iteration with a one-line summary.
-        gap_abs, gap_rel: a component stops when UB - LB <= gap_abs or <= gap_rel * |UB| (its cost unit).
-        max_iterations: master solves at most (per component).
-        seeds_per_record: how many cheapest outputs of each record get its seed column v_s.
-        tol: a priced column enters when its reduced cost per unit mass is below
-            -max(tol, gap_rel |master objective| / (100 n)) (scaled costs; see _iterate).
-        smoothing: Wentges dual smoothing weight alpha in [0, 1): pricing uses
-            alpha * centre + (1 - alpha) * u, the centre being the duals with the best pricing bound
-            so far (the bound is valid at any dual point); a smoothed round that finds no column
-            improving the master is repeated at u itself. 0 = plain column generation.
-        master_solver: "simplex" (primal simplex, warm-started; default) or "ipm" (interior point +
-            crossover, cold each time). Grid 20 x 25, K = 100, eps 2, first 9 iterations: master
-            seconds 0.9 -> 9.2 per solve with simplex, 1.0 -> 3.5 with ipm; at eps 10 the
-            simplex master takes ~0.02 s per solve.
+        params: :class:`ColgenOptions`, or its fields as keyword arguments (``gap_rel=1e-4``).
     """
-    options = options or lp.SolverOptions()
-    if not (gap_abs >= 0 and gap_rel >= 0):
-        raise InputError(f"gap_abs and gap_rel must be >= 0, got {gap_abs}, {gap_rel}")
-    if max_iterations < 1:
-        raise InputError(f"max_iterations must be >= 1, got {max_iterations}")
-    if seeds_per_record < 0:
-        raise InputError(f"seeds_per_record must be >= 0, got {seeds_per_record}")
-    if not tol >= 0:
-        raise InputError(f"tol must be >= 0, got {tol}")
-    if not 0 <= smoothing < 1:
-        raise InputError(f"smoothing must be in [0, 1), got {smoothing}")
-    if master_solver not in lp.SOLVERS:
-        raise InputError(f"master_solver must be one of {lp.SOLVERS}, got {master_solver!r}")
+    params = params or ColgenOptions(**kwargs)
+    options = options or SolverOptions()
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit
-    n, k = instance.n_records, instance.n_outputs
     weighted = instance.prior[:, None] * instance.costs
-    count, labels = components(n, instance.edges)
-    sizes = np.bincount(labels, minlength=count)
-    order = np.argsort(labels, kind="stable")
-    bounds = np.r_[0, np.cumsum(sizes)]
-    edge_comp = labels[instance.edges[:, 0]] if instance.n_edges else np.zeros(0, np.int64)
-    e_order = np.argsort(edge_comp, kind="stable")
-    e_bounds = np.r_[0, np.cumsum(np.bincount(edge_comp, minlength=count))]
-    local = np.empty(n, dtype=np.int64)
-    z = np.zeros((n, k))
-    fixed = 0.0  # exact cost of isolated records
-    comps: list[_Component] = []
-    for ci in range(count):
-        members = order[bounds[ci] : bounds[ci + 1]]
-        if members.shape[0] == 1:
-            i = members[0]
-            z[i, np.argmin(instance.costs[i])] = 1.0
-            fixed += float(np.min(weighted[i]))
-            continue
-        local[members] = np.arange(members.shape[0])
-        eidx = e_order[e_bounds[ci] : e_bounds[ci + 1]]
-        comps.append(
-            _new_component(instance, members, eidx, local, weighted, options, seeds_per_record, master_solver)
-        )
+    count, sizes, blocks = component_blocks(instance.n_records, instance.edges)
+    run = _Run(np.zeros((instance.n_records, instance.n_outputs)))
+    for block in blocks:
+        if block.members.shape[0] == 1:
+            i = block.members[0]
+            run.z[i, np.argmin(instance.costs[i])] = 1.0
+            run.fixed += float(np.min(weighted[i]))
+        else:
+            run.comps.append(_new_component(instance, block, weighted, options, params))
     setup_s = time.perf_counter() - t0
-    rows: list[dict[str, Any]] = []
-    status, it = "optimal", 0
-    while any(not c.done for c in comps):
-        if it >= max_iterations:
-            status = "iteration_limit"
+    status, it = Status.OPTIMAL, 0
+    while any(not c.done for c in run.comps):
+        if it >= params.max_iterations:
+            status = Status.ITERATION_LIMIT
             break
         it += 1
-        added, ms, ps = 0, 0.0, 0.0
-        for comp in (c for c in comps if not c.done):
-            a, m_s, p_s, st = _iterate(comp, deadline, tol, smoothing, gap_rel)
-            added, ms, ps = added + a, ms + m_s, ps + p_s
-            if st not in ("optimal", "mispriced"):
-                status = st
-            closed = lp.gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
-            pricing_closed = lp.gap_closed(comp.upper, comp.pricing_lb, gap_abs, gap_rel)
-            if not closed and st == "optimal" and a == 0 and pricing_closed:
-                comp.lower = max(comp.lower, comp.polished_bound())  # exact duals of the current bases
-                closed = lp.gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
-            if closed:
-                comp.done = True
-            elif a == 0 and st == "optimal":
-                # No column prices out. A warm-started HiGHS solve can call a basis optimal that is
-                # 1e-6 off (its tolerances are applied to the scaled model), so before giving up
-                # re-solve every pricing LP from scratch (at most twice per component).
-                if comp.cold_checks < 2:
-                    comp.cold_next, comp.cold_checks = True, comp.cold_checks + 1
-                else:
-                    comp.done = True
-        lower = fixed + sum(c.lower for c in comps)
-        upper = fixed + sum(c.upper for c in comps)
-        rows.append(
-            {"iteration": it, "lower_bound": lower, "pricing_bound": fixed + sum(c.pricing_lb for c in comps),
-             "upper_bound": upper, "gap": upper - lower, "columns_added": added, "master_seconds": ms,
-             "pricing_seconds": ps}
-        )
-        if progress:
-            progress(
-                f"colgen iteration {it}: LB {lower:.10g} UB {upper:.10g} gap {upper - lower:.3g}, +{added} columns"
-            )
-        if status != "optimal":
+        status = _round(run, it, deadline, params, progress)
+        if status != Status.OPTIMAL:
             break
     polish_s = time.perf_counter()
-    for comp in comps:
-        z[comp.members] = comp.z()
+    for comp in run.comps:
+        run.z[comp.members] = comp.z()
         if np.isfinite(comp.pricing_lb):  # every pricer has a basis: recompute its duals exactly once
             comp.lower = max(comp.lower, comp.polished_bound())
     polish_s = time.perf_counter() - polish_s
-    lower = fixed + sum(c.lower for c in comps)
-    pricing = fixed + sum(c.pricing_lb for c in comps)
-    upper = float(np.sum(weighted * z))
-    if status == "optimal" and not all(lp.gap_closed(c.upper, c.lower, gap_abs, gap_rel) for c in comps):
-        status = "feasible"
+    lower, pricing, _ = run.bounds()
+    upper = float(np.sum(weighted * run.z))
+    if status == Status.OPTIMAL and not all(
+        gap_closed(c.upper, c.lower, params.gap_abs, params.gap_rel) for c in run.comps
+    ):
+        status = Status.FEASIBLE
     extra = {
         "n_components": int(count),
         "largest_component": int(sizes.max()),
-        "columns": int(sum(c.cols.shape[1] for c in comps)),
-        "pricing_rows": int(sum(c.a.shape[0] for c in comps)),
-        "seeds_per_record": seeds_per_record,
+        "columns": int(sum(c.cols.shape[1] for c in run.comps)),
+        "pricing_rows": int(sum(c.a.shape[0] for c in run.comps)),
+        "seeds_per_record": params.seeds_per_record,
         "setup_seconds": round(setup_s, 3),
         "polish_seconds": round(polish_s, 3),
         "lower_bound": lower,
         "lower_bound_pricing": pricing,
         "upper_bound": upper,
     }
-    return ColgenResult(
-        z, status, lower, pricing, upper, it, time.perf_counter() - t0, pd.DataFrame(rows, columns=TRACE_COLUMNS), extra
+    trace = pd.DataFrame(run.rows, columns=TRACE_COLUMNS)
+    return ColgenResult(run.z, status, lower, pricing, upper, it, time.perf_counter() - t0, trace, extra)
+
+
+def _round(
+    run: _Run, it: int, deadline: float, params: ColgenOptions, progress: Callable[[str], None] | None
+) -> Status:
+    """Iteration ``it`` for every unfinished component; appends a trace row. Returns OPTIMAL to go on."""
+    gap_abs, gap_rel = params.gap_abs, params.gap_rel
+    status, added, ms, ps = Status.OPTIMAL, 0, 0.0, 0.0
+    for comp in (c for c in run.comps if not c.done):
+        step = _iterate(comp, deadline, params.tol, params.smoothing, gap_rel)
+        added, ms, ps = added + step.added, ms + step.master_s, ps + step.pricing_s
+        if step.status != Status.OPTIMAL:
+            status = step.status
+        complete = step.status == Status.OPTIMAL and not step.mispriced
+        closed = gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
+        pricing_closed = gap_closed(comp.upper, comp.pricing_lb, gap_abs, gap_rel)
+        if not closed and complete and step.added == 0 and pricing_closed:
+            comp.lower = max(comp.lower, comp.polished_bound())  # exact duals of the current bases
+            closed = gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
+        if closed:
+            comp.done = True
+        elif step.added == 0 and complete:
+            # No column prices out. A warm-started HiGHS solve can call a basis optimal that is
+            # 1e-6 off (its tolerances are applied to the scaled model), so before giving up
+            # re-solve every pricing LP from scratch (at most twice per component).
+            if comp.cold_checks < 2:
+                comp.cold_next, comp.cold_checks = True, comp.cold_checks + 1
+            else:
+                comp.done = True
+    lower, pricing, upper = run.bounds()
+    run.rows.append(
+        {
+            "iteration": it,
+            "lower_bound": lower,
+            "pricing_bound": pricing,
+            "upper_bound": upper,
+            "gap": upper - lower,
+            "columns_added": added,
+            "master_seconds": ms,
+            "pricing_seconds": ps,
+        }
     )
+    if progress:
+        progress(f"colgen iteration {it}: LB {lower:.10g} UB {upper:.10g} gap {upper - lower:.3g}, +{added} columns")
+    return status
 
 
 def method(
-    instance: Instance,
-    options: lp.SolverOptions | None = None,
-    progress: Callable[[str], None] | None = None,
-    gap_abs: float = 0.0,
-    gap_rel: float = 1e-6,
-    max_iterations: int = 200,
-    seeds_per_record: int = 3,
-    master_solver: str = "simplex",
-    **_: Any,
-):
-    """The "colgen" entry of :data:`mdp_core.solve.METHODS`; returns a ``RawSolution``.
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: ColgenOptions
+) -> RawSolution:
+    """The "colgen" entry of :data:`mdp_core.solve.METHODS`.
 
     ``lower_bound`` is the proven (Lagrangian) bound that also drives the stopping rule; the
     pricing bound is in ``extra["lower_bound_pricing"]`` and the trace.
     """
-    from mdp_core.solve import RawSolution  # mdp_core.solve imports methods lazily; avoid a cycle
-
-    res = colgen(
-        instance, options, progress, gap_abs, gap_rel, max_iterations, seeds_per_record, master_solver=master_solver
-    )
+    res = colgen(instance, options, progress, params)
     lower = res.lower_bound if np.isfinite(res.lower_bound) else None
     extra = res.extra | {"seconds": round(res.seconds, 3)}
     return RawSolution(res.z, res.status, lower, res.iterations, extra, res.trace)

@@ -1,5 +1,14 @@
 """ConstOPTMech (Imola et al. 2022, Algorithm 1 with I_NN,r), adapted to the PMO setting.
 
+Privacy contract
+    input:      the mDP graph (neighbour pairs d_ij <= eta) and record-output distances d(r_i, o_k)
+                that are 1-Lipschitz along every edge; eps per distance unit.
+    guarantee:  eps-mDP per distance unit on every neighbour pair, both directions.
+    holds by:   construction (fixed entries: triangle inequality; free entries: the LP's rows at eps/2;
+                row normalisation doubles it to eps, Imola et al. Theorem 2), then the certify gate
+                (:func:`mdp_core.verify.certify`) for the LP's tolerance-level violations.
+    reference:  Imola, Kasiviswanathan, White, Aggarwal, Teissier (2022), Algorithm 1 and Theorem 2.
+
 Imola et al. fix every entry of the mechanism to a weighted exponential mechanism,
 M_ik = Y_k exp(-eps' d(r_i, o_k)), except the entries of each record's r nearest outputs, which
 stay free LP variables. Pairs of fixed entries satisfy the privacy constraints by the triangle
@@ -22,16 +31,20 @@ Adaptation to this project (stated in ``extra``):
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from mdp_core import lp
+from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
 from mdp_core.graph import path_distances
+from mdp_core.highs import LpModel, SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import record_output_distances
+from mdp_core.result import RawSolution, Status
 from mdp_core.verify import objective
 
 LAMBDAS = (0.001, 0.1, 1.0)
@@ -58,7 +71,7 @@ def nearest_outputs(dist: np.ndarray, r: int) -> np.ndarray:
     return np.argsort(dist, axis=1, kind="stable")[:, :r]
 
 
-def build(instance: Instance, dist: np.ndarray, nn: np.ndarray, lam: float) -> tuple[lp.LpModel, dict[str, Any]]:
+def build(instance: Instance, dist: np.ndarray, nn: np.ndarray, lam: float) -> tuple[LpModel, dict[str, Any]]:
     """The ConstOPTMech LP at eps' = eps / 2 for one lambda.
 
     Variables: the free entries x (record i, output nn[i, t]) at index i * r + t, then the scaled
@@ -106,11 +119,9 @@ def build(instance: Instance, dist: np.ndarray, nn: np.ndarray, lam: float) -> t
         rows.append(prow[keep])
         cols.append(col[keep])
         vals.append(val[keep])
-    m = sp.csc_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n + n_priv, nf + k)
-    )
+    m = sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n + n_priv, nf + k))
     m.sum_duplicates()
-    model = lp.LpModel(
+    model = LpModel(
         c=c,
         a=m,
         row_lower=np.r_[np.ones(n), np.full(n_priv, -np.inf)],
@@ -145,7 +156,7 @@ def constopt(
     instance: Instance,
     r: int = 10,
     lambdas: Sequence[float] = LAMBDAS,
-    options: lp.SolverOptions | None = None,
+    options: SolverOptions | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """ConstOPTMech: solve the LP for every lambda and keep the normalised H with the least
@@ -155,7 +166,7 @@ def constopt(
     lambdas = [float(v) for v in lambdas]
     if not lambdas or any(not (np.isfinite(v) and v > 0) for v in lambdas):
         raise InputError(f"lambdas must be a non-empty list of numbers > 0, got {lambdas}")
-    options = options or lp.SolverOptions()
+    options = options or SolverOptions()
     dist, source = output_distances(instance)
     nn = nearest_outputs(dist, int(r))
     best: tuple[float, np.ndarray, float] | None = None
@@ -165,41 +176,56 @@ def constopt(
         t0 = time.perf_counter()
         if h is None:  # one model; later lambdas only change the costs and warm-start from the basis
             model, parts = build(instance, dist, nn, lam)
-            h = lp.new_highs(options)
-            lp.pass_model(h, model)
+            h = highs.new_highs(options)
+            highs.pass_model(h, model)
         else:
             c = costs(instance, nn, parts["coef"], lam)
-            h.changeColsCost(c.size, np.arange(c.size, dtype=np.int32), c)
-        sol = lp.run(h)
-        run = {"lambda": lam, "status": sol.status, "seconds": round(time.perf_counter() - t0, 3),
-               "iterations": sol.iterations, "lp_variables": int(model.a.shape[1]),
-               "lp_rows": int(model.a.shape[0]), "lp_nonzeros": int(model.a.nnz)}
+            highs.change_costs(h, np.arange(c.size), c)
+        sol = highs.run(h)
+        run: dict[str, Any] = {
+            "lambda": lam,
+            "status": sol.describe(),
+            "seconds": round(time.perf_counter() - t0, 3),
+            "iterations": sol.iterations,
+            "lp_variables": int(model.a.shape[1]),
+            "lp_rows": int(model.a.shape[0]),
+            "lp_nonzeros": int(model.a.nnz),
+        }
         if sol.x.shape[0]:
             hm = assemble(sol.x, parts)
-            run["expected_loss"] = objective(instance, hm)
-            if best is None or run["expected_loss"] < best[0]:
-                best = (run["expected_loss"], hm, lam)
+            loss = objective(instance, hm)
+            run["expected_loss"] = loss
+            if best is None or loss < best[0]:
+                best = (loss, hm, lam)
         runs.append(run)
         if progress:
-            progress(f"constopt lambda={lam:g}: {sol.status}, {model.a.shape[0]} rows, loss {run.get('expected_loss')}")
+            progress(
+                f"constopt lambda={lam:g}: {sol.describe()}, {model.a.shape[0]} rows, loss {run.get('expected_loss')}"
+            )
     if best is None:
         raise SolverError(f"ConstOPTMech: no lambda gave a solution ({[r_['status'] for r_ in runs]})")
-    info = {"r": int(nn.shape[1]), "lambda": best[2], "runs": runs, "distances": source,
-            "lp_epsilon": instance.epsilon / 2.0, "objective": "expected loss + lambda * row mass"}
+    info = {
+        "r": int(nn.shape[1]),
+        "lambda": best[2],
+        "runs": runs,
+        "distances": source,
+        "lp_epsilon": instance.epsilon / 2.0,
+        "objective": "expected loss + lambda * row mass",
+    }
     return best[1], info
 
 
-def method(
-    instance: Instance,
-    options: lp.SolverOptions,
-    progress: Callable[[str], None] | None = None,
-    r: int = 10,
-    lambdas: Sequence[float] = LAMBDAS,
-    **_: Any,
-):
-    """``solve(instance, "constopt", r=..., lambdas=...)``."""
-    from mdp_core.solve import RawSolution  # solve imports methods lazily
+@dataclass(frozen=True)
+class ConstoptOptions:
+    r: int = field(default=10, metadata={"help": "constopt: free LP entries per record (its r nearest outputs)"})
+    lambdas: tuple[float, ...] = field(default=LAMBDAS, metadata={"help": "constopt: row-mass penalties tried"})
 
-    h, info = constopt(instance, r, lambdas, options, progress)
-    status = "optimal" if all(run["status"] == "optimal" for run in info["runs"]) else "feasible"
-    return RawSolution(h, status=status, extra=info)
+
+def method(
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: ConstoptOptions
+) -> RawSolution:
+    """``solve(instance, "constopt", r=..., lambdas=...)``. Its status is its own LP's: "optimal"
+    when every lambda's LP was solved to optimality (a baseline: no bound on the PMO optimum)."""
+    h, info = constopt(instance, params.r, params.lambdas, options, progress)
+    ok = all(run["status"] == Status.OPTIMAL for run in info["runs"])
+    return RawSolution(h, status=Status.OPTIMAL if ok else Status.FEASIBLE, extra=info)

@@ -5,6 +5,9 @@ Edges are arrays ``(E, 2)`` with i < j plus ``(E,)`` distances, sorted by (i, j)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
@@ -73,3 +76,40 @@ def path_distances(n: int, edges: np.ndarray, distances: np.ndarray, sources: np
     Returns (len(sources), n), or (n, n) when ``sources`` is None.
     """
     return csgraph.dijkstra(adjacency(n, edges, distances), directed=False, indices=sources)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One connected component of the mDP graph: ``members`` (n,) record ids (ascending),
+    ``edge_ids`` (E',) rows of the instance's edge table inside it, ``local_edges`` (E', 2) those
+    edges in local indices 0..n-1 (position in ``members``)."""
+
+    index: int
+    members: np.ndarray
+    edge_ids: np.ndarray
+    local_edges: np.ndarray
+
+
+def component_blocks(n: int, edges: np.ndarray) -> tuple[int, np.ndarray, Iterator[Block]]:
+    """(count, (count,) component sizes, iterator over the components as :class:`Block` s).
+
+    Connected components are independent problems (Qiu 2024, Property 3.1); every per-component
+    solver (lp, colgen) walks them with this.
+    """
+    count, labels = components(n, edges)
+    sizes = np.bincount(labels, minlength=count)
+    return count, sizes, _blocks(n, edges, count, labels, sizes)
+
+
+def _blocks(n: int, edges: np.ndarray, count: int, labels: np.ndarray, sizes: np.ndarray) -> Iterator[Block]:
+    order = np.argsort(labels, kind="stable")
+    bounds = np.r_[0, np.cumsum(sizes)]
+    edge_comp = labels[edges[:, 0]] if edges.shape[0] else np.zeros(0, np.int64)
+    e_order = np.argsort(edge_comp, kind="stable")
+    e_bounds = np.r_[0, np.cumsum(np.bincount(edge_comp, minlength=count))]
+    local = np.empty(n, dtype=np.int64)
+    for c in range(count):
+        members = order[bounds[c] : bounds[c + 1]]
+        local[members] = np.arange(members.shape[0])
+        eidx = e_order[e_bounds[c] : e_bounds[c + 1]]
+        yield Block(c, members, eidx, local[edges[eidx]])

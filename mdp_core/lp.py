@@ -1,4 +1,13 @@
-"""The exact PMO linear program (Qiu 2024, Eqs. 4-7) and a thin, checked HiGHS wrapper.
+"""The exact PMO linear program (Qiu 2024, Eqs. 4-7), solved with HiGHS through :mod:`mdp_core.highs`.
+
+Privacy contract
+    input:      the mDP graph (neighbour pairs d_ij <= eta, both directions), eps per distance unit.
+    guarantee:  eps-mDP per distance unit on every neighbour pair and output.
+    holds by:   the certify gate: HiGHS meets the privacy rows only to its tolerance (~1e-7), so
+                :func:`mdp_core.verify.certify` repairs the raw answer exactly and re-checks it
+                before release. "optimal" is claimed only when the dual (Lagrangian) bound
+                (:func:`lagrangian_bound`) is within the requested gap.
+    reference:  Qiu 2024, Eqs. 4-7 (the PMO linear program), Property 3.1 (components).
 
 Variables: z = vec(Z) row-major, index(i, k) = i * K + k, 0 <= z.
 Rows (built in one vectorised pass, no Python loop over edges or outputs):
@@ -17,91 +26,56 @@ after the other; isolated records take their cheapest output.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from mdp_core.errors import InputError, SolverError
-from mdp_core.graph import components
+from mdp_core.errors import SolverError
+from mdp_core.graph import Block, component_blocks
+from mdp_core.highs import (  # re-exported: other modules import these names from lp
+    SOLVERS,
+    LpModel,
+    LpSolution,
+    SolverOptions,
+    new_highs,
+    pass_model,
+    run,
+    scale_costs,
+    solve_model,
+)
 from mdp_core.instance import Instance
+from mdp_core.result import GapOptions, RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO
 
-SOLVERS = ("simplex", "ipm")
-_STATUS = {
-    "kOptimal": "optimal",
-    "kInfeasible": "infeasible",
-    "kUnbounded": "unbounded",
-    "kUnboundedOrInfeasible": "infeasible",
-    "kTimeLimit": "time_limit",
-    "kIterationLimit": "iteration_limit",
-    "kObjectiveBound": "objective_bound",
-    "kObjectiveTarget": "objective_target",
-    "kInterrupt": "interrupted",
-}
+__all__ = [
+    "SOLVERS",
+    "LpModel",
+    "LpOptions",
+    "LpResult",
+    "LpSolution",
+    "SolverOptions",
+    "build_pmo",
+    "gap_closed",
+    "lagrangian_bound",
+    "method",
+    "new_highs",
+    "pass_model",
+    "privacy_rows",
+    "run",
+    "solve_lp",
+    "solve_model",
+]
 
 
 @dataclass(frozen=True)
-class SolverOptions:
-    """HiGHS settings used for every LP this library solves.
+class LpOptions(GapOptions):
+    """Options of the ``lp`` method (``solve(instance, "lp", gap_rel=...)``).
 
-    ``solver``: "simplex" (dual simplex, default) or "ipm" (interior point with crossover).
-    ``time_limit``: seconds for the whole solve (all components / all Benders iterations).
-    ``threads``: HiGHS threads (0 = HiGHS default).
-    Tolerances are HiGHS's primal / dual feasibility tolerances (costs are scaled to max 1). The dual
-    default is 1e-10: at 1e-9 dual simplex stopped 2.0e-7 above the optimum on grid(10, 10, K=20)
-    (dual bound 6.6e-7 below it); 1e-10 closed the gap to 2e-13 at no measurable cost (grid 15x20,
-    K=60: 17.6 s vs 18.1 s).
+    The LP itself has no knobs beyond the HiGHS settings (:class:`SolverOptions`); the gap says when
+    its dual (Lagrangian) bound proves the answer "optimal" (:func:`mdp_core.result.honest_status`).
     """
-
-    solver: str = "simplex"
-    threads: int = 0
-    time_limit: float = float("inf")
-    primal_tolerance: float = 1e-9
-    dual_tolerance: float = 1e-10
-    presolve: bool = True
-
-    def __post_init__(self) -> None:
-        if self.solver not in SOLVERS:
-            raise InputError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
-        if self.threads < 0:
-            raise InputError(f"threads must be >= 0, got {self.threads}")
-        if not self.time_limit > 0:
-            raise InputError(f"time_limit must be > 0 seconds, got {self.time_limit}")
-        for name in ("primal_tolerance", "dual_tolerance"):
-            v = getattr(self, name)
-            if not (0 < v < 1e-3):
-                raise InputError(f"{name} must be in (0, 1e-3), got {v}")
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["time_limit"] = None if np.isinf(self.time_limit) else self.time_limit
-        return d
-
-
-@dataclass
-class LpModel:
-    """min c^T x  s.t.  row_lower <= A x <= row_upper,  col_lower <= x <= col_upper."""
-
-    c: np.ndarray
-    a: sp.csc_matrix
-    row_lower: np.ndarray
-    row_upper: np.ndarray
-    col_lower: np.ndarray
-    col_upper: np.ndarray
-
-
-@dataclass
-class LpSolution:
-    status: str
-    x: np.ndarray
-    objective: float  # in the model's own (scaled) unit
-    iterations: int
-    seconds: float
-    row_dual: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    fallback: str | None = None  # set when a second algorithm produced this solution
 
 
 def privacy_rows(
@@ -145,9 +119,7 @@ def build_pmo(weighted_costs: np.ndarray, edges: np.ndarray, distances: np.ndarr
     n_priv = 2 * edges.shape[0] * k
     r2 = n_priv + np.repeat(np.arange(n), k)
     c2 = np.arange(n * k)
-    a = sp.csc_matrix(
-        (np.r_[v1, np.ones(n * k)], (np.r_[r1, r2], np.r_[c1, c2])), shape=(n_priv + n, n * k)
-    )
+    a = sp.csc_matrix((np.r_[v1, np.ones(n * k)], (np.r_[r1, r2], np.r_[c1, c2])), shape=(n_priv + n, n * k))
     return LpModel(
         c=weighted_costs.ravel().copy(),
         a=a,
@@ -156,125 +128,6 @@ def build_pmo(weighted_costs: np.ndarray, edges: np.ndarray, distances: np.ndarr
         col_lower=np.zeros(n * k),
         col_upper=np.full(n * k, np.inf),
     )
-
-
-_last_threads: list[int] = []
-
-
-def new_highs(options: SolverOptions, time_limit: float | None = None) -> highspy.Highs:
-    """A silent Highs object configured from ``options``.
-
-    HiGHS keeps one global thread pool per process: changing ``threads`` after the first solve needs
-    ``resetGlobalScheduler``; without it ``run()`` fails quietly (see ../shared/notes/stack.md).
-    """
-    if _last_threads and _last_threads[0] != options.threads:
-        highspy.Highs.resetGlobalScheduler(True)
-    _last_threads[:] = [options.threads]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("solver", "simplex" if options.solver == "simplex" else "ipm")
-    if options.solver == "simplex":
-        h.setOptionValue("simplex_strategy", 1)  # dual simplex
-    else:
-        h.setOptionValue("run_crossover", "on")
-    if options.threads:
-        h.setOptionValue("threads", int(options.threads))
-    h.setOptionValue("primal_feasibility_tolerance", options.primal_tolerance)
-    h.setOptionValue("dual_feasibility_tolerance", options.dual_tolerance)
-    h.setOptionValue("presolve", "on" if options.presolve else "off")
-    limit = options.time_limit if time_limit is None else time_limit
-    if np.isfinite(limit):
-        h.setOptionValue("time_limit", float(max(limit, 1e-3)))
-    return h
-
-
-def pass_model(h: highspy.Highs, model: LpModel) -> None:
-    """Load ``model`` into ``h`` in one call (column-wise CSC)."""
-    lp = highspy.HighsLp()
-    lp.num_col_ = int(model.a.shape[1])
-    lp.num_row_ = int(model.a.shape[0])
-    lp.col_cost_ = np.asarray(model.c, dtype=np.float64)
-    lp.col_lower_ = model.col_lower
-    lp.col_upper_ = model.col_upper
-    lp.row_lower_ = model.row_lower
-    lp.row_upper_ = model.row_upper
-    a = model.a.tocsc()
-    a.sort_indices()
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.num_col_ = lp.num_col_
-    lp.a_matrix_.num_row_ = lp.num_row_
-    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = a.indices.astype(np.int32)
-    lp.a_matrix_.value_ = a.data.astype(np.float64)
-    status = h.passModel(lp)
-    if status == highspy.HighsStatus.kError:
-        raise SolverError("HiGHS rejected the model (passModel returned kError)")
-
-
-def run(h: highspy.Highs, want_duals: bool = False) -> LpSolution:
-    """Run HiGHS and map its model status to a library status ("optimal", "infeasible", ...)."""
-    t0 = time.perf_counter()
-    run_status = h.run()
-    seconds = time.perf_counter() - t0
-    model_status = h.getModelStatus()
-    name = h.modelStatusToString(model_status)
-    key = str(model_status).split(".")[-1]
-    status = _STATUS.get(key, "error")
-    if run_status == highspy.HighsStatus.kError and status == "optimal":
-        status = "error"
-    info = h.getInfo()
-    iterations = int(info.simplex_iteration_count) + max(int(info.ipm_iteration_count), 0)
-    x = np.zeros(0)
-    duals = np.zeros(0)
-    objective = float("nan")
-    if status in ("optimal", "time_limit", "iteration_limit") and info.primal_solution_status == 2:
-        sol = h.getSolution()
-        x = np.asarray(sol.col_value, dtype=np.float64)
-        if want_duals:
-            duals = np.asarray(sol.row_dual, dtype=np.float64)
-        objective = float(info.objective_function_value)
-    if status == "error":
-        status = f"error: {name}"
-    return LpSolution(status, x, objective, iterations, seconds, duals)
-
-
-def solve_model(
-    model: LpModel, options: SolverOptions, time_limit: float | None = None, want_duals: bool = False
-) -> LpSolution:
-    """Solve ``model``; if the chosen algorithm breaks down numerically, retry once with the other one.
-
-    Dual simplex can lose numerical control on mDP LPs whose ratio chains span many orders of magnitude
-    (e.g. the 20 x 25 grid at eps = 2 / km: exp(eps * diameter) ~ e^40): primal infeasibilities blow up
-    to 1e12 and HiGHS stops with model status "Not Set". Interior point (with crossover) solves those.
-    A breakdown of IPM is retried with dual simplex. ``LpSolution.status`` is then the retry's status
-    and ``fallback`` names the algorithm that produced the answer.
-    """
-    t0 = time.perf_counter()
-    h = new_highs(options, time_limit)
-    pass_model(h, model)
-    sol = run(h, want_duals)
-    if not sol.status.startswith("error"):
-        return sol
-    other = SolverOptions(**(options.as_dict() | {"solver": "ipm" if options.solver == "simplex" else "simplex",
-                                                  "time_limit": options.time_limit}))
-    limit = options.time_limit if time_limit is None else time_limit
-    remaining = limit - (time.perf_counter() - t0)
-    if remaining <= 0:
-        return sol
-    h = new_highs(other, remaining)
-    pass_model(h, model)
-    retry = run(h, want_duals)
-    retry.seconds += sol.seconds
-    retry.iterations += sol.iterations
-    retry.fallback = f"{other.solver} after {options.solver} failed ({sol.status})"
-    return retry
-
-
-def gap_closed(upper: float, lower: float, gap_abs: float, gap_rel: float) -> bool:
-    """The stopping rule shared by the decomposition methods: a finite UB with UB - LB <= gap_abs or
-    <= gap_rel * |UB| (bounds in one cost unit)."""
-    gap = upper - lower
-    return bool(np.isfinite(upper) and (gap <= gap_abs or gap <= gap_rel * abs(upper)))
 
 
 def lagrangian_bound(model: LpModel, n_priv: int, row_dual: np.ndarray) -> float:
@@ -300,7 +153,7 @@ class LpResult:
     """Output of :func:`solve_lp`: the raw (unrepaired) solver matrix and what HiGHS reported."""
 
     z: np.ndarray  # (N, K) as returned by HiGHS (may violate constraints by ~tolerance)
-    status: str  # "optimal" or the first non-optimal component status
+    status: Status  # optimal, or the first non-optimal component status
     objective: float  # sum p_i c_ik z_ik of the raw z, original cost unit
     iterations: int
     seconds: float
@@ -324,48 +177,71 @@ def solve_lp(
     t0 = time.perf_counter()
     n, k = instance.n_records, instance.n_outputs
     weighted = instance.prior[:, None] * instance.costs
-    count, labels = components(n, instance.edges)
+    count, sizes, blocks = component_blocks(n, instance.edges)
     z = np.zeros((n, k))
-    status, iterations, lower = "optimal", 0, 0.0
-    fallbacks: list[str] = []
-    sizes = np.bincount(labels, minlength=count)
-    edge_comp = labels[instance.edges[:, 0]] if instance.n_edges else np.zeros(0, np.int64)
-    order = np.argsort(labels, kind="stable")
-    bounds = np.r_[0, np.cumsum(sizes)]
-    e_order = np.argsort(edge_comp, kind="stable")
-    e_bounds = np.r_[0, np.cumsum(np.bincount(edge_comp, minlength=count))]
-    local = np.empty(n, dtype=np.int64)
-    for c in range(count):
-        members = order[bounds[c] : bounds[c + 1]]
-        if members.shape[0] == 1:
-            z[members[0], np.argmin(instance.costs[members[0]])] = 1.0
-            lower += float(np.min(weighted[members[0]]))
+    res = LpResult(z, Status.OPTIMAL, 0.0, 0, 0.0, count, int(sizes.max()), 0.0)
+    for block in blocks:
+        if block.members.shape[0] == 1:
+            i = block.members[0]
+            z[i, np.argmin(instance.costs[i])] = 1.0
+            res.lower_bound += float(np.min(weighted[i]))
             continue
-        local[members] = np.arange(members.shape[0])
-        eidx = e_order[e_bounds[c] : e_bounds[c + 1]]
-        w = weighted[members]
-        scale = float(np.max(np.abs(w))) or 1.0
-        model = build_pmo(w / scale, local[instance.edges[eidx]], instance.distances[eidx], instance.epsilon)
-        remaining = options.time_limit - (time.perf_counter() - t0)
-        if remaining <= 0:
-            raise SolverError(f"time limit of {options.time_limit:g} s reached before component {c + 1}/{count}")
-        sol = solve_model(model, options, remaining, want_duals=True)
-        iterations += sol.iterations
-        if progress:
-            progress(
-                f"component {c + 1}/{count}: {members.shape[0]} records, {model.a.shape[0]} rows, "
-                f"{sol.status} in {sol.seconds:.2f}s"
-            )
-        if sol.fallback:
-            fallbacks.append(f"component {c + 1}: {sol.fallback}")
-        if sol.x.shape[0] == 0:
-            raise SolverError(f"HiGHS returned no solution for component {c + 1}/{count} (status {sol.status})")
-        if sol.status != "optimal":
-            status = sol.status
-        z[members] = sol.x.reshape(members.shape[0], k)
-        n_priv = 2 * eidx.shape[0] * k
-        lower += scale * lagrangian_bound(model, n_priv, sol.row_dual) if sol.row_dual.size else -np.inf
-    objective = float(np.sum(weighted * z))
-    return LpResult(
-        z, status, objective, iterations, time.perf_counter() - t0, count, int(sizes.max()), float(lower), fallbacks
+        _solve_component(instance, block, weighted, options, t0 + options.time_limit, res, progress)
+    res.objective = float(np.sum(weighted * z))
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _solve_component(
+    instance: Instance,
+    block: Block,
+    weighted: np.ndarray,
+    options: SolverOptions,
+    deadline: float,
+    res: LpResult,
+    progress: Callable[[str], None] | None,
+) -> None:
+    """Solve one component's PMO into ``res.z`` and add its Lagrangian bound to ``res.lower_bound``."""
+    members, k, count = block.members, weighted.shape[1], res.n_components
+    w, scale = scale_costs(weighted[members])
+    eidx = block.edge_ids
+    model = build_pmo(w, block.local_edges, instance.distances[eidx], instance.epsilon)
+    where = f"component {block.index + 1}/{count}"
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0:
+        raise SolverError(f"time limit of {options.time_limit:g} s reached before {where}")
+    sol = solve_model(model, options, remaining, want_duals=True)
+    res.iterations += sol.iterations
+    if progress:
+        progress(
+            f"{where}: {members.shape[0]} records, {model.a.shape[0]} rows, {sol.describe()} in {sol.seconds:.2f}s"
+            + (f" (solver fallback: {sol.fallback})" if sol.fallback else "")
+        )
+    if sol.fallback:
+        res.fallbacks.append(f"component {block.index + 1}: {sol.fallback}")
+    if sol.x.shape[0] == 0:
+        raise SolverError(f"HiGHS returned no solution for {where} (status {sol.describe()})")
+    if sol.status != Status.OPTIMAL:
+        res.status = sol.status
+    res.z[members] = sol.x.reshape(members.shape[0], k)
+    n_priv = 2 * eidx.shape[0] * k
+    res.lower_bound += scale * lagrangian_bound(model, n_priv, sol.row_dual) if sol.row_dual.size else -np.inf
+
+
+def method(
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: LpOptions
+) -> RawSolution:
+    """The "lp" entry of :data:`mdp_core.solve.METHODS`.
+
+    A proven lower bound from the duals (:func:`lagrangian_bound`), valid whatever HiGHS's
+    tolerances: HiGHS's "optimal" objective itself can sit slightly above the true optimum.
+    """
+    res = solve_lp(instance, options, progress)
+    lower = float(res.lower_bound) if np.isfinite(res.lower_bound) else None
+    return RawSolution(
+        res.z,
+        res.status,
+        lower,
+        res.iterations,
+        {"n_components": res.n_components, "largest_component": res.largest_component, "fallbacks": res.fallbacks},
     )

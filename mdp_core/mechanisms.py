@@ -1,9 +1,22 @@
 """Baseline mechanisms (closed form). Each returns an (N, K) row-stochastic matrix.
 
+Privacy contract
+    input:      an instance with record/output coordinates and a metric d (the mDP graph d <= eta is
+                only used to check); eps per distance unit.
+    guarantee:  eps-mDP per distance unit, z_ik <= exp(eps d_ij) z_jk for every pair (i, j), not only neighbours.
+    holds by:   construction (exponential: triangle inequality; planar Laplace: the continuous Laplace
+                density, remapping is post-processing; closure: :func:`column_majorant`), then the
+                certify gate (:func:`mdp_core.verify.certify`) for the Monte Carlo estimate's noise.
+    reference:  Qiu 2024 app. D.1 (exponential); Andres et al. 2013 (planar Laplace).
+
 Every mechanism still goes through :func:`mdp_core.verify.certify` before release.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -11,6 +24,10 @@ from scipy.spatial import cKDTree
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.metrics import EARTH_RADIUS_KM, pairwise
+from mdp_core.result import RawSolution, Status
+
+if TYPE_CHECKING:
+    from mdp_core.highs import SolverOptions
 
 
 def record_output_distances(instance: Instance) -> np.ndarray:
@@ -110,8 +127,13 @@ def planar_laplace(
         _, idx = tree.query((block[:, None, :] + noise[None, :, :]).reshape(-1, rec.shape[1]))
         rows = np.repeat(np.arange(block.shape[0]), n_samples)
         counts[s : s + step] = np.bincount(rows * k + idx, minlength=block.shape[0] * k).reshape(-1, k)
-    info = {"n_samples": int(n_samples), "seed": int(seed), "space": space, "noise_dim": int(rec.shape[1]),
-            "estimator": "Monte Carlo, common random numbers, nearest-output remap"}
+    info = {
+        "n_samples": int(n_samples),
+        "seed": int(seed),
+        "space": space,
+        "noise_dim": int(rec.shape[1]),
+        "estimator": "Monte Carlo, common random numbers, nearest-output remap",
+    }
     return counts / n_samples, info
 
 
@@ -163,9 +185,28 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
     return cur, max_rounds
 
 
+@dataclass(frozen=True)
+class ExpOptions:
+    """The exponential mechanism has no options."""
+
+
+def exponential_method(
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: ExpOptions
+) -> RawSolution:
+    """The "exp" entry of :data:`mdp_core.solve.METHODS`: :func:`exponential`, status closed_form."""
+    return RawSolution(exponential(instance), status=Status.CLOSED_FORM)
+
+
+@dataclass(frozen=True)
+class LaplaceOptions:
+    n_samples: int = field(default=20_000, metadata={"help": "laplace: Monte Carlo samples per record"})
+    seed: int = field(default=0, metadata={"help": "random seed"})
+    smooth: bool = field(default=True, metadata={"help": "laplace: pull the estimate onto the constraint set"})
+
+
 def planar_laplace_method(
-    instance: Instance, options, progress=None, n_samples: int = 20_000, seed: int = 0, smooth: bool = True, **_
-):
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: LaplaceOptions
+) -> RawSolution:
     """``solve(instance, "laplace", n_samples=..., seed=..., smooth=...)``: planar Laplace (Monte Carlo).
 
     The Monte Carlo matrix (:func:`planar_laplace`) violates a few constraints by sampling noise
@@ -174,16 +215,16 @@ def planar_laplace_method(
     estimate's violations, the smoothing rounds, the mean total-variation distance between raw and
     smoothed rows, and the uniform-mixing share the exact repair would need for what is returned.
     """
-    from mdp_core.solve import RawSolution  # solve imports this module
     from mdp_core.verify import repair, verify
 
-    z, info = planar_laplace(instance, n_samples=n_samples, seed=seed)
+    n_samples = params.n_samples
+    z, info = planar_laplace(instance, n_samples=n_samples, seed=params.seed)
     cert = verify(instance, z)
     info["raw_passes_verify"] = bool(cert.passed)
     info["raw_violations"] = int(cert.n_violations)
     info["raw_repair_mix"] = 0.0 if cert.passed else float(repair(instance, z)[1].max(initial=0.0))
     out = z
-    if smooth and not cert.passed:
+    if params.smooth and not cert.passed:
         out, rounds = smooth_to_mdp(instance, z)
         info["smoothing_rounds"] = rounds
         info["smoothing_mean_tv"] = float(0.5 * np.abs(out - z).sum(axis=1).mean())
@@ -191,4 +232,4 @@ def planar_laplace_method(
     info["predicted_repair_mix"] = 0.0 if c2.passed else float(repair(instance, out)[1].max(initial=0.0))
     if progress:
         progress(f"planar Laplace: {n_samples} samples/record, raw {cert.summary()}; returned {c2.summary()}")
-    return RawSolution(out, status="estimate", extra=info)
+    return RawSolution(out, status=Status.ESTIMATE, extra=info)

@@ -205,6 +205,7 @@ def kmeans(x: np.ndarray, m: int, rng: np.random.Generator, n_init: int = N_INIT
         cost = float(np.sum((x - cent[lab]) ** 2))
         if cost < best_cost:
             best, best_cost = lab, cost
+    assert best is not None  # n_init >= 1
     return best.astype(np.int64)
 
 
@@ -213,14 +214,16 @@ def partition(instance: Instance, method: str = "kmdv", n_subsets: int = 25, see
 
     Args:
         method: one of ``PARTITIONERS``.
-        n_subsets: M >= 1 (clamped to N).
+        n_subsets: 1 <= M <= N (an M above N is an error, not clamped: the provenance would lie).
         seed: seed of every random choice (k-means++ seeding, sketches).
     """
     if method not in PARTITIONERS:
         raise InputError(f"partitioner must be one of {PARTITIONERS}, got {method!r}")
     if int(n_subsets) != n_subsets or n_subsets < 1:
         raise InputError(f"n_subsets must be an integer >= 1, got {n_subsets}")
-    m = min(int(n_subsets), instance.n_records)
+    if n_subsets > instance.n_records:
+        raise InputError(f"n_subsets={n_subsets} exceeds the number of records N={instance.n_records}")
+    m = int(n_subsets)
     rng = np.random.default_rng(seed)
     if m == 1:
         return from_labels(instance, np.zeros(instance.n_records, dtype=np.int64), method)

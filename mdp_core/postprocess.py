@@ -31,12 +31,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import highspy
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
+from mdp_core.result import Status
 
 FeatureSpec = np.ndarray | Sequence[np.ndarray]
 
@@ -242,37 +243,23 @@ def consistent_qp(feats: Features, noisy: list[np.ndarray], observations: Sequen
     a.sort_indices()
     # Scale so that the largest weight is 1 and the targets are O(1) (HiGHS tolerances are absolute).
     scale = max(float(np.max(np.abs(target))), 1.0)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n_var, n_rows
     wmax = float(w.max())
-    lp.col_cost_ = -2.0 * (w / wmax) * (target / scale)
-    lp.col_lower_ = np.zeros(n_var)
-    lp.col_upper_ = np.full(n_var, np.inf)
-    lp.row_lower_ = np.zeros(n_rows)
-    lp.row_upper_ = np.zeros(n_rows)
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_var, n_rows
-    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = a.indices.astype(np.int32)
-    lp.a_matrix_.value_ = a.data.astype(np.float64)
+    model = highs.LpModel(
+        c=-2.0 * (w / wmax) * (target / scale), a=a,
+        row_lower=np.zeros(n_rows), row_upper=np.zeros(n_rows),
+        col_lower=np.zeros(n_var), col_upper=np.full(n_var, np.inf),
+        hessian_diag=2.0 * w / wmax,
+    )
     t0 = time.perf_counter()
-    if h.passModel(lp) == highspy.HighsStatus.kError:
-        raise SolverError("HiGHS rejected the CBDP model (passModel returned kError)")
-    hess = highspy.HighsHessian()
-    hess.dim_ = n_var
-    hess.format_ = highspy.HessianFormat.kTriangular
-    hess.start_ = np.arange(n_var + 1, dtype=np.int32)
-    hess.index_ = np.arange(n_var, dtype=np.int32)
-    hess.value_ = 2.0 * w / wmax
-    if h.passHessian(hess) == highspy.HighsStatus.kError:
-        raise SolverError("HiGHS rejected the CBDP Hessian (passHessian returned kError)")
-    h.run()
-    status = h.modelStatusToString(h.getModelStatus())
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        raise SolverError(f"CBDP QP not solved: HiGHS status {status}")
-    raw = np.asarray(h.getSolution().col_value, dtype=np.float64) * scale
+    h = highs.quiet_highs()
+    try:
+        highs.pass_model(h, model)
+    except SolverError as exc:
+        raise SolverError(f"CBDP QP: {exc}") from None
+    sol = highs.run(h)
+    if sol.status != Status.OPTIMAL or sol.x.shape[0] == 0:
+        raise SolverError(f"CBDP QP not solved: HiGHS status {sol.detail}")
+    raw = sol.x * scale
     seconds = time.perf_counter() - t0
     y = np.maximum(raw[:n], 0.0)
     x = feats.aggregate(y)
@@ -280,7 +267,7 @@ def consistent_qp(feats: Features, noisy: list[np.ndarray], observations: Sequen
         (float(np.max(np.abs(x[i] - raw[offsets[i] : offsets[i + 1]]), initial=0.0)) for i in range(1, len(sizes))),
         default=0.0,
     )
-    return QpResult(x, "optimal", seconds, resid, float(min(raw.min(), 0.0)))
+    return QpResult(x, Status.OPTIMAL, seconds, resid, float(min(raw.min(), 0.0)))
 
 
 # ------------------------------------------------------------------------------------- rounding

@@ -2,44 +2,44 @@
 
 ``solve(instance, "lp")`` returns a :class:`Solution` whose ``z`` passed :func:`verify.verify`;
 ``solve_info()`` is what goes into solve.json.
+
+Methods are registered in :data:`METHODS`. A method is a function
+``f(instance, options: SolverOptions, progress, params: XOptions) -> RawSolution`` whose ``params``
+annotation is a dataclass: :func:`solve` builds ``XOptions`` from the keyword arguments it is given
+and rejects unknown keys with an :class:`InputError` naming them and listing the known ones (the
+way scikit-learn validates parameters), so a typo in a config or a command line is never ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-import highspy
 import numpy as np
 import pandas as pd
 
-from mdp_core import lp, mechanisms
+from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
+from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
+from mdp_core.result import RELEASABLE, RawSolution, Status, honest_status
 from mdp_core.verify import Certificate, RepairReport, certify, objective
 
+__all__ = ["METHODS", "BASELINES", "RawSolution", "Solution", "method_options", "options_class", "solve"]
+
 Progress = Callable[[str], None]
-
-
-@dataclass
-class RawSolution:
-    """What a method returns before certification."""
-
-    z: np.ndarray
-    status: str = "optimal"
-    lower_bound: float | None = None  # a proven lower bound on the LP optimum, if the method has one
-    iterations: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-    trace: pd.DataFrame | None = None  # per-iteration table for iterative methods (-> trace.parquet)
 
 
 @dataclass
 class Solution:
     method: str
     z: np.ndarray  # certified (N, K)
-    status: str
+    status: Status
     objective: float  # expected utility loss of the certified z
     lower_bound: float | None
     iterations: int
@@ -62,7 +62,7 @@ class Solution:
         rel = None if gap is None else gap / max(abs(self.objective), 1e-300)
         return {
             "method": self.method,
-            "status": self.status,
+            "status": Status(self.status).value,
             "objective": self.objective,
             "lower_bound": self.lower_bound,
             "upper_bound": self.objective,
@@ -70,44 +70,33 @@ class Solution:
             "relative_gap": rel,
             "iterations": self.iterations,
             "seconds": round(self.seconds, 3),
-            "solver": {"name": "HiGHS", "version": highspy.Highs().version()},
+            "solver": {"name": "HiGHS", "version": highs.version()},
             "options": self.options,
             "repair": self.repair.as_dict(),
             "extra": self.extra,
         }
 
 
-def _lp(instance: Instance, options: lp.SolverOptions, progress: Progress | None, **_: Any) -> RawSolution:
-    res = lp.solve_lp(instance, options, progress)
-    # A proven lower bound from the duals (lp.lagrangian_bound), valid whatever HiGHS's tolerances:
-    # HiGHS's "optimal" objective itself can sit slightly above the true optimum.
-    lower = float(res.lower_bound) if np.isfinite(res.lower_bound) else None
-    return RawSolution(
-        res.z,
-        res.status,
-        lower,
-        res.iterations,
-        {"n_components": res.n_components, "largest_component": res.largest_component, "fallbacks": res.fallbacks},
-    )
-
-
-def _exp(instance: Instance, options: lp.SolverOptions, progress: Progress | None, **_: Any) -> RawSolution:
-    return RawSolution(mechanisms.exponential(instance), status="closed_form")
-
-
 # name -> callable or "module:function" (imported on first use, so that optional methods cost nothing).
-# A method is called as f(instance, options, progress, **method_args) and returns a RawSolution.
 METHODS: dict[str, Callable[..., RawSolution] | str] = {
-    "lp": _lp,
-    "exp": _exp,
-    "benders": "mdp_core.benders:method",
+    "lp": "mdp_core.lp:method",
     "colgen": "mdp_core.colgen:method",
+    "benders": "mdp_core.benders:method",
+    "exp": "mdp_core.mechanisms:exponential_method",
     "laplace": "mdp_core.mechanisms:planar_laplace_method",
     "constopt": "mdp_core.constopt:method",
+    "rowgen": "mdp_core.rowgen:method",
+    "auto": "mdp_core.auto:method",
 }
+# Baselines: their status describes their own computation (a closed form, an estimate, ConstOPTMech's
+# restricted LP), not the PMO optimum, so the honest-status rule's "optimal needs a bound" does not apply.
+BASELINES = frozenset({"exp", "laplace", "constopt"})
+DEFAULT_GAP = (0.0, 1e-6)  # (gap_abs, gap_rel) for methods whose options have no gap
 
 
 def _resolve(method: str) -> Callable[..., RawSolution]:
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     f = METHODS[method]
     if isinstance(f, str):
         module, name = f.split(":")
@@ -116,35 +105,75 @@ def _resolve(method: str) -> Callable[..., RawSolution]:
     return f
 
 
+def options_class(method: str) -> type | None:
+    """The options dataclass of ``method`` (the annotation of its ``params`` argument), or None for
+    a method registered without one (called with its keyword arguments as they are)."""
+    f = _resolve(method)
+    if "params" not in inspect.signature(f).parameters:
+        return None
+    cls = f.__annotations__.get("params")
+    if isinstance(cls, str):  # postponed annotation (from __future__ import annotations)
+        cls = eval(cls, f.__globals__)  # noqa: S307 -- a name in the method's own module
+    return cls if isinstance(cls, type) and dataclasses.is_dataclass(cls) else None
+
+
+def method_options(method: str, args: dict[str, Any]) -> Any:
+    """``method``'s options dataclass built from ``args``; InputError on an unknown key."""
+    cls = options_class(method)
+    if cls is None:
+        return None
+    known = sorted(f.name for f in dataclasses.fields(cls))
+    unknown = sorted(set(args) - set(known))
+    if unknown:
+        raise InputError(f"method {method!r}: unknown option(s) {unknown}; known options: {known}")
+    return cls(**args)
+
+
 def solve(
     instance: Instance,
     method: str = "lp",
-    options: lp.SolverOptions | None = None,
+    options: SolverOptions | None = None,
     progress: Progress | None = None,
     max_mix: float = 1e-2,
     **method_args: Any,
 ) -> Solution:
-    """Solve with ``method`` and certify the result (raises PrivacyError if it cannot be made exact)."""
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    options = options or lp.SolverOptions()
+    """Solve with ``method`` and certify the result (raises PrivacyError if it cannot be made exact).
+
+    ``method_args`` are the method's options (e.g. ``n_subsets=2`` for Benders, see
+    :func:`options_class`); an unknown one is an InputError. Then :func:`honest_status`: "optimal"
+    only when the method's own lower bound is within its requested gap of the certified objective.
+    """
+    f = _resolve(method)
+    params = method_options(method, method_args)
+    options = options or SolverOptions()
     t0 = time.perf_counter()
-    raw = _resolve(method)(instance, options, progress, **method_args)
-    if raw.status not in ("optimal", "closed_form", "estimate", "time_limit", "iteration_limit", "feasible"):
+    raw = (
+        f(instance, options, progress, params) if params is not None else f(instance, options, progress, **method_args)
+    )
+    if raw.status not in RELEASABLE:
         raise SolverError(f"{method}: solver status {raw.status}")
     z, cert, rep = certify(instance, raw.z, max_mix=max_mix)
+    obj = objective(instance, z)
+    status, extra = Status(raw.status), dict(raw.extra)
+    lower = raw.lower_bound if raw.lower_bound is not None and np.isfinite(raw.lower_bound) else None  # -inf: none
+    if method not in BASELINES:
+        gap_abs = getattr(params, "gap_abs", DEFAULT_GAP[0])
+        gap_rel = getattr(params, "gap_rel", DEFAULT_GAP[1])
+        status, reason = honest_status(method, status, obj, lower, gap_abs, gap_rel)
+        if reason:
+            extra["status_downgraded"] = {"reported": Status(raw.status).value, "reason": reason}
     return Solution(
         method=method,
         z=z,
-        status=raw.status,
-        objective=objective(instance, z),
-        lower_bound=raw.lower_bound,
+        status=status,
+        objective=obj,
+        lower_bound=lower,
         iterations=raw.iterations,
         seconds=time.perf_counter() - t0,
         certificate=cert,
         repair=rep,
         options=options.as_dict() | {"max_mix": max_mix} | {k: v for k, v in method_args.items() if _plain(v)},
-        extra=raw.extra,
+        extra=extra,
         trace=raw.trace,
     )
 

@@ -3,23 +3,27 @@
 A stage task is ``task(store: str, params: dict, **upstream: ArtifactRef | None) -> ArtifactRef``.
 :func:`run_stage` computes the stage key, returns the stored output if a valid one exists (a "store
 hit": another run or process already computed it), and otherwise calls ``compute`` to write the
-output files into a private directory that is renamed into place.
+output files into a private directory that is renamed into place. The output's ``meta`` records
+``produced_by`` (flow run id) and ``produced_at`` (unix time): a run counts an output as a cache hit
+only when another run finished it before this run started (not a concurrent run).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
 from prefect import get_run_logger
 from prefect.context import FlowRunContext, TaskRunContext
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.errors import MdpError
 from mdp_core.instance import Instance
 from mdp_core.io import EDGE_SCHEMA, read_instance, read_json, read_table
 from tasks.cache import stage_key
+from tasks.progress import Heartbeat, note
 
 Compute = Callable[[ObjectWriter, Store, dict[str, Any], dict[str, ArtifactRef | None]], None]
 
@@ -45,7 +49,12 @@ def logger():
 
 
 def run_stage(
-    stage: str, module: str, store: str, params: dict[str, Any], upstream: dict[str, ArtifactRef | None], compute: Compute
+    stage: str,
+    module: str,
+    store: str,
+    params: dict[str, Any],
+    upstream: dict[str, ArtifactRef | None],
+    compute: Compute,
 ) -> ArtifactRef:
     key = stage_key(stage, module, params, upstream)
     s = Store(store)
@@ -56,11 +65,15 @@ def run_stage(
         return hit
     for name, ref in upstream.items():
         if ref is not None and not s.is_valid(ref):
-            raise RuntimeError(f"{stage}: upstream artifact {name} ({ref.path}) is missing or corrupt")
+            raise MdpError(
+                f"{stage}: upstream artifact {name} ({ref.path}) is missing or corrupt; run again to recompute it"
+            )
     t0 = time.perf_counter()
-    with s.writer(stage, key, force=force) as w:
+    with s.writer(stage, key, force=force) as w, Heartbeat(stage, logger()):  # a line at least every 5 s
         compute(w, s, params, upstream)
-        w.meta.update({"seconds": round(time.perf_counter() - t0, 3), "produced_by": current_run_id()})
+        w.meta.update(
+            {"seconds": round(time.perf_counter() - t0, 3), "produced_by": current_run_id(), "produced_at": time.time()}
+        )
     assert w.ref is not None
     logger().info("%s: computed in %.2fs -> %s", stage, time.perf_counter() - t0, w.ref.path)
     return w.ref
@@ -98,6 +111,7 @@ class Throttled:
         self.log = logger()
 
     def __call__(self, line: str) -> None:
+        note(line)  # the stage's heartbeat repeats the latest line when the solver goes quiet
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now

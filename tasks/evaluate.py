@@ -11,12 +11,13 @@ markdown artifacts are published by :func:`publish_report` on every run.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core import evaluate as ev
@@ -26,22 +27,111 @@ from mdp_core.io import atomic_write, read_json, read_mechanism, read_table, wri
 from mdp_core.lp import SolverOptions
 from mdp_core.postprocess import error_curve
 from mdp_core.solve import solve as solve_instance
-from tasks.common import instance_of, logger, output_zones, run_stage
+from tasks.common import Throttled, instance_of, logger, output_zones, run_stage
+from tasks.progress import note
 
 
-def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None):
+def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None, step: str = ""):
     """Solve ``inst`` with ``method`` (the released method gets its own arguments), or None if it does not apply."""
     args: dict[str, Any] = dict(params.get("method_args", {})) if method == params.get("method") else {}
     if method == "benders" and labels is not None:
         args["labels"] = labels
+    t0 = time.perf_counter()
+    logger().info("evaluate: solving %s at eps=%g %s", method, inst.epsilon, step)
+    note(f"solving {method} at eps={inst.epsilon:g}")  # the heartbeat repeats it while the solver is silent
     try:
-        return solve_instance(inst, method, SolverOptions(**params.get("solver", {})), max_mix=float(params.get("max_mix", 1e-2)), **args)
+        sol = solve_instance(
+            inst,
+            method,
+            SolverOptions(**params.get("solver", {})),
+            max_mix=float(params.get("max_mix", 1e-2)),
+            progress=Throttled(f"evaluate[{method} eps={inst.epsilon:g}]"),
+            **args,
+        )
+        logger().info(
+            "evaluate: %s at eps=%g done in %.1fs, expected loss %.6g %s",
+            method,
+            inst.epsilon,
+            time.perf_counter() - t0,
+            sol.objective,
+            step,
+        )
+        return sol
     except MdpError as exc:  # e.g. laplace on non-geo data, or a refused repair: reported, not fatal
         logger().warning("evaluate: %s at eps=%g skipped: %s", method, inst.epsilon, exc)
         return None
 
 
-def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+def point_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The solves the evaluate stage needs besides the released mechanism, in report order: each
+    baseline at eps, then every mechanism at eps * factor. Each is its own cached ``evaluate-point``
+    task run (params below), so they run in parallel on the flow's task runner."""
+    released = params.get("method")
+    methods = [released] + [m for m in params.get("baselines", []) if m != released]
+    pairs = [(m, 1.0) for m in methods[1:]] + [
+        (m, f) for f in params.get("eps_factors", []) if f != 1.0 for m in methods
+    ]
+    return [
+        {
+            "method": m,
+            "factor": float(f),
+            "released": m == released,
+            "solver": params.get("solver", {}),
+            "max_mix": float(params.get("max_mix", 1e-2)),
+            "method_args": params.get("method_args", {}) if m == released else {},
+        }
+        for m, f in pairs
+    ]
+
+
+def _point(inst, spec: dict[str, Any], labels: np.ndarray | None, step: str = "") -> tuple[dict[str, Any], dict | None]:
+    """Solve one evaluation point: (the utility-vs-eps entry, the evaluation row or None)."""
+    scaled = inst if spec["factor"] == 1.0 else inst.replace(epsilon=inst.epsilon * spec["factor"])
+    solve_params = {
+        "method": spec["method"] if spec.get("released") else None,
+        "method_args": spec.get("method_args", {}),
+        "solver": spec.get("solver", {}),
+        "max_mix": spec.get("max_mix", 1e-2),
+    }
+    sol = _solve(scaled, spec["method"], solve_params, labels, step)
+    entry = {
+        "factor": spec["factor"],
+        "epsilon": scaled.epsilon,
+        "method": spec["method"],
+        "expected_loss": None if sol is None else sol.objective,
+    }
+    row = None
+    if sol is not None and spec["factor"] == 1.0:
+        row = ev.evaluate_mechanism(inst, sol.z, spec["method"], lower_bound=sol.lower_bound, seconds=sol.seconds)
+    return entry, row
+
+
+def _compute_point(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    inst = instance_of(store, upstream["instance"])
+    labels = None
+    if upstream.get("partition") is not None:
+        labels = read_table(store.path(upstream["partition"], "partition.parquet"))["subset"].to_numpy(dtype=np.int64)
+    entry, row = _point(inst, params, labels)
+    write_frame(w.file("point.parquet"), pd.DataFrame([entry]))
+    if row is not None:
+        write_frame(w.file("row.parquet"), pd.DataFrame([row]))
+    w.meta.update({"method": params["method"], "factor": params["factor"], "expected_loss": entry["expected_loss"]})
+
+
+def _read_point(store: Store, ref: ArtifactRef) -> tuple[dict[str, Any], dict | None]:
+    entry = read_table(store.path(ref, "point.parquet")).astype(object).to_dict(orient="records")[0]
+    row = None
+    if "row.parquet" in ref.files:
+        frame = read_table(store.path(ref, "row.parquet")).astype(object)
+        row = frame.where(frame.notna(), None).to_dict(orient="records")[0]
+    if entry.get("expected_loss") is not None and entry["expected_loss"] != entry["expected_loss"]:  # NaN
+        entry["expected_loss"] = None
+    return entry, row
+
+
+def _compute(
+    w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict, points: list[ArtifactRef] | None = None
+) -> None:
     inst = instance_of(store, upstream["instance"])
     mech = upstream["mechanism"]
     info = read_json(store.path(mech, "solve.json"))
@@ -51,46 +141,61 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         labels = read_table(store.path(upstream["partition"], "partition.parquet"))["subset"].to_numpy(dtype=np.int64)
     released = info["method"]
     rows = [ev.evaluate_mechanism(inst, z, released, lower_bound=info.get("lower_bound"), seconds=info.get("seconds"))]
-    methods = [released] + [m for m in params.get("baselines", []) if m != released]
     sweep = [{"factor": 1.0, "epsilon": inst.epsilon, "method": released, "expected_loss": rows[0]["expected_loss"]}]
-    for method in methods[1:]:
-        sol = _solve(inst, method, params, labels)
-        if sol is not None:
-            rows.append(ev.evaluate_mechanism(inst, sol.z, method, lower_bound=sol.lower_bound, seconds=sol.seconds))
-            sweep.append({"factor": 1.0, "epsilon": inst.epsilon, "method": method, "expected_loss": sol.objective})
+    specs = point_specs(params | {"method": released})
+    if points is not None and len(points) == len(specs):  # solved by evaluate-point task runs
+        results = [_read_point(store, ref) for ref in points]
+    else:  # called on its own (tests through .fn): solve the points here, one after the other
+        results = [
+            _point(inst, spec, labels if spec["method"] == "benders" else None, f"({i + 1}/{len(specs)})")
+            for i, spec in enumerate(specs)
+        ]
+    for entry, row in results:
+        if entry["expected_loss"] is None:
+            continue  # skipped (does not apply), logged by the point
+        sweep.append(entry)
+        if row is not None:
+            rows.append(row)
     table = ev.evaluation_table(rows)
     write_frame(w.file("evaluation.parquet"), table)
 
-    for f in params.get("eps_factors", []):
-        if f == 1.0:
-            continue
-        scaled = inst.replace(epsilon=inst.epsilon * f)
-        for method in methods:
-            sol = _solve(scaled, method, params, labels)
-            if sol is not None:
-                sweep.append({"factor": f, "epsilon": scaled.epsilon, "method": method, "expected_loss": sol.objective})
     figures: list[tuple[str, str]] = []
     utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)
     write_frame(w.file("utility_vs_eps.parquet"), utility)
     if utility["epsilon"].nunique() > 1:
         series = {m: g.set_index("epsilon")["expected_loss"] for m, g in utility.groupby("method", sort=True)}
         eps_grid = sorted(utility["epsilon"].unique())
-        report.plot_lines(eps_grid, {m: [s.get(e, np.nan) for e in eps_grid] for m, s in series.items()},
-                          f"epsilon (per {inst.distance_unit})", "expected utility loss",
-                          "Utility vs privacy budget", w.file("utility_vs_eps.png"))
+        report.plot_lines(
+            eps_grid,
+            {m: [s.get(e, np.nan) for e in eps_grid] for m, s in series.items()},
+            f"epsilon (per {inst.distance_unit})",
+            "expected utility loss",
+            "Utility vs privacy budget",
+            w.file("utility_vs_eps.png"),
+        )
         figures.append(("Utility vs epsilon (Qiu 2024 Fig. 7)", "utility_vs_eps.png"))
 
     if upstream.get("postprocess") is not None and params.get("counts_eps"):
         out_ids = read_table(store.path(upstream["postprocess"], "microdata.parquet"))["output_id"].to_numpy()
         counts = np.bincount(out_ids, minlength=inst.n_outputs)
         zones = output_zones(inst, labels)
-        feats = [np.arange(inst.n_outputs)] + ([zones] if np.unique(zones).size > 1 else []) + [np.zeros(inst.n_outputs, np.int64)]
+        feats = (
+            [np.arange(inst.n_outputs)]
+            + ([zones] if np.unique(zones).size > 1 else [])
+            + [np.zeros(inst.n_outputs, np.int64)]
+        )
         curve = error_curve(counts, feats, params["counts_eps"], n_seeds=int(params.get("counts_seeds", 10)), seed=0)
         write_frame(w.file("cbdp_error.parquet"), curve)
         piv = curve.pivot(index="eps_counts", columns="method", values="mae_singletons")
-        report.plot_lines(list(piv.index), {m: list(piv[m]) for m in piv.columns}, "eps_counts",
-                          "mean abs. error per output count", "Released counts: CBDP vs baselines",
-                          w.file("cbdp_error.png"), logy=True)
+        report.plot_lines(
+            list(piv.index),
+            {m: list(piv[m]) for m in piv.columns},
+            "eps_counts",
+            "mean abs. error per output count",
+            "Released counts: CBDP vs baselines",
+            w.file("cbdp_error.png"),
+            logy=True,
+        )
         figures.append(("Count error vs eps_counts (Fioretto Fig. 5)", "cbdp_error.png"))
 
     if "trace.parquet" in mech.files:
@@ -100,12 +205,19 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     if labels is not None and inst.coordinate_columns():
         part = read_table(store.path(upstream["partition"], "partition.parquet"))
         report.plot_partition(
-            inst.record_points(), labels, part["role"].to_numpy() == "boundary",
-            w.file("partition.png"), lonlat=inst.metric == "haversine",
+            inst.record_points(),
+            labels,
+            part["role"].to_numpy() == "boundary",
+            w.file("partition.png"),
+            lonlat=inst.metric == "haversine",
         )
         figures.append(("Partition of the mDP graph", "partition.png"))
     md = _markdown(inst, info, table, figures)
-    atomic_write(w.file("report.md"), lambda p: p.write_text(md, encoding="utf-8"))
+
+    def _write_report(p: Path) -> None:
+        p.write_text(md, encoding="utf-8")
+
+    atomic_write(w.file("report.md"), _write_report)
     w.meta.update({"methods": list(table["method"])})
 
 
@@ -133,24 +245,60 @@ def _markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, st
 
 # What the UI table shows first (the full table is evaluation.parquet).
 UI_COLUMNS = [
-    "method", "expected_loss", "lower_bound", "gap", "verified", "realised_epsilon", "epsilon", "seconds",
-    "n_records", "n_outputs", "n_edges", "lp_rows", "loss_q95", "eps_tight", "adversary_error",
+    "method",
+    "expected_loss",
+    "lower_bound",
+    "gap",
+    "verified",
+    "realised_epsilon",
+    "epsilon",
+    "seconds",
+    "n_records",
+    "n_outputs",
+    "n_edges",
+    "lp_rows",
+    "loss_q95",
+    "eps_tight",
+    "adversary_error",
 ]
 
 
-def publish_report(store: str, evaluation: ArtifactRef) -> None:
-    """Prefect UI artifacts of this run's evaluation: called by the flow on every run, cached stage or
-    not (a plain function, not a task: one task run less per release)."""
+def embed_images(md: str, folder, names) -> str:
+    """``md`` with each ``](name.png)`` image link replaced by a base64 ``data:`` URI, so a browser
+    shows the plot in the Prefect UI (which cannot load ``file://`` images)."""
+    import base64
+
+    for name in names:
+        if name.endswith(".png"):
+            data = base64.b64encode((folder / name).read_bytes()).decode("ascii")
+            md = md.replace(f"]({name})", f"](data:image/png;base64,{data})")
+    return md
+
+
+def publish_report(store: str, evaluation: ArtifactRef, key: str = "mdp") -> None:
+    """Prefect UI artifacts of this run's evaluation (``<key>-evaluation`` table, ``<key>-report``
+    markdown with the plots embedded): called by the flow on every run, cached stage or not (a plain
+    function, not a task: one task run less per release)."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
     s = Store(store)
     table = read_table(s.path(evaluation, "evaluation.parquet"))
     table = table[[c for c in UI_COLUMNS if c in table.columns]]
     records = table.astype(object).where(table.notna(), None).to_dict(orient="records")
-    create_table_artifact(key="mdp-evaluation", table=records, description="mdp-release: mechanisms compared")
+    create_table_artifact(key=f"{key}-evaluation", table=records, description=f"mdp-release {key}: mechanisms compared")
     md = s.path(evaluation, "report.md").read_text(encoding="utf-8")
-    for name in evaluation.files:
-        if name.endswith(".png"):
-            md = md.replace(f"]({name})", f"]({s.path(evaluation, name).as_uri()})")
-    create_markdown_artifact(key="mdp-report", markdown=md, description="mdp-release: evaluation report")
+    md = embed_images(md, s.root / evaluation.path, evaluation.files)
+    create_markdown_artifact(key=f"{key}-report", markdown=md, description=f"mdp-release {key}: evaluation report")
+
+
+@task(name="evaluate-point")
+def evaluate_point(
+    store: str, params: dict[str, Any], instance: ArtifactRef, partition: ArtifactRef | None = None
+) -> ArtifactRef:
+    """One solve of the evaluate stage (a baseline, or one point of the utility-vs-eps sweep)."""
+    return run_stage(
+        "evaluate_point", __name__, store, params, {"instance": instance, "partition": partition}, _compute_point
+    )
 
 
 @task(name="evaluate")
@@ -161,6 +309,9 @@ def evaluate(
     mechanism: ArtifactRef,
     partition: ArtifactRef | None = None,
     postprocess: ArtifactRef | None = None,
+    points: list[ArtifactRef] | None = None,
 ) -> ArtifactRef:
+    """``points``: the :func:`point_specs` solves, done by ``evaluate_point`` task runs (not part of the
+    key: they are functions of the same inputs)."""
     upstream = {"instance": instance, "mechanism": mechanism, "partition": partition, "postprocess": postprocess}
-    return run_stage("evaluate", __name__, store, params, upstream, _compute)
+    return run_stage("evaluate", __name__, store, params, upstream, lambda w, s, p, u: _compute(w, s, p, u, points))

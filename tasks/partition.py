@@ -14,7 +14,8 @@ from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.io import write_json, write_table
-from mdp_core.partition import balance_stats, partition as make_partition
+from mdp_core.partition import balance_stats
+from mdp_core.partition import partition as make_partition
 from tasks.common import instance_with_graph, run_stage
 
 

@@ -16,7 +16,8 @@ from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.io import read_table, write_mechanism, write_table
 from mdp_core.lp import SolverOptions
 from mdp_core.solve import solve as solve_instance
-from tasks.common import Throttled, instance_of, run_stage
+from tasks.common import Throttled, instance_of, logger, run_stage
+from tasks.progress import ProgressArtifact, note, release_key
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
@@ -26,15 +27,41 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     if upstream.get("partition") is not None:
         part = read_table(store.path(upstream["partition"], "partition.parquet"), required={"subset": "int64"})
         method_args["labels"] = part["subset"].to_numpy(dtype=np.int64)
+    log = Throttled(f"solve[{method}]")
+    bar = ProgressArtifact(
+        release_key("solve-progress"),
+        f"solve[{method}] N={inst.n_records} K={inst.n_outputs}",
+        max_iterations=method_args.get("max_iterations"),
+    )
+
+    def progress(line: str) -> None:
+        log(line)
+        bar(line)
+        if "fallback" in line.lower():
+            logger().warning("solve[%s]: %s", method, line)
+
+    logger().info(
+        "solve[%s]: N=%d records, K=%d outputs, %d neighbour pairs, eps=%g",
+        method,
+        inst.n_records,
+        inst.n_outputs,
+        inst.n_edges,
+        inst.epsilon,
+    )
+    note(f"{method} on N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}")  # repeated by the heartbeat
     sol = solve_instance(
         inst,
         method,
         SolverOptions(**params.get("solver", {})),
-        progress=Throttled(f"solve[{method}]"),
+        progress=progress,
         max_mix=float(params.get("max_mix", 1e-2)),
         **method_args,
     )
-    write_mechanism(inst, sol.z, w.dir, sol.solve_info())
+    info = sol.solve_info()
+    for fb in (info.get("extra") or {}).get("fallbacks") or []:  # a second algorithm had to step in
+        logger().warning("solve[%s]: solver fallback: %s", method, fb)
+    bar.done(f"{sol.status}, objective {sol.objective:.9g}, lower bound {sol.lower_bound}")
+    write_mechanism(inst, sol.z, w.dir, info)
     if sol.trace is not None:
         write_table(w.file("trace.parquet"), {c: sol.trace[c].to_numpy() for c in sol.trace.columns})
     w.meta.update(
@@ -51,5 +78,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
 
 
 @task(name="solve")
-def solve(store: str, params: dict[str, Any], instance: ArtifactRef, partition: ArtifactRef | None = None) -> ArtifactRef:
+def solve(
+    store: str, params: dict[str, Any], instance: ArtifactRef, partition: ArtifactRef | None = None
+) -> ArtifactRef:
     return run_stage("solve", __name__, store, params, {"instance": instance, "partition": partition}, _compute)

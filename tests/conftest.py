@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +18,12 @@ from mdp_core.instance import Instance
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg"}
 
 
-def path_instance(costs: np.ndarray, distances: list[float], epsilon: float, prior=None, eta: float | None = None) -> Instance:
+def path_instance(
+    costs: np.ndarray, distances: list[float], epsilon: float, prior=None, eta: float | None = None
+) -> Instance:
     """Records 0..N-1 on a path (edges (i, i+1) with the given distances), costs (N, K)."""
     costs = np.asarray(costs, dtype=float)
     n = costs.shape[0]
@@ -44,3 +53,56 @@ def instance_dir(tmp_path: Path, grid_small: Instance) -> Path:
     out = tmp_path / "inst"
     write_instance(grid_small, out)
     return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` on a free loopback port, ONE for the whole test session (every test
+    module that needs a server uses this fixture): {"url": API URL, "home": its PREFECT_HOME}."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    # The scheduler looks for due deployments every 5 s instead of 60 s: scheduled-run tests finish sooner.
+    # The UI must call this server's API (not the default port 4200); SQLite waits longer for its lock on
+    # a busy 2-core machine instead of answering 503.
+    env = (
+        os.environ
+        | QUIET
+        | {
+            "PREFECT_HOME": str(home),
+            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
+            "PREFECT_UI_API_URL": url,
+            "PREFECT_SERVER_UI_API_URL": url,
+            "PREFECT_SERVER_DATABASE_TIMEOUT": "60",
+            "PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT": "30",
+        }
+    )
+    env.pop("PREFECT_API_URL", None)
+    log = open(home / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    t0 = time.monotonic()
+    from flows.run import healthy
+
+    while not healthy(url):
+        if proc.poll() is not None or time.monotonic() - t0 > 180:
+            proc.kill()
+            pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.5)
+    yield {"url": url, "home": home}
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)

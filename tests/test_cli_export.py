@@ -42,10 +42,28 @@ def test_option_types_match_loader_defaults():
 
 
 def test_list_options_parse():
-    args = parse("--dataset", "road", "--out", "x", "--bbox", "41.66", "12.24", "42.10", "12.81",
-                 "--destinations", "1", "2", "--destination-weights", "0.5", "1.5")
-    assert params_from_args(args) == {"bbox": [41.66, 12.24, 42.10, 12.81], "destinations": [1, 2],
-                                      "destination_weights": [0.5, 1.5]}
+    args = parse(
+        "--dataset",
+        "road",
+        "--out",
+        "x",
+        "--bbox",
+        "41.66",
+        "12.24",
+        "42.10",
+        "12.81",
+        "--destinations",
+        "1",
+        "2",
+        "--destination-weights",
+        "0.5",
+        "1.5",
+    )
+    assert params_from_args(args) == {
+        "bbox": [41.66, 12.24, 42.10, 12.81],
+        "destinations": [1, 2],
+        "destination_weights": [0.5, 1.5],
+    }
     assert params_from_args(parse("--dataset", "text", "--out", "x", "--words", "a", "b")) == {"words": ["a", "b"]}
 
 
@@ -66,8 +84,27 @@ def test_abbreviations_are_refused():
 @pytest.mark.skipif(not ROME_NODES.is_file(), reason="shared Rome data ../shared/data/rome_center absent")
 def test_export_road_issue_example(tmp_path, capsys):
     out = tmp_path / "inst"
-    code = main(["export", "--dataset", "road", "--nodes", str(ROME_NODES), "--edges", str(ROME_EDGES),
-                 "--n-records", "200", "--eta", "0.5", "--epsilon", "5", "--seed", "3", "--out", str(out)])
+    code = main(
+        [
+            "export",
+            "--dataset",
+            "road",
+            "--nodes",
+            str(ROME_NODES),
+            "--edges",
+            str(ROME_EDGES),
+            "--n-records",
+            "200",
+            "--eta",
+            "0.5",
+            "--epsilon",
+            "5",
+            "--seed",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert "N=200" in capsys.readouterr().out
     inst = read_instance(out)
@@ -82,8 +119,29 @@ def test_export_road_pbf_and_offline_download(tmp_path, capsys):
     from mdp_core.datasets.road import pyrosm_sample
 
     out = tmp_path / "pbf"
-    assert main(["export", "--dataset", "road", "--pbf", str(pyrosm_sample("test")), "--n-records", "40",
-                 "--region-bbox", "-90", "-180", "90", "180", "--eta", "0.3", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--dataset",
+                "road",
+                "--pbf",
+                str(pyrosm_sample("test")),
+                "--n-records",
+                "40",
+                "--region-bbox",
+                "-90",
+                "-180",
+                "90",
+                "180",
+                "--eta",
+                "0.3",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert read_instance(out).n_records == 40
     import socket
 
@@ -91,26 +149,103 @@ def test_export_road_pbf_and_offline_download(tmp_path, capsys):
         socket.create_connection(("overpass-api.de", 443), timeout=2).close()
     except OSError:
         capsys.readouterr()
-        assert main(["export", "--dataset", "road", "--bbox", "41.66", "12.24", "42.10", "12.81",
-                     "--out", str(tmp_path / "dl")]) == 2
+        assert (
+            main(
+                [
+                    "export",
+                    "--dataset",
+                    "road",
+                    "--bbox",
+                    "41.66",
+                    "12.24",
+                    "42.10",
+                    "12.81",
+                    "--out",
+                    str(tmp_path / "dl"),
+                ]
+            )
+            == 2
+        )
         assert "pass a road network file" in capsys.readouterr().err
         assert not (tmp_path / "dl").exists()
 
 
 def test_export_grid_synthetic_text_points(tmp_path):
-    assert main(["export", "--dataset", "grid", "--rows", "4", "--cols", "5", "--n-outputs", "6",
-                 "--out", str(tmp_path / "g")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--dataset",
+                "grid",
+                "--rows",
+                "4",
+                "--cols",
+                "5",
+                "--n-outputs",
+                "6",
+                "--out",
+                str(tmp_path / "g"),
+            ]
+        )
+        == 0
+    )
     assert read_instance(tmp_path / "g").n_records == 20
-    assert main(["export", "--dataset", "synthetic", "--n-records", "30", "--dim", "2", "--sigma", "4",
-                 "--out", str(tmp_path / "s")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--dataset",
+                "synthetic",
+                "--n-records",
+                "30",
+                "--dim",
+                "2",
+                "--sigma",
+                "4",
+                "--out",
+                str(tmp_path / "s"),
+            ]
+        )
+        == 0
+    )
     assert read_instance(tmp_path / "s").records.filter(regex=r"^x\d").shape[1] == 2
-    assert main(["export", "--dataset", "text", "--vectors", str(GLOVE_TXT), "--n-records", "25",
-                 "--eta-fraction", "0.6", "--out", str(tmp_path / "t")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--dataset",
+                "text",
+                "--vectors",
+                str(GLOVE_TXT),
+                "--n-records",
+                "25",
+                "--eta-fraction",
+                "0.6",
+                "--out",
+                str(tmp_path / "t"),
+            ]
+        )
+        == 0
+    )
     t = read_instance(tmp_path / "t")
     assert t.n_records == 25 and "word" in t.records.columns
     (tmp_path / "p.csv").write_text("id,lat,lon,weight\na,41.90,12.49,1\nb,41.91,12.50,2\nc,41.95,12.40,1\n")
-    assert main(["export", "--dataset", "points", "--path", str(tmp_path / "p.csv"), "--eta", "2",
-                 "--out", str(tmp_path / "p")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--dataset",
+                "points",
+                "--path",
+                str(tmp_path / "p.csv"),
+                "--eta",
+                "2",
+                "--out",
+                str(tmp_path / "p"),
+            ]
+        )
+        == 0
+    )
     p = read_instance(tmp_path / "p")
     np.testing.assert_allclose(p.prior, [0.25, 0.5, 0.25])
     assert p.records["id"].tolist() == ["a", "b", "c"] and p.n_edges == 1

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import path_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import path_instance
 from mdp_core import colgen, lp
 from mdp_core.datasets import grid, synthetic
 from mdp_core.errors import InputError
@@ -15,7 +15,6 @@ from mdp_core.graph import path_distances
 from mdp_core.instance import Instance
 from mdp_core.solve import solve
 from mdp_core.verify import MAX_LOG_RATIO, certify, objective, verify
-
 
 
 def check_against_lp(inst: Instance, gap_rel: float = 1e-6) -> colgen.ColgenResult:
@@ -166,8 +165,14 @@ def test_iteration_and_time_limits_return_feasible_mechanisms():
 
 @pytest.mark.parametrize(
     ("kwargs", "word"),
-    [({"gap_rel": -1.0}, "gap"), ({"max_iterations": 0}, "max_iterations"), ({"seeds_per_record": -1}, "seeds"),
-     ({"tol": float("nan")}, "tol"), ({"smoothing": 1.0}, "smoothing"), ({"master_solver": "pdlp"}, "master_solver")],
+    [
+        ({"gap_rel": -1.0}, "gap"),
+        ({"max_iterations": 0}, "max_iterations"),
+        ({"seeds_per_record": -1}, "seeds"),
+        ({"tol": float("nan")}, "tol"),
+        ({"smoothing": 1.0}, "smoothing"),
+        ({"master_solver": "pdlp"}, "master_solver"),
+    ],
 )
 def test_bad_arguments(kwargs, word):
     with pytest.raises(InputError, match=word):

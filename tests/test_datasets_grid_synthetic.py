@@ -27,10 +27,13 @@ def test_grid_defaults_are_the_paper_setting():
     assert (g.n_records, g.n_outputs, g.eta, g.epsilon) == (500, 100, 2.0, 10.0)
     xy = g.records[["x0", "x1"]].to_numpy()
     # neighbours: every pair of cell centres within 2 km, exact distances
-    want = {(a, b): float(np.hypot(*(xy[a] - xy[b]))) for a, b in itertools.combinations(range(500), 2)
-            if np.hypot(*(xy[a] - xy[b])) <= 2.0}
+    want = {
+        (a, b): float(np.hypot(*(xy[a] - xy[b])))
+        for a, b in itertools.combinations(range(500), 2)
+        if np.hypot(*(xy[a] - xy[b])) <= 2.0
+    }
     assert g.n_edges == len(want)
-    for (a, b), d in zip(map(tuple, g.edges), g.distances):
+    for (a, b), d in zip(map(tuple, g.edges), g.distances, strict=True):
         assert d == pytest.approx(want[(a, b)], rel=1e-12)
     assert g.provenance["parameters"]["anchor_sw"] == [41.66, 12.24]
     assert "cost_distance" not in g.provenance["parameters"]  # default provenance unchanged
@@ -52,8 +55,17 @@ def test_grid_costs_independent_loop():
 
 @pytest.mark.skipif(not ROME_NODES.is_file(), reason="shared Rome data ../shared/data/rome_center absent")
 def test_grid_lr_geo_road_costs(tmp_path):
-    g = grid(rows=8, cols=10, cell_km=0.4, n_outputs=20, n_destinations=15, eta=1.0,
-             road_nodes=str(ROME_NODES), road_edges=str(ROME_EDGES), seed=1)
+    g = grid(
+        rows=8,
+        cols=10,
+        cell_km=0.4,
+        n_outputs=20,
+        n_destinations=15,
+        eta=1.0,
+        road_nodes=str(ROME_NODES),
+        road_edges=str(ROME_EDGES),
+        seed=1,
+    )
     assert g.provenance["parameters"]["cost_distance"] == "road_path"
     assert g.metric == "euclidean"
     nodes = pd.read_csv(ROME_NODES).set_index("osmid")

@@ -29,8 +29,9 @@ def hav_km(lat1, lon1, lat2, lon2):
 @pytest.mark.skipif(not ROME_FULL.is_file(), reason="shared Rome data ../shared/data/rome_full absent")
 def test_rome_nodes_as_latlon_points(tmp_path):
     nodes = pd.read_csv(ROME_FULL, usecols=["osmid", "y", "x"]).sample(400, random_state=1)
-    table = pd.DataFrame({"id": nodes["osmid"], "lat": nodes["y"], "lon": nodes["x"],
-                          "weight": np.arange(1, 401, dtype=float)})
+    table = pd.DataFrame(
+        {"id": nodes["osmid"], "lat": nodes["y"], "lon": nodes["x"], "weight": np.arange(1, 401, dtype=float)}
+    )
     table.to_parquet(tmp_path / "pts.parquet")
     inst = points(path=str(tmp_path / "pts.parquet"), n_outputs=50, eta=2.0, epsilon=10, seed=0)
     assert inst.metric == "haversine" and inst.distance_unit == "km"
@@ -54,8 +55,9 @@ def test_rome_nodes_as_latlon_points(tmp_path):
 
 def test_vector_points_outputs_and_cost_file(tmp_path):
     rng = np.random.default_rng(0)
-    pts = pd.DataFrame({"id": [f"p{i}" for i in range(8)], "a": rng.normal(size=8), "b": rng.normal(size=8),
-                        "label": ["x"] * 8})
+    pts = pd.DataFrame(
+        {"id": [f"p{i}" for i in range(8)], "a": rng.normal(size=8), "b": rng.normal(size=8), "label": ["x"] * 8}
+    )
     pts.to_csv(tmp_path / "p.csv", index=False)
     outs = pd.DataFrame({"id": [10, 11, 12], "a": [0.0, 1.0, -1.0], "b": [0.0, 1.0, 1.0]})
     outs.to_csv(tmp_path / "o.csv", index=False)
@@ -65,10 +67,14 @@ def test_vector_points_outputs_and_cost_file(tmp_path):
     want = np.linalg.norm(pts[["a", "b"]].to_numpy()[:, None] - outs[["a", "b"]].to_numpy()[None], axis=2)
     np.testing.assert_allclose(inst.costs, want, rtol=1e-12)
     # an explicit cost table, rows in any order
-    cost = pd.DataFrame([(r, o, 10.0 * i + j) for i, r in enumerate(pts["id"]) for j, o in enumerate(outs["id"])],
-                        columns=["record_id", "output_id", "cost"]).sample(frac=1, random_state=2)
+    cost = pd.DataFrame(
+        [(r, o, 10.0 * i + j) for i, r in enumerate(pts["id"]) for j, o in enumerate(outs["id"])],
+        columns=["record_id", "output_id", "cost"],
+    ).sample(frac=1, random_state=2)
     cost.to_parquet(tmp_path / "c.parquet")
-    inst = points(path=str(tmp_path / "p.csv"), outputs=str(tmp_path / "o.csv"), costs=str(tmp_path / "c.parquet"), eta=1.5)
+    inst = points(
+        path=str(tmp_path / "p.csv"), outputs=str(tmp_path / "o.csv"), costs=str(tmp_path / "c.parquet"), eta=1.5
+    )
     np.testing.assert_array_equal(inst.costs, 10.0 * np.arange(8)[:, None] + np.arange(3)[None])
     write_instance(inst, tmp_path / "i")
     back = read_instance(tmp_path / "i")
@@ -80,15 +86,20 @@ def test_vector_points_outputs_and_cost_file(tmp_path):
 
 
 def test_identical_points_are_merged(tmp_path):
-    pd.DataFrame({"x": [0.0, 0.0, 3.0], "y": [0.0, 0.0, 0.0], "weight": [1.0, 3.0, 4.0]}).to_csv(tmp_path / "p.csv", index=False)
-    pd.DataFrame({"record_id": [0, 0, 0, 1, 1, 1, 2, 2, 2], "output_id": [0, 1, 2] * 3,
-                  "cost": [0, 4, 8, 4, 8, 12, 1, 1, 1]}).to_csv(tmp_path / "c.csv", index=False)
+    pd.DataFrame({"x": [0.0, 0.0, 3.0], "y": [0.0, 0.0, 0.0], "weight": [1.0, 3.0, 4.0]}).to_csv(
+        tmp_path / "p.csv", index=False
+    )
+    pd.DataFrame(
+        {"record_id": [0, 0, 0, 1, 1, 1, 2, 2, 2], "output_id": [0, 1, 2] * 3, "cost": [0, 4, 8, 4, 8, 12, 1, 1, 1]}
+    ).to_csv(tmp_path / "c.csv", index=False)
     inst = points(path=str(tmp_path / "p.csv"), costs=str(tmp_path / "c.csv"), eta=5.0)
     assert inst.n_records == 2 and inst.n_outputs == 2
     np.testing.assert_allclose(inst.prior, [0.5, 0.5])
     assert inst.records["n_merged"].tolist() == [2, 1]
     # record rows: weighted mean (1:3); output columns 0 and 1 merged: plain mean
-    np.testing.assert_allclose(inst.costs, [[(0.25 * 0 + 0.75 * 4 + 0.25 * 4 + 0.75 * 8) / 2, 0.25 * 8 + 0.75 * 12], [1, 1]])
+    np.testing.assert_allclose(
+        inst.costs, [[(0.25 * 0 + 0.75 * 4 + 0.25 * 4 + 0.75 * 8) / 2, 0.25 * 8 + 0.75 * 12], [1, 1]]
+    )
 
 
 BAD = {

@@ -53,7 +53,7 @@ def check_path_costs(inst, g: nx.MultiDiGraph, pairs) -> None:
     for i, k in pairs:
         pr = nx.single_source_dijkstra_path_length(g, int(osmid[i]), weight="length")
         po = nx.single_source_dijkstra_path_length(g, int(osmid[out_rec[k]]), weight="length")
-        want = sum(wt * abs(pr[t] - po[t]) for t, wt in zip(dest, w)) / 1000.0
+        want = sum(wt * abs(pr[t] - po[t]) for t, wt in zip(dest, w, strict=True)) / 1000.0
         assert inst.costs[i, k] == pytest.approx(want, rel=1e-9, abs=1e-12)
 
 
@@ -105,8 +105,10 @@ def test_rome_regions_and_seed():
     box = [41.895, 12.48, 41.91, 12.50]
     a = road(nodes=str(ROME_NODES), edges=str(ROME_EDGES), n_records=40, region_bbox=box, eta=0.3, seed=1)
     assert a.records["lat"].between(box[0], box[2]).all() and a.records["lon"].between(box[1], box[3]).all()
-    c = road(nodes=str(ROME_NODES), edges=str(ROME_EDGES), n_records=40, center="41.9,12.49", radius_km=0.8, eta=0.3, seed=1)
-    assert all(hav_km(41.9, 12.49, la, lo) <= 0.8 for la, lo in zip(c.records["lat"], c.records["lon"]))
+    c = road(
+        nodes=str(ROME_NODES), edges=str(ROME_EDGES), n_records=40, center="41.9,12.49", radius_km=0.8, eta=0.3, seed=1
+    )
+    assert all(hav_km(41.9, 12.49, la, lo) <= 0.8 for la, lo in zip(c.records["lat"], c.records["lon"], strict=True))
     b = road(nodes=str(ROME_NODES), edges=str(ROME_EDGES), n_records=40, region_bbox=box, eta=0.3, seed=1)
     np.testing.assert_array_equal(a.costs, b.costs)
     d = road(nodes=str(ROME_NODES), edges=str(ROME_EDGES), n_records=40, region_bbox=box, eta=0.3, seed=2)
@@ -116,8 +118,15 @@ def test_rome_regions_and_seed():
 @needs_rome
 def test_rome_explicit_destinations():
     dests = [25388130, 25388195]
-    inst = road(nodes=str(ROME_NODES), edges=str(ROME_EDGES), n_records=30, destinations=dests,
-                destination_weights=[1, 3], eta=0.3, seed=0)
+    inst = road(
+        nodes=str(ROME_NODES),
+        edges=str(ROME_EDGES),
+        n_records=30,
+        destinations=dests,
+        destination_weights=[1, 3],
+        eta=0.3,
+        seed=0,
+    )
     assert inst.provenance["parameters"]["destination_weights"] == [0.25, 0.75]
     check_path_costs(inst, rome_graph(), [(0, 1), (5, 9), (29, 28)])
     with pytest.raises(InputError, match="not in the largest"):

@@ -32,14 +32,18 @@ def test_glove_text_file_values_and_distances(tmp_path):
     inst = text(vectors=str(GLOVE_TXT), n_records=30, n_outputs=10, seed=1)
     assert (inst.n_records, inst.n_outputs) == (30, 10)
     # vectors equal the numbers on the word's line of the file (independent parse)
-    lines = {ln.split()[0]: np.array(ln.split()[1:], float) for ln in GLOVE_TXT.read_text(encoding="utf-8").splitlines()}
+    lines = {
+        ln.split()[0]: np.array(ln.split()[1:], float) for ln in GLOVE_TXT.read_text(encoding="utf-8").splitlines()
+    }
     cols = [f"x{d}" for d in range(50)]
     pts = inst.records[cols].to_numpy()
     for r, w in enumerate(inst.records["word"]):
         np.testing.assert_allclose(pts[r], lines[w], rtol=1e-6)
     for e in range(inst.n_edges):
         i, j = inst.edges[e]
-        assert inst.distances[e] == pytest.approx(np.linalg.norm(lines[inst.records.word[i]] - lines[inst.records.word[j]]), rel=1e-6)
+        assert inst.distances[e] == pytest.approx(
+            np.linalg.norm(lines[inst.records.word[i]] - lines[inst.records.word[j]]), rel=1e-6
+        )
     out = inst.outputs["record_id"].to_numpy()
     np.testing.assert_allclose(inst.costs, np.linalg.norm(pts[:, None, :] - pts[out][None, :, :], axis=2), atol=1e-9)
     # default eta / eps: scaled paper choice

@@ -11,6 +11,7 @@ import pytest
 
 from mdp_core import evaluate as ev
 from mdp_core.datasets import grid
+from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import exponential
 from mdp_core.solve import solve
@@ -123,7 +124,7 @@ def test_evaluation_table_roundtrips_parquet(tmp_path):
     back = pd.read_parquet(tmp_path / "evaluation.parquet")
     assert list(back.columns) == ev.COLUMNS
     assert back.loc[1, "realised_epsilon"] == 0.0
-    with pytest.raises(Exception):
+    with pytest.raises(InputError, match="bogus"):
         ev.evaluation_table([{"method": "x", "bogus": 1}])
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,8 +19,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from flows.run import healthy
-
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,39 +26,6 @@ STAGES = ["ingest", "graph", "partition", "export", "solve", "postprocess", "eva
 # Parquet files holding wall-clock timings (columns named *seconds): reproducible apart from those.
 TIMED = {"evaluation.parquet", "trace.parquet"}
 QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory):
-    """A real `prefect server start` on a free loopback port, for the whole test session."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    env = os.environ | QUIET | {"PREFECT_HOME": str(home)}
-    env.pop("PREFECT_API_URL", None)
-    log = open(home / "server.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )
-    t0 = time.monotonic()
-    while not healthy(url):
-        if proc.poll() is not None or time.monotonic() - t0 > 180:
-            proc.kill()
-            pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.5)
-    yield {"url": url, "home": home}
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 CONFIG = """
@@ -90,7 +53,11 @@ def _run(server, tmp_path: Path, store: Path, *extra: str, **cfg) -> dict:
     values = {"store": store, "epsilon": 10.0, "partition": "kmdv", "method": "benders"} | cfg
     path = tmp_path / f"cfg-{time.monotonic_ns()}.toml"
     path.write_text(CONFIG.format(**values))
-    env = os.environ | QUIET | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
+    env = (
+        os.environ
+        | QUIET
+        | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
+    )
     args = [sys.executable, "-m", "flows.cli", "run", *extra]
     if "--from-manifest" not in extra:
         args += ["--config", str(path)]
@@ -115,18 +82,29 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
 
     # What the Prefect UI shows for this run: the evaluation table and the markdown report.
     body = json.dumps({"flow_runs": {"id": {"any_": [first["flow_run_id"]]}}}).encode()
-    req = urllib.request.Request(prefect_server["url"] + "/artifacts/filter", data=body, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        prefect_server["url"] + "/artifacts/filter", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         arts = {a["key"]: a for a in json.load(r)}
-    assert arts["mdp-evaluation"]["type"] == "table"
-    rows = arts["mdp-evaluation"]["data"]
+    name = "grid-eps10-benders"  # the release name derived from the config: artifact keys per release
+    assert first["flow_run_id"] and arts[f"{name}-evaluation"]["type"] == "table"
+    rows = arts[f"{name}-evaluation"]["data"]
     rows = json.loads(rows) if isinstance(rows, str) else rows
     assert {row["method"] for row in rows} >= {"benders", "exp"}
-    assert arts["mdp-report"]["type"] == "markdown" and "Privacy certificate: PASS" in arts["mdp-report"]["data"]
+    assert (
+        arts[f"{name}-report"]["type"] == "markdown" and "Privacy certificate: PASS" in arts[f"{name}-report"]["data"]
+    )
+    assert "data:image/png;base64," in arts[f"{name}-report"]["data"]  # plots the browser can show
+    release_md = arts[f"{name}-release"]["data"]
+    assert str(run_dir) in release_md and "realised eps" in release_md and "PASS" in release_md
+    assert (store / "runs" / "latest" / "manifest.json").is_file()
 
     second = _run(prefect_server, tmp_path, store)
     assert _executed(second) == set()
-    assert {s: e["cache_key"] for s, e in second["stages"].items()} == {s: e["cache_key"] for s, e in first["stages"].items()}
+    assert {s: e["cache_key"] for s, e in second["stages"].items()} == {
+        s: e["cache_key"] for s, e in first["stages"].items()
+    }
 
     eps = _run(prefect_server, tmp_path, store, epsilon=5.0)
     assert _executed(eps) == {"export", "solve", "postprocess", "evaluate"}
@@ -166,3 +144,79 @@ def test_rerun_from_manifest_reproduces_parquet_bytes(prefect_server, tmp_path):
             assert (dir_a / name).read_bytes() == (dir_b / name).read_bytes(), name
             assert first["released_files"][name] == again["released_files"][name]
     shutil.rmtree(store_a)
+
+
+SWEEP = """
+store = "{store}"
+[dataset]
+kind = "grid"
+params = {{ rows = 4, cols = 5, n_outputs = 8, seed = 2 }}
+[privacy]
+epsilon = {epsilon}
+[partition]
+subsets = 2
+[solve]
+method = "benders"
+[release]
+n_individuals = 200
+[evaluate]
+baselines = ["exp", "lp"]
+eps_factors = [0.5, 1.0]
+counts_eps = [1.0]
+counts_seeds = 2
+[run]
+task_runner = "{runner}"
+max_workers = {workers}
+"""
+
+
+def _cli(server, tmp_path: Path, *configs: Path) -> list[dict]:
+    env = (
+        os.environ
+        | QUIET
+        | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
+    )
+    args = [sys.executable, "-m", "flows.cli", "run", "--json"]
+    for c in configs:
+        args += ["--config", str(c)]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout)
+    return out if isinstance(out, list) else [out]
+
+
+def _same_release(dir_a: Path, dir_b: Path) -> None:
+    parquet = sorted(p.name for p in dir_a.glob("*.parquet"))
+    assert parquet and parquet == sorted(p.name for p in dir_b.glob("*.parquet"))
+    for name in parquet:
+        if name in TIMED:
+            a, b = (pd.read_parquet(d / name) for d in (dir_a, dir_b))
+            a, b = (f.drop(columns=[c for c in f.columns if c.endswith("seconds")]) for f in (a, b))
+            pd.testing.assert_frame_equal(a, b)
+        else:
+            assert (dir_a / name).read_bytes() == (dir_b / name).read_bytes(), name
+
+
+def test_dask_task_runner_gives_the_serial_release_bytes_and_batch_shares_stages(prefect_server, tmp_path):
+    pytest.importorskip("prefect_dask")
+    distributed = pytest.importorskip("distributed")
+    serial, dask = tmp_path / "serial.toml", tmp_path / "dask.toml"
+    serial.write_text(SWEEP.format(store=tmp_path / "s1", epsilon=10.0, runner="thread", workers=1))
+    (a,) = _cli(prefect_server, tmp_path, serial)
+    # A running Dask cluster (2 worker processes) that the flow reaches through `dask_address`.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        dask.write_text(
+            SWEEP.format(store=tmp_path / "s2", epsilon=10.0, runner="dask", workers=2)
+            + f'dask_address = "{cluster.scheduler_address}"\n'
+        )
+        (b,) = _cli(prefect_server, tmp_path, dask)
+    # each baseline and sweep point was its own cached task run: 2 baselines at eps + 3 mechanisms at eps/2
+    assert len(list((tmp_path / "s2" / "objects" / "evaluate_point").glob("*/ref.json"))) == 5
+    _same_release(tmp_path / "s1" / "runs" / a["run_name"], tmp_path / "s2" / "runs" / b["run_name"])
+
+    # Two configs, one flow: the second shares ingest/graph/partition with the first (cached).
+    other = tmp_path / "other.toml"
+    other.write_text(SWEEP.format(store=tmp_path / "s1", epsilon=5.0, runner="thread", workers=2))
+    first, second = _cli(prefect_server, tmp_path, serial, other)
+    assert {"ingest", "graph", "partition"}.isdisjoint(_executed(second)) and "solve" in _executed(second)
+    assert second["privacy"]["mechanism_epsilon"] == 5.0 and first["privacy"]["mechanism_epsilon"] == 10.0

@@ -299,8 +299,13 @@ def test_truncated_parquet(instance_dir: Path):
     p = instance_dir / "edges.parquet"
     p.write_bytes(p.read_bytes()[:-100])
     rejects(instance_dir, "edges.parquet: content does not match the sha256")
-    edit_json(instance_dir, tables={**json.loads((instance_dir / "instance.json").read_text())["tables"],
-                                    "edges.parquet": io.file_sha256(p)})
+    edit_json(
+        instance_dir,
+        tables={
+            **json.loads((instance_dir / "instance.json").read_text())["tables"],
+            "edges.parquet": io.file_sha256(p),
+        },
+    )
     rejects(instance_dir, "edges.parquet: not a readable Parquet file")
 
 

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import SHARED_DATA, path_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_DATA, path_instance
 from mdp_core import lp
 from mdp_core.datasets import from_points, grid, synthetic
 from mdp_core.errors import InputError, SolverError
@@ -81,9 +81,7 @@ def test_three_records_triangle_hand_derivation(eps):
     S <= 3 g / (g + 2) and loss >= 2 / (g + 2). Randomised response z_jj = g/(g+2), z_jk = 1/(g+2)
     meets every ratio with equality and attains it: OPT = 2 / (g + 2).
     """
-    inst = Instance(
-        np.full(3, 1 / 3), 1.0 - np.eye(3), np.array([[0, 1], [0, 2], [1, 2]]), np.ones(3), eps, 1.0
-    )
+    inst = Instance(np.full(3, 1 / 3), 1.0 - np.eye(3), np.array([[0, 1], [0, 2], [1, 2]]), np.ones(3), eps, 1.0)
     g = math.exp(eps)
     res = lp.solve_lp(inst)
     assert res.objective == pytest.approx(2.0 / (g + 2.0), abs=1e-9)
@@ -150,8 +148,11 @@ def test_lp_matches_qif(make):
     assert sol.objective >= expected - 1e-7  # a verified mechanism cannot beat the optimum
 
 
-@pytest.mark.parametrize("inst", [grid(4, 5, n_outputs=6), synthetic(n_records=12, n_outputs=5, sigma=1.5, eta=1.5, epsilon=2.0, seed=3)],
-                         ids=["grid4x5", "synthetic-components"])
+@pytest.mark.parametrize(
+    "inst",
+    [grid(4, 5, n_outputs=6), synthetic(n_records=12, n_outputs=5, sigma=1.5, eta=1.5, epsilon=2.0, seed=3)],
+    ids=["grid4x5", "synthetic-components"],
+)
 def test_lower_bound_is_proven_and_tight(inst):
     """lower_bound (from the duals) <= OPT <= the objective of any verified mechanism, here qif's
     (made exact by repair: as returned it is ~1e-9 infeasible and 1.3e-9 *below* OPT on grid4x5)
@@ -180,7 +181,8 @@ def test_lower_bound_holds_for_any_duals(grid_small):
     n_priv = 2 * inst.n_edges * inst.n_outputs
     opt = qif_optimum(inst)
     assert lp.lagrangian_bound(model, n_priv, np.zeros(n_priv)) == pytest.approx(
-        float(np.sum(np.min(inst.prior[:, None] * inst.costs, axis=1))))
+        float(np.sum(np.min(inst.prior[:, None] * inst.costs, axis=1)))
+    )
     for seed in range(3):
         y = -np.random.default_rng(seed).exponential(1e-3, n_priv)
         assert lp.lagrangian_bound(model, n_priv, y) <= opt + 1e-12
@@ -301,8 +303,8 @@ def test_real_rome_road_nodes_vs_qif_and_exponential():
         pytest.skip(f"real OSM data not found at {nodes_csv} (../shared/data is not part of the repository)")
     import pandas as pd
 
-    from mdp_core.metrics import haversine_km
     from mdp_core.mechanisms import exponential
+    from mdp_core.metrics import haversine_km
 
     nodes = pd.read_csv(nodes_csv)
     idx = np.sort(np.random.default_rng(0).choice(len(nodes), 16, replace=False))

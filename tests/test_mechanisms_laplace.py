@@ -32,9 +32,14 @@ def test_monte_carlo_matches_the_analytic_half_plane_probability():
     """
     eps, n = 1.5, 200_000
     inst = Instance(
-        prior=np.array([0.5, 0.5]), costs=np.array([[0.0, 2.0], [2.0, 0.0]]), edges=np.array([[0, 1]]),
-        distances=np.array([2.0]), epsilon=eps, eta=2.0,
-        records=pd.DataFrame({"x0": [0.0, 2.0], "x1": [0.0, 0.0]}), outputs=pd.DataFrame({"record_id": [0, 1]}),
+        prior=np.array([0.5, 0.5]),
+        costs=np.array([[0.0, 2.0], [2.0, 0.0]]),
+        edges=np.array([[0, 1]]),
+        distances=np.array([2.0]),
+        epsilon=eps,
+        eta=2.0,
+        records=pd.DataFrame({"x0": [0.0, 2.0], "x1": [0.0, 0.0]}),
+        outputs=pd.DataFrame({"record_id": [0, 1]}),
     )
     z, info = mech.planar_laplace(inst, n_samples=n, seed=3)
     exact = integrate.quad(lambda t: t * special.k1(t), eps * 1.0, np.inf)[0] / np.pi

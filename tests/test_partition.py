@@ -74,9 +74,12 @@ def test_single_subset_has_no_boundary(g200: Instance) -> None:
 def test_balance_stats_hand_example() -> None:
     """Path 0-1-2-3-4-5 split {0,1,2} | {3,4,5}: boundary {2, 3}, one MP component of size 2."""
     inst = Instance(
-        prior=np.full(6, 1 / 6), costs=np.ones((6, 2)),
-        edges=np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]), distances=np.full(5, 1.0),
-        epsilon=1.0, eta=1.0,
+        prior=np.full(6, 1 / 6),
+        costs=np.ones((6, 2)),
+        edges=np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]),
+        distances=np.full(5, 1.0),
+        epsilon=1.0,
+        eta=1.0,
     )
     part = P.from_labels(inst, np.array([7, 7, 7, 9, 9, 9]))
     assert part.labels.tolist() == [0, 0, 0, 1, 1, 1]

@@ -133,11 +133,19 @@ def test_qp_matches_projected_gradient_reference():
     w = [1.0 / s for s in feats.sizes]
 
     def f(y):
-        r = [m @ y - t for m, t in zip(mats, noisy)]
-        return sum(wi * ri @ ri for wi, ri in zip(w, r)), sum(2 * wi * (m.T @ ri) for wi, m, ri in zip(w, mats, r))
+        r = [m @ y - t for m, t in zip(mats, noisy, strict=True)]
+        return sum(wi * ri @ ri for wi, ri in zip(w, r, strict=True)), sum(
+            2 * wi * (m.T @ ri) for wi, m, ri in zip(w, mats, r, strict=True)
+        )
 
-    ref = minimize(f, np.full(30, 1.0), jac=True, bounds=[(0, None)] * 30, method="L-BFGS-B",
-                   options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10_000})
+    ref = minimize(
+        f,
+        np.full(30, 1.0),
+        jac=True,
+        bounds=[(0, None)] * 30,
+        method="L-BFGS-B",
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10_000},
+    )
     assert f(qp.x[0])[0] <= ref.fun + 1e-6 * max(1.0, abs(ref.fun))
     np.testing.assert_allclose(qp.x[0], ref.x, atol=1e-3)
 
@@ -151,9 +159,9 @@ def test_tree_least_squares_is_the_weighted_least_squares_solution():
     noisy = [rng.normal(size=int(lab.max()) + 1) * 5 for lab in levels]
     x = pp.tree_least_squares(levels, noisy, var)
     a = np.vstack([pp.indicator(lab).toarray() for lab in levels])  # rows: every node; columns: leaves
-    wts = np.concatenate([np.full(int(lab.max()) + 1, 1.0 / v) for lab, v in zip(levels, var)])
+    wts = np.concatenate([np.full(int(lab.max()) + 1, 1.0 / v) for lab, v in zip(levels, var, strict=True)])
     leaves = np.linalg.lstsq(a * np.sqrt(wts)[:, None], np.concatenate(noisy) * np.sqrt(wts), rcond=None)[0]
-    for lab, xl in zip(levels, x):
+    for lab, xl in zip(levels, x, strict=True):
         np.testing.assert_allclose(xl, pp.indicator(lab) @ leaves, atol=1e-10)
 
 
@@ -183,7 +191,7 @@ def test_laplace_baseline_rounds_to_nonnegative_integers():
 def test_seeded_and_deterministic():
     c, feats_in = sparse_example(8)
     a, b = pp.cbdp(c, feats_in, 0.5, 11), pp.cbdp(c, feats_in, 0.5, 11)
-    for x, y in zip(a.extra["integer"], b.extra["integer"]):
+    for x, y in zip(a.extra["integer"], b.extra["integer"], strict=True):
         np.testing.assert_array_equal(x, y)
     d = pp.cbdp(c, feats_in, 0.5, 12)
     assert not np.array_equal(a.noisy[0], d.noisy[0])

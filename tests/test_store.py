@@ -42,7 +42,7 @@ def test_failed_write_leaves_nothing(tmp_path):
             w.file("a.bin").write_bytes(b"partial")
             raise RuntimeError("crash mid-stage")
     stage_dir = tmp_path / "objects" / "stage"
-    assert list(stage_dir.iterdir()) == []
+    assert not stage_dir.exists() or list(stage_dir.iterdir()) == []
 
 
 def test_concurrent_writers_of_one_key(tmp_path):
@@ -85,3 +85,64 @@ def test_forced_write_replaces_a_valid_output(tmp_path):
         w2.file("a.bin").write_bytes(b"same")
         w2.meta["n"] = -2
     assert w2.ref.meta["n"] == -1 and first.files == w2.ref.files
+
+
+# ----------------------------------------------------------------------------- issue 11: leftovers, modes, the door
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid  # reaped: no process has this pid now (pids are not reused this fast)
+
+
+def test_temp_folders_of_killed_runs_are_cleaned_by_the_next_writer(tmp_path):
+    import os
+
+    s = Store(tmp_path)
+    _write(s, "k0", b"x")
+    stage = tmp_path / "objects" / "stage"
+    dead = stage / f".k1.tmp-{_dead_pid()}-abcd1234"
+    dead.mkdir()
+    (dead / "half.parquet").write_bytes(b"partial")
+    trash = stage / f".k0.trash-{_dead_pid()}-ffff0000"
+    trash.mkdir()
+    live = stage / f".k2.tmp-{os.getppid()}-0000aaaa"  # a live writer (our parent process): kept
+    live.mkdir()
+    _write(s, "k3", b"y")
+    names = sorted(p.name for p in stage.iterdir())
+    assert names == sorted(["k0", "k3", live.name])
+
+
+def test_stored_and_released_files_are_0644(tmp_path):
+    s = Store(tmp_path)
+    ref = _write(s, "k", b"data")
+    for p in (tmp_path / ref.path).iterdir():
+        assert p.stat().st_mode & 0o777 == 0o644, p
+    run = s.publish("r1", {"a.bin": (ref, "a.bin"), "sub/a.bin": (ref, "a.bin")}, {"x": 1})
+    for p in run.rglob("*"):
+        assert p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644), p
+
+
+def test_publish_refused_by_the_check_leaves_nothing(tmp_path):
+    s = Store(tmp_path)
+    ref = _write(s, "k", b"data")
+    seen = []
+
+    def refuse(staged):
+        seen.append(sorted(p.name for p in staged.iterdir()))
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        s.publish("r1", {"a.bin": (ref, "a.bin")}, {"x": 1}, check=refuse)
+    assert seen == [["a.bin", "manifest.json"]]
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_failed_first_write_leaves_no_empty_stage_folder(tmp_path):
+    s = Store(tmp_path)
+    with pytest.raises(ValueError):
+        with s.writer("fresh", "k"):
+            raise ValueError("bad input")
+    assert not (tmp_path / "objects").exists()

@@ -34,7 +34,9 @@ def pipeline(tmp_path_factory):
     refs["partition"] = partition.partition.fn(s, p["partition"], refs["ingest"], refs["graph"])
     refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"])
     refs["solve"] = solve.solve.fn(s, p["solve"], refs["export"])
-    refs["postprocess"] = postprocess.postprocess.fn(s, p["postprocess"], refs["export"], refs["solve"], refs["partition"])
+    refs["postprocess"] = postprocess.postprocess.fn(
+        s, p["postprocess"], refs["export"], refs["solve"], refs["partition"]
+    )
     refs["evaluate"] = evaluate.evaluate.fn(
         s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"]
     )

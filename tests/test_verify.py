@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import path_instance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import path_instance
 from mdp_core import verify as V
 from mdp_core.datasets import from_points
 from mdp_core.errors import InputError, PrivacyError
@@ -113,8 +113,13 @@ def instance_and_valid_z(draw):
     pts = rng.random((n, 2))
     outs = np.sort(rng.choice(n, size=k, replace=False))
     inst = from_points(
-        pts, "euclidean", draw(st.floats(0.3, 1.5)), draw(st.floats(0.2, 6.0)), rng.random((n, k)),
-        prior=rng.dirichlet(np.ones(n)), output_record_ids=outs,
+        pts,
+        "euclidean",
+        draw(st.floats(0.3, 1.5)),
+        draw(st.floats(0.2, 6.0)),
+        rng.random((n, k)),
+        prior=rng.dirichlet(np.ones(n)),
+        output_record_ids=outs,
     )
     if draw(st.booleans()):
         z, _, _ = V.certify(inst, solve_lp(inst).z)
@@ -194,9 +199,7 @@ def test_property_repair_always_verifies(data):
 
 def test_repair_keeps_private_components_and_mixes_only_violating_ones():
     """Two components: {0, 1} private (only normalised), {2, 3} not (mixed with the uniform row)."""
-    inst = Instance(
-        np.full(4, 0.25), np.ones((4, 2)), np.array([[0, 1], [2, 3]]), np.ones(2), 1.0, 1.0
-    )
+    inst = Instance(np.full(4, 0.25), np.ones((4, 2)), np.array([[0, 1], [2, 3]]), np.ones(2), 1.0, 1.0)
     z = np.array([[0.6, 0.4], [0.5, 0.5], [1.0, 0.0], [0.0, 1.0]])
     fixed, t_c = V.repair(inst, z)
     np.testing.assert_array_equal(fixed[:2], z[:2])
@@ -252,3 +255,120 @@ def test_certify_refuses_far_from_private(grid_small):
     out, cert, rep = V.certify(grid_small, z, max_mix=1.0)
     assert cert.passed and rep.applied and rep.components_mixed == 1
     assert rep.max_mix == pytest.approx(1 / (1 + math.expm1(0.5) / 6), rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- exact tolerance (issue 11)
+def test_issue11_finding2_tolerance_is_relative_in_eps_units():
+    """d = 1e-10, eps = 1: a ratio of e^{5e-10} (realised eps 5) is within the old additive 1e-9
+    ratio tolerance but 5x the budget: it must fail; e^{eps d (1 + 1e-10)} passes, e^{eps d (1 + 1e-8)} fails."""
+    d = 1e-10
+    inst = path_instance([[0.0, 1.0], [1.0, 0.0]], [d], 1.0)
+    for factor, ok in ((5.0, False), (9.0, False), (1.01, False), (0.99, True), (0.0, True)):
+        x = math.expm1(factor * d)  # z_0 = (.5 (1 + x), .5 (1 - x)), z_1 = (.5, .5): log ratios ~ +-factor * d
+        z = np.array([[0.5 * (1 + x), 0.5 * (1 - x)], [0.5, 0.5]])
+        cert = V.verify(inst, z)
+        assert cert.passed is ok, (factor, cert.summary())
+        if not ok:
+            assert cert.max_realised_epsilon > 1.0 + 1e-9
+
+
+def test_issue11_finding2_lp_on_near_duplicate_points_is_certified_exactly():
+    """A real LP solve on points with 5 near-duplicate pairs (d = 1e-10): the released Z has realised
+    eps <= eps (1 + 1e-9) (the old gate released realised eps 1.0000044 at eps = 1)."""
+    from mdp_core.metrics import euclidean
+
+    rng = np.random.default_rng(0)
+    base = rng.random((10, 2))
+    pts = np.r_[base, base[:5] + [1e-10, 0.0]]
+    inst = from_points(pts, "euclidean", 0.5, 1.0, euclidean(pts, pts[:8]))
+    z, cert, rep = V.certify(inst, solve_lp(inst).z)
+    assert cert.passed and cert.max_realised_epsilon <= 1.0 + 1e-9
+    assert rep.max_mix < 1e-6 and rep.objective_after == pytest.approx(rep.objective_before, abs=1e-6)
+
+
+@st.composite
+def near_duplicate_instance(draw):
+    """Points with near-duplicates (d down to 1e-12), eps d up to 50, K from 1, N from 1."""
+    n_base = draw(st.integers(1, 6))
+    n_dup = draw(st.integers(0, n_base))
+    k = draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    base = rng.random((n_base, 2)) * draw(st.sampled_from([1.0, 10.0]))
+    shift = draw(st.sampled_from([1e-12, 1e-10, 1e-7, 1e-4]))
+    pts = np.r_[base, base[:n_dup] + rng.choice([-1.0, 1.0], size=(n_dup, 2)) * shift]
+    eta = float(np.sqrt(2) * max(pts.max() - pts.min(), 1e-3) + 1.0)  # usually one component
+    eps = draw(st.sampled_from([1e-3, 1.0, 5.0, 50.0 / eta]))
+    inst = from_points(pts, "euclidean", eta, eps, rng.random((pts.shape[0], k)))
+    z = rng.random((pts.shape[0], k)) * (rng.random((pts.shape[0], k)) < draw(st.floats(0.2, 1.0)))
+    return inst, z
+
+
+@settings(max_examples=150, deadline=None)
+@given(near_duplicate_instance())
+def test_property_repair_meets_the_exact_test_on_near_duplicates(data):
+    inst, z = data
+    fixed, t_c = V.repair(inst, z)
+    cert = V.verify(inst, fixed)
+    assert cert.passed, cert.summary()
+    assert cert.max_realised_epsilon <= inst.epsilon * (1 + V.RATIO_TOL)
+    assert cert.n_negative == 0 and cert.max_row_sum_error <= 1e-12
+    assert np.all((t_c >= 0) & (t_c <= 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(near_duplicate_instance())
+def test_property_certify_output_passes_or_refuses(data):
+    inst, z = data
+    try:
+        out, cert, _ = V.certify(inst, z, max_mix=1.0)
+    except PrivacyError:  # only when the repair exceeds max_mix = 1 (unification + mixing)
+        return
+    assert cert.passed and V.verify(inst, out).passed
+
+
+def test_single_record_and_single_output():
+    one = Instance([1.0], [[3.0, 1.0]], np.zeros((0, 2)), np.zeros(0), 1.0, 1.0)
+    assert V.verify(one, np.array([[0.2, 0.8]])).passed
+    k1 = path_instance([[1.0], [2.0], [0.5]], [1e-12, 0.3], 50.0)
+    fixed, _ = V.repair(k1, np.array([[0.0], [5.0], [1.0]]))
+    assert np.array_equal(fixed, np.ones((3, 1))) and V.verify(k1, fixed).passed
+
+
+# ----------------------------------------------------------------------------- graph vs metric (issue 11)
+def test_issue11_finding4_deleted_edges_fail_against_the_metric(grid_small):
+    """Edges of record 0 removed from an instance with coordinates: the certificate must fail, even
+    for a Z that satisfies every remaining edge (realised eps against the metric: inf)."""
+    keep = (grid_small.edges != 0).all(axis=1)
+    cut = grid_small.replace(edges=grid_small.edges[keep], distances=grid_small.distances[keep])
+    z = np.tile(exponential(grid_small)[1], (grid_small.n_records, 1))
+    z[0] = np.eye(grid_small.n_outputs)[0]  # record 0 now reveals itself
+    assert V.verify(cut, z, check_graph=False).passed  # the edge table alone is satisfied
+    cert = V.verify(cut, z)
+    assert not cert.passed and cert.graph_check == "metric" and cert.missing_edges == int((~keep).sum())
+    with pytest.raises(PrivacyError, match="missing neighbour pair"):
+        V.certify(cut, z)
+
+
+def test_wrong_stored_distance_fails(grid_small):
+    d = grid_small.distances.copy()
+    d[3] *= 1 + 1e-6
+    cert = V.verify(grid_small.replace(distances=np.minimum(d, grid_small.eta)), exponential(grid_small))
+    assert not cert.passed and cert.distance_mismatches == 1 and cert.missing_edges == 0
+
+
+def test_haversine_graph_check_and_skip_note():
+    from mdp_core.datasets import from_points as fp
+
+    rng = np.random.default_rng(4)
+    pts = np.c_[41.9 + rng.random(30) * 0.05, 12.5 + rng.random(30) * 0.05]
+    inst = fp(pts, "haversine", 1.0, 2.0, rng.random((30, 3)), output_record_ids=np.arange(3))
+    z = exponential(inst)
+    cert = V.verify(inst, z)
+    assert cert.passed and cert.graph_check == "metric"
+    keep = np.ones(inst.n_edges, bool)
+    keep[5] = False
+    cert = V.verify(inst.replace(edges=inst.edges[keep], distances=inst.distances[keep]), z)
+    assert not cert.passed and cert.missing_edges == 1
+    bare = two_records(1.0)  # no coordinates: skipped, with the reason in the certificate
+    c = V.verify(bare, np.full((2, 2), 0.5))
+    assert c.passed and c.graph_check.startswith("skipped") and c.as_dict()["graph_check"].startswith("skipped")

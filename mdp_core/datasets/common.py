@@ -20,13 +20,22 @@ def coordinate_frame(points: np.ndarray, metric: str) -> pd.DataFrame:
     return pd.DataFrame({f"x{d}": points[:, d] for d in range(points.shape[1])})
 
 
+DEFAULT_OUTPUTS = 100  # grid / synthetic: K when n_outputs is not given (all records when fewer)
+
+
 def choose_outputs(n: int, k: int | None, rng: np.random.Generator) -> np.ndarray:
-    """Sorted record ids used as outputs: all records when k is None or >= n, else a seeded subset."""
-    if k is None or k >= n:
+    """Sorted record ids used as outputs: all records when k is None or k == n, else a seeded subset.
+
+    A k above the number of records n is an error, never silently clamped (the provenance would
+    record a K the instance does not have).
+    """
+    if k is None or (k == n and not isinstance(k, bool)):
         return np.arange(n, dtype=np.int64)
-    if k < 1:
-        raise InputError(f"n_outputs must be >= 1, got {k}")
-    return np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise InputError(f"n_outputs must be an integer >= 1, got {k!r}")
+    if k > n:
+        raise InputError(f"n_outputs={k} exceeds the number of records N={n} (outputs are a subset of the records)")
+    return np.sort(rng.choice(n, size=int(k), replace=False)).astype(np.int64)
 
 
 def normalise_prior(weights: np.ndarray | None, n: int) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mdp_core.datasets.common import choose_outputs, from_points
+from mdp_core.datasets.common import DEFAULT_OUTPUTS, choose_outputs, from_points
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.metrics import euclidean
@@ -41,7 +41,7 @@ def destination_costs(d_rt: np.ndarray, d_ot: np.ndarray, weights: np.ndarray) -
 def grid(
     rows: int = 20,
     cols: int = 25,
-    n_outputs: int | None = 100,
+    n_outputs: int | None = None,
     epsilon: float = 10.0,
     eta: float = 2.0,
     cell_km: float = 1.0,
@@ -64,6 +64,9 @@ def grid(
     ``anchor_lat``, ``anchor_lon``: the grid's south-west corner in degrees (default: the Rome box's
     SW corner, or the south-west corner of the road graph's LSCC when a road graph is given).
     """
+    for name, v in (("rows", rows), ("cols", cols), ("n_destinations", n_destinations)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InputError(f"{name} must be an integer, got {v!r}")
     if rows < 1 or cols < 1:
         raise InputError(f"grid needs rows, cols >= 1, got {rows} x {cols}")
     if not cell_km > 0:
@@ -88,6 +91,8 @@ def grid(
     r, c = np.divmod(np.arange(rows * cols), cols)
     xy = np.column_stack([(c + 0.5) * cell_km, (r + 0.5) * cell_km])
     n = xy.shape[0]
+    if n_outputs is None:  # the default: DEFAULT_OUTPUTS (100) outputs, all records when fewer
+        n_outputs = min(DEFAULT_OUTPUTS, n)
     outputs = choose_outputs(n, n_outputs, rng)
     dest = rng.choice(n, size=min(n_destinations, n), replace=False)
     w = np.full(dest.shape[0], 1.0 / dest.shape[0])

@@ -11,6 +11,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable
 
+from mdp_core.datasets import bundled
 from mdp_core.datasets.grid import grid
 from mdp_core.datasets.points import points
 from mdp_core.datasets.road import road
@@ -58,6 +59,7 @@ def load(kind: str, params: dict[str, Any] | None = None) -> Instance:
     """Build an instance of dataset ``kind``; unknown or missing parameters are an InputError."""
     params = dict(params or {})
     _check(kind, params)
+    params = {n: bundled.resolve(n, v) if n in FILE_PARAMETERS[kind] else v for n, v in params.items()}
     try:
         return LOADERS[kind](**params)
     except TypeError as exc:  # wrong parameter types surface here
@@ -80,7 +82,7 @@ def input_files(kind: str, params: dict[str, Any] | None = None) -> list[Path]:
     else:
         found = []
     names = FILE_PARAMETERS[kind]
-    paths = [Path(params[n]) for n in names if params.get(n) is not None]
+    paths = [Path(str(bundled.resolve(n, params[n]))) for n in names if params.get(n) is not None]
     for p in paths:
         if not p.is_file():
             raise InputError(f"dataset {kind!r}: input file {p} does not exist")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mdp_core.datasets.common import choose_outputs, from_points
+from mdp_core.datasets.common import DEFAULT_OUTPUTS, choose_outputs, from_points
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.metrics import euclidean
@@ -13,7 +13,7 @@ from mdp_core.metrics import euclidean
 
 def synthetic(
     n_records: int = 500,
-    n_outputs: int | None = 100,
+    n_outputs: int | None = None,
     dim: int = 3,
     sigma: float = 1.0,
     epsilon: float = 10.0,
@@ -27,6 +27,8 @@ def synthetic(
         raise InputError(f"sigma must be > 0, got {sigma}")
     rng = np.random.default_rng(seed)
     pts = rng.normal(0.0, sigma, size=(n_records, dim))
+    if n_outputs is None:  # the default: DEFAULT_OUTPUTS (100) outputs, all records when fewer
+        n_outputs = min(DEFAULT_OUTPUTS, n_records)
     outputs = choose_outputs(n_records, n_outputs, rng)
     return from_points(
         pts,

@@ -1,0 +1,108 @@
+"""What every flow of this project does with a finished run: one manifest entry per stage, the run
+manifest, and its publication to ``<store>/runs/<run_name>/`` (shared by the release and reproduce
+flows, so both write the same manifest shape).
+
+A manifest holds ``format``, ``version``, ``run_name``, ``flow_run_id``, ``created_at``, ``config``
+(the flow's pydantic config as JSON), ``stages`` (:func:`stage_entry` per stage), ``code_versions``,
+the flow's own fields, ``released_files`` ({file: sha256}) and ``run_dir`` (and ``out_dir`` when the
+run was also copied to a folder).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prefect.context import FlowRunContext
+from pydantic import BaseModel
+
+from artifacts.store import ArtifactRef, Store
+
+MANIFEST_VERSION = 1
+Released = dict[str, tuple[ArtifactRef, str]]  # published file name -> (artifact, file name inside it)
+
+
+def flow_run_id() -> str:
+    """The current Prefect flow run's id ("local" outside a flow run)."""
+    ctx = FlowRunContext.get()
+    return str(ctx.flow_run.id) if ctx is not None and ctx.flow_run is not None else "local"
+
+
+def run_name(when: _dt.datetime, run_id: str, label: str = "") -> str:
+    """``<UTC time>-[<label>-]<last 8 characters of the run id>``, e.g. 20260101-030000-reproduce-1a2b3c4d."""
+    # the LAST 8 hex digits: Prefect's run ids are uuid7, whose first 8 are a timestamp shared by
+    # every run started within a minute (two scheduled runs finishing in one second collided)
+    return f"{when:%Y%m%d-%H%M%S}-{label + '-' if label else ''}{run_id[-8:]}"
+
+
+def stage_entry(ref: ArtifactRef, run_id: str, t0: float, started: float | None = None) -> dict[str, Any]:
+    """A stage's manifest entry: its cache key, whether it was a cache hit, its artifact and file hashes,
+    wall seconds since ``t0`` (``time.perf_counter()``) and compute seconds.
+
+    A cache hit is an output produced by another run -- one that finished it before this run
+    ``started`` (``time.time()``) when given, so a concurrent run's fresh output is not a hit.
+    """
+    other_run = ref.meta.get("produced_by") != run_id
+    earlier = started is None or float(ref.meta.get("produced_at", 0.0)) < started
+    return {
+        "cache_key": ref.key,
+        "cache_hit": other_run and earlier,
+        "artifact": ref.path,
+        "files": ref.files,
+        "wall_seconds": round(time.perf_counter() - t0, 3),
+        "compute_seconds": ref.meta.get("seconds"),
+    }
+
+
+def new_manifest(
+    fmt: str,
+    name: str,
+    run_id: str,
+    created_at: _dt.datetime,
+    config: BaseModel,
+    stages: dict[str, dict[str, Any]],
+    code_versions: dict[str, str],
+    fields: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run manifest before publication: the common header, then the flow's own ``fields``."""
+    return {
+        "format": fmt,
+        "version": MANIFEST_VERSION,
+        "run_name": name,
+        "flow_run_id": run_id,
+        "created_at": created_at.isoformat(timespec="seconds"),
+        "config": config.model_dump(mode="json"),
+        "stages": stages,
+        "code_versions": code_versions,
+        **(fields or {}),
+    }
+
+
+Publisher = Callable[[str, Released, dict[str, Any]], Path]
+
+
+def publish_run(
+    store: Store,
+    manifest: dict[str, Any],
+    released: Released,
+    publish: Publisher | None = None,
+    out: str | Path | None = None,
+) -> dict[str, Any]:
+    """Record ``released_files`` ({file: sha256}) in ``manifest``, publish the files and ``manifest.json``
+    to ``runs/<run_name>/`` with ``publish(run_name, released, manifest)`` (default
+    :meth:`Store.publish`; the release flow passes its verifying publisher) and, when ``out`` is
+    given, copy them there too. Returns the manifest with ``run_dir`` (and ``out_dir``)."""
+    manifest["released_files"] = {file: ref.files[src] for file, (ref, src) in released.items()}
+    run_dir = Path((publish or store.publish)(manifest["run_name"], released, manifest))
+    manifest["run_dir"] = str(run_dir)
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        for file in [*released, "manifest.json"]:
+            shutil.copyfile(run_dir / file, folder / file)
+        manifest["out_dir"] = str(folder.resolve())
+    return manifest

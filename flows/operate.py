@@ -1,0 +1,147 @@
+"""``mdp-release serve`` and ``mdp-release deploy``: scheduled releases.
+
+* ``serve`` -- a long-running process (``flow.serve`` underneath) that creates a deployment with a
+  schedule on the Prefect server and runs its flow runs itself. Stop it with Ctrl-C.
+* ``deploy --pool NAME`` -- a deployment on a *work pool* (created as a ``process`` pool if absent);
+  a ``prefect worker start --pool NAME`` process (any machine that has this checkout) runs it.
+  ``prefect.yaml`` in the repository root is the same route for ``prefect deploy``.
+
+The config's paths were made absolute when it was read (see :func:`flows.config.load_config`) and the
+whole config is the deployment's parameter, so a scheduled run writes to the same store as
+``mdp-release run --config`` whatever the worker's working directory. Both need a Prefect server
+(``mdp-release server start`` or ``PREFECT_API_URL``): a schedule lives on the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from mdp_core.errors import InputError
+
+
+def _add_schedule_arguments(p: argparse.ArgumentParser, required: bool) -> None:
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument(
+        "--cron", default=None, metavar="EXPR", help='cron schedule, e.g. "0 3 * * *" (03:00 every day, UTC)'
+    )
+    g.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="run every SECONDS seconds")
+    p.add_argument("--timezone", default="UTC", help="time zone of --cron (default UTC)")
+    p.add_argument("--config", default=None, help="TOML config of the release (default: the built-in default release)")
+    p.add_argument("--name", default=None, help="deployment name (default: the release name, e.g. grid-eps10-benders)")
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    _add_schedule_arguments(p, required=True)
+    p.add_argument("--limit", type=int, default=1, help="flow runs at the same time (default 1)")
+
+
+def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pool", required=True, help="work pool name (created as a 'process' pool if it does not exist)")
+    p.add_argument(
+        "--pool-limit",
+        type=int,
+        default=1,
+        metavar="N",
+        help="concurrency limit of a pool this command creates (default 1; 0 = none)",
+    )
+    _add_schedule_arguments(p, required=False)
+
+
+def _need_server() -> str:
+    from flows.run import prepare_environment
+
+    where = prepare_environment()
+    if not os.environ.get("PREFECT_API_URL"):
+        raise InputError(
+            "a schedule lives on a Prefect server: run `mdp-release server start` (or set PREFECT_API_URL) first"
+        )
+    return where
+
+
+def _deployment(args: argparse.Namespace) -> dict[str, Any]:
+    from flows.config import load_config, release_name
+    from flows.release import run_tags
+
+    if args.interval is not None and not args.interval > 0:
+        raise InputError(f"--interval must be > 0, got {args.interval:g}")
+    cfg = load_config(args.config)
+    name = args.name or release_name(cfg)
+    schedule: dict[str, Any] = {}
+    if args.cron:
+        from prefect.schedules import Cron
+
+        try:
+            schedule = {"schedule": Cron(args.cron, timezone=args.timezone)}
+        except Exception as exc:
+            raise InputError(f"--cron {args.cron!r}: {exc}") from None
+    elif args.interval is not None:
+        schedule = {"interval": args.interval}
+    return {
+        "name": name,
+        "parameters": {"config": cfg.model_dump(mode="json")},
+        "tags": ["mdp-release", *run_tags(cfg)],
+        "description": f"mdp-release {name}: {args.config or 'the built-in default release'}",
+        **schedule,
+    }
+
+
+def serve_from_cli(args: argparse.Namespace) -> int:
+    where = _need_server()
+    dep = _deployment(args)
+    from flows.release import release_flow
+
+    when = f"cron {args.cron!r} ({args.timezone})" if args.cron else f"every {args.interval:g} s"
+    print(
+        f"mdp-release serve: {where}; deployment mdp-release/{dep['name']}, {when}; Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    for attempt in range(4):  # a busy server can answer 503 to the deployment's creation: try again
+        try:
+            release_flow.serve(**dep, limit=args.limit, pause_on_shutdown=False, print_starting_message=False)
+            return 0
+        except Exception as exc:
+            if attempt == 3 or "503" not in str(exc):
+                raise
+            time.sleep(5)
+    return 0
+
+
+def ensure_pool(name: str, limit: int | None = 1) -> bool:
+    """Create a ``process`` work pool called ``name`` unless it exists; True when created. Its
+    concurrency limit (default 1) keeps a worker from running overdue releases side by side."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(name)
+            return False
+        except ObjectNotFound:
+            client.create_work_pool(WorkPoolCreate(name=name, type="process", concurrency_limit=limit))
+            return True
+
+
+def deploy_from_cli(args: argparse.Namespace) -> int:
+    where = _need_server()
+    dep = _deployment(args)
+    from prefect import Flow
+    from prefect import flow as _flow  # noqa: F401  (prefect imported after the environment is set)
+
+    from flows import ROOT
+
+    created = ensure_pool(args.pool, args.pool_limit or None)
+    source: Any = Flow.from_source(source=str(ROOT), entrypoint="flows/release.py:release_flow")
+    dep_id = source.deploy(work_pool_name=args.pool, build=False, push=False, print_next_steps=False, **dep)
+    print(
+        f"deployment mdp-release/{dep['name']} ({dep_id}) on work pool {args.pool!r}"
+        f"{' (created, type process)' if created else ''}; {where}"
+    )
+    print(f"start a worker to run it:  prefect worker start --pool {args.pool}")
+    print(f"run it now:                prefect deployment run mdp-release/{dep['name']}")
+    return 0

@@ -1,0 +1,107 @@
+"""The "auto" method: pick lp or rowgen from the instance's structure, and say why.
+
+Privacy contract
+    input:      an instance with its mDP graph (edges with d_ij <= eta).
+    guarantee:  eps-mDP per distance unit, through the method it delegates to and the certify gate.
+    holds by:   the certify gate (:func:`mdp_core.verify.certify`).
+    reference:  bench/README.md (the measurements behind the rule).
+
+The rule (:func:`choose`) looks only at the instance and the machine's CPU count, so the choice is
+deterministic for a given instance and machine setting. It is recorded in ``extra["auto"]``
+(``method``, ``reason`` and the features it used), which goes into solve.json and the manifest.
+
+* The full LP has 2 E_c K privacy rows per connected component c. Where the largest component's
+  LP is small (<= ``LP_MAX_ROWS``), HiGHS solves it outright, fastest of all methods.
+* Above that, row generation: it solves the same LP over the rows that bind, which on the papers'
+  dense settings (eps * eta = 20, hundreds of neighbours per record) are a few per cent of them,
+  and keeps a valid lower bound all along.
+* Benders is never chosen: measured on 2 cores it did not beat the full LP or row generation
+  (bench/README.md, "Which method wins").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mdp_core import lp, rowgen
+from mdp_core.graph import components
+from mdp_core.highs import SolverOptions
+from mdp_core.instance import Instance
+from mdp_core.result import GapOptions, RawSolution
+
+# the methods auto may pick: (function, options class)
+CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
+    "lp": (lp.method, lp.LpOptions),
+    "rowgen": (rowgen.method, rowgen.RowgenOptions),
+}
+
+LP_MAX_ROWS = 1_500_000  # full-LP privacy rows of the largest component solved outright
+
+
+@dataclass(frozen=True)
+class AutoOptions(GapOptions):
+    """Options of the "auto" method: the requested gap, passed on to the method it picks."""
+
+    lp_max_rows: int = field(
+        default=LP_MAX_ROWS,
+        metadata={"help": "largest component's full-LP privacy rows up to which auto picks lp (else rowgen)"},
+    )
+
+
+def features(instance: Instance) -> dict[str, Any]:
+    """What the rule looks at: sizes, degree, the largest component's full-LP rows, eps * eta, cores."""
+    n, k = instance.n_records, instance.n_outputs
+    count, labels = components(n, instance.edges)
+    comp_edges = np.bincount(labels[instance.edges[:, 0]], minlength=count) if instance.n_edges else np.zeros(1)
+    return {
+        "n_records": n,
+        "n_outputs": k,
+        "n_edges": instance.n_edges,
+        "mean_degree": round(2 * instance.n_edges / max(n, 1), 3),
+        "components": int(count),
+        "largest_component": int(np.bincount(labels).max(initial=0)),
+        "largest_component_rows": int(2 * comp_edges.max(initial=0) * k),
+        "eps_eta": round(instance.epsilon * instance.eta, 6),
+        "cores": os.cpu_count() or 1,
+    }
+
+
+def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str, Any]]:
+    """(method, reason, features) for ``instance`` (module docstring)."""
+    f = features(instance)
+    rows = f["largest_component_rows"]
+    if rows <= params.lp_max_rows:
+        return (
+            "lp",
+            (
+                f"largest component's full LP has {rows:,} privacy rows (<= {params.lp_max_rows:,}): "
+                "HiGHS solves it outright"
+            ),
+            f,
+        )
+    return (
+        "rowgen",
+        (
+            f"largest component's full LP has {rows:,} privacy rows (> {params.lp_max_rows:,}, mean "
+            f"degree {f['mean_degree']:g}): row generation solves it over the rows that bind"
+        ),
+        f,
+    )
+
+
+def method(
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: AutoOptions
+) -> RawSolution:
+    """The "auto" entry of :data:`mdp_core.solve.METHODS`: delegate to :func:`choose`'s method."""
+    name, reason, feats = choose(instance, params)
+    if progress:
+        progress(f"auto: {name} ({reason})")
+    f, cls = CHOICES[name]
+    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel))
+    raw.extra = {"auto": {"method": name, "reason": reason, "features": feats}} | raw.extra
+    return raw

@@ -1,0 +1,53 @@
+"""Stage ``release``: publish a run -- only what passes the door check.
+
+Not cached: every flow run publishes its own ``runs/<run_name>/``. The released files, the instance
+the mechanism was certified against (``instance/``) and the manifest are staged in a temp folder
+and re-checked there by :func:`mdp_core.audit.check_publication` (the exact bytes: every file's
+sha256 against the manifest, the mechanism verified against the instance, the certificate recorded
+in the manifest, microdata / aggregates drawn from this mechanism). Any discrepancy raises
+PrivacyError and nothing is published; otherwise the folder is renamed into place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from artifacts.store import ArtifactRef, Store
+from mdp_core import audit
+from mdp_core.io import TABLES
+from tasks.common import logger
+
+
+def released_files(
+    mechanism: ArtifactRef, postprocess: ArtifactRef, evaluate: ArtifactRef, instance: ArtifactRef
+) -> dict[str, tuple[ArtifactRef, str]]:
+    """{name in the run folder: (stage output, file name)} of everything a release publishes."""
+    released = {
+        "mechanism.parquet": (mechanism, "mechanism.parquet"),
+        "solve.json": (mechanism, "solve.json"),
+        "microdata.parquet": (postprocess, "microdata.parquet"),
+        "aggregates.parquet": (postprocess, "aggregates.parquet"),
+        audit.PROVENANCE: (postprocess, audit.PROVENANCE),
+        "evaluation.parquet": (evaluate, "evaluation.parquet"),
+        "report.md": (evaluate, "report.md"),
+    }
+    if "trace.parquet" in mechanism.files:
+        released["trace.parquet"] = (mechanism, "trace.parquet")
+    for name in evaluate.files:
+        if name.endswith(".png") or name in ("utility_vs_eps.parquet", "cbdp_error.parquet"):
+            released[name] = (evaluate, name)
+    for name in (*TABLES, "instance.json"):
+        released[f"{audit.INSTANCE_DIR}/{name}"] = (instance, name)
+    return released
+
+
+@task(name="release", cache_policy=NO_CACHE, persist_result=False)
+def release(store: str, run_name: str, released: dict[str, tuple[ArtifactRef, str]], manifest: dict[str, Any]) -> str:
+    """Stage, check at the door, publish ``runs/<run_name>/``; returns its path. ``manifest`` must
+    list ``released_files`` {name: sha256}; PrivacyError (nothing published) on any discrepancy."""
+    run_dir = Store(store).publish(run_name, released, manifest, check=audit.check_publication)
+    logger().info("release: %s passed the door check -> %s", run_name, run_dir)
+    return str(run_dir)

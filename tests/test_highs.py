@@ -1,0 +1,91 @@
+"""The HiGHS adapter (mdp_core.highs) on small real models, and the component iteration helper."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from mdp_core import highs
+from mdp_core.errors import InputError
+from mdp_core.graph import component_blocks
+from mdp_core.result import Status
+
+
+def tiny(upper: float = 1.0) -> highs.LpModel:
+    """min -x - 2y  s.t.  x + y <= upper, x, y >= 0: optimum -2 upper at (0, upper)."""
+    return highs.LpModel(
+        c=np.array([-1.0, -2.0]),
+        a=sp.csc_matrix(np.array([[1.0, 1.0]])),
+        row_lower=np.array([-np.inf]),
+        row_upper=np.array([upper]),
+        col_lower=np.zeros(2),
+        col_upper=np.full(2, np.inf),
+    )
+
+
+def test_solve_model_maps_status_and_reads_the_answer() -> None:
+    sol = highs.solve_model(tiny(3.0), highs.SolverOptions(), want_duals=True)
+    assert sol.status is Status.OPTIMAL and sol.fallback is None
+    np.testing.assert_allclose(sol.x, [0.0, 3.0], atol=1e-12)
+    assert sol.objective == pytest.approx(-6.0) and sol.row_dual.shape == (1,)
+
+
+def test_infeasible_status_and_the_retry_policy() -> None:
+    model = tiny(-1.0)  # x + y <= -1 with x, y >= 0
+    h = highs.new_highs(highs.SolverOptions())
+    highs.pass_model(h, model)
+    sol = highs.run_robust(h, highs.COLD_NO_PRESOLVE, accept=frozenset({Status.OPTIMAL}))
+    assert sol.status == Status.INFEASIBLE and sol.x.size == 0
+    assert sol.fallback is not None and "presolve=off" in sol.fallback  # the retry ran and says so
+    assert highs._option(h, "presolve") == "on"  # options the attempt changed are restored
+    again = highs.run_robust(h, highs.strategy_ladder(highs.DUAL_SIMPLEX))  # not an error: no retry
+    assert again.status == Status.INFEASIBLE and again.fallback is None
+
+
+def test_time_limit_is_relative_to_the_cumulative_run_time() -> None:
+    h = highs.new_highs(highs.SolverOptions())
+    highs.pass_model(h, tiny())
+    highs.run(h)
+    highs.set_time_limit(h, 5.0)
+    assert highs._option(h, "time_limit") == pytest.approx(h.getRunTime() + 5.0)
+    highs.set_time_limit(h, np.inf)
+    assert highs._option(h, "time_limit") == np.inf
+
+
+def test_diagonal_qp() -> None:
+    """min (x - 1)^2 + (y - 2)^2 s.t. x + y = 1 -> (0, 1)."""
+    model = highs.LpModel(
+        c=np.array([-2.0, -4.0]),
+        a=sp.csc_matrix(np.array([[1.0, 1.0]])),
+        row_lower=np.array([1.0]),
+        row_upper=np.array([1.0]),
+        col_lower=np.zeros(2),
+        col_upper=np.full(2, np.inf),
+        hessian_diag=np.array([2.0, 2.0]),
+    )
+    h = highs.quiet_highs()
+    highs.pass_model(h, model)
+    sol = highs.run(h)
+    assert sol.status == Status.OPTIMAL
+    np.testing.assert_allclose(sol.x, [0.0, 1.0], atol=1e-6)
+
+
+def test_options_are_validated_and_scale_costs() -> None:
+    with pytest.raises(InputError, match="solver"):
+        highs.SolverOptions(solver="pdlp")
+    with pytest.raises(InputError, match="threads"):
+        highs.with_options(highs.SolverOptions(), threads=-1)
+    c, s = highs.scale_costs(np.array([[2.0, -4.0]]))
+    assert s == 4.0 and np.abs(c).max() == 1.0
+    assert highs.scale_costs(np.zeros((2, 2)))[1] == 1.0
+
+
+def test_component_blocks() -> None:
+    edges = np.array([[0, 2], [2, 4], [1, 3]])
+    count, sizes, blocks = component_blocks(6, edges)
+    got = list(blocks)
+    assert count == 3 and sizes.tolist() == [3, 2, 1]
+    assert [b.members.tolist() for b in got] == [[0, 2, 4], [1, 3], [5]]
+    assert got[0].edge_ids.tolist() == [0, 1] and got[0].local_edges.tolist() == [[0, 1], [1, 2]]
+    assert got[1].local_edges.tolist() == [[0, 1]] and got[2].edge_ids.size == 0

@@ -1,0 +1,76 @@
+"""flows/manifest.py: the stage entries, manifest and publication every flow shares (real store, no Prefect run)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from artifacts.store import ArtifactRef, Store
+from flows import manifest as mf
+
+
+class _Config(BaseModel):
+    size: int = 3
+
+
+def _artifact(store: Store, stage: str, text: str, produced_by: str, produced_at: float) -> ArtifactRef:
+    with store.writer(stage, f"{stage}-key") as w:
+        w.file("table.txt").write_text(text)
+        w.meta.update({"produced_by": produced_by, "produced_at": produced_at, "seconds": 0.5})
+    assert w.ref is not None
+    return w.ref
+
+
+def test_stage_entry_counts_only_earlier_runs_as_cache_hits(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    started = time.time()
+    ours = _artifact(store, "a", "x", "run-1", started + 1)
+    earlier = _artifact(store, "b", "y", "run-0", started - 10)
+    concurrent = _artifact(store, "c", "z", "run-2", started + 1)
+    t0 = time.perf_counter()
+    assert mf.stage_entry(ours, "run-1", t0, started)["cache_hit"] is False
+    assert mf.stage_entry(earlier, "run-1", t0, started)["cache_hit"] is True
+    assert mf.stage_entry(concurrent, "run-1", t0, started)["cache_hit"] is False
+    assert mf.stage_entry(concurrent, "run-1", t0)["cache_hit"] is True  # no start time: any other run
+    entry = mf.stage_entry(earlier, "run-1", t0)
+    assert entry["cache_key"] == earlier.key and entry["files"] == earlier.files
+    assert entry["compute_seconds"] == 0.5 and entry["wall_seconds"] >= 0
+
+
+def test_publish_run_writes_manifest_and_copies(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    ref = _artifact(store, "a", "hello", "run-1", time.time())
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    name = mf.run_name(when, "abcdef123456", "demo")
+    assert name == "20260102-030405-demo-ef123456"  # the run id's last 8: uuid7's first 8 are a timestamp
+    manifest = mf.new_manifest(
+        "demo-manifest", name, "abcdef123456", when, _Config(), {"a": {}}, {"a": "v1"}, {"extra": 1}
+    )
+    out = mf.publish_run(store, manifest, {"published.txt": (ref, "table.txt")}, out=tmp_path / "out")
+    run_dir = store.run_dir(name)
+    assert out["run_dir"] == str(run_dir) and out["out_dir"] == str((tmp_path / "out").resolve())
+    for folder in (run_dir, tmp_path / "out"):
+        assert (folder / "published.txt").read_text() == "hello"
+        written = json.loads((folder / "manifest.json").read_text())
+        assert written["format"] == "demo-manifest" and written["version"] == mf.MANIFEST_VERSION
+        assert written["config"] == {"size": 3} and written["extra"] == 1
+        assert written["released_files"] == {"published.txt": ref.files["table.txt"]}
+        assert written["created_at"] == "2026-01-02T03:04:05+00:00"
+
+
+def test_publish_run_uses_the_given_publisher(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    ref = _artifact(store, "a", "hello", "run-1", time.time())
+    calls = []
+
+    def publisher(name: str, released: mf.Released, manifest: dict) -> Path:
+        calls.append((name, sorted(released), manifest["released_files"]))
+        return store.publish(name, released, manifest)
+
+    manifest = mf.new_manifest("m", "run", "id", dt.datetime.now(dt.UTC), _Config(), {}, {})
+    mf.publish_run(store, manifest, {"f.txt": (ref, "table.txt")}, publish=publisher)
+    assert calls == [("run", ["f.txt"], {"f.txt": ref.files["table.txt"]})]

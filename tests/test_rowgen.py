@@ -1,0 +1,143 @@
+"""Row generation and auto: the exact LP's optimum, valid lower bounds, honest statuses.
+
+Every lower bound is checked against certified mechanisms only (a valid bound is <= the cost of
+*every* feasible mechanism), so the checks hold even where the reference LP itself is inexact
+(large eps * d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mdp_core import auto, rowgen
+from mdp_core.datasets import grid, synthetic
+from mdp_core.datasets.common import from_points
+from mdp_core.errors import InputError
+from mdp_core.instance import Instance
+from mdp_core.metrics import euclidean
+from mdp_core.result import Status
+from mdp_core.solve import solve
+from mdp_core.verify import verify
+
+
+def slack(x: float) -> float:
+    return 1e-9 * max(1.0, abs(x))
+
+
+def check_against_lp(inst: Instance, **args) -> None:
+    ref = solve(inst, "lp")
+    sol = solve(inst, "rowgen", **args)
+    assert verify(inst, sol.z).passed
+    assert sol.lower_bound is not None
+    # valid bounds: below every certified mechanism, including the LP's
+    assert sol.lower_bound <= ref.objective + slack(ref.objective)
+    assert ref.lower_bound <= sol.objective + slack(sol.objective)
+    assert sol.objective >= sol.lower_bound - slack(sol.objective)
+    gap_rel = args.get("gap_rel", 1e-6)
+    assert sol.status == Status.OPTIMAL, sol.extra
+    assert sol.objective - sol.lower_bound <= gap_rel * abs(sol.objective) + slack(sol.objective)
+    assert sol.objective == pytest.approx(ref.objective, rel=2 * gap_rel, abs=1e-9)
+    tr = sol.trace
+    assert len(tr) == sol.iterations >= 1
+    assert np.all(np.diff(tr.lower_bound) >= 0) and np.all(np.diff(tr.upper_bound) <= 0)
+
+
+@pytest.mark.parametrize(("rows", "cols", "k", "eps"), [(4, 5, 6, 10.0), (5, 6, 8, 2.0), (6, 8, 20, 10.0)])
+def test_grid_matches_lp(rows, cols, k, eps):
+    check_against_lp(grid(rows, cols, n_outputs=k, epsilon=eps))
+
+
+def test_dense_synthetic_matches_lp():
+    check_against_lp(synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0))
+
+
+def test_disconnected_with_isolated_records():
+    check_against_lp(synthetic(n_records=40, n_outputs=8, dim=4, sigma=4.0, epsilon=10.0, seed=2))
+
+
+def test_simplex_rounds_and_small_batches_reach_the_same_optimum():
+    inst = synthetic(n_records=40, n_outputs=10, epsilon=10.0, seed=4)
+    check_against_lp(inst, lp_solver="simplex", rows_per_round=50, neighbours=1)
+
+
+def test_no_edges_every_record_takes_its_cheapest_output():
+    rng = np.random.default_rng(0)
+    inst = Instance(np.full(5, 0.2), rng.random((5, 3)), np.zeros((0, 2), np.int64), np.zeros(0), 1.0, 1.0)
+    sol = solve(inst, "rowgen")
+    assert sol.status == Status.OPTIMAL
+    assert sol.objective == pytest.approx(float(np.sum(0.2 * inst.costs.min(axis=1))))
+
+
+def test_unknown_option_is_rejected_by_name():
+    with pytest.raises(InputError, match="neighbors"):
+        solve(grid(3, 3, n_outputs=3), "rowgen", neighbors=3)
+    with pytest.raises(InputError, match="lp_solver"):
+        rowgen.RowgenOptions(lp_solver="pdlp")
+
+
+def test_time_limit_returns_a_certified_mechanism_and_an_honest_status():
+    inst = synthetic(n_records=80, n_outputs=20, epsilon=10.0, seed=5)
+    sol = solve(inst, "rowgen", max_rounds=1, rows_per_round=1)
+    assert verify(inst, sol.z).passed
+    if sol.status != Status.OPTIMAL:
+        assert sol.status == Status.ITERATION_LIMIT
+    assert sol.lower_bound <= sol.objective + slack(sol.objective)
+
+
+@st.composite
+def hard_instances(draw) -> Instance:
+    """Random small point sets with near-duplicates and eps * d up to 30."""
+    n = draw(st.integers(2, 10))
+    k = draw(st.integers(1, min(5, n)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    pts = rng.random((n, 2))
+    if draw(st.booleans()) and n >= 3:  # a near-duplicate pair
+        pts[1] = pts[0] + draw(st.sampled_from([1e-6, 1e-4, 1e-2]))
+    eta = draw(st.floats(0.3, 1.5))
+    eps = draw(st.floats(0.5, 30.0)) / eta
+    outs = np.sort(rng.choice(n, size=k, replace=False))
+    costs = euclidean(pts, pts[outs]) if draw(st.booleans()) else rng.random((n, k)) * 10
+    return from_points(pts, "euclidean", eta, eps, costs, prior=rng.dirichlet(np.ones(n)), output_record_ids=outs)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hard_instances())
+def test_property_every_lower_bound_is_below_every_certified_mechanism(inst):
+    """lp, rowgen and colgen: each lower bound <= each certified objective (hence <= the optimum)."""
+    sols = {m: solve(inst, m) for m in ("lp", "rowgen", "colgen")}
+    for m, s in sols.items():
+        assert verify(inst, s.z).passed, m
+    lows = {m: s.lower_bound for m, s in sols.items() if s.lower_bound is not None}
+    assert "rowgen" in lows
+    best = min(s.objective for s in sols.values())
+    for m, lb in lows.items():
+        assert lb <= best + slack(best), (m, lb, best)
+
+
+def test_auto_picks_lp_for_small_and_rowgen_for_dense_and_records_why():
+    small = grid(4, 5, n_outputs=6)
+    name, reason, feats = auto.choose(small, auto.AutoOptions())
+    assert name == "lp" and feats["largest_component_rows"] == 2 * small.n_edges * 6
+    dense = synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0)
+    assert auto.choose(dense, auto.AutoOptions(lp_max_rows=1000))[0] == "rowgen"
+    sol = solve(dense, "auto", lp_max_rows=1000)
+    assert sol.extra["auto"]["method"] == "rowgen"
+    assert sol.extra["auto"]["features"]["n_records"] == 60
+    assert sol.status == Status.OPTIMAL
+    again = solve(dense, "auto", lp_max_rows=1000)
+    assert np.array_equal(again.z, sol.z)  # deterministic
+
+
+@pytest.mark.parametrize("eps", [20.0, 30.0, 50.0])
+def test_large_eps_d_is_solved_not_broken(eps):
+    """eps * d from 20 to 100 (ratios capped at e^30): HiGHS's IPM broke down on the raw rows; the
+    sqrt(g)-balanced rows solve, and the answer agrees with column generation's."""
+    inst = grid(5, 6, n_outputs=None, epsilon=eps)
+    sol, ref = solve(inst, "rowgen"), solve(inst, "colgen")
+    assert verify(inst, sol.z).passed
+    assert sol.lower_bound is not None
+    assert sol.lower_bound <= ref.objective + slack(ref.objective)
+    assert abs(sol.objective - ref.objective) <= 1e-8
