@@ -22,8 +22,12 @@ from pathlib import Path
 
 from flows.run import healthy
 
-QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg",
-         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
+QUIET = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "MPLBACKEND": "Agg",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
 
 
 def _free_port() -> int:
@@ -50,27 +54,53 @@ def main() -> None:
     repo = Path(__file__).resolve().parents[1]
     for mode in args.modes.split(","):
         work = Path(tempfile.mkdtemp(prefix=f"bench-{mode}-"))
-        env = os.environ | QUIET | {"PREFECT_HOME": str(work / "prefect-home"), "MDP_RELEASE_HOME": str(work),
-                                    "PYTHONPATH": str(repo)}
+        env = (
+            os.environ
+            | QUIET
+            | {"PREFECT_HOME": str(work / "prefect-home"), "MDP_RELEASE_HOME": str(work), "PYTHONPATH": str(repo)}
+        )
         env.pop("PREFECT_API_URL", None)
         server = None
         if mode == "server":
             port = _free_port()
             url = f"http://127.0.0.1:{port}/api"
-            server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                       "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True)
+            server = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             t0 = time.perf_counter()
             while not healthy(url):
                 time.sleep(0.5)
-            print(json.dumps({"bench": "pipeline", "mode": mode, "step": "server_start",
-                              "seconds": round(time.perf_counter() - t0, 2)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "bench": "pipeline",
+                        "mode": mode,
+                        "step": "server_start",
+                        "seconds": round(time.perf_counter() - t0, 2),
+                    }
+                ),
+                flush=True,
+            )
             env["PREFECT_API_URL"] = url
         try:
             for step in ("first_run", "cached_run"):
                 wall = _run(work, env, args.config)
-                print(json.dumps({"bench": "pipeline", "mode": mode, "step": step, "seconds": round(wall, 2),
-                                  "config": args.config or "default"}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "bench": "pipeline",
+                            "mode": mode,
+                            "step": step,
+                            "seconds": round(wall, 2),
+                            "config": args.config or "default",
+                        }
+                    ),
+                    flush=True,
+                )
         finally:
             if server is not None:
                 os.killpg(server.pid, signal.SIGTERM)

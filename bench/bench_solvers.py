@@ -25,7 +25,6 @@ from mdp_core import lp
 from mdp_core.datasets import grid, synthetic
 from mdp_core.solve import solve
 
-
 GRIDS = {"grid200": (10, 20), "grid500": (20, 25), "grid1000": (40, 25)}
 SYNTH = {"syn100": 100, "syn200": 200, "syn500": 500}
 
@@ -64,25 +63,53 @@ def main(argv: list[str] | None = None) -> None:
                 opts = lp.SolverOptions(time_limit=a.time_limit)
                 args = {}
                 if m == "benders":
-                    args = dict(partition=a.partition, n_subsets=a.subsets, seed=a.seed, executor=a.executor,
-                                initial_cuts=a.initial_cuts, max_iterations=a.max_iterations,
-                                heuristic=not a.no_heuristic, gap_abs=a.gap_abs)
+                    args = dict(
+                        partition=a.partition,
+                        n_subsets=a.subsets,
+                        seed=a.seed,
+                        executor=a.executor,
+                        initial_cuts=a.initial_cuts,
+                        max_iterations=a.max_iterations,
+                        heuristic=not a.no_heuristic,
+                        gap_abs=a.gap_abs,
+                    )
                 elif m == "colgen":
                     args = dict(max_iterations=a.max_iterations)
-                row = {"instance": name, "N": inst.n_records, "K": inst.n_outputs, "eps": eps, "edges": inst.n_edges,
-                       "method": m, "partitioner": a.partition if m == "benders" else None,
-                       "subsets": a.subsets if m == "benders" else None}
+                row = {
+                    "instance": name,
+                    "N": inst.n_records,
+                    "K": inst.n_outputs,
+                    "eps": eps,
+                    "edges": inst.n_edges,
+                    "method": m,
+                    "partitioner": a.partition if m == "benders" else None,
+                    "subsets": a.subsets if m == "benders" else None,
+                }
                 t0 = time.perf_counter()
                 try:
                     sol = solve(inst, m, opts, **args)
-                    row |= {"status": sol.status, "seconds": round(time.perf_counter() - t0, 2),
-                            "iterations": sol.iterations, "objective": sol.objective,
-                            "lower_bound": sol.lower_bound, "gap": sol.gap,
-                            "repair_mix": sol.repair.max_mix}
+                    row |= {
+                        "status": sol.status,
+                        "seconds": round(time.perf_counter() - t0, 2),
+                        "iterations": sol.iterations,
+                        "objective": sol.objective,
+                        "lower_bound": sol.lower_bound,
+                        "gap": sol.gap,
+                        "repair_mix": sol.repair.max_mix,
+                    }
                     if m == "benders":
                         ex = sol.extra
-                        row |= {k: ex[k] for k in ("optimality_cuts", "master_rows", "subproblems", "executor",
-                                                   "rho_final", "initial_cuts")}
+                        row |= {
+                            k: ex[k]
+                            for k in (
+                                "optimality_cuts",
+                                "master_rows",
+                                "subproblems",
+                                "executor",
+                                "rho_final",
+                                "initial_cuts",
+                            )
+                        }
                         row["boundary_fraction"] = ex["partition"]["boundary_fraction"]
                         tr = sol.trace
                         row["master_seconds"] = round(float(tr.master_seconds.sum()), 2)

@@ -20,11 +20,12 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from mdp_core import options as opts
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
+from mdp_core.methods import METHOD_NAMES
+from mdp_core.partition import PARTITIONERS
 
 
 def _positive_float(text: str) -> float:
@@ -194,13 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("solve", help="solve an instance directory and write a verified mechanism")
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
-    p.add_argument("--method", default="auto", choices=list(opts.METHOD_NAMES),
+    p.add_argument("--method", default="auto", choices=list(METHOD_NAMES),
                    help="auto (default): lp or rowgen from the instance's structure, the choice and reason go into "
                    "solve.json; lp: exact LP; rowgen: exact LP by row generation (dense graphs); colgen: by column "
                    "generation; benders: partition + Benders; exp / laplace / constopt: baselines")
     p.add_argument("--out", required=True, help="output directory for mechanism.parquet and solve.json")
     p.add_argument("--epsilon", type=_positive_float, default=None, help="override the instance's epsilon")
-    p.add_argument("--partition", default="kmdv", choices=list(opts.PARTITIONER_NAMES), help="Benders partitioner")
+    p.add_argument("--partition", default="kmdv", choices=list(PARTITIONERS), help="Benders partitioner")
     p.add_argument("--subsets", type=int, default=25, metavar="M", help="Benders: number of subsets (default 25)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gap-abs", type=float, default=0.0, help="benders/colgen: stop when UB - LB <= this (paper: 0.01)")

@@ -57,10 +57,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mdp_core import executor as executor_mod
-from mdp_core import options as opts  # option dataclasses: each option's one default and help text
+from mdp_core import options as opts
 from mdp_core.benders import BendersOptions
 from mdp_core.errors import InputError
 from mdp_core.highs import SOLVERS, SolverOptions
+from mdp_core.methods import METHOD_NAMES
+from mdp_core.partition import PARTITIONERS  # option dataclasses: each option's one default and help text
 from mdp_core.result import GapOptions
 
 STRICT = ConfigDict(extra="forbid", strict=True)
@@ -102,7 +104,7 @@ class PartitionConfig(BaseModel):
     not Benders' own 25 (the paper's M): on a small machine M = 2..4 is what pays off (README)."""
 
     model_config = STRICT
-    method: Literal[opts.PARTITIONER_NAMES] = Field(  # type: ignore[valid-type]
+    method: Literal[PARTITIONERS] = Field(  # type: ignore[valid-type]
         opts.default(BendersOptions, "partition"), description=opts.help_text(BendersOptions, "partition")
     )
     subsets: int = Field(4, ge=1, le=10_000, description=opts.help_text(BendersOptions, "n_subsets"))
@@ -116,7 +118,7 @@ class SolveConfig(BaseModel):
     max_iterations 500 (Benders: 1000, colgen: 200)."""
 
     model_config = STRICT
-    method: Literal[opts.METHOD_NAMES] = Field(  # type: ignore[valid-type]
+    method: Literal[METHOD_NAMES] = Field(  # type: ignore[valid-type]
         "auto", description="auto: lp or rowgen from the instance's structure (mdp_core.auto); or a named method"
     )
     solver: Literal[SOLVERS] = Field(  # type: ignore[valid-type]
@@ -239,8 +241,23 @@ def release_name(cfg: ReleaseFlowConfig) -> str:
     """``cfg.name`` or a name derived from the config: ``<kind>-eps<eps>-<method>``."""
     if cfg.name:
         return cfg.name
-    eps = "default" if cfg.privacy.epsilon is None else f"{cfg.privacy.epsilon:g}".replace(".", "p")
-    return f"{cfg.dataset.kind}-eps{eps}-{cfg.solve.method}".lower()
+    eps = effective_epsilon(cfg)
+    label = "auto" if eps is None else f"{eps:g}".replace(".", "p").replace("+", "")
+    return f"{cfg.dataset.kind}-eps{label}-{cfg.solve.method}".lower()
+
+
+def effective_epsilon(cfg: ReleaseFlowConfig) -> float | None:
+    """``privacy.epsilon``, else the dataset loader's default (grid: 10 / km); None when the loader
+    derives it from the data (text)."""
+    if cfg.privacy.epsilon is not None:
+        return cfg.privacy.epsilon
+    from mdp_core.datasets import registry
+
+    try:
+        value = cfg.dataset.params.get("epsilon", registry.parameters(cfg.dataset.kind).get("epsilon"))
+    except Exception:
+        return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def config_hash(cfg: ReleaseFlowConfig) -> str:

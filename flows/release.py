@@ -23,7 +23,16 @@ from prefect.states import State
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.store import ArtifactRef, Store
-from flows.config import STAGE_NAMES, ReleaseFlowConfig, SolveConfig, StageName, config_hash, release_name, store_root
+from flows.config import (
+    STAGE_NAMES,
+    ReleaseFlowConfig,
+    SolveConfig,
+    StageName,
+    config_hash,
+    effective_epsilon,
+    release_name,
+    store_root,
+)
 from mdp_core.datasets import registry
 from mdp_core.io import file_sha256, read_json
 from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
@@ -98,7 +107,8 @@ def run_title(config: ReleaseFlowConfig) -> str:
 
 
 def run_tags(config: ReleaseFlowConfig) -> list[str]:
-    eps = "default" if config.privacy.epsilon is None else f"{config.privacy.epsilon:g}"
+    value = effective_epsilon(config)
+    eps = "auto" if value is None else f"{value:g}"
     return [
         f"dataset:{config.dataset.kind}",
         f"method:{config.solve.method}",

@@ -216,7 +216,36 @@ def run_from_cli(args: argparse.Namespace) -> int:
         return 0
     _print_manifest(manifest)
     print(f"  flow wall time {wall:.1f}s")
+    exit_fast_after_success()
     return 0
+
+
+def exit_fast_after_success() -> None:
+    """After a successful ``mdp-release run`` against a server: at exit, drain Prefect's log and event
+    workers (so the UI has every line) and end the process at once. Python's ordinary teardown of
+    Prefect's background threads and clients costs about 1 s (measured), a third of a cached re-run.
+    Only as the command itself (never inside another program, e.g. pytest) and never in ephemeral
+    mode (whose temporary server the ordinary teardown stops); MDP_RELEASE_SLOW_EXIT=1 turns it off."""
+    if not os.environ.get("PREFECT_API_URL") or os.environ.get("MDP_RELEASE_SLOW_EXIT"):
+        return
+    if Path(sys.argv[0]).name not in ("mdp-release", "cli.py"):
+        return
+    import atexit
+
+    def _exit() -> None:
+        try:
+            from prefect.events.worker import EventsWorker
+            from prefect.logging.handlers import APILogWorker
+
+            APILogWorker.drain_all(timeout=10)
+            EventsWorker.drain_all(timeout=10)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            return  # the ordinary teardown will do it
+        os._exit(0)
+
+    atexit.register(_exit)  # runs before Prefect's own exit handlers (last registered, first run)
 
 
 def _print_manifest(manifest: dict) -> None:

@@ -26,7 +26,9 @@ import math
 from pathlib import Path
 
 from mdp_core.errors import MdpError, PrivacyError
+from mdp_core.instance import Instance
 from mdp_core.io import file_sha256, read_instance, read_mechanism, read_table
+from mdp_core.verify import Certificate, verify
 
 INSTANCE_DIR = "instance"
 PROVENANCE = "release_provenance.json"
@@ -61,19 +63,9 @@ def _same_number(a: object, b: object, rel: float = 1e-12) -> bool:
     return x == y or (math.isfinite(x) and math.isfinite(y) and abs(x - y) <= rel * max(abs(x), abs(y)))
 
 
-def audit_release(run_dir: str | Path) -> list[str]:
-    """All discrepancies of the release in ``run_dir`` (empty list = it checks out). Never raises for
-    a bad release: each problem is a one-line finding (``file: what is wrong``)."""
-    d = Path(run_dir)
-    if not d.is_dir():
-        return [f"{d}: no such release directory"]
-    manifest, err = _load_json(d / "manifest.json")
-    if manifest is None:
-        return [err or "manifest.json: unreadable"]
+def _check_listed_files(d: Path, listed: dict) -> tuple[dict[str, str], list[str]]:
+    """Hash every file the manifest lists: ({relative path: actual sha256 hex}, findings)."""
     findings: list[str] = []
-    listed = manifest.get("released_files")
-    if manifest.get("format") != "mdp-release-manifest" or not isinstance(listed, dict):
-        return ["manifest.json: not an mdp-release manifest with released_files"]
     actual: dict[str, str] = {}
     for name, digest in sorted(listed.items()):
         p = d / name
@@ -86,23 +78,14 @@ def audit_release(run_dir: str | Path) -> list[str]:
     for name in REQUIRED:
         if name not in listed:
             findings.append(f"{name}: not listed in the manifest (a release must carry it)")
-    if any(n not in actual for n in ("mechanism.parquet", f"{INSTANCE_DIR}/instance.json")):
-        return findings
+    return actual, findings
 
-    export_files = (manifest.get("stages") or {}).get("export", {}).get("files") or {}
-    if "instance.json" in export_files and export_files["instance.json"] != actual[f"{INSTANCE_DIR}/instance.json"]:
-        findings.append(f"{INSTANCE_DIR}/instance.json: not the instance the pipeline exported (sha256 differs)")
-    try:
-        inst = read_instance(d / INSTANCE_DIR)
-        z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
-        from mdp_core.verify import verify
 
-        cert = verify(inst, z)
-    except MdpError as exc:
-        return findings + [f"{_first_line(exc)}"]
+def _check_certificate(manifest: dict, cert: Certificate, inst: Instance) -> list[str]:
+    """The manifest's recorded certificate and mechanism epsilon (per distance unit) vs the recomputed ones."""
+    findings: list[str] = []
     if not cert.passed:
         findings.append(f"mechanism.parquet: fails verification against the instance: {cert.summary()}")
-
     privacy = manifest.get("privacy") or {}
     recorded = privacy.get("certificate") or {}
     if recorded.get("passed") is not True:
@@ -123,34 +106,72 @@ def audit_release(run_dir: str | Path) -> list[str]:
         findings.append(
             f"manifest.json: mechanism_epsilon {privacy['mechanism_epsilon']} != instance epsilon {inst.epsilon:g}"
         )
+    return findings
 
+
+def _check_solve_and_provenance(d: Path, actual: dict[str, str]) -> list[str]:
+    """solve.json and release_provenance.json name the sha256 of the released files ({path: sha256 hex})."""
+    findings: list[str] = []
     solve_info, err = _load_json(d / "solve.json")
     if solve_info is None:
         findings.append(err or "solve.json: unreadable")
     elif solve_info.get("mechanism_sha256") != actual["mechanism.parquet"]:
         findings.append("solve.json: mechanism_sha256 is not the released mechanism.parquet")
-
     prov, err = _load_json(d / PROVENANCE)
     if prov is None:
         findings.append(err or f"{PROVENANCE}: unreadable")
-    else:
-        if prov.get("mechanism_sha256") != actual["mechanism.parquet"]:
-            findings.append(
-                f"{PROVENANCE}: microdata and aggregates were drawn from another mechanism (sha256 differs)"
-            )
-        if prov.get("instance_json_sha256") != actual[f"{INSTANCE_DIR}/instance.json"]:
-            findings.append(f"{PROVENANCE}: microdata and aggregates were drawn for another instance (sha256 differs)")
-        for name in ("microdata.parquet", "aggregates.parquet"):
-            want = prov.get(f"{name.split('.')[0]}_sha256")
-            if name in actual and want != actual[name]:
-                findings.append(f"{name}: sha256 differs from the one {PROVENANCE} records")
+        return findings
+    if prov.get("mechanism_sha256") != actual["mechanism.parquet"]:
+        findings.append(f"{PROVENANCE}: microdata and aggregates were drawn from another mechanism (sha256 differs)")
+    if prov.get("instance_json_sha256") != actual[f"{INSTANCE_DIR}/instance.json"]:
+        findings.append(f"{PROVENANCE}: microdata and aggregates were drawn for another instance (sha256 differs)")
+    for name in ("microdata.parquet", "aggregates.parquet"):
+        want = prov.get(f"{name.split('.')[0]}_sha256")
+        if name in actual and want != actual[name]:
+            findings.append(f"{name}: sha256 differs from the one {PROVENANCE} records")
+    return findings
+
+
+def _check_microdata(path: Path, n_outputs: int) -> list[str]:
+    """Every microdata ``output_id`` lies in 0..K-1 (K = ``n_outputs``)."""
+    try:
+        out = read_table(path, required={"output_id": "int64"})["output_id"].to_numpy()
+        if out.size and (out.min() < 0 or out.max() >= n_outputs):
+            return [f"microdata.parquet: output_id outside 0..{n_outputs - 1}"]
+    except MdpError as exc:
+        return [_first_line(exc)]
+    return []
+
+
+def audit_release(run_dir: str | Path) -> list[str]:
+    """All discrepancies of the release in ``run_dir`` (empty list = it checks out). Never raises for
+    a bad release: each problem is a one-line finding (``file: what is wrong``)."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        return [f"{d}: no such release directory"]
+    manifest, err = _load_json(d / "manifest.json")
+    if manifest is None:
+        return [err or "manifest.json: unreadable"]
+    listed = manifest.get("released_files")
+    if manifest.get("format") != "mdp-release-manifest" or not isinstance(listed, dict):
+        return ["manifest.json: not an mdp-release manifest with released_files"]
+    actual, findings = _check_listed_files(d, listed)
+    if any(n not in actual for n in ("mechanism.parquet", f"{INSTANCE_DIR}/instance.json")):
+        return findings
+
+    export_files = (manifest.get("stages") or {}).get("export", {}).get("files") or {}
+    if "instance.json" in export_files and export_files["instance.json"] != actual[f"{INSTANCE_DIR}/instance.json"]:
+        findings.append(f"{INSTANCE_DIR}/instance.json: not the instance the pipeline exported (sha256 differs)")
+    try:
+        inst = read_instance(d / INSTANCE_DIR)
+        z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
+        cert = verify(inst, z)
+    except MdpError as exc:
+        return findings + [f"{_first_line(exc)}"]
+    findings += _check_certificate(manifest, cert, inst)
+    findings += _check_solve_and_provenance(d, actual)
     if "microdata.parquet" in actual:
-        try:
-            out = read_table(d / "microdata.parquet", required={"output_id": "int64"})["output_id"].to_numpy()
-            if out.size and (out.min() < 0 or out.max() >= inst.n_outputs):
-                findings.append(f"microdata.parquet: output_id outside 0..{inst.n_outputs - 1}")
-        except MdpError as exc:
-            findings.append(_first_line(exc))
+        findings += _check_microdata(d / "microdata.parquet", inst.n_outputs)
     return findings
 
 

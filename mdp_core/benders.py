@@ -739,8 +739,10 @@ def _solve_master(p: _Problem, s: _State) -> _Round | None:
         # No valid bound exceeds a feasible mechanism's cost: HiGHS's master answer is numerically off
         # (seen with e^30 ratio rows, eps * d >= 30). Then no master bound of this run can be trusted.
         s.lb, s.status = -np.inf, Status.FEASIBLE
-        s.stop_reason = (f"master bound {bound:.9g} above the incumbent {s.ub:.9g} at iteration {s.it}: the master "
-                         "is numerically unreliable, no lower bound is reported")
+        s.stop_reason = (
+            f"master bound {bound:.9g} above the incumbent {s.ub:.9g} at iteration {s.it}: the master "
+            "is numerically unreliable, no lower bound is reported"
+        )
         return None
     s.lb = max(s.lb, bound)
     return _Round(np.maximum(ms.x[: p.nyk], 0.0), ms.x[p.nyk :], ms.seconds)

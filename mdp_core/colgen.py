@@ -108,6 +108,7 @@ from mdp_core.lp import privacy_rows
 from mdp_core.result import LIMITS, GapOptions, RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO
 
+SOLVED = frozenset({Status.OPTIMAL, *LIMITS})
 FLOOR = 1e-13  # smallest column entry relative to the column's maximum (see module docstring)
 MASTER_STRATEGY = PRIMAL_SIMPLEX
 PRICING_STRATEGY = DUAL_SIMPLEX
@@ -116,7 +117,10 @@ SMALL_MATRIX_VALUE = 1e-12  # HiGHS drops |a_ij| below this (default 1e-9 would 
 
 # --------------------------------------------------------------------------- cone helpers
 def cone_rows(n: int, edges: np.ndarray, distances: np.ndarray, epsilon: float) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Privacy rows x_a - g_ab x_b <= 0 of the cone C for both edge directions.
+    """Privacy rows x_a - g_ab x_b <= 0 of the cone C for both edge directions, each divided by
+    sqrt(g_ab) (coefficients e^{-+eps d / 2}: HiGHS's pricing LPs broke down, "unbounded", on raw rows
+    at eps d >= 20; a positive multiple of a row defines the same cone and any multipliers of it
+    still give a valid Lagrangian bound).
 
     Args:
         n: number of records (columns); edges (E, 2) local indices; distances (E,) in the instance unit.
@@ -125,7 +129,8 @@ def cone_rows(n: int, edges: np.ndarray, distances: np.ndarray, epsilon: float) 
     """
     ids = np.arange(n, dtype=np.int64)
     r, c, v = privacy_rows(edges, distances, epsilon, 1, ids, ids)
-    a = sp.csr_matrix((v, (r, c)), shape=(2 * edges.shape[0], n))
+    root = np.sqrt(np.exp(np.minimum(np.r_[distances, distances] * epsilon, MAX_LOG_RATIO)))
+    a = sp.csr_matrix((v / root[r], (r, c)), shape=(2 * edges.shape[0], n))
     capped = np.r_[distances, distances] * epsilon > MAX_LOG_RATIO
     return a, capped
 
@@ -336,7 +341,8 @@ def _new_component(
 def _run_robust(h: Any, strategy: int) -> LpSolution:
     """Solve with simplex ``strategy`` from the current basis; on a HiGHS error the other strategy,
     then both from scratch (:func:`mdp_core.highs.strategy_ladder`)."""
-    return highs.run_robust(h, highs.strategy_ladder(strategy), want_duals=True)
+    # master and pricing LPs are feasible and bounded: any other status is a breakdown to retry
+    return highs.run_robust(h, highs.strategy_ladder(strategy) + highs.COLD_NO_PRESOLVE, want_duals=True, accept=SOLVED)
 
 
 @dataclass

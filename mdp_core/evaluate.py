@@ -22,7 +22,8 @@ Metrics (units in brackets; "cost" is the unit of ``instance.costs``, "dist" ``d
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,17 +33,44 @@ from mdp_core.graph import path_distances
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import record_output_distances
 from mdp_core.metrics import pairwise
-from mdp_core.verify import RATIO_TOL, check_mechanism, directed_pairs, objective, verify
+from mdp_core.verify import RATIO_TOL, check_mechanism, directed_pairs, log_ratio, objective, verify
 
 DELTA = 1e-3
 Q = 0.95
 
 COLUMNS = [
-    "method", "n_records", "n_outputs", "n_edges", "lp_rows", "lp_nonzeros", "epsilon", "eta",
-    "distance_unit", "expected_loss", "loss_q95", "loss_max", "dist_loss_mean", "dist_loss_q95",
-    "dist_loss_max", "verified", "realised_epsilon", "eps_tight", "eps_tight_delta", "gv_ratio",
-    "gv_count", "gv_max", "gv_mean", "lower_bound", "gap", "relative_gap", "no_privacy_bound",
-    "packing_bound", "packing_centers", "packing_radius", "adversary_error", "seconds",
+    "method",
+    "n_records",
+    "n_outputs",
+    "n_edges",
+    "lp_rows",
+    "lp_nonzeros",
+    "epsilon",
+    "eta",
+    "distance_unit",
+    "expected_loss",
+    "loss_q95",
+    "loss_max",
+    "dist_loss_mean",
+    "dist_loss_q95",
+    "dist_loss_max",
+    "verified",
+    "realised_epsilon",
+    "eps_tight",
+    "eps_tight_delta",
+    "gv_ratio",
+    "gv_count",
+    "gv_max",
+    "gv_mean",
+    "lower_bound",
+    "gap",
+    "relative_gap",
+    "no_privacy_bound",
+    "packing_bound",
+    "packing_centers",
+    "packing_radius",
+    "adversary_error",
+    "seconds",
 ]
 
 
@@ -99,16 +127,17 @@ def geo_ind_violations(instance: Instance, z: np.ndarray, ratio_tol: float = RAT
     """Geo-Ind violation (GV) ratio and error (GVE) of Qiu et al. 2025, eqs. 34-35.
 
     Entries: every neighbour pair in both directions and every output k (2 E K of them). A
-    violation is z_ik > exp(eps d_ij) (1 + ratio_tol) z_jk (the verifier's tolerance; a positive
-    z_ik opposite z_jk = 0 always counts). Returns gv_ratio (violations / entries), gv_count and
-    the max / mean GVE = z_ik - exp(eps d_ij) z_jk over violations (0 when there are none).
+    violation fails the verifier's test in eps units, ln z_ik - ln z_jk > eps d_ij (1 + ratio_tol)
+    (:func:`mdp_core.verify.log_ratio`; a positive z_ik opposite z_jk = 0 always counts). Returns
+    gv_ratio (violations / entries), gv_count and the max / mean GVE = z_ik - exp(eps d_ij) z_jk over
+    violations (0 when there are none).
     """
     z = check_mechanism(instance, z)
     count, total, gmax, gsum = 0, 0, 0.0, 0.0
     for a, b, d in directed_pairs(instance):
         g = np.exp(instance.epsilon * d)[:, None]
         err = z[a] - g * z[b]
-        bad = z[a] > g * (1.0 + ratio_tol) * z[b]
+        bad = (z[a] > 0) & (log_ratio(z[a], z[b]) > (instance.epsilon * d * (1.0 + ratio_tol))[:, None])
         count += int(bad.sum())
         total += bad.size
         if bad.any():
@@ -217,8 +246,11 @@ def evaluate_mechanism(
     exp_loss = objective(instance, z)
     try:
         dl = np.einsum("ik,ik->i", record_output_distances(instance), z)
-        dist = {"dist_loss_mean": float(instance.prior @ dl), "dist_loss_q95": float(np.quantile(dl, Q)),
-                "dist_loss_max": float(dl.max())}
+        dist = {
+            "dist_loss_mean": float(instance.prior @ dl),
+            "dist_loss_q95": float(np.quantile(dl, Q)),
+            "dist_loss_max": float(dl.max()),
+        }
     except InputError:
         dist = dict.fromkeys(("dist_loss_mean", "dist_loss_q95", "dist_loss_max"), float("nan"))
     gap = None if lower_bound is None else max(exp_loss - lower_bound, 0.0)

@@ -404,14 +404,20 @@ def _describe(att: Attempt, current: str, solver: str, first: LpSolution) -> str
 
 
 def solve_model(
-    model: LpModel, options: SolverOptions, time_limit: float | None = None, want_duals: bool = False
+    model: LpModel,
+    options: SolverOptions,
+    time_limit: float | None = None,
+    want_duals: bool = False,
+    accept: frozenset[Status] | None = None,
 ) -> LpSolution:
     """Solve ``model`` in a fresh Highs object; on a breakdown retry with the other algorithm
-    (:data:`SWITCH_ALGORITHM`) within the same time limit."""
+    (:data:`SWITCH_ALGORITHM`) within the same time limit. ``accept``: the statuses that are an answer
+    (default: anything but an error); with it, a second retry cold without presolve."""
     limit = options.time_limit if time_limit is None else time_limit
     h = new_highs(options, limit)
     pass_model(h, model)
-    return run_robust(h, SWITCH_ALGORITHM, want_duals, solver=options.solver, deadline=time.perf_counter() + limit)
+    attempts = SWITCH_ALGORITHM if accept is None else SWITCH_ALGORITHM + COLD_NO_PRESOLVE
+    return run_robust(h, attempts, want_duals, accept, solver=options.solver, deadline=time.perf_counter() + limit)
 
 
 def with_options(options: SolverOptions, **changes: Any) -> SolverOptions:

@@ -85,7 +85,7 @@ class Instance:
     def n_edges(self) -> int:
         return int(self.edges.shape[0])
 
-    def replace(self, **changes: Any) -> "Instance":
+    def replace(self, **changes: Any) -> Instance:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -153,14 +153,12 @@ class Instance:
             return []
         if self.metric == "haversine":
             return [c for c in ("lat", "lon") if c in self.records.columns]
-        return sorted(
-            (c for c in self.records.columns if c[:1] == "x" and c[1:].isdigit()), key=lambda c: int(c[1:])
-        )
+        return sorted((c for c in self.records.columns if c[:1] == "x" and c[1:].isdigit()), key=lambda c: int(c[1:]))
 
     def record_points(self) -> np.ndarray:
         """(N, D) record coordinates (``lat, lon`` degrees for haversine, ``x0..`` otherwise)."""
         cols = self.coordinate_columns()
-        if not cols or (self.metric == "haversine" and len(cols) != 2):
+        if self.records is None or not cols or (self.metric == "haversine" and len(cols) != 2):
             raise InputError("this instance has no record coordinates (records.parquet lacks lat/lon or x0.. columns)")
         return check_points("record coordinates", self.records[cols].to_numpy(dtype=np.float64), self.metric)
 

@@ -24,8 +24,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
@@ -44,7 +45,7 @@ MECHANISM_SCHEMA = {"i": "int64", "k": "int64", "prob": "float64"}
 
 
 # ----------------------------------------------------------------------------- atomic writes
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a unique temp file beside ``path``, fsync it, then rename onto ``path``.
 
     Readers never see a half-written file; concurrent writers of the same path each rename a
@@ -82,9 +83,11 @@ def read_json(path: str | Path) -> dict:
         raise InputError(f"{path}: unreadable JSON ({exc})") from None
 
 
-def write_table(path: str | Path, columns: dict[str, np.ndarray | list | pd.Series]) -> Path:
+def write_table(path: str | Path, columns: Mapping[str, np.ndarray | list | pd.Series]) -> Path:
     """Write columns (in the given order) as Parquet without pandas metadata or timestamps."""
-    table = pa.table({k: pa.Array.from_pandas(v) if isinstance(v, pd.Series) else pa.array(v) for k, v in columns.items()})
+    table = pa.table(
+        {k: pa.Array.from_pandas(v) if isinstance(v, pd.Series) else pa.array(v) for k, v in columns.items()}
+    )
     return atomic_write(path, lambda p: pq.write_table(table, p, compression="zstd"))
 
 
@@ -100,7 +103,9 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def read_table(path: str | Path, schema: dict[str, str] | None = None, required: dict[str, str] | None = None) -> pd.DataFrame:
+def read_table(
+    path: str | Path, schema: dict[str, str] | None = None, required: dict[str, str] | None = None
+) -> pd.DataFrame:
     """Read a Parquet table; ``schema`` = exact columns and dtypes, ``required`` = at least these."""
     path = Path(path)
     if not path.is_file():
@@ -166,7 +171,9 @@ def write_instance(instance: Instance, out_dir: str | Path) -> dict:
         outs |= {c: instance.outputs[c] for c in instance.outputs.columns if c not in outs}
     write_table(out / "records.parquet", rec)
     write_table(out / "outputs.parquet", outs)
-    write_table(out / "edges.parquet", {"i": instance.edges[:, 0], "j": instance.edges[:, 1], "distance": instance.distances})
+    write_table(
+        out / "edges.parquet", {"i": instance.edges[:, 0], "j": instance.edges[:, 1], "distance": instance.distances}
+    )
     write_table(out / "costs.parquet", _long(instance.costs) | {"cost": instance.costs.ravel()})
     meta = {
         "format": FORMAT,
@@ -185,11 +192,17 @@ def write_instance(instance: Instance, out_dir: str | Path) -> dict:
     return meta
 
 
-def _json_number(d: Path, meta: dict, key: str, kind: type) -> float | int:
+@overload
+def _json_number(d: Path, meta: dict, key: str, kind: type[int]) -> int: ...
+@overload
+def _json_number(d: Path, meta: dict, key: str, kind: type[float]) -> float: ...
+def _json_number(d: Path, meta: dict, key: str, kind: type[int] | type[float]) -> float | int:
     """``meta[key]`` as ``kind`` (int or float); InputError naming the key when it is not a number."""
     v = meta[key]
     if isinstance(v, bool) or not isinstance(v, int if kind is int else (int, float)):
-        raise InputError(f"{d / 'instance.json'}: {key} must be {'an integer' if kind is int else 'a number'}, got {v!r}")
+        raise InputError(
+            f"{d / 'instance.json'}: {key} must be {'an integer' if kind is int else 'a number'}, got {v!r}"
+        )
     return kind(v)
 
 

@@ -13,7 +13,9 @@ Variables: z = vec(Z) row-major, index(i, k) = i * K + k, 0 <= z.
 Rows (built in one vectorised pass, no Python loop over edges or outputs):
   * privacy, for every edge (i, j) in both directions and every k:  z_ik - exp(eps d_ij) z_jk <= 0
     (2 * E * K rows, 2 non-zeros each), with eps d_ij capped at ``verify.MAX_LOG_RATIO`` = 30 (a
-    tighter row, so still private; HiGHS rejects coefficients above 1e15);
+    tighter row, so still private; HiGHS rejects coefficients above 1e15), each divided by
+    exp(eps d_ij / 2) so that its two coefficients are e^{-+eps d / 2} (HiGHS broke down on the raw
+    rows at eps d >= 20: "unbounded", "Not Set", or "optimal" far above the optimum);
   * unit measure, for every record i: sum_k z_ik = 1 (N rows, K non-zeros each).
 Objective: sum_ik p_i c_ik z_ik, divided by max |p_i c_ik| before it reaches HiGHS so that the
 default tolerances are relative to O(1) costs; reported objectives are always recomputed in the
@@ -48,6 +50,10 @@ from mdp_core.highs import (  # re-exported: other modules import these names fr
 from mdp_core.instance import Instance
 from mdp_core.result import GapOptions, RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO
+
+# The PMO LP is feasible (the uniform mechanism) and bounded (rows are distributions): any other status
+# is a numerical breakdown, retried (other algorithm, then cold without presolve) within the time limit.
+SOLVED = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT})
 
 __all__ = [
     "SOLVERS",
@@ -119,6 +125,12 @@ def build_pmo(weighted_costs: np.ndarray, edges: np.ndarray, distances: np.ndarr
     n_priv = 2 * edges.shape[0] * k
     r2 = n_priv + np.repeat(np.arange(n), k)
     c2 = np.arange(n * k)
+    # balance each privacy row: divide z_a - g z_b <= 0 by sqrt(g) (coefficients e^{+-15} instead of 1 and
+    # e^30 at the cap); dual simplex and IPM broke down ("unbounded", "Not Set") on raw rows at eps d >= 20
+    r1 = np.asarray(r1)
+    g = np.ones(n_priv)
+    np.maximum.at(g, r1, -np.asarray(v1))
+    v1 = np.asarray(v1) / np.sqrt(g[r1])
     a = sp.csc_matrix((np.r_[v1, np.ones(n * k)], (np.r_[r1, r2], np.r_[c1, c2])), shape=(n_priv + n, n * k))
     return LpModel(
         c=weighted_costs.ravel().copy(),
@@ -137,12 +149,14 @@ def lagrangian_bound(model: LpModel, n_priv: int, row_dual: np.ndarray) -> float
     c^T z >= c^T z + lambda^T A_priv z = r^T z >= sum_i min_k r_ik, r = c + A_priv^T lambda, because
     A_priv z <= 0 and each z_i is a distribution. Valid whatever the solver's tolerances were; tight
     when y is the optimal dual. Rows whose ratio was capped at exp(MAX_LOG_RATIO) are tighter than
-    the exact rows, so they get lambda = 0: the bound then holds for the exact (uncapped) LP.
+    the exact rows, so they get lambda = 0: the bound then holds for the exact (uncapped) LP. Any
+    positive multiple of a privacy row is a privacy row, so balanced rows (:func:`build_pmo`) work alike.
     """
     n_unit = model.a.shape[0] - n_priv
     priv = model.a[:n_priv].tocsr()
     lam = np.maximum(-np.asarray(row_dual[:n_priv], dtype=np.float64), 0.0)
-    capped = priv.min(axis=1).toarray().ravel() <= -np.exp(MAX_LOG_RATIO) * (1 - 1e-12)
+    ratio = -priv.min(axis=1).toarray().ravel() / np.maximum(priv.max(axis=1).toarray().ravel(), 1e-300)
+    capped = ratio >= np.exp(MAX_LOG_RATIO) * (1 - 1e-12)  # the row's g (its rows may be balanced by 1/sqrt(g))
     lam[capped] = 0.0
     r = model.c + priv.T @ lam
     return float(r.reshape(n_unit, -1).min(axis=1).sum())
@@ -210,7 +224,7 @@ def _solve_component(
     remaining = deadline - time.perf_counter()
     if remaining <= 0:
         raise SolverError(f"time limit of {options.time_limit:g} s reached before {where}")
-    sol = solve_model(model, options, remaining, want_duals=True)
+    sol = solve_model(model, options, remaining, want_duals=True, accept=SOLVED)
     res.iterations += sol.iterations
     if progress:
         progress(

@@ -110,17 +110,3 @@ def add_arguments(
             group.add_argument("--" + f.name.replace("_", "-"), **kw)
             added.append(f.name)
     return added
-
-
-def __getattr__(name: str) -> tuple[str, ...]:
-    """``METHOD_NAMES`` / ``PARTITIONER_NAMES`` (for ``Literal[...]`` choices in configs), read from the
-    registries on first use: this module imports no solver, so option classes can use :func:`validate`."""
-    if name == "METHOD_NAMES":
-        from mdp_core.solve import METHODS
-
-        return tuple(METHODS)
-    if name == "PARTITIONER_NAMES":
-        from mdp_core.partition import PARTITIONERS
-
-        return tuple(PARTITIONERS)
-    raise AttributeError(name)

@@ -28,8 +28,8 @@ Flow helpers: :func:`aggregate_counts` (the aggregates.parquet table) and :func:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -115,7 +115,7 @@ class Features:
         v = np.asarray(singleton_values)
         return [
             np.bincount(lab, weights=v, minlength=s).astype(v.dtype, copy=False)
-            for lab, s in zip(self.labels, self.sizes)
+            for lab, s in zip(self.labels, self.sizes, strict=True)
         ]
 
 
@@ -190,6 +190,92 @@ def mdp_histogram_observation(z: np.ndarray, released_counts: np.ndarray, weight
     return Observation(sp.csr_matrix(z.T), v, weight)
 
 
+def _observation_matrices(observations: Sequence[Observation], n: int) -> list[sp.coo_matrix]:
+    """Each observation's matrix as COO (m, n), n = |U| singletons; InputError on a shape mismatch."""
+    obs_mats = []
+    for o in observations:
+        m = sp.coo_matrix(o.matrix)
+        if m.shape[1] != n or np.shape(o.values) != (m.shape[0],):
+            raise InputError(
+                f"observation matrix must be (m, {n}) with m values, got {m.shape} and {np.shape(o.values)}"
+            )
+        obs_mats.append(m)
+    return obs_mats
+
+
+def _qp_weights_and_targets(
+    sizes: list[int], noisy: list[np.ndarray], observations: Sequence[Observation], obs_mats: list[sp.coo_matrix]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(weights (n_var,), targets (n_var,)): 1/n_i and the noisy counts per feature block, then each
+    observation's weight (default 1/m) and values."""
+    w = np.concatenate(
+        [np.full(s, 1.0 / s) for s in sizes]
+        + [
+            np.full(m.shape[0], o.weight if o.weight is not None else 1.0 / max(m.shape[0], 1))
+            for m, o in zip(obs_mats, observations, strict=True)
+        ]
+    )
+    target = np.concatenate(
+        [np.asarray(v, dtype=np.float64) for v in noisy]
+        + [np.asarray(o.values, dtype=np.float64) for o in observations]
+    )
+    return w, target
+
+
+def _consistency_matrix(feats: Features, obs_mats: list[sp.coo_matrix], offsets: np.ndarray) -> sp.csc_matrix:
+    """Equality rows (n_rows, n_var), all = 0: x_ij - sum_{u in block j} y_u for every non-singleton
+    feature i, then v - matrix @ y for every observation; ``offsets`` = first variable of each block."""
+    sizes = feats.sizes
+    n = sizes[0]
+    rows, cols, vals, n_rows = [], [], [], 0
+    for i in range(1, len(sizes)):
+        lab = feats.labels[i]
+        rows += [n_rows + np.arange(sizes[i]), n_rows + lab]
+        cols += [offsets[i] + np.arange(sizes[i]), np.arange(n)]
+        vals += [np.ones(sizes[i]), -np.ones(n)]
+        n_rows += sizes[i]
+    for j, m in enumerate(obs_mats):
+        off = offsets[len(sizes) + j]
+        rows += [n_rows + np.arange(m.shape[0]), n_rows + m.row]
+        cols += [off + np.arange(m.shape[0]), m.col]
+        vals += [np.ones(m.shape[0]), -m.data]
+        n_rows += m.shape[0]
+    a = sp.csc_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))) if vals else ([], ([], [])),
+        shape=(n_rows, int(offsets[-1])),
+    )
+    a.sort_indices()
+    return a
+
+
+def _solve_weighted_qp(w: np.ndarray, target: np.ndarray, a: sp.csc_matrix) -> tuple[np.ndarray, float]:
+    """min sum_v w_v (x_v - target_v)^2 s.t. a @ x = 0, x >= 0 with HiGHS: (raw x (n_var,), seconds)."""
+    n_rows, n_var = a.shape
+    # Scale so that the largest weight is 1 and the targets are O(1) (HiGHS tolerances are absolute).
+    scale = max(float(np.max(np.abs(target))), 1.0)
+    wmax = float(w.max())
+    model = highs.LpModel(
+        c=-2.0 * (w / wmax) * (target / scale),
+        a=a,
+        row_lower=np.zeros(n_rows),
+        row_upper=np.zeros(n_rows),
+        col_lower=np.zeros(n_var),
+        col_upper=np.full(n_var, np.inf),
+        hessian_diag=2.0 * w / wmax,
+    )
+    t0 = time.perf_counter()
+    h = highs.quiet_highs()
+    try:
+        highs.pass_model(h, model)
+    except SolverError as exc:
+        raise SolverError(f"CBDP QP: {exc}") from None
+    sol = highs.run(h)
+    if sol.status != Status.OPTIMAL or sol.x.shape[0] == 0:
+        raise SolverError(f"CBDP QP not solved: HiGHS status {sol.detail}")
+    raw = sol.x * scale
+    return raw, time.perf_counter() - t0
+
+
 def consistent_qp(feats: Features, noisy: list[np.ndarray], observations: Sequence[Observation] = ()) -> QpResult:
     """Solve Figure 3 with HiGHS: min sum_i (1/n_i) ||x_i - noisy_i||^2, O2 consistency, x >= 0.
 
@@ -207,60 +293,10 @@ def consistent_qp(feats: Features, noisy: list[np.ndarray], observations: Sequen
     """
     sizes = feats.sizes
     n = sizes[0]
-    obs_mats = []
-    for o in observations:
-        m = sp.coo_matrix(o.matrix)
-        if m.shape[1] != n or np.shape(o.values) != (m.shape[0],):
-            raise InputError(
-                f"observation matrix must be (m, {n}) with m values, got {m.shape} and {np.shape(o.values)}"
-            )
-        obs_mats.append(m)
-    all_sizes = sizes + [m.shape[0] for m in obs_mats]
-    offsets = np.r_[0, np.cumsum(all_sizes)]
-    n_var = int(offsets[-1])
-    w = np.concatenate([np.full(s, 1.0 / s) for s in sizes]
-                       + [np.full(m.shape[0], o.weight if o.weight is not None else 1.0 / max(m.shape[0], 1))
-                          for m, o in zip(obs_mats, observations)])
-    target = np.concatenate([np.asarray(v, dtype=np.float64) for v in noisy]
-                            + [np.asarray(o.values, dtype=np.float64) for o in observations])
-    rows, cols, vals, n_rows = [], [], [], 0
-    for i in range(1, len(sizes)):
-        lab = feats.labels[i]
-        rows += [n_rows + np.arange(sizes[i]), n_rows + lab]
-        cols += [offsets[i] + np.arange(sizes[i]), np.arange(n)]
-        vals += [np.ones(sizes[i]), -np.ones(n)]
-        n_rows += sizes[i]
-    for j, m in enumerate(obs_mats):
-        off = offsets[len(sizes) + j]
-        rows += [n_rows + np.arange(m.shape[0]), n_rows + m.row]
-        cols += [off + np.arange(m.shape[0]), m.col]
-        vals += [np.ones(m.shape[0]), -m.data]
-        n_rows += m.shape[0]
-    a = sp.csc_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))) if vals else ([], ([], [])),
-        shape=(n_rows, n_var),
-    )
-    a.sort_indices()
-    # Scale so that the largest weight is 1 and the targets are O(1) (HiGHS tolerances are absolute).
-    scale = max(float(np.max(np.abs(target))), 1.0)
-    wmax = float(w.max())
-    model = highs.LpModel(
-        c=-2.0 * (w / wmax) * (target / scale), a=a,
-        row_lower=np.zeros(n_rows), row_upper=np.zeros(n_rows),
-        col_lower=np.zeros(n_var), col_upper=np.full(n_var, np.inf),
-        hessian_diag=2.0 * w / wmax,
-    )
-    t0 = time.perf_counter()
-    h = highs.quiet_highs()
-    try:
-        highs.pass_model(h, model)
-    except SolverError as exc:
-        raise SolverError(f"CBDP QP: {exc}") from None
-    sol = highs.run(h)
-    if sol.status != Status.OPTIMAL or sol.x.shape[0] == 0:
-        raise SolverError(f"CBDP QP not solved: HiGHS status {sol.detail}")
-    raw = sol.x * scale
-    seconds = time.perf_counter() - t0
+    obs_mats = _observation_matrices(observations, n)
+    offsets = np.r_[0, np.cumsum(sizes + [m.shape[0] for m in obs_mats])]
+    w, target = _qp_weights_and_targets(sizes, noisy, observations, obs_mats)
+    raw, seconds = _solve_weighted_qp(w, target, _consistency_matrix(feats, obs_mats, offsets))
     y = np.maximum(raw[:n], 0.0)
     x = feats.aggregate(y)
     resid = max(
@@ -379,8 +415,13 @@ def cbdp(
         qp.x,
         eps,
         noisy,
-        {"integer": integer, "eps_per_query": eps / k, "qp_seconds": qp.seconds,
-         "qp_max_residual": qp.max_residual, "qp_min_raw": qp.min_raw},
+        {
+            "integer": integer,
+            "eps_per_query": eps / k,
+            "qp_seconds": qp.seconds,
+            "qp_max_residual": qp.max_residual,
+            "qp_min_raw": qp.min_raw,
+        },
     )
 
 
@@ -448,10 +489,11 @@ def tree_least_squares(levels: list[np.ndarray], noisy: list[np.ndarray], var: n
         par = np.empty(int(levels[t].max()) + 1, dtype=np.int64)
         par[levels[t]] = levels[t - 1]
         parents.append(par)
-    z = [None] * h
-    big_v = [None] * h
-    s_sum = [None] * h
-    v_sum = [None] * h
+    # every slot read below is filled first; the empty arrays are only placeholders
+    z: list[np.ndarray] = [np.empty(0)] * h
+    big_v: list[np.ndarray] = [np.empty(0)] * h
+    s_sum: list[np.ndarray] = [np.empty(0)] * h
+    v_sum: list[np.ndarray] = [np.empty(0)] * h
     z[h - 1] = np.asarray(noisy[h - 1], dtype=np.float64)
     big_v[h - 1] = np.full(z[h - 1].shape, var[h - 1])
     for t in range(h - 2, -1, -1):
@@ -462,7 +504,7 @@ def tree_least_squares(levels: list[np.ndarray], noisy: list[np.ndarray], var: n
         z[t] = (np.asarray(noisy[t], dtype=np.float64) / var[t] + s / sv) / prec
         big_v[t] = 1.0 / prec
         s_sum[t], v_sum[t] = s, sv
-    x = [None] * h
+    x: list[np.ndarray] = [np.empty(0)] * h
     x[0] = z[0]
     for t in range(1, h):
         par = parents[t - 1]
@@ -489,11 +531,16 @@ def hierarchical(
     eps_l = level_budgets(len(levels), eps, budget)
     rng = np.random.default_rng(seed)
     true = [np.bincount(lab, weights=c, minlength=int(lab.max()) + 1) for lab in levels]
-    noisy = [t + rng.laplace(0.0, 1.0 / e, size=t.shape) for t, e in zip(true, eps_l)]
+    noisy = [t + rng.laplace(0.0, 1.0 / e, size=t.shape) for t, e in zip(true, eps_l, strict=True)]
     x = tree_least_squares(levels, noisy, 2.0 / eps_l**2)
     leaves = x[-1][levels[-1]]  # element i takes the value of its finest-level block
-    return CountRelease("hierarchical", feats.aggregate(leaves), eps, noisy,
-                        {"levels": len(levels), "level_eps": eps_l.tolist(), "budget": budget})
+    return CountRelease(
+        "hierarchical",
+        feats.aggregate(leaves),
+        eps,
+        noisy,
+        {"levels": len(levels), "level_eps": eps_l.tolist(), "budget": budget},
+    )
 
 
 # ------------------------------------------------------------------------------------- errors
@@ -501,14 +548,16 @@ def feature_errors(feats: Features, estimate: list[np.ndarray], true: list[np.nd
     """Accuracy of one release: mean absolute error on the singletons, the mean over features of
     each feature's mean absolute error, and the weighted L2 distance
     ||x - c||_{2,w} = sqrt(sum_i (1/n_i) sum_j (x_ij - c_ij)^2) of Theorem 8.3."""
-    mae = [float(np.mean(np.abs(np.asarray(e, float) - t))) for e, t in zip(estimate, true)]
-    wl2 = float(np.sqrt(sum(np.sum((np.asarray(e, float) - t) ** 2) / t.size for e, t in zip(estimate, true))))
+    mae = [float(np.mean(np.abs(np.asarray(e, float) - t))) for e, t in zip(estimate, true, strict=True)]
+    wl2 = float(
+        np.sqrt(sum(np.sum((np.asarray(e, float) - t) ** 2) / t.size for e, t in zip(estimate, true, strict=True)))
+    )
     return {"mae_singletons": mae[0], "mae_features": float(np.mean(mae)), "weighted_l2": wl2}
 
 
 def weighted_l2(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     """||a - b||_{2,w} with weights 1/n_i (Fioretto et al. Theorem 8.3)."""
-    sq = (np.sum((np.asarray(x, float) - np.asarray(y, float)) ** 2) / np.size(x) for x, y in zip(a, b))
+    sq = (np.sum((np.asarray(x, float) - np.asarray(y, float)) ** 2) / np.size(x) for x, y in zip(a, b, strict=True))
     return float(np.sqrt(sum(sq)))
 
 
@@ -545,15 +594,31 @@ def error_curve(
             acc["laplace"].append(feature_errors(feats, laplace_rounded(c, feats, eps, s).estimate, true))
             acc["hierarchical"].append(feature_errors(feats, hierarchical(c, feats, eps, s).estimate, true))
         for m, runs in acc.items():
-            rows.append({"eps_counts": float(eps), "method": m,
-                         **{key: float(np.mean([r[key] for r in runs])) for key in runs[0]}, "n_seeds": n_seeds})
+            rows.append(
+                {
+                    "eps_counts": float(eps),
+                    "method": m,
+                    **{key: float(np.mean([r[key] for r in runs])) for key in runs[0]},
+                    "n_seeds": n_seeds,
+                }
+            )
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
 # ------------------------------------------------------------------------------ flow aggregate
 AGGREGATE_COLUMNS = [
-    "level", "block", "label", "n_members", "true_count", "noisy", "cbdp", "cbdp_int",
-    "laplace", "hierarchical", "eps_counts", "eps_per_query",
+    "level",
+    "block",
+    "label",
+    "n_members",
+    "true_count",
+    "noisy",
+    "cbdp",
+    "cbdp_int",
+    "laplace",
+    "hierarchical",
+    "eps_counts",
+    "eps_per_query",
 ]
 
 
@@ -610,21 +675,26 @@ def aggregate_counts(
         if names[i] == "output":
             label = np.arange(k).astype(str)
         elif names[i] == "zone":
+            assert zone_names is not None  # the zone level exists only when zone_of_output was given
             label = zone_names.astype(str)
         else:
             label = np.array(["all"])
-        frames.append(pd.DataFrame({
-            "level": names[i],
-            "block": np.arange(n_i, dtype=np.int64),
-            "label": label,
-            "n_members": np.bincount(feats.labels[i], minlength=n_i).astype(np.int64),
-            "true_count": true[i].astype(np.int64),
-            "noisy": res.noisy[i],
-            "cbdp": res.estimate[i],
-            "cbdp_int": res.extra["integer"][i].astype(np.int64),
-            "laplace": lap[i].astype(np.float64) if lap is not None else np.nan,
-            "hierarchical": hier[i] if hier is not None else np.nan,
-            "eps_counts": float(eps_counts),
-            "eps_per_query": res.extra["eps_per_query"],
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "level": names[i],
+                    "block": np.arange(n_i, dtype=np.int64),
+                    "label": label,
+                    "n_members": np.bincount(feats.labels[i], minlength=n_i).astype(np.int64),
+                    "true_count": true[i].astype(np.int64),
+                    "noisy": res.noisy[i],
+                    "cbdp": res.estimate[i],
+                    "cbdp_int": res.extra["integer"][i].astype(np.int64),
+                    "laplace": lap[i].astype(np.float64) if lap is not None else np.nan,
+                    "hierarchical": hier[i] if hier is not None else np.nan,
+                    "eps_counts": float(eps_counts),
+                    "eps_per_query": res.extra["eps_per_query"],
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)[AGGREGATE_COLUMNS]

@@ -6,8 +6,8 @@ Every function writes one PNG atomically and returns its path. No timestamps are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,9 @@ def plot_bounds(trace: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_partition(points: np.ndarray, labels: np.ndarray, boundary: np.ndarray, path: Path, lonlat: bool = False) -> Path:
+def plot_partition(
+    points: np.ndarray, labels: np.ndarray, boundary: np.ndarray, path: Path, lonlat: bool = False
+) -> Path:
     """Records coloured by subset, boundary records ringed (Figs. 13-16). >2-D points: first 2 PCs."""
     pts = np.asarray(points, dtype=float)
     if pts.shape[1] > 2:
@@ -69,7 +71,15 @@ def plot_partition(points: np.ndarray, labels: np.ndarray, boundary: np.ndarray,
     return _save(fig, path)
 
 
-def plot_lines(x: Sequence[float], series: dict[str, Sequence[float]], xlabel: str, ylabel: str, title: str, path: Path, logy: bool = False) -> Path:
+def plot_lines(
+    x: Sequence[float],
+    series: dict[str, Sequence[float]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    path: Path,
+    logy: bool = False,
+) -> Path:
     """Generic line plot: utility vs eps per mechanism (Fig. 7), CBDP error vs eps_counts (Fioretto Fig. 5)."""
     fig, ax = _plt().subplots(figsize=(6, 3.5))
     for name, ys in series.items():

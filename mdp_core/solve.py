@@ -27,6 +27,7 @@ from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
+from mdp_core.methods import BASELINES, REGISTRY
 from mdp_core.result import RELEASABLE, RawSolution, Status, honest_status
 from mdp_core.verify import Certificate, RepairReport, certify, objective
 
@@ -77,20 +78,8 @@ class Solution:
         }
 
 
-# name -> callable or "module:function" (imported on first use, so that optional methods cost nothing).
-METHODS: dict[str, Callable[..., RawSolution] | str] = {
-    "lp": "mdp_core.lp:method",
-    "colgen": "mdp_core.colgen:method",
-    "benders": "mdp_core.benders:method",
-    "exp": "mdp_core.mechanisms:exponential_method",
-    "laplace": "mdp_core.mechanisms:planar_laplace_method",
-    "constopt": "mdp_core.constopt:method",
-    "rowgen": "mdp_core.rowgen:method",
-    "auto": "mdp_core.auto:method",
-}
-# Baselines: their status describes their own computation (a closed form, an estimate, ConstOPTMech's
-# restricted LP), not the PMO optimum, so the honest-status rule's "optimal needs a bound" does not apply.
-BASELINES = frozenset({"exp", "laplace", "constopt"})
+# name -> callable, or the registry's "module:function" until first use
+METHODS: dict[str, Callable[..., RawSolution] | str] = dict(REGISTRY)
 DEFAULT_GAP = (0.0, 1e-6)  # (gap_abs, gap_rel) for methods whose options have no gap
 
 

@@ -50,6 +50,16 @@ def normalise_prior(weights: np.ndarray | None, n: int) -> np.ndarray:
     return w / total
 
 
+def destination_costs(d_rt: np.ndarray, d_ot: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """c_ik = sum_t w_t |d_rt[i, t] - d_ot[k, t]|: (N, T), (K, T), (T,) -> (N, K), chunked over i."""
+    n = d_rt.shape[0]
+    out = np.empty((n, d_ot.shape[0]))
+    step = max(1, (1 << 24) // max(d_ot.size, 1))
+    for s in range(0, n, step):
+        out[s : s + step] = np.abs(d_rt[s : s + step, None, :] - d_ot[None, :, :]) @ weights
+    return out
+
+
 def from_points(
     points: np.ndarray,
     metric: str,

@@ -67,7 +67,9 @@ def _numeric(frame: pd.DataFrame, cols: list[str], name: str) -> np.ndarray:
     bad = ~np.isfinite(out)
     if bad.any():
         col = cols[int(np.flatnonzero(bad.any(axis=0))[0])]
-        raise InputError(f"{name}: column {col!r} has {int(bad.any(axis=1).sum())} row(s) with NaN, infinite or non-numeric values")
+        raise InputError(
+            f"{name}: column {col!r} has {int(bad.any(axis=1).sum())} row(s) with NaN, infinite or non-numeric values"
+        )
     return out
 
 
@@ -137,7 +139,9 @@ def _cost_matrix(path: str, rec_ids: np.ndarray, out_ids: np.ndarray) -> np.ndar
     r = pd.Index(rec_ids).get_indexer(frame["record_id"].to_numpy())
     o = pd.Index(out_ids).get_indexer(frame["output_id"].to_numpy())
     if np.any(r < 0) or np.any(o < 0):
-        side, bad = ("record_id", frame["record_id"][r < 0]) if np.any(r < 0) else ("output_id", frame["output_id"][o < 0])
+        side, bad = (
+            ("record_id", frame["record_id"][r < 0]) if np.any(r < 0) else ("output_id", frame["output_id"][o < 0])
+        )
         raise InputError(f"{Path(path).name}: unknown {side} value(s) {bad.unique()[:5].tolist()}")
     key = r * out_ids.size + o
     if np.unique(key).size != key.size:
@@ -150,6 +154,32 @@ def _cost_matrix(path: str, rec_ids: np.ndarray, out_ids: np.ndarray) -> np.ndar
     out = np.empty(rec_ids.size * out_ids.size)
     out[key] = cost
     return out.reshape(rec_ids.size, out_ids.size)
+
+
+def _record_weights(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """(n,) prior weights from the optional ``weight`` column (1 each without it); non-negative, positive total."""
+    weights = np.ones(len(frame)) if "weight" not in frame.columns else _numeric(frame, ["weight"], name)[:, 0]
+    if np.any(weights < 0):
+        raise InputError(f"{name}: column 'weight' has {int(np.sum(weights < 0))} negative value(s)")
+    if weights.sum() <= 0:
+        raise InputError(f"{name}: column 'weight' sums to zero (the prior needs a positive total)")
+    return weights
+
+
+def _read_outputs(
+    outputs: str, n_outputs: int | None, metric: str, cols: list[str], files: dict[str, str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """((m, D) output coordinates, (m,) output ids) of an outputs table; adds its sha256 to ``files``."""
+    if n_outputs is not None:
+        raise InputError("give either an outputs file or n_outputs, not both")
+    oname = Path(outputs).name
+    oframe = read_frame(outputs, "outputs")
+    if metric == "haversine" and not {"lat", "lon"} <= set(oframe.columns):
+        raise InputError(f"{oname}: the records have lat/lon, so the outputs need lat and lon columns")
+    _, _, opts = _coordinates(oframe, cols if metric == "euclidean" else None, oname)
+    out_ids = _ids(oframe, oname)
+    files[str(outputs)] = file_sha256(outputs)
+    return opts, out_ids
 
 
 def points(
@@ -176,27 +206,10 @@ def points(
     frame = read_frame(path, "points")
     metric, cols, pts = _coordinates(frame, columns, name)
     ids = _ids(frame, name)
-    weights = np.ones(len(frame)) if "weight" not in frame.columns else _numeric(frame, ["weight"], name)[:, 0]
-    if np.any(weights < 0):
-        raise InputError(f"{name}: column 'weight' has {int(np.sum(weights < 0))} negative value(s)")
-    if weights.sum() <= 0:
-        raise InputError(f"{name}: column 'weight' sums to zero (the prior needs a positive total)")
+    weights = _record_weights(frame, name)
     files = {str(path): file_sha256(path)}
     rng = np.random.default_rng(seed)
-
-    if outputs is not None:
-        if n_outputs is not None:
-            raise InputError("give either an outputs file or n_outputs, not both")
-        oname = Path(outputs).name
-        oframe = read_frame(outputs, "outputs")
-        if metric == "haversine" and not {"lat", "lon"} <= set(oframe.columns):
-            raise InputError(f"{oname}: the records have lat/lon, so the outputs need lat and lon columns")
-        _, _, opts = _coordinates(oframe, cols if metric == "euclidean" else None, oname)
-        out_ids = _ids(oframe, oname)
-        files[str(outputs)] = file_sha256(outputs)
-    else:
-        opts, out_ids = pts, ids
-
+    opts, out_ids = (pts, ids) if outputs is None else _read_outputs(outputs, n_outputs, metric, cols, files)
     c = _cost_matrix(costs, ids, out_ids) if costs is not None else None
     if costs is not None:
         files[str(costs)] = file_sha256(costs)
@@ -219,13 +232,12 @@ def points(
             c = c[:, out_record_ids]
     if c is None:  # cdist: exact differences, so a point reported as itself costs exactly 0
         c = haversine_km(mpts, mopts) if metric == "haversine" else cdist(mpts, mopts)
-    cost = np.asarray(c)
     inst = from_points(
         mpts,
         metric,
         eta,
         epsilon,
-        cost,
+        np.asarray(c),
         prior=prior,
         output_record_ids=out_record_ids,
         extra_columns={"id": ids[rfirst], "n_merged": np.bincount(rg).astype(np.int64)},
@@ -235,15 +247,18 @@ def points(
             "generator": "mdp_core.datasets.points",
             "source": {"kind": "user_points", "files": files},
             "parameters": {
-                "columns": cols, "metric": metric, "n_outputs": n_outputs, "cost": "file" if costs else "distance",
+                "columns": cols,
+                "metric": metric,
+                "n_outputs": n_outputs,
+                "cost": "file" if costs else "distance",
                 "merged_records": int(pts.shape[0] - mpts.shape[0]),
                 "merged_outputs": int(opts.shape[0] - ofirst.size) if outputs is not None else 0,
             },
             "seed": seed,
         },
     )
-    if outputs is not None:
-        out_frame = coordinate_frame(mopts, metric)
-        out_frame["id"] = out_ids[ofirst]
-        inst = inst.replace(outputs=out_frame)
-    return inst
+    if outputs is None:
+        return inst
+    out_frame = coordinate_frame(mopts, metric)
+    out_frame["id"] = out_ids[ofirst]
+    return inst.replace(outputs=out_frame)

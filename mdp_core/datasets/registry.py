@@ -8,8 +8,9 @@ files a dataset reads, so the pipeline can put their content hash into its cache
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mdp_core.datasets import bundled
 from mdp_core.datasets.grid import grid

