@@ -57,18 +57,35 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
     from mdp_core.solve import METHODS, options_class
 
     g = p.add_argument_group("LP solver (HiGHS)")
-    add_arguments(g, [SolverOptions], skip=("primal_tolerance", "dual_tolerance", "presolve"),
-                  types={"time_limit": _positive_float}, suppress=False)
-    g.add_argument("--max-mix", type=_fraction, default=1e-2,
-                   help="largest share of uniform noise the exact repair may mix in before refusing (default 0.01)")
+    add_arguments(
+        g,
+        [SolverOptions],
+        skip=("primal_tolerance", "dual_tolerance", "presolve"),
+        types={"time_limit": _positive_float},
+        suppress=False,
+    )
+    g.add_argument(
+        "--max-mix",
+        type=_fraction,
+        default=1e-2,
+        help="largest share of uniform noise the exact repair may mix in before refusing (default 0.01)",
+    )
     # flags the solve sub-command already defines (their dest -> the option name)
-    defined = {"partition": "partition", "subsets": "n_subsets", "seed": "seed", "gap_abs": "gap_abs",
-               "gap_rel": "gap_rel", "max_iterations": "max_iterations"}
+    defined = {
+        "partition": "partition",
+        "subsets": "n_subsets",
+        "seed": "seed",
+        "gap_abs": "gap_abs",
+        "gap_rel": "gap_rel",
+        "max_iterations": "max_iterations",
+    }
     m = p.add_argument_group("method options (default: the chosen method's own)")
     classes = [c for c in (options_class(name) for name in METHODS) if c is not None]
     added = add_arguments(m, classes, skip=defined.values())
-    p.set_defaults(**{dest: None for dest in defined},  # None: not given, the method's default applies
-                   method_options={**defined, **{name: name for name in added}})
+    p.set_defaults(
+        **{dest: None for dest in defined},  # None: not given, the method's default applies
+        method_options={**defined, **{name: name for name in added}},
+    )
 
 
 def _solver_options(args: argparse.Namespace):
@@ -89,8 +106,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise InputError(f"--out {args.out}: exists and is not a directory")
     inst = read_instance(args.instance, epsilon=args.epsilon)
     # only the method options given on the command line (solve() rejects one the method does not take)
-    method_args = {name: getattr(args, dest) for dest, name in args.method_options.items()
-                   if getattr(args, dest, None) is not None}
+    method_args = {
+        name: getattr(args, dest) for dest, name in args.method_options.items() if getattr(args, dest, None) is not None
+    }
     print(
         f"solving {args.instance}: N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}, "
         f"eps={inst.epsilon:g}, method={args.method}",
@@ -101,7 +119,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if sol.trace is not None:
         write_table(Path(args.out) / "trace.parquet", {c: sol.trace[c].to_numpy() for c in sol.trace.columns})
     print(sol.certificate.summary())
-    print(json.dumps({k: info[k] for k in ("method", "status", "objective", "lower_bound", "gap", "iterations", "seconds")}))
+    print(
+        json.dumps(
+            {k: info[k] for k in ("method", "status", "objective", "lower_bound", "gap", "iterations", "seconds")}
+        )
+    )
     return 0
 
 
@@ -190,15 +212,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mdp-release",
         description="Optimal metric-DP perturbation mechanisms (exact LP / Benders) and reproducible releases.",
     )
-    parser.add_argument("--debug", action="store_true", help="print tracebacks (and Prefect's error logs) on the terminal")
+    parser.add_argument(
+        "--debug", action="store_true", help="print tracebacks (and Prefect's error logs) on the terminal"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("solve", help="solve an instance directory and write a verified mechanism")
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
-    p.add_argument("--method", default="auto", choices=list(METHOD_NAMES),
-                   help="auto (default): lp or rowgen from the instance's structure, the choice and reason go into "
-                   "solve.json; lp: exact LP; rowgen: exact LP by row generation (dense graphs); colgen: by column "
-                   "generation; benders: partition + Benders; exp / laplace / constopt: baselines")
+    p.add_argument(
+        "--method",
+        default="auto",
+        choices=list(METHOD_NAMES),
+        help="auto (default): lp or rowgen from the instance's structure, the choice and reason go into "
+        "solve.json; lp: exact LP; rowgen: exact LP by row generation (dense graphs); colgen: by column "
+        "generation; benders: partition + Benders; exp / laplace / constopt: baselines",
+    )
     p.add_argument("--out", required=True, help="output directory for mechanism.parquet and solve.json")
     p.add_argument("--epsilon", type=_positive_float, default=None, help="override the instance's epsilon")
     p.add_argument("--partition", default="kmdv", choices=list(PARTITIONERS), help="Benders partitioner")
@@ -230,8 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     from flows.run import add_run_arguments
 
     add_run_arguments(p)
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="print tracebacks and Prefect's error logs on the terminal (else: one error line)")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print tracebacks and Prefect's error logs on the terminal (else: one error line)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("reproduce", help="run the papers' experiment grids and compare with the published numbers")

@@ -19,7 +19,11 @@ from mdp_core.instance import Instance
 OPTIONS: dict[str, tuple[type, int | str | None, str]] = {
     # shared
     "n_records": (int, None, "road/text/synthetic: number of secret records N"),
-    "n_outputs": (int, None, "number of outputs K (a seeded subset of the records; default all / 100 for grid, synthetic)"),
+    "n_outputs": (
+        int,
+        None,
+        "number of outputs K (a seeded subset of the records; default all / 100 for grid, synthetic)",
+    ),
     "epsilon": (float, None, "privacy budget per distance unit"),
     "eta": (float, None, "neighbour threshold (distance unit: km for grid/road/lat-lon points)"),
     "seed": (int, None, "random seed"),
@@ -84,7 +88,9 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     given = {n: getattr(args, n) for n in OPTIONS if getattr(args, n, None) is not None}
     wrong = sorted(set(given) - set(known))
     if wrong:
-        raise InputError(f"--dataset {args.dataset} does not take {', '.join('--' + w.replace('_', '-') for w in wrong)}")
+        raise InputError(
+            f"--dataset {args.dataset} does not take {', '.join('--' + w.replace('_', '-') for w in wrong)}"
+        )
     return given
 
 

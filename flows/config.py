@@ -330,3 +330,12 @@ def load_config(path: str | Path | None) -> ReleaseFlowConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: not valid TOML ({exc})") from None
     return parse_config(_absolute_paths(data, p.resolve().parent), str(p))
+
+
+def as_config(value: Any) -> ReleaseFlowConfig:
+    """A flow-run parameter (a model, or its JSON form as the API stores it) as a config."""
+    if isinstance(value, ReleaseFlowConfig):
+        return value
+    if value is None:
+        return ReleaseFlowConfig()
+    return ReleaseFlowConfig.model_validate(value, strict=False)

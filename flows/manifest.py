@@ -82,7 +82,7 @@ def new_manifest(
     }
 
 
-Publisher = Callable[[str, Released, dict[str, Any]], Path]
+Publisher = Callable[[str, Released, dict[str, Any]], str | Path]
 
 
 def publish_run(
@@ -103,6 +103,7 @@ def publish_run(
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         for file in [*released, "manifest.json"]:
+            (folder / file).parent.mkdir(parents=True, exist_ok=True)  # e.g. instance/instance.json
             shutil.copyfile(run_dir / file, folder / file)
         manifest["out_dir"] = str(folder.resolve())
     return manifest

@@ -166,8 +166,7 @@ def one_line_reason(state: Any) -> str:
 def record_failure(flow_run: Any, state: Any) -> Path | None:
     """The on-failure hook's work: ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (the one-line reason
     and the run's name) and a markdown artifact ``<name>-failure`` on the run."""
-    from flows.config import release_name, store_root
-    from flows.release import as_config
+    from flows.config import as_config, release_name, store_root
 
     reason = one_line_reason(state)
     try:

@@ -23,11 +23,13 @@ from prefect.states import State
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.store import ArtifactRef, Store
+from flows import manifest as mf
 from flows.config import (
     STAGE_NAMES,
     ReleaseFlowConfig,
     SolveConfig,
     StageName,
+    as_config,
     config_hash,
     effective_epsilon,
     release_name,
@@ -49,6 +51,7 @@ _TASKS: dict[str, Any] = {
     "postprocess": postprocess.postprocess,
     "evaluate": evaluate.evaluate,
 }
+SOLVE_SUMMARY = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
 
@@ -58,8 +61,13 @@ def solve_method_args(s: SolveConfig) -> dict[str, Any]:
     from mdp_core.solve import options_class
 
     known = {f.name for f in dataclasses.fields(cls)} if (cls := options_class(s.method)) else set()
-    values = {"gap_abs": s.gap_abs, "gap_rel": s.gap_rel, "max_iterations": s.max_iterations,
-              "executor": s.executor, "scheduler": s.scheduler}
+    values = {
+        "gap_abs": s.gap_abs,
+        "gap_rel": s.gap_rel,
+        "max_iterations": s.max_iterations,
+        "executor": s.executor,
+        "scheduler": s.scheduler,
+    }
     return {k: v for k, v in values.items() if k in known and not (k == "scheduler" and v is None)}
 
 
@@ -80,7 +88,8 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
             "method_args": method_args,
         },
         "postprocess": cfg.release.model_dump(),
-        "evaluate": cfg.evaluate.model_dump() | {
+        "evaluate": cfg.evaluate.model_dump()
+        | {
             "max_mix": s.max_mix,
             "method": s.method,
             "method_args": method_args,
@@ -90,15 +99,6 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
 
 
 DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release (the flow's default parameter)
-
-
-def as_config(value: Any) -> ReleaseFlowConfig:
-    """A flow-run parameter (a model, or its JSON form as the API stores it) as a config."""
-    if isinstance(value, ReleaseFlowConfig):
-        return value
-    if value is None:
-        return ReleaseFlowConfig()
-    return ReleaseFlowConfig.model_validate(value, strict=False)
 
 
 def run_title(config: ReleaseFlowConfig) -> str:
@@ -156,7 +156,7 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
     first_refresh = STAGES.index(refresh_name) if refresh_name in STAGES else len(STAGES)
     store = Store(store_root(config))
     ctx = FlowRunContext.get()
-    run_id = str(ctx.flow_run.id) if ctx and ctx.flow_run else "local"
+    run_id = mf.flow_run_id()
     rname = release_name(config)
     operate_ui.tag_flow_run(ctx, run_tags(config))
     params = stage_params(config)
@@ -169,14 +169,7 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
         task = task.with_options(**operate_ui.task_options(stage, config))
         with tags(*run_tags(config)):
             ref = task(str(store.root), params[stage], **upstream)
-        entries[stage] = {
-            "cache_key": ref.key,
-            "cache_hit": ref.meta.get("produced_by") != run_id and ref.meta.get("produced_at", 0.0) < flow_started,
-            "artifact": ref.path,
-            "files": ref.files,
-            "wall_seconds": round(time.perf_counter() - t0, 3),
-            "compute_seconds": ref.meta.get("seconds"),
-        }
+        entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
         return ref
 
     ds = run("ingest")
@@ -207,21 +200,12 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
     ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post, points=points)
     evaluate.publish_report(str(store.root), ev, key=rname)
 
-    finished = _dt.datetime.now(_dt.timezone.utc)
-    run_name = f"{finished:%Y%m%d-%H%M%S}-{run_id[-8:]}"  # uuid7: the first 8 hex digits are the clock
+    finished = _dt.datetime.now(_dt.UTC)
     solve_info = read_json(store.path(sol, "solve.json"))
     inst_meta = read_json(store.path(inst, "instance.json"))
-    manifest = {
-        "format": "mdp-release-manifest",
-        "version": 1,
-        "run_name": run_name,
-        "flow_run_id": run_id,
-        "created_at": finished.isoformat(timespec="seconds"),
+    fields = {
         "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
-        "config": config.model_dump(mode="json"),
         "refresh_from": refresh_name,
-        "stages": entries,
-        "code_versions": {s: code_version(_TASKS[s].fn.__module__) for s in STAGES},
         "package_versions": package_versions(PACKAGES),
         "privacy": {
             "mechanism_epsilon": inst_meta["epsilon"],
@@ -233,13 +217,20 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
             "counts are Laplace (eps_counts) + CBDP post-processing of counts of the released microdata, which is "
             "itself public: that extra noise protects the counts only where the microdata is withheld",
         },
-        "solve": {k: solve_info.get(k) for k in ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")},
+        "solve": {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")},
     }
-    released = release_task.released_files(sol, post, ev, inst)
-    manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
+    code_versions = {s: code_version(_TASKS[s].fn.__module__) for s in STAGES}
+    manifest = mf.new_manifest(
+        "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields
+    )
     # The door: staged, re-verified from the exact bytes (mdp_core.audit), published only if it checks out.
-    run_dir = release_task.release(str(store.root), run_name, released, manifest)
-    manifest["run_dir"] = str(run_dir)
+    manifest = mf.publish_run(
+        store,
+        manifest,
+        release_task.released_files(sol, post, ev, inst),
+        publish=lambda name, files, m: release_task.release(str(store.root), name, files, m),
+    )
+    run_dir = manifest["run_dir"]
     operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
     return manifest
 

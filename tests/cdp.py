@@ -29,7 +29,21 @@ CHROMIUM_FLAGS = [
     "--window-size=1400,1000",
     "--remote-allow-origins=*",
     "--remote-debugging-port=0",
+    "--disable-breakpad",
+    "--disable-crash-reporter",
 ]
+
+
+def _own_group_dies_with_parent() -> None:
+    """In the child before exec: its own process group (closed with killpg), and SIGTERM when the test
+    process dies, so a killed pytest leaves no browser behind (Linux; elsewhere just the group)."""
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 
 
 def find_chromium() -> str | None:
@@ -97,7 +111,7 @@ class Browser:
             stdout=subprocess.DEVNULL,
             stderr=open(self.log, "wb"),
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            preexec_fn=_own_group_dies_with_parent,
         )
         t0 = time.monotonic()
         self.port = None

@@ -43,16 +43,50 @@ def solved(tmp_path_factory) -> tuple[Path, Path]:
     """An instance exported by the CLI and its LP mechanism solved by the CLI: (instance dir, out dir)."""
     base = tmp_path_factory.mktemp("cli")
     inst, out = base / "inst", base / "out"
-    assert main(["export", "--dataset", "grid", "--rows", "3", "--cols", "4", "--n-outputs", "5",
-                 "--epsilon", "2", "--out", str(inst)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--dataset",
+                "grid",
+                "--rows",
+                "3",
+                "--cols",
+                "4",
+                "--n-outputs",
+                "5",
+                "--epsilon",
+                "2",
+                "--out",
+                str(inst),
+            ]
+        )
+        == 0
+    )
     assert main(["solve", str(inst), "--method", "lp", "--out", str(out)]) == 0
     return inst, out
 
 
 # ----------------------------------------------------------------------------- happy paths
 def test_export_writes_an_instance(tmp_path, capsys):
-    code, out, err = run(capsys, "export", "--dataset", "synthetic", "--n-records", "12", "--n-outputs", "4",
-                         "--sigma", "1.5", "--eta", "1.5", "--seed", "3", "--out", str(tmp_path / "s"))
+    code, out, err = run(
+        capsys,
+        "export",
+        "--dataset",
+        "synthetic",
+        "--n-records",
+        "12",
+        "--n-outputs",
+        "4",
+        "--sigma",
+        "1.5",
+        "--eta",
+        "1.5",
+        "--seed",
+        "3",
+        "--out",
+        str(tmp_path / "s"),
+    )
     assert code == 0 and "wrote" in out and "N=12, K=4" in out
     inst = io.read_instance(tmp_path / "s")
     assert (inst.n_records, inst.n_outputs, inst.eta) == (12, 4, 1.5)
@@ -65,8 +99,20 @@ def test_solve_writes_verified_mechanism_and_solve_json(solved):
     z = io.read_mechanism(out / "mechanism.parquet", inst.n_records, inst.n_outputs)
     assert verify(inst, z).passed
     info = json.loads((out / "solve.json").read_text())
-    for key in ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds",
-                "solver", "options", "certificate", "mechanism_sha256"):
+    for key in (
+        "method",
+        "status",
+        "objective",
+        "lower_bound",
+        "upper_bound",
+        "gap",
+        "iterations",
+        "seconds",
+        "solver",
+        "options",
+        "certificate",
+        "mechanism_sha256",
+    ):
         assert key in info, key
     assert info["method"] == "lp" and info["status"] == "optimal" and info["certificate"]["passed"]
     assert info["solver"]["name"] == "HiGHS" and info["solver"]["version"]
@@ -98,7 +144,9 @@ def test_verify_fails_with_exit_1(solved, tmp_path, capsys):
 
 def test_solve_exp_and_epsilon_override(solved, tmp_path, capsys):
     inst_dir, _ = solved
-    code, stdout, _ = run(capsys, "solve", str(inst_dir), "--method", "exp", "--epsilon", "0.5", "--out", str(tmp_path / "e"))
+    code, stdout, _ = run(
+        capsys, "solve", str(inst_dir), "--method", "exp", "--epsilon", "0.5", "--out", str(tmp_path / "e")
+    )
     assert code == 0
     info = json.loads((tmp_path / "e/solve.json").read_text())
     assert info["status"] == "closed_form" and info["certificate"]["epsilon"] == 0.5
@@ -211,7 +259,9 @@ def test_console_script_subprocess(solved, tmp_path):
     inst_dir, out = solved
     proc = subprocess.run(
         [exe, "solve", str(inst_dir), "--method", "lp", "--out", str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("PASS")
@@ -220,7 +270,9 @@ def test_console_script_subprocess(solved, tmp_path):
 
 def test_export_out_is_a_file(tmp_path, capsys):
     (tmp_path / "f").write_text("x")
-    code, _, err = run(capsys, "export", "--dataset", "grid", "--rows", "2", "--cols", "2", "--out", str(tmp_path / "f"))
+    code, _, err = run(
+        capsys, "export", "--dataset", "grid", "--rows", "2", "--cols", "2", "--out", str(tmp_path / "f")
+    )
     assert code == 2
     one_error(err, str(tmp_path / "f"))
     assert (tmp_path / "f").read_text() == "x"

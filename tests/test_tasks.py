@@ -57,13 +57,13 @@ def test_stage_outputs(pipeline):
     total = agg.loc[agg["level"] == "total", "cbdp_int"].iloc[0]
     assert total == agg.loc[agg["level"] == "output", "cbdp_int"].sum()
     ev = pd.read_parquet(store.path(refs["evaluate"], "evaluation.parquet"))
-    assert list(ev["method"]) == ["lp", "exp"]
+    assert list(ev["method"]) == ["auto", "exp"]  # the default method (auto picks lp here)
     assert ev.loc[0, "expected_loss"] <= ev.loc[1, "expected_loss"] + 1e-9
     report = (store.root / refs["evaluate"].path / "report.md").read_text()
     assert report.startswith("# mdp-release evaluation")
     util = pd.read_parquet(store.path(refs["evaluate"], "utility_vs_eps.parquet"))
-    assert sorted(util["epsilon"].unique()) == pytest.approx([0.6, 1.5, 3.0]) and set(util["method"]) == {"lp", "exp"}
-    lp = util[util["method"] == "lp"].sort_values("epsilon")["expected_loss"].to_numpy()
+    assert sorted(util["epsilon"].unique()) == pytest.approx([0.6, 1.5, 3.0]) and set(util["method"]) == {"auto", "exp"}
+    lp = util[util["method"] == "auto"].sort_values("epsilon")["expected_loss"].to_numpy()
     assert np.all(np.diff(lp) <= 1e-9)  # more budget never costs utility
     curve = pd.read_parquet(store.path(refs["evaluate"], "cbdp_error.parquet"))
     assert set(curve["method"]) >= {"cbdp", "laplace", "hierarchical"}
