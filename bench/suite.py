@@ -35,7 +35,7 @@ INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "grid500e2": ("paper grid 20x25, eps 2/km, eta 2 km", "grid", dict(rows=20, cols=25, n_outputs=100, epsilon=2.0)),
     "grid5000": ("grid 50x100, eps 10/km, eta 2 km", "grid", dict(rows=50, cols=100, n_outputs=100)),
     "grid10000": ("grid 100x100, eps 10/km, eta 2 km", "grid", dict(rows=100, cols=100, n_outputs=100)),
-    "gridKN300": ("binding grid 15x20, K = N = 300, eps 10/km", "grid", dict(rows=15, cols=20, n_outputs=None)),
+    "gridKN300": ("grid 15x20, K = N = 300, eps 10/km", "grid", dict(rows=15, cols=20, n_outputs=300)),
     "syn500": ("synthetic 3-D N(0,1), eta 2, eps 10 (paper)", "synthetic", dict(n_records=500, n_outputs=100)),
     "syn1000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 1000", "synthetic", dict(n_records=1000, n_outputs=100)),
     "disc210": (

@@ -207,6 +207,27 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.run import add_run_arguments
+
+    add_run_arguments(p)
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print tracebacks and Prefect's error logs on the terminal (else: one error line)",
+    )
+
+
+def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="tiny sizes (about a minute), for tests / CI")
+    p.add_argument("--store", default="artifacts/store", help="artifact store root")
+    p.add_argument("--out", default=None, help="also copy the report, tables and PNGs to this folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=None, help="real data folder (default ../shared/data beside the repo)")
+    p.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mdp-release",
@@ -248,47 +269,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a release folder, e.g. artifacts/store/runs/<run>/")
     p.set_defaults(func=cmd_audit)
 
-    p = sub.add_parser("export", help="build an instance directory from a dataset")
     from flows.cli_export import add_export_arguments
-
-    add_export_arguments(p)
-    p.set_defaults(func=cmd_export)
-
-    p = sub.add_parser("run", help="run the release pipeline (Prefect flow); built-in default without --config")
-    from flows.run import add_run_arguments
-
-    add_run_arguments(p)
-    p.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="print tracebacks and Prefect's error logs on the terminal (else: one error line)",
-    )
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("reproduce", help="run the papers' experiment grids and compare with the published numbers")
-    p.add_argument("--quick", action="store_true", help="tiny sizes (about a minute), for tests / CI")
-    p.add_argument("--store", default="artifacts/store", help="artifact store root")
-    p.add_argument("--out", default=None, help="also copy the report, tables and PNGs to this folder")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", default=None, help="real data folder (default ../shared/data beside the repo)")
-    p.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
-    p.set_defaults(func=cmd_reproduce)
-
-    p = sub.add_parser("server", help="start / stop / check a local Prefect server that `run` reuses")
+    from flows.operate import add_deploy_arguments, add_serve_arguments
     from flows.run import add_server_arguments
 
-    add_server_arguments(p)
-    p.set_defaults(func=cmd_server)
-
-    from flows.operate import add_deploy_arguments, add_serve_arguments
-
-    p = sub.add_parser("serve", help="serve scheduled releases from this process (flow.serve; needs a server)")
-    add_serve_arguments(p)
-    p.set_defaults(func=cmd_serve)
-    p = sub.add_parser("deploy", help="deploy scheduled releases to a work pool (run by `prefect worker start`)")
-    add_deploy_arguments(p)
-    p.set_defaults(func=cmd_deploy)
+    commands = (
+        ("export", "build an instance directory from a dataset", add_export_arguments, cmd_export),
+        ("run", "run the release pipeline (Prefect flow); built-in default without --config", _run_arguments, cmd_run),
+        (
+            "reproduce",
+            "run the papers' experiment grids and compare with the published numbers",
+            _reproduce_arguments,
+            cmd_reproduce,
+        ),
+        ("server", "start / stop / check a local Prefect server that `run` reuses", add_server_arguments, cmd_server),
+        (
+            "serve",
+            "serve scheduled releases from this process (flow.serve; needs a server)",
+            add_serve_arguments,
+            cmd_serve,
+        ),
+        (
+            "deploy",
+            "deploy scheduled releases to a work pool (run by `prefect worker start`)",
+            add_deploy_arguments,
+            cmd_deploy,
+        ),
+    )
+    for name, text, add_arguments, func in commands:
+        p = sub.add_parser(name, help=text)
+        add_arguments(p)
+        p.set_defaults(func=func)
     return parser
 
 

@@ -10,13 +10,16 @@ The rule (:func:`choose`) looks only at the instance and the machine's CPU count
 deterministic for a given instance and machine setting. It is recorded in ``extra["auto"]``
 (``method``, ``reason`` and the features it used), which goes into solve.json and the manifest.
 
-* The full LP has 2 E_c K privacy rows per connected component c. Where the largest component's
-  LP is small (<= ``LP_MAX_ROWS``), HiGHS solves it outright, fastest of all methods.
-* Above that, row generation: it solves the same LP over the rows that bind, which on the papers'
-  dense settings (eps * eta = 20, hundreds of neighbours per record) are a few per cent of them,
-  and keeps a valid lower bound all along.
-* Benders is never chosen: measured on 2 cores it did not beat the full LP or row generation
-  (bench/README.md, "Which method wins").
+* Dense graphs (mean degree >= ``DENSE_DEGREE`` = 40: the papers' eps * eta = 20 settings have 218-517
+  neighbours per record): row generation. It solves the same LP over the rows that bind, a few per
+  cent of them there, and keeps a valid lower bound all along; the full LP (11-52 M rows) does not
+  finish (bench/README.md: syn500, rome500, syn1000).
+* Sparse graphs (grids, binding road instances, text: degree 10-12): HiGHS solves the full LP
+  outright, up to ``LP_MAX_ROWS`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
+  LP 33 s against 85 s for row generation; the LP's memory, 9.7 GB at 5.9 M rows, is what caps it).
+  Above that, row generation.
+* Benders and column generation are never chosen: measured on 2 cores neither beat these two on any
+  instance class (bench/README.md, "Which method wins").
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
     "rowgen": (rowgen.method, rowgen.RowgenOptions),
 }
 
-LP_MAX_ROWS = 1_500_000  # full-LP privacy rows of the largest component solved outright
+LP_MAX_ROWS = 8_000_000  # full-LP privacy rows of the largest component solved outright (memory)
+DENSE_DEGREE = 40.0  # mean neighbours per record from which row generation wins
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,10 @@ class AutoOptions(GapOptions):
 
     lp_max_rows: int = field(
         default=LP_MAX_ROWS,
-        metadata={"help": "largest component's full-LP privacy rows up to which auto picks lp (else rowgen)"},
+        metadata={"help": "largest component's full-LP privacy rows up to which a sparse instance goes to lp"},
+    )
+    dense_degree: float = field(
+        default=DENSE_DEGREE, metadata={"help": "mean neighbours per record from which auto picks rowgen"}
     )
 
 
@@ -74,21 +81,30 @@ def features(instance: Instance) -> dict[str, Any]:
 def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str, Any]]:
     """(method, reason, features) for ``instance`` (module docstring)."""
     f = features(instance)
-    rows = f["largest_component_rows"]
-    if rows <= params.lp_max_rows:
+    rows, degree = f["largest_component_rows"], f["mean_degree"]
+    if degree >= params.dense_degree:
         return (
-            "lp",
+            "rowgen",
             (
-                f"largest component's full LP has {rows:,} privacy rows (<= {params.lp_max_rows:,}): "
-                "HiGHS solves it outright"
+                f"dense mDP graph (mean degree {degree:g} >= {params.dense_degree:g}; full LP {rows:,} privacy rows): "
+                "row generation solves it over the rows that bind"
+            ),
+            f,
+        )
+    if rows > params.lp_max_rows:
+        return (
+            "rowgen",
+            (
+                f"largest component's full LP has {rows:,} privacy rows (> {params.lp_max_rows:,}): too large to "
+                "hold; row generation solves it over the rows that bind"
             ),
             f,
         )
     return (
-        "rowgen",
+        "lp",
         (
-            f"largest component's full LP has {rows:,} privacy rows (> {params.lp_max_rows:,}, mean "
-            f"degree {f['mean_degree']:g}): row generation solves it over the rows that bind"
+            f"sparse mDP graph (mean degree {degree:g}), largest component's full LP {rows:,} privacy rows "
+            f"(<= {params.lp_max_rows:,}): HiGHS solves it outright"
         ),
         f,
     )
