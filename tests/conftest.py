@@ -106,3 +106,23 @@ def prefect_server(tmp_path_factory):
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_stages(root, p: dict) -> dict:
+    """Every stage of the release pipeline through ``task.fn`` (no Prefect server) into the store at
+    ``root``, with the stage parameters ``p`` (``flows.release.stage_params``): {stage: ArtifactRef}."""
+    from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
+
+    s = str(root)
+    refs = {"ingest": ingest.ingest.fn(s, p["ingest"])}
+    refs["graph"] = graph.graph.fn(s, p["graph"], refs["ingest"])
+    refs["partition"] = partition.partition.fn(s, p["partition"], refs["ingest"], refs["graph"])
+    refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"])
+    refs["solve"] = solve.solve.fn(s, p["solve"], refs["export"])
+    refs["postprocess"] = postprocess.postprocess.fn(
+        s, p["postprocess"], refs["export"], refs["solve"], refs["partition"]
+    )
+    refs["evaluate"] = evaluate.evaluate.fn(
+        s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"]
+    )
+    return refs

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_stages
 
 from artifacts.store import Store
 from flows.cli import main
@@ -20,7 +21,7 @@ from flows.release import stage_params
 from mdp_core import audit
 from mdp_core.errors import PrivacyError
 from mdp_core.io import _long, file_sha256, read_instance, read_json, write_instance, write_table
-from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
+from tasks import postprocess
 from tasks import release as release_task
 
 
@@ -36,18 +37,7 @@ def build(root: Path) -> tuple[Store, dict]:
         }
     )
     p = stage_params(cfg)
-    s = str(root)
-    refs = {"ingest": ingest.ingest.fn(s, p["ingest"])}
-    refs["graph"] = graph.graph.fn(s, p["graph"], refs["ingest"])
-    refs["partition"] = partition.partition.fn(s, p["partition"], refs["ingest"], refs["graph"])
-    refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"])
-    refs["solve"] = solve.solve.fn(s, p["solve"], refs["export"])
-    refs["postprocess"] = postprocess.postprocess.fn(
-        s, p["postprocess"], refs["export"], refs["solve"], refs["partition"]
-    )
-    refs["evaluate"] = evaluate.evaluate.fn(
-        s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"]
-    )
+    refs = run_stages(root, p)
     return Store(root), refs
 
 

@@ -43,26 +43,7 @@ def solved(tmp_path_factory) -> tuple[Path, Path]:
     """An instance exported by the CLI and its LP mechanism solved by the CLI: (instance dir, out dir)."""
     base = tmp_path_factory.mktemp("cli")
     inst, out = base / "inst", base / "out"
-    assert (
-        main(
-            [
-                "export",
-                "--dataset",
-                "grid",
-                "--rows",
-                "3",
-                "--cols",
-                "4",
-                "--n-outputs",
-                "5",
-                "--epsilon",
-                "2",
-                "--out",
-                str(inst),
-            ]
-        )
-        == 0
-    )
+    assert main([*"export --dataset grid --rows 3 --cols 4 --n-outputs 5 --epsilon 2 --out".split(), str(inst)]) == 0
     assert main(["solve", str(inst), "--method", "lp", "--out", str(out)]) == 0
     return inst, out
 

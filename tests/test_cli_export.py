@@ -149,64 +149,16 @@ def test_export_road_pbf_and_offline_download(tmp_path, capsys):
         socket.create_connection(("overpass-api.de", 443), timeout=2).close()
     except OSError:
         capsys.readouterr()
-        assert (
-            main(
-                [
-                    "export",
-                    "--dataset",
-                    "road",
-                    "--bbox",
-                    "41.66",
-                    "12.24",
-                    "42.10",
-                    "12.81",
-                    "--out",
-                    str(tmp_path / "dl"),
-                ]
-            )
-            == 2
-        )
+        assert main([*"export --dataset road --bbox 41.66 12.24 42.10 12.81 --out".split(), str(tmp_path / "dl")]) == 2
         assert "pass a road network file" in capsys.readouterr().err
         assert not (tmp_path / "dl").exists()
 
 
 def test_export_grid_synthetic_text_points(tmp_path):
-    assert (
-        main(
-            [
-                "export",
-                "--dataset",
-                "grid",
-                "--rows",
-                "4",
-                "--cols",
-                "5",
-                "--n-outputs",
-                "6",
-                "--out",
-                str(tmp_path / "g"),
-            ]
-        )
-        == 0
-    )
+    assert main([*"export --dataset grid --rows 4 --cols 5 --n-outputs 6 --out".split(), str(tmp_path / "g")]) == 0
     assert read_instance(tmp_path / "g").n_records == 20
     assert (
-        main(
-            [
-                "export",
-                "--dataset",
-                "synthetic",
-                "--n-records",
-                "30",
-                "--dim",
-                "2",
-                "--sigma",
-                "4",
-                "--out",
-                str(tmp_path / "s"),
-            ]
-        )
-        == 0
+        main([*"export --dataset synthetic --n-records 30 --dim 2 --sigma 4 --out".split(), str(tmp_path / "s")]) == 0
     )
     assert read_instance(tmp_path / "s").records.filter(regex=r"^x\d").shape[1] == 2
     assert (

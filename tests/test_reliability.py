@@ -83,24 +83,7 @@ def base(tmp_path_factory) -> dict[str, Path]:
     """A valid grid instance (3 x 4, K = 5) and its verified LP mechanism, written by the CLI."""
     d = tmp_path_factory.mktemp("rel")
     assert (
-        main(
-            [
-                "export",
-                "--dataset",
-                "grid",
-                "--rows",
-                "3",
-                "--cols",
-                "4",
-                "--n-outputs",
-                "5",
-                "--epsilon",
-                "2",
-                "--out",
-                str(d / "inst"),
-            ]
-        )
-        == 0
+        main([*"export --dataset grid --rows 3 --cols 4 --n-outputs 5 --epsilon 2 --out".split(), str(d / "inst")]) == 0
     )
     assert main(["solve", str(d / "inst"), "--method", "lp", "--out", str(d / "mech")]) == 0
     pts = d / "points"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_stages
 
 from artifacts.store import Store
 from flows.config import parse_config
 from flows.release import stage_params
 from mdp_core.io import read_instance, read_mechanism
 from mdp_core.verify import verify
-from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
+from tasks import export, graph, solve
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +29,7 @@ def pipeline(tmp_path_factory):
         }
     )
     p = stage_params(cfg)
-    s = str(root)
-    refs = {"ingest": ingest.ingest.fn(s, p["ingest"])}
-    refs["graph"] = graph.graph.fn(s, p["graph"], refs["ingest"])
-    refs["partition"] = partition.partition.fn(s, p["partition"], refs["ingest"], refs["graph"])
-    refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"])
-    refs["solve"] = solve.solve.fn(s, p["solve"], refs["export"])
-    refs["postprocess"] = postprocess.postprocess.fn(
-        s, p["postprocess"], refs["export"], refs["solve"], refs["partition"]
-    )
-    refs["evaluate"] = evaluate.evaluate.fn(
-        s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"]
-    )
+    refs = run_stages(root, p)
     return Store(root), p, refs
 
 
