@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -13,6 +14,16 @@ from mdp_core.datasets import grid
 from mdp_core.errors import InputError, SolverError
 from mdp_core.result import RawSolution, Status, gap_closed, honest_status
 from mdp_core.solve import solve
+
+
+@contextlib.contextmanager
+def registered(name: str, method):
+    """``method`` in the solve registry as ``name`` for the duration of the block."""
+    solve_mod.METHODS[name] = method
+    try:
+        yield
+    finally:
+        del solve_mod.METHODS[name]
 
 
 def test_status_values_are_the_solve_json_strings() -> None:
@@ -48,11 +59,8 @@ def test_optimal_far_above_its_own_bound_is_downgraded() -> None:
         raw.z = mechanisms.exponential(instance)  # a private but suboptimal mechanism, still "optimal"
         return raw
 
-    solve_mod.METHODS["overclaiming"] = overclaiming
-    try:
+    with registered("overclaiming", overclaiming):
         sol = solve(inst, "overclaiming")
-    finally:
-        del solve_mod.METHODS["overclaiming"]
     ref = solve(inst, "colgen")
     assert ref.status == Status.OPTIMAL
     assert sol.objective > ref.objective * (1 + 1e-3) and sol.lower_bound == pytest.approx(ref.objective, rel=1e-6)
@@ -72,12 +80,8 @@ def test_lower_bound_above_the_certified_objective_is_a_solver_error() -> None:
         raw.lower_bound = 1.01 * raw.lower_bound
         return raw
 
-    solve_mod.METHODS["broken-bound"] = broken
-    try:
-        with pytest.raises(SolverError, match="broken-bound: lower bound"):
-            solve(inst, "broken-bound")
-    finally:
-        del solve_mod.METHODS["broken-bound"]
+    with registered("broken-bound", broken), pytest.raises(SolverError, match="broken-bound: lower bound"):
+        solve(inst, "broken-bound")
 
 
 def test_unknown_method_option_is_named() -> None:
@@ -99,11 +103,8 @@ def test_infinite_lower_bound_is_no_bound() -> None:
         raw.lower_bound = -np.inf
         return raw
 
-    solve_mod.METHODS["no-bound"] = unbounded
-    try:
+    with registered("no-bound", unbounded):
         sol = solve(inst, "no-bound")
-    finally:
-        del solve_mod.METHODS["no-bound"]
     assert sol.lower_bound is None and sol.status == Status.FEASIBLE
     json.dumps(sol.solve_info(), allow_nan=False)
 
