@@ -28,12 +28,30 @@ Its solution gives z_k = sum_j lambda_kj v_kj; a sum of cone members is in C, so
 is feasible up to the master's row tolerance (every v_kj is exactly in C, see :func:`close`).
 
 Pricing for output k with master duals u (n,): m_k = min (c_k - u) . x  s.t.  x in C, 1 . x = 1
-(n variables, 2E' + 1 rows). One HiGHS model per output, kept alive; only its cost vector changes
-between iterations, so each re-solve warm-starts from its previous basis (dual simplex: its duals
-are far more accurate for the bound below than primal simplex's). Rows of edges implied by a path
-through another record (:func:`implied_edges`, e.g. the 2 km edges of the grid) are left out: the
-cone is unchanged, and leaving a row out could only relax pricing. The column x* is made exactly
-conic by :func:`close` and enters when its reduced cost per unit mass is below -``tol``.
+(n variables, 2E' + 1 rows). Rows of edges implied by a path through another record
+(:func:`implied_edges`, e.g. the 2 km edges of the grid) are left out: the cone is unchanged, and
+leaving a row out could only relax pricing. The column x* is made exactly conic by :func:`close`
+and enters when its reduced cost per unit mass is below -``tol``.
+
+The K pricing LPs of every component run through :mod:`mdp_core.executor`, one stateful
+:class:`PricingWorker` per (component, output), built from a :class:`PricingSpec` (the component's
+cone rows, capped mask and decay matrix, shared by its K specs, and the output's cost column). Each
+worker keeps its HiGHS model alive; only its cost vector changes between iterations, so each re-solve
+warm-starts from its previous basis (dual simplex: its duals are far more accurate for the bound below
+than primal simplex's). Each round solves every unfinished component's master, then sends all their
+pricing requests in one ``solve`` call (duals u, master duals, entry threshold, wall-clock deadline,
+cold flag); a worker answers with m_k, its Lagrangian terms A^T lam_k and its closed column when it
+improves the master (:class:`PriceResult`), and to :data:`POLISH` with the terms from exact basis
+duals. Results are assembled in output order and every worker is deterministic, so z, the bounds and
+the trace's objective columns are bit-identical on every backend and process count.
+``executor="auto"`` keeps everything in this process (serial, one output after another) unless the
+pricing work, K x the nonzeros of the pricing rows summed over components, reaches
+``PROCESS_MIN_WORK`` (and there are 2 CPUs and 2 workers). Measured on the shared 2-core test
+machine (grids 15 x 20 to 50 x 40, K = 100, eps 10 / km; 0.5-3.3 M pricing nonzeros; other jobs
+running): two worker processes were 2-3 s slower than serial every time (start-up ~1.5-2 s, then no
+pricing speed-up on the cores left), so the threshold sits above the largest of them.
+``executor="process"`` (persistent worker processes, single-threaded HiGHS) or ``"dask"``
+(``scheduler``: a cluster address) choose explicitly.
 
 Bounds. UB = cost of the assembled Z. Two lower bounds, both per component:
 
@@ -57,8 +75,8 @@ Bounds. UB = cost of the assembled Z. Two lower bounds, both per component:
   lam_k = max(-y_k, 0) from pricing k's row duals y_k, 0 on capped rows (so the bound holds for
   the uncapped LP too, as :func:`mdp_core.lp.lagrangian_bound`). When the pricing bound says the
   gap is closed but this one does not, and at the end, y_k is recomputed in float64 from each
-  pricer's basis (:func:`basis_duals`): HiGHS's duals are off by ~1e-14 on rows with e^20
-  coefficients, which moves this bound by ~1e-5.
+  pricing worker's basis (:func:`basis_duals`, request :data:`POLISH`): HiGHS's duals are off by
+  ~1e-14 on rows with e^20 coefficients, which moves this bound by ~1e-5.
 
 Stopping: a component stops when UB - LB <= gap_abs or <= gap_rel |UB| ("optimal"), or when no
 column prices out even after re-solving every pricing LP from scratch (twice at most; status
@@ -82,16 +100,18 @@ differ from the master's by at most (number of positive lambdas) * 1e-12 * max l
 Costs are divided by max |p_i c_ik| per component before they reach HiGHS; bounds and objectives
 are reported in the instance's cost unit. Connected components are independent (Property 3.1)
 and iterate in lockstep, so every trace row bounds the whole instance; isolated records take
-their cheapest output. Memory: an (n, n) path-distance matrix per component and one pricing
-model per output.
+their cheapest output. Memory: an (n, n) path-distance (decay) matrix per component, and one
+pricing model per output; with worker processes (or Dask workers) every process holding an output of
+a component also holds a copy of that component's decay matrix and cone rows (n = 5,000: 200 MB each).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,10 +119,12 @@ import pandas as pd
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from mdp_core import executor as executor_mod
 from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
+from mdp_core.executor import Executor
 from mdp_core.graph import Block, component_blocks, path_distances
-from mdp_core.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, SOLVERS, LpModel, LpSolution, SolverOptions
+from mdp_core.highs import DUAL_SIMPLEX, INF, PRIMAL_SIMPLEX, SOLVERS, LpModel, LpSolution, SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.lp import privacy_rows
 from mdp_core.result import LIMITS, GapOptions, RawSolution, Status, gap_closed
@@ -113,6 +135,7 @@ FLOOR = 1e-13  # smallest column entry relative to the column's maximum (see mod
 MASTER_STRATEGY = PRIMAL_SIMPLEX
 PRICING_STRATEGY = DUAL_SIMPLEX
 SMALL_MATRIX_VALUE = 1e-12  # HiGHS drops |a_ij| below this (default 1e-9 would drop real entries)
+PROCESS_MIN_WORK = 5_000_000  # K x pricing rows' nonzeros (all components) before "auto" uses processes
 
 
 # --------------------------------------------------------------------------- cone helpers
@@ -233,6 +256,140 @@ def basis_duals(h: Any, p: sp.csr_matrix, r: np.ndarray) -> np.ndarray | None:
     return y
 
 
+# --------------------------------------------------------------------------- pricing workers
+@dataclass
+class Cone:
+    """The pricing rows of one component, shared by its K :class:`PricingSpec` (pickle keeps one copy
+    of an object that several specs of a worker group reference)."""
+
+    a: sp.csr_matrix  # (2E', n) cone rows kept in pricing (:func:`cone_rows`, implied edges left out)
+    capped: np.ndarray  # (2E',) rows whose ratio was capped (multiplier 0 in the Lagrangian bound)
+    p: sp.csr_matrix  # (2E' + 1, n) pricing rows: a, then the sum row
+    decay: np.ndarray  # (n, n) exp(-eps D') (:func:`close`)
+
+
+@dataclass
+class PricingSpec:
+    """What the pricing worker of output ``output`` of one component needs (picklable, scaled costs)."""
+
+    cone: Cone
+    cost: np.ndarray  # (n,) c_k
+    output: int
+
+
+@dataclass
+class PriceRequest:
+    """One pricing solve: duals ``u`` to price at (smoothed or not), the master's duals ``u_master``
+    (a column enters when its reduced cost per unit mass there is below -``threshold``), an absolute
+    wall-clock ``deadline`` (``time.time()``), and ``cold``: forget the basis first."""
+
+    u: np.ndarray
+    u_master: np.ndarray
+    threshold: float
+    deadline: float
+    cold: bool = False
+
+
+POLISH = "polish"  # request: the Lagrangian terms from exact duals of the worker's current basis
+
+
+@dataclass
+class PriceResult:
+    """One pricing solve (scaled costs). ``objective`` = m_k (nan at a limit); ``terms`` = A^T lam_k
+    (None when HiGHS gave no duals: lam = 0, still valid); ``column``: the closed x* when it improves
+    the master, else None."""
+
+    status: Status  # OPTIMAL or a limit
+    objective: float
+    terms: np.ndarray | None
+    column: np.ndarray | None
+    seconds: float
+
+
+class PricingWorker:
+    """The executor's worker (:mod:`mdp_core.executor`) for one output of one component: a live HiGHS
+    pricing model, warm-started between requests (only its cost vector changes). Requests: a
+    :class:`PriceRequest` -> :class:`PriceResult`; :data:`POLISH` -> (n,) Lagrangian terms from
+    :func:`basis_duals`; None -> None (its component is not priced this round). Picklable through
+    its arguments; deterministic, so results do not depend on the backend."""
+
+    def __init__(self, spec: PricingSpec, options: SolverOptions) -> None:
+        self.spec = spec
+        cone = spec.cone
+        n, n_priv = cone.p.shape[1], cone.a.shape[0]
+        self.idx = np.arange(n)
+        self.h = highs.new_highs(options)
+        _configure(self.h, PRICING_STRATEGY)
+        highs.pass_model(
+            self.h,
+            LpModel(
+                c=np.zeros(n),
+                a=cone.p.tocsc(),
+                row_lower=np.r_[np.full(n_priv, -np.inf), 1.0],
+                row_upper=np.r_[np.zeros(n_priv), 1.0],
+                col_lower=np.zeros(n),
+                col_upper=np.full(n, np.inf),
+            ),
+        )
+
+    def __call__(self, req: PriceRequest | str | None) -> PriceResult | np.ndarray | None:
+        if req is None:
+            return None
+        if isinstance(req, str):
+            if req != POLISH:
+                raise InputError(f"pricing worker: unknown request {req!r}")
+            return self.polish()
+        return self.price(req)
+
+    def price(self, req: PriceRequest) -> PriceResult:
+        """m_k = min (c_k - u) . x over the cone's simplex, from the previous basis unless ``cold``."""
+        spec, h = self.spec, self.h
+        highs.change_costs(h, self.idx, spec.cost - req.u)
+        if req.cold:
+            highs.clear_solver(h)
+        remaining = req.deadline - time.time()
+        if remaining <= 0:
+            return PriceResult(Status.TIME_LIMIT, np.nan, None, None, 0.0)
+        highs.set_time_limit(h, remaining)
+        ps = _run_robust(h, PRICING_STRATEGY)
+        if ps.status != Status.OPTIMAL:
+            if ps.status in LIMITS:
+                return PriceResult(ps.status, np.nan, None, None, ps.seconds)
+            raise SolverError(f"colgen pricing (output {spec.output}): HiGHS status {ps.describe()}")
+        terms = lagrangian_terms(spec.cone.a, spec.cone.capped, ps.row_dual) if ps.row_dual.size else None
+        column = None
+        if ps.x.size and ps.x.max() > 0:
+            x = close(ps.x, spec.cone.decay)
+            if (spec.cost - req.u_master) @ x / x.sum() < -req.threshold:  # improves the master
+                column = x
+        return PriceResult(Status.OPTIMAL, ps.objective, terms, column, ps.seconds)
+
+    def polish(self) -> np.ndarray:
+        """(n,) A^T lam from the row duals recomputed exactly on the current basis (:func:`basis_duals`;
+        HiGHS's own duals when the basis system is singular)."""
+        cone = self.spec.cone
+        y = basis_duals(self.h, cone.p, highs.costs(self.h))
+        if y is None:
+            y = highs.row_duals(self.h)
+        return lagrangian_terms(cone.a, cone.capped, y)
+
+
+def make_executor(executor: str | Executor, work: int, n_workers: int, scheduler: str | None = None) -> Executor:
+    """ "serial", "process", "dask", "auto" or an :class:`~mdp_core.executor.Executor`. "auto" uses
+    processes only from ``PROCESS_MIN_WORK`` pricing nonzeros (K x the pricing rows' nonzeros, summed
+    over components) and 2 workers (module docstring)."""
+    return executor_mod.make_executor(executor, work >= PROCESS_MIN_WORK and n_workers >= 2, scheduler)
+
+
+def start_workers(ex: Executor, specs: Sequence[PricingSpec], options: SolverOptions) -> None:
+    """Start one :class:`PricingWorker` per spec. Out-of-process workers run single-threaded HiGHS
+    with no time limit of their own (each request carries its deadline)."""
+    if not getattr(ex, "in_process", False):
+        options = highs.with_options(options, threads=1, time_limit=INF)
+    weights = [s.cone.p.nnz for s in specs]
+    ex.start(partial(PricingWorker, options=options), list(specs), weights)
+
+
 # --------------------------------------------------------------------------- one component
 @dataclass
 class _Component:
@@ -242,14 +399,11 @@ class _Component:
     c: np.ndarray  # (n, K) scaled costs
     scale: float  # max |p_i c_ik| of the component (original cost unit)
     weighted: np.ndarray  # (n, K) p_i c_ik in the original unit
-    a: sp.csr_matrix  # (2E', n) cone rows kept in pricing
-    capped: np.ndarray  # (2E',)
-    p: sp.csr_matrix  # (2E' + 1, n) pricing rows: a, then the sum row
-    decay: np.ndarray  # (n, n)
+    cone: Cone
     master: Any  # highspy.Highs
-    pricers: list[Any]
     cols: np.ndarray  # (n, m)
     owner: np.ndarray  # (m,)
+    first: int = 0  # executor index of the worker of output 0 (outputs first .. first + K - 1)
     lam: np.ndarray = field(default_factory=lambda: np.zeros(0))
     lower: float = -np.inf  # best proven (Lagrangian) bound (original unit): drives the stopping rule
     pricing_lb: float = -np.inf  # best pricing bound 1.u + n min_k min(m_k, 0) (original unit)
@@ -272,16 +426,9 @@ class _Component:
         """sum_i min_k (c_ik + terms_ik) in the original unit (a valid bound for any lam >= 0)."""
         return self.scale * float(np.sum(np.min(self.c + terms, axis=1)))
 
-    def polished_bound(self) -> float:
-        """The Lagrangian bound from duals recomputed on every pricer's current basis (see basis_duals)."""
-        n, k = self.c.shape
-        terms = np.empty((n, k))
-        for kk, h in enumerate(self.pricers):
-            y = basis_duals(h, self.p, highs.costs(h))
-            if y is None:
-                y = highs.row_duals(h)
-            terms[:, kk] = lagrangian_terms(self.a, self.capped, y)
-        return self.lagrangian(terms)
+    def specs(self) -> list[PricingSpec]:
+        """One pricing spec per output, in output order."""
+        return [PricingSpec(self.cone, self.c[:, k].copy(), k) for k in range(self.c.shape[1])]
 
 
 def _configure(h: Any, strategy: int) -> None:
@@ -294,7 +441,7 @@ def _new_component(
     instance: Instance, block: Block, weighted: np.ndarray, options: SolverOptions, params: ColgenOptions
 ) -> _Component:
     members, edges = block.members, block.local_edges
-    n, k = members.shape[0], weighted.shape[1]
+    n = members.shape[0]
     dist = instance.distances[block.edge_ids]
     w = weighted[members]
     c, scale = highs.scale_costs(w)
@@ -303,8 +450,7 @@ def _new_component(
     keep = ~implied_edges(edges, dist, paths, instance.epsilon)
     a, capped = cone_rows(n, edges[keep], dist[keep], instance.epsilon)
     cols, owner = seed_columns(c, decay, params.seeds_per_record)
-    simplex = dataclasses.replace(options, solver="simplex")
-    master = highs.new_highs(simplex)
+    master = highs.new_highs(options)
     _configure(master, MASTER_STRATEGY)
     if params.master_solver == "ipm":  # no warm start, but far faster on smooth (small-eps) columns
         highs.set_options(master, solver="ipm", run_crossover="on")
@@ -319,23 +465,8 @@ def _new_component(
             col_upper=np.full(cols.shape[1], np.inf),
         ),
     )
-    n_priv = a.shape[0]
     p = sp.vstack([a, sp.csr_matrix(np.ones((1, n)))]).tocsr()
-    model = LpModel(
-        c=np.zeros(n),
-        a=p.tocsc(),
-        row_lower=np.r_[np.full(n_priv, -np.inf), 1.0],
-        row_upper=np.r_[np.zeros(n_priv), 1.0],
-        col_lower=np.zeros(n),
-        col_upper=np.full(n, np.inf),
-    )
-    pricers = []
-    for _ in range(k):
-        h = highs.new_highs(simplex)
-        _configure(h, PRICING_STRATEGY)
-        highs.pass_model(h, model)
-        pricers.append(h)
-    return _Component(members, c, scale, w, a, capped, p, decay, master, pricers, cols, owner)
+    return _Component(members, c, scale, w, Cone(a, capped, p, decay), master, cols, owner)
 
 
 def _run_robust(h: Any, strategy: int) -> LpSolution:
@@ -347,17 +478,20 @@ def _run_robust(h: Any, strategy: int) -> LpSolution:
 
 @dataclass
 class _Step:
-    """What one iteration of one component did."""
+    """What one iteration of one component did, and the point its pricing LPs are solved at."""
 
     added: int = 0
     master_s: float = 0.0
-    pricing_s: float = 0.0
     status: Status = Status.OPTIMAL  # OPTIMAL = the iteration completed (a limit otherwise)
     mispriced: bool = False  # a smoothed pricing round found no improving column
+    u: np.ndarray | None = None  # pricing duals (None: the master did not solve, nothing to price)
+    u_master: np.ndarray | None = None
+    threshold: float = 0.0
+    smoothed: bool = False
 
 
-def _iterate(comp: _Component, deadline: float, tol: float, alpha: float, gap_rel: float) -> _Step:
-    """One master solve + K pricing solves; updates the bounds and adds the improving columns.
+def _master(comp: _Component, deadline: float, tol: float, alpha: float, gap_rel: float) -> _Step:
+    """Solve the restricted master; set the upper bound and the pricing point (``step.u``).
 
     A column enters when its reduced cost per unit mass is below -max(tol, gap_rel |master| / (100 n))
     (scaled costs): a column worth less could not move the bound n min_k m_k by 1 % of the target
@@ -380,68 +514,85 @@ def _iterate(comp: _Component, deadline: float, tol: float, alpha: float, gap_re
         raise SolverError(f"colgen master: HiGHS status {sol.describe()}")
     u_master = np.asarray(sol.row_dual, dtype=np.float64)
     center = comp.center
-    smoothed = comp.smooth and not comp.cold_next and center is not None and alpha > 0
-    u = alpha * center + (1 - alpha) * u_master if smoothed and center is not None else u_master
-    threshold = max(tol, gap_rel * abs(sol.objective) / (100 * comp.c.shape[0]))
-    t1 = time.perf_counter()
-    new_cols, new_owner = _price(comp, u, u_master, threshold, deadline, step)
-    step.pricing_s = time.perf_counter() - t1
+    step.smoothed = comp.smooth and not comp.cold_next and center is not None and alpha > 0
+    step.u = alpha * center + (1 - alpha) * u_master if step.smoothed and center is not None else u_master
+    step.u_master = u_master
+    step.threshold = max(tol, gap_rel * abs(sol.objective) / (100 * comp.c.shape[0]))
+    return step
+
+
+def _price(run: _Run, comps: list[_Component], steps: list[_Step], deadline: float) -> None:
+    """The K pricing LPs of every component whose master solved, in one executor call; then each
+    component's bounds and new columns (:func:`_absorb`)."""
+    todo = [(comp, step) for comp, step in zip(comps, steps, strict=True) if step.u is not None]
+    if not todo:
+        return
+    k = run.z.shape[1]
+    wall = time.time() + (deadline - time.perf_counter())  # the executor's deadlines are wall-clock
+    reqs: list[Any] = [None] * run.n_workers
+    for comp, step in todo:
+        assert step.u is not None and step.u_master is not None
+        reqs[comp.first : comp.first + k] = [
+            PriceRequest(step.u, step.u_master, step.threshold, wall, comp.cold_next)
+        ] * k
+    results = run.ex.solve(reqs)
+    for comp, step in todo:
+        _absorb(comp, step, results[comp.first : comp.first + k])
+
+
+def _absorb(comp: _Component, step: _Step, results: Sequence[PriceResult]) -> None:
+    """Update the component's bounds from its K pricing results (when all K finished; output order)
+    and append the improving columns to its master; a limit goes to ``step``."""
+    assert step.u is not None
+    n, k = comp.c.shape
+    new_cols: list[np.ndarray] = []
+    new_owner: list[int] = []
+    m_k: list[float] = []
+    terms = np.zeros((n, k))
+    for kk, r in enumerate(results):
+        if r.status != Status.OPTIMAL:
+            step.status = r.status
+            break
+        m_k.append(r.objective)
+        if r.terms is not None:  # else lam = 0, still valid
+            terms[:, kk] = r.terms
+        if r.column is not None:
+            new_cols.append(r.column)
+            new_owner.append(kk)
+    if len(m_k) == k:
+        u = step.u
+        lb = float(u.sum() + n * min(min(m_k), 0.0))  # valid for any u, smoothed or not
+        if lb > comp.center_lb:
+            comp.center, comp.center_lb = u.copy(), lb
+        comp.pricing_lb = max(comp.pricing_lb, comp.scale * lb)
+        comp.lower = max(comp.lower, comp.lagrangian(terms))
     comp.cold_next = False
     # a smoothed point that yields no improving column is a mis-pricing: price at the master's duals next
-    step.mispriced = smoothed and not new_cols and step.status == Status.OPTIMAL
+    step.mispriced = step.smoothed and not new_cols and step.status == Status.OPTIMAL
     comp.smooth = not step.mispriced
     if step.mispriced:
-        return step
+        return
     if new_cols:
         v = np.column_stack(new_cols)
         highs.add_cols(comp.master, (comp.c[:, new_owner] * v).sum(0), sp.csc_matrix(v))
         comp.cols = np.concatenate([comp.cols, v], axis=1)
         comp.owner = np.r_[comp.owner, np.asarray(new_owner, dtype=np.int64)]
     step.added = len(new_cols)
-    return step
 
 
-def _price(
-    comp: _Component, u: np.ndarray, u_master: np.ndarray, threshold: float, deadline: float, step: _Step
-) -> tuple[list[np.ndarray], list[int]]:
-    """Solve the K pricing LPs at duals ``u``; update the component's bounds when all K finished.
-    Returns the improving columns (closed, :func:`close`) and their outputs; a limit goes to ``step``."""
-    n, k = comp.c.shape
-    new_cols: list[np.ndarray] = []
-    new_owner: list[int] = []
-    m_k: list[float] = []
-    terms = np.zeros((n, k))
-    idx = np.arange(n)
-    for kk, h in enumerate(comp.pricers):
-        highs.change_costs(h, idx, comp.c[:, kk] - u)
-        if comp.cold_next:
-            highs.clear_solver(h)
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            step.status = Status.TIME_LIMIT
-            break
-        highs.set_time_limit(h, remaining)
-        ps = _run_robust(h, PRICING_STRATEGY)
-        if ps.status != Status.OPTIMAL:
-            if ps.status in LIMITS:
-                step.status = ps.status
-                break
-            raise SolverError(f"colgen pricing (output {kk}): HiGHS status {ps.describe()}")
-        m_k.append(ps.objective)
-        if ps.row_dual.size:  # else lam = 0, still valid
-            terms[:, kk] = lagrangian_terms(comp.a, comp.capped, ps.row_dual)
-        if ps.x.size and ps.x.max() > 0:
-            x = close(ps.x, comp.decay)
-            if (comp.c[:, kk] - u_master) @ x / x.sum() < -threshold:  # improves the master
-                new_cols.append(x)
-                new_owner.append(kk)
-    if len(m_k) == k:
-        lb = float(u.sum() + n * min(min(m_k), 0.0))  # valid for any u, smoothed or not
-        if lb > comp.center_lb:
-            comp.center, comp.center_lb = u.copy(), lb
-        comp.pricing_lb = max(comp.pricing_lb, comp.scale * lb)
+def _polish(run: _Run, comps: list[_Component]) -> None:
+    """Raise each component's proven bound with the duals recomputed exactly on every pricing
+    worker's current basis (:data:`POLISH`), in one executor call."""
+    if not comps:
+        return
+    k = run.z.shape[1]
+    reqs: list[Any] = [None] * run.n_workers
+    for comp in comps:
+        reqs[comp.first : comp.first + k] = [POLISH] * k
+    results = run.ex.solve(reqs)
+    for comp in comps:
+        terms = np.column_stack(results[comp.first : comp.first + k])
         comp.lower = max(comp.lower, comp.lagrangian(terms))
-    return new_cols, new_owner
 
 
 # --------------------------------------------------------------------------- the method
@@ -491,6 +642,17 @@ class ColgenOptions(GapOptions):
             "choices": SOLVERS,
         },
     )
+    executor: str | Executor = field(
+        default="auto",
+        metadata={
+            "help": "where independent solves run (colgen: pricing LPs; benders: subproblems): auto, serial, process or dask",
+            "choices": executor_mod.EXECUTORS,
+        },
+    )
+    scheduler: str | None = field(
+        default=None,
+        metadata={"help": "with executor dask: a scheduler address (tcp://host:8786); none = a local Dask cluster"},
+    )
 
 
 @dataclass
@@ -511,12 +673,15 @@ class ColgenResult:
 
 @dataclass
 class _Run:
-    """Column generation over all components: the isolated records' fixed part and the live components."""
+    """Column generation over all components: the isolated records' fixed part, the live components
+    and the executor running their pricing workers (component j's outputs at ``comps[j].first ...``)."""
 
     z: np.ndarray  # (N, K)
     fixed: float = 0.0  # exact cost of isolated records
     comps: list[_Component] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)  # the trace
+    ex: Any = None  # Executor
+    n_workers: int = 0
 
     def bounds(self) -> tuple[float, float, float]:
         """(proven lower bound, pricing bound, upper bound) of the whole instance."""
@@ -543,7 +708,7 @@ def colgen(
         params: :class:`ColgenOptions`, or its fields as keyword arguments (``gap_rel=1e-4``).
     """
     params = params or ColgenOptions(**kwargs)
-    options = options or SolverOptions()
+    options = dataclasses.replace(options or SolverOptions(), solver="simplex")
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit
     weighted = instance.prior[:, None] * instance.costs
@@ -556,22 +721,34 @@ def colgen(
             run.fixed += float(np.min(weighted[i]))
         else:
             run.comps.append(_new_component(instance, block, weighted, options, params))
-    setup_s = time.perf_counter() - t0
-    status, it = Status.OPTIMAL, 0
-    while any(not c.done for c in run.comps):
-        if it >= params.max_iterations:
-            status = Status.ITERATION_LIMIT
-            break
-        it += 1
-        status = _round(run, it, deadline, params, progress)
-        if status != Status.OPTIMAL:
-            break
-    polish_s = time.perf_counter()
+    specs: list[PricingSpec] = []
     for comp in run.comps:
-        run.z[comp.members] = comp.z()
-        if np.isfinite(comp.pricing_lb):  # every pricer has a basis: recompute its duals exactly once
-            comp.lower = max(comp.lower, comp.polished_bound())
-    polish_s = time.perf_counter() - polish_s
+        comp.first = len(specs)
+        specs += comp.specs()
+    run.n_workers = len(specs)
+    work = instance.n_outputs * sum(c.cone.p.nnz for c in run.comps)
+    run.ex = make_executor(params.executor, work, len(specs), params.scheduler)
+    try:
+        if specs:
+            start_workers(run.ex, specs, options)
+        setup_s = time.perf_counter() - t0
+        status, it = Status.OPTIMAL, 0
+        while any(not c.done for c in run.comps):
+            if it >= params.max_iterations:
+                status = Status.ITERATION_LIMIT
+                break
+            it += 1
+            status = _round(run, it, deadline, params, progress)
+            if status != Status.OPTIMAL:
+                break
+        polish_s = time.perf_counter()
+        for comp in run.comps:
+            run.z[comp.members] = comp.z()
+        # every pricing worker of a component with a finite pricing bound has a basis: exact duals once
+        _polish(run, [c for c in run.comps if np.isfinite(c.pricing_lb)])
+        polish_s = time.perf_counter() - polish_s
+    finally:
+        run.ex.close()
     lower, pricing, _ = run.bounds()
     upper = float(np.sum(weighted * run.z))
     if status == Status.OPTIMAL and not all(
@@ -582,8 +759,10 @@ def colgen(
         "n_components": int(count),
         "largest_component": int(sizes.max()),
         "columns": int(sum(c.cols.shape[1] for c in run.comps)),
-        "pricing_rows": int(sum(c.a.shape[0] for c in run.comps)),
+        "pricing_rows": int(sum(c.cone.a.shape[0] for c in run.comps)),
         "seeds_per_record": params.seeds_per_record,
+        "executor": getattr(run.ex, "name", type(run.ex).__name__),
+        "pricing_workers": run.n_workers,
         "setup_seconds": round(setup_s, 3),
         "polish_seconds": round(polish_s, 3),
         "lower_bound": lower,
@@ -597,23 +776,32 @@ def colgen(
 def _round(
     run: _Run, it: int, deadline: float, params: ColgenOptions, progress: Callable[[str], None] | None
 ) -> Status:
-    """Iteration ``it`` for every unfinished component; appends a trace row. Returns OPTIMAL to go on."""
+    """Iteration ``it`` for every unfinished component: each master, then all their pricing LPs in
+    one executor call; appends a trace row. Returns OPTIMAL to go on."""
     gap_abs, gap_rel = params.gap_abs, params.gap_rel
-    status, added, ms, ps = Status.OPTIMAL, 0, 0.0, 0.0
-    for comp in (c for c in run.comps if not c.done):
-        step = _iterate(comp, deadline, params.tol, params.smoothing, gap_rel)
-        added, ms, ps = added + step.added, ms + step.master_s, ps + step.pricing_s
-        if step.status != Status.OPTIMAL:
-            status = step.status
-        complete = step.status == Status.OPTIMAL and not step.mispriced
-        closed = gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
-        pricing_closed = gap_closed(comp.upper, comp.pricing_lb, gap_abs, gap_rel)
-        if not closed and complete and step.added == 0 and pricing_closed:
-            comp.lower = max(comp.lower, comp.polished_bound())  # exact duals of the current bases
-            closed = gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
-        if closed:
+    live = [c for c in run.comps if not c.done]
+    steps = [_master(comp, deadline, params.tol, params.smoothing, gap_rel) for comp in live]
+    t1 = time.perf_counter()
+    _price(run, live, steps, deadline)
+    ps = time.perf_counter() - t1
+    status = next((s.status for s in reversed(steps) if s.status != Status.OPTIMAL), Status.OPTIMAL)
+    complete = [s.status == Status.OPTIMAL and not s.mispriced for s in steps]
+    # The pricing bound closes the gap but the proven bound does not: exact duals of the current bases.
+    _polish(
+        run,
+        [
+            comp
+            for comp, step, ok in zip(live, steps, complete, strict=True)
+            if ok
+            and step.added == 0
+            and not gap_closed(comp.upper, comp.lower, gap_abs, gap_rel)
+            and gap_closed(comp.upper, comp.pricing_lb, gap_abs, gap_rel)
+        ],
+    )
+    for comp, step, ok in zip(live, steps, complete, strict=True):
+        if gap_closed(comp.upper, comp.lower, gap_abs, gap_rel):
             comp.done = True
-        elif step.added == 0 and complete:
+        elif step.added == 0 and ok:
             # No column prices out. A warm-started HiGHS solve can call a basis optimal that is
             # 1e-6 off (its tolerances are applied to the scaled model), so before giving up
             # re-solve every pricing LP from scratch (at most twice per component).
@@ -622,6 +810,7 @@ def _round(
             else:
                 comp.done = True
     lower, pricing, upper = run.bounds()
+    added = sum(s.added for s in steps)
     run.rows.append(
         {
             "iteration": it,
@@ -630,7 +819,7 @@ def _round(
             "upper_bound": upper,
             "gap": upper - lower,
             "columns_added": added,
-            "master_seconds": ms,
+            "master_seconds": sum(s.master_s for s in steps),
             "pricing_seconds": ps,
         }
     )

@@ -142,7 +142,9 @@ def column_majorant(instance: Instance, z: np.ndarray, max_sweeps: int = 10_000)
 
     In log space this is l'_ik = max_j (l_jk - eps D_ij) with D the mDP-graph path distance,
     computed by Bellman-Ford sweeps over the directed edges (l_a = max(l_a, l_b - eps d_ab)) until
-    nothing changes (at most N - 1 sweeps; a few in practice). Rows no longer sum to 1.
+    nothing changes (at most N - 1 sweeps; a few in practice). After the first sweep only edges whose
+    tail changed in the previous sweep are examined: the others cannot raise their head again.
+    Rows no longer sum to 1.
     """
     z = np.maximum(np.asarray(z, dtype=np.float64), 0.0)
     if instance.n_edges == 0:
@@ -152,16 +154,21 @@ def column_majorant(instance: Instance, z: np.ndarray, max_sweeps: int = 10_000)
     order = np.argsort(a, kind="stable")  # group the directed edges by their head a
     a, b = a[order], b[order]
     step = (instance.epsilon * np.r_[d, d])[order][:, None]
-    heads, starts = np.unique(a, return_index=True)
     with np.errstate(divide="ignore"):
         logz = np.log(z)
     start = logz.copy()
+    live = np.ones(instance.n_records, dtype=bool)  # records whose row changed in the last sweep
     for _ in range(min(max_sweeps, max(instance.n_records - 1, 1))):
-        best = np.maximum.reduceat(logz[b] - step, starts, axis=0)  # (heads, K)
-        new = np.maximum(logz[heads], best)
-        if np.array_equal(new, logz[heads]):
+        sel = np.flatnonzero(live[b])  # only edges from a changed tail can raise their head
+        if sel.size == 0:
             break
-        logz[heads] = new
+        heads, starts = np.unique(a[sel], return_index=True)
+        best = np.maximum.reduceat(logz[b[sel]] - step[sel], starts, axis=0)  # (heads, K)
+        up = best > logz[heads]
+        rows = up.any(axis=1)
+        live[:] = False
+        live[heads[rows]] = True
+        logz[heads] = np.where(up, best, logz[heads])
     return np.where(logz > start, np.exp(logz), z)  # untouched entries keep their exact value
 
 
@@ -170,17 +177,19 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
 
     Alternates :func:`column_majorant` (every column then satisfies every edge constraint
     exactly) and row normalisation (row i divided by its sum S_i >= 1; this can break a constraint
-    only by the factor S_j / S_i, which the next majorant absorbs) until :func:`verify` passes or
-    ``max_rounds`` rounds. Meant for Monte Carlo estimates of mechanisms that are mDP in truth, whose
-    violations are sampling noise; the result still goes through ``certify``. Returns (Z, rounds).
+    only by the factor S_j / S_i, which the next majorant absorbs) until :func:`verify` passes
+    (:func:`mdp_core.verify.passes`: the same test, without the evidence) or ``max_rounds`` rounds.
+    Meant for Monte Carlo estimates of mechanisms that are mDP in truth, whose violations are
+    sampling noise (and for LP points, :mod:`mdp_core.rowgen`); the result still goes through
+    ``certify``. Returns (Z, rounds).
     """
-    from mdp_core.verify import verify  # verify imports nothing from here, but keep imports light
+    from mdp_core.verify import passes  # verify imports nothing from here, but keep imports light
 
     cur = np.asarray(z, dtype=np.float64)
     for r in range(1, max_rounds + 1):
         m = column_majorant(instance, cur)
         cur = m / m.sum(axis=1, keepdims=True)
-        if verify(instance, cur).passed:
+        if passes(instance, cur):
             return cur, r
     return cur, max_rounds
 

@@ -228,6 +228,18 @@ def verify(
     )
 
 
+def passes(instance: Instance, z: np.ndarray, row_tol: float = ROW_TOL, ratio_tol: float = RATIO_TOL) -> bool:
+    """``verify(instance, z, row_tol, ratio_tol, check_graph=False).passed``, without the evidence:
+    the same tests, stopping at the first chunk with a violation (a cheap convergence test)."""
+    z = check_mechanism(instance, z)
+    if np.any(z < 0) or (z.size and float(np.max(np.abs(z.sum(axis=1) - 1.0))) > row_tol):
+        return False
+    eps = instance.epsilon
+    return not any(
+        np.any(log_ratio(z[a], z[b]) > eps * d[:, None] * (1.0 + ratio_tol)) for a, b, d in directed_pairs(instance)
+    )
+
+
 @dataclass
 class RepairReport:
     applied: bool

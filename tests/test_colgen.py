@@ -1,6 +1,9 @@
-"""Column generation for the PMO LP: same optimum as the full LP, valid bounds, exact cone columns."""
+"""Column generation for the PMO LP: same optimum as the full LP, valid bounds, exact cone columns,
+and bit-identical results whatever executor runs the pricing LPs."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import strategies as st
 from mdp_core import colgen, lp
 from mdp_core.datasets import grid, synthetic
 from mdp_core.errors import InputError
+from mdp_core.executor import ProcessExecutor
 from mdp_core.graph import path_distances
 from mdp_core.instance import Instance
 from mdp_core.solve import solve
@@ -172,8 +176,62 @@ def test_iteration_and_time_limits_return_feasible_mechanisms():
         ({"tol": float("nan")}, "tol"),
         ({"smoothing": 1.0}, "smoothing"),
         ({"master_solver": "pdlp"}, "master_solver"),
+        ({"executor": "threads"}, "executor"),
     ],
 )
 def test_bad_arguments(kwargs, word):
     with pytest.raises(InputError, match=word):
         colgen.colgen(grid(3, 3, n_outputs=2), **kwargs)
+
+
+OBJECTIVE_COLUMNS = [c for c in colgen.TRACE_COLUMNS if not c.endswith("_seconds")]
+
+
+def assert_same_run(got: colgen.ColgenResult, ref: colgen.ColgenResult) -> None:
+    """Bit-identical mechanism, bounds and trace (every column but the timings)."""
+    np.testing.assert_array_equal(got.z, ref.z)
+    assert (got.status, got.iterations) == (ref.status, ref.iterations)
+    assert (got.lower_bound, got.pricing_bound, got.upper_bound) == (
+        ref.lower_bound,
+        ref.pricing_bound,
+        ref.upper_bound,
+    )
+    assert got.trace[OBJECTIVE_COLUMNS].equals(ref.trace[OBJECTIVE_COLUMNS])
+
+
+def test_process_executor_is_bit_identical_to_serial():
+    """Two worker processes (several components, so several workers per process and idle ones in a
+    round) give exactly the serial run: workers are independent and deterministic."""
+    inst = synthetic(n_records=40, n_outputs=6, sigma=1.5, eta=1.5, epsilon=2.0, seed=3)
+    ref = colgen.colgen(inst, executor="serial")
+    assert ref.extra["n_components"] > 2 and ref.iterations > 5 and ref.status == "optimal"
+    got = colgen.colgen(inst, executor=ProcessExecutor(2))
+    assert (ref.extra["executor"], got.extra["executor"]) == ("serial", "process")
+    assert got.extra["pricing_workers"] == ref.extra["pricing_workers"] > 2 * inst.n_outputs
+    assert_same_run(got, ref)
+
+
+def test_auto_executor_stays_serial_below_the_work_threshold():
+    res = colgen.colgen(grid(5, 6, n_outputs=8, epsilon=10.0))  # executor="auto"
+    assert res.extra["executor"] == "serial"
+    assert colgen.make_executor("auto", colgen.PROCESS_MIN_WORK - 1, 100).name == "serial"
+    assert colgen.make_executor("auto", 10 * colgen.PROCESS_MIN_WORK, 1).name == "serial"  # one worker
+    want = "process" if (os.cpu_count() or 1) >= 2 else "serial"
+    assert colgen.make_executor("auto", colgen.PROCESS_MIN_WORK, 2).name == want  # not started
+
+
+@pytest.mark.slow
+def test_dask_executor_is_bit_identical_to_serial():
+    """A real LocalCluster (starts in ~2 s here), reached by its address as a remote one would be."""
+    distributed = pytest.importorskip("distributed")
+    inst = grid(6, 8, 20, 10.0, 2.0, seed=1)
+    ref = colgen.colgen(inst, executor="serial")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    try:
+        sol = solve(inst, "colgen", executor="dask", scheduler=cluster.scheduler_address)
+        got = colgen.colgen(inst, executor="dask", scheduler=cluster.scheduler_address)
+    finally:
+        cluster.close()
+    assert sol.extra["executor"] == got.extra["executor"] == "dask"
+    assert sol.lower_bound == ref.lower_bound and sol.trace[OBJECTIVE_COLUMNS].equals(ref.trace[OBJECTIVE_COLUMNS])
+    assert_same_run(got, ref)

@@ -149,6 +149,7 @@ def test_property_verify_flags_injected_ratio_violation(data, excess, to_zero):
     z[b, k] = new
     cert = V.verify(inst, z)
     assert not cert.passed and cert.n_violations >= 1
+    assert not V.passes(inst, z) and V.passes(inst, data[1])  # the cheap test agrees both ways
     assert cert.n_negative == 0 and cert.max_row_sum_error < 1e-12
     assert cert.max_ratio_excess >= math.log1p(min(excess, 1e300)) * (1 - 1e-6)
     assert cert.max_realised_epsilon > inst.epsilon
@@ -169,7 +170,7 @@ def test_property_verify_flags_injected_stochasticity_violation(data, kind):
     else:
         z[i] *= 1 + 1e-7
         assert V.verify(inst, z).max_row_sum_error > 1e-9
-    assert not V.verify(inst, z).passed
+    assert not V.verify(inst, z).passed and not V.passes(inst, z)
 
 
 @st.composite
@@ -189,8 +190,10 @@ def instance_and_any_z(draw):
 @given(instance_and_any_z())
 def test_property_repair_always_verifies(data):
     inst, z = data
+    assert V.passes(inst, z) == V.verify(inst, z, check_graph=False).passed
     fixed, t_c = V.repair(inst, z)
     cert = V.verify(inst, fixed)
+    assert V.passes(inst, fixed)
     assert cert.passed and cert.n_violations == 0 and cert.n_infinite == 0 and cert.n_negative == 0
     assert cert.max_ratio_excess <= 1e-12 and cert.max_abs_violation == 0.0
     np.testing.assert_allclose(fixed.sum(axis=1), 1.0, atol=1e-12)
@@ -307,8 +310,10 @@ def near_duplicate_instance(draw):
 @given(near_duplicate_instance())
 def test_property_repair_meets_the_exact_test_on_near_duplicates(data):
     inst, z = data
+    assert V.passes(inst, z) == V.verify(inst, z, check_graph=False).passed
     fixed, t_c = V.repair(inst, z)
     cert = V.verify(inst, fixed)
+    assert V.passes(inst, fixed)
     assert cert.passed, cert.summary()
     assert cert.max_realised_epsilon <= inst.epsilon * (1 + V.RATIO_TOL)
     assert cert.n_negative == 0 and cert.max_row_sum_error <= 1e-12
