@@ -20,12 +20,11 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
-from mdp_core.methods import METHOD_NAMES
-from mdp_core.partition import PARTITIONERS
+from mdp_core.methods import METHOD_NAMES, PARTITIONERS
 
 
 def _positive_float(text: str) -> float:
@@ -171,11 +170,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from flows.run import prepare_environment
+    from flows.run import prepare_environment, wait_for_server
 
-    where = prepare_environment()  # before Prefect is imported
+    where = prepare_environment()  # before Prefect is imported (a temporary server starts in parallel)
     from flows.reproduce.flow import reproduce_from_cli
 
+    wait_for_server()
     return reproduce_from_cli(args, where)
 
 
@@ -228,17 +228,7 @@ def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="mdp-release",
-        description="Optimal metric-DP perturbation mechanisms (exact LP / Benders) and reproducible releases.",
-    )
-    parser.add_argument(
-        "--debug", action="store_true", help="print tracebacks (and Prefect's error logs) on the terminal"
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("solve", help="solve an instance directory and write a verified mechanism")
+def _solve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
     p.add_argument(
         "--method",
@@ -257,50 +247,97 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gap-rel", type=float, default=1e-6, help="benders/colgen: stop when UB - LB <= this * |UB|")
     p.add_argument("--max-iterations", type=int, default=1000, help="benders/colgen: iteration limit")
     _add_solver_args(p)
-    p.set_defaults(func=cmd_solve)
 
-    p = sub.add_parser("verify", help="verify a mechanism against an instance (exit 1 on violation)")
+
+def _verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("instance")
     p.add_argument("mechanism", help="mechanism.parquet")
     p.add_argument("--json", action="store_true", help="also print the certificate as JSON")
-    p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("audit", help="re-check a published release from its files alone (exit 1 on any discrepancy)")
+
+def _audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a release folder, e.g. artifacts/store/runs/<run>/")
-    p.set_defaults(func=cmd_audit)
 
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
     from flows.cli_export import add_export_arguments
-    from flows.operate import add_deploy_arguments, add_serve_arguments
+
+    add_export_arguments(p)
+
+
+def _server_arguments(p: argparse.ArgumentParser) -> None:
     from flows.run import add_server_arguments
 
-    commands = (
-        ("export", "build an instance directory from a dataset", add_export_arguments, cmd_export),
-        ("run", "run the release pipeline (Prefect flow); built-in default without --config", _run_arguments, cmd_run),
-        (
-            "reproduce",
-            "run the papers' experiment grids and compare with the published numbers",
-            _reproduce_arguments,
-            cmd_reproduce,
-        ),
-        ("server", "start / stop / check a local Prefect server that `run` reuses", add_server_arguments, cmd_server),
-        (
-            "serve",
-            "serve scheduled releases from this process (flow.serve; needs a server)",
-            add_serve_arguments,
-            cmd_serve,
-        ),
-        (
-            "deploy",
-            "deploy scheduled releases to a work pool (run by `prefect worker start`)",
-            add_deploy_arguments,
-            cmd_deploy,
-        ),
+    add_server_arguments(p)
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.operate import add_serve_arguments
+
+    add_serve_arguments(p)
+
+
+def _deploy_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.operate import add_deploy_arguments
+
+    add_deploy_arguments(p)
+
+
+# name, help, add its arguments, run it
+COMMANDS: tuple[
+    tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], ...
+] = (
+    ("solve", "solve an instance directory and write a verified mechanism", _solve_arguments, cmd_solve),
+    ("verify", "verify a mechanism against an instance (exit 1 on violation)", _verify_arguments, cmd_verify),
+    (
+        "audit",
+        "re-check a published release from its files alone (exit 1 on any discrepancy)",
+        _audit_arguments,
+        cmd_audit,
+    ),
+    ("export", "build an instance directory from a dataset", _export_arguments, cmd_export),
+    ("run", "run the release pipeline (Prefect flow); built-in default without --config", _run_arguments, cmd_run),
+    (
+        "reproduce",
+        "run the papers' experiment grids and compare with the published numbers",
+        _reproduce_arguments,
+        cmd_reproduce,
+    ),
+    ("server", "start / stop / check a local Prefect server that `run` reuses", _server_arguments, cmd_server),
+    ("serve", "serve scheduled releases from this process (flow.serve; needs a server)", _serve_arguments, cmd_serve),
+    (
+        "deploy",
+        "deploy scheduled releases to a work pool (run by `prefect worker start`)",
+        _deploy_arguments,
+        cmd_deploy,
+    ),
+)
+
+
+def build_parser(only: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The command-line parser. ``only``: the commands whose arguments to build (None: all). The others
+    are listed (``--help``) but take no arguments: building ``solve``'s options imports every method's
+    module, which ``mdp-release run`` should not pay for (:func:`main` builds only the command given)."""
+    parser = _Parser(
+        prog="mdp-release",
+        description="Optimal metric-DP perturbation mechanisms (exact LP / Benders) and reproducible releases.",
     )
-    for name, text, add_arguments, func in commands:
+    parser.add_argument(
+        "--debug", action="store_true", help="print tracebacks (and Prefect's error logs) on the terminal"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = None if only is None else set(only)
+    for name, text, add_arguments, func in COMMANDS:
         p = sub.add_parser(name, help=text)
-        add_arguments(p)
+        if wanted is None or name in wanted:
+            add_arguments(p)
         p.set_defaults(func=func)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first word that is not an option), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _one_line(text: object) -> str:
@@ -319,9 +356,11 @@ def _fail(message: object, code: int, debug: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    command = _command(args_in)
+    parser = build_parser(only=[command] if command else [])
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_in)
     except SystemExit as exc:  # a bad option (one line printed by _Parser.error) or --help
         return exc.code if isinstance(exc.code, int) else 2
     debug = bool(getattr(args, "debug", False))
@@ -330,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = args.func(args)
     except InputError as exc:
         return _fail(exc, 2, debug)
+    except TimeoutError as exc:  # a stage over its [run.timeouts] limit (an OSError, but not bad input)
+        return _fail(f"timed out: {str(exc).rstrip('.')} (a stage exceeded its [run] timeouts limit)", 1, debug)
     except OSError as exc:  # e.g. --out names an existing file or an unwritable directory
         return _fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc, 2, debug)
     except (PrivacyError, SolverError, MdpError) as exc:

@@ -8,11 +8,13 @@ several values: ``--bbox S W N E``, ``--center LAT LON``, ``--words king queen``
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mdp_core.datasets import registry
+from mdp_core import loaders  # the kinds and their parameters, without importing a loader
 from mdp_core.errors import InputError
-from mdp_core.instance import Instance
+
+if TYPE_CHECKING:
+    from mdp_core.instance import Instance
 
 # option name -> (type, nargs or None, help); an option applies to every dataset kind whose loader
 # has a parameter of that name.
@@ -74,7 +76,7 @@ OPTIONS: dict[str, tuple[type, int | str | None, str]] = {
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.allow_abbrev = False  # --output must not silently mean --outputs
-    p.add_argument("--dataset", required=True, choices=sorted(registry.LOADERS), help="dataset kind")
+    p.add_argument("--dataset", required=True, choices=sorted(loaders.KINDS), help="dataset kind")
     p.add_argument("--out", required=True, help="instance directory to write")
     for name, (typ, nargs, text) in OPTIONS.items():
         flag = "--" + name.replace("_", "-")
@@ -84,7 +86,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The options the user gave that the chosen loader accepts; others given are an error."""
-    known = registry.parameters(args.dataset)
+    known = loaders.parameters(args.dataset)
     given = {n: getattr(args, n) for n in OPTIONS if getattr(args, n, None) is not None}
     wrong = sorted(set(given) - set(known))
     if wrong:
@@ -95,4 +97,6 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_from_args(args: argparse.Namespace) -> Instance:
+    from mdp_core.datasets import registry
+
     return registry.load(args.dataset, params_from_args(args))

@@ -48,22 +48,26 @@ Example (every key optional; these are the defaults of the built-in release)::
 
 from __future__ import annotations
 
+import ast
 import os
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
+from pydantic_core import PydanticCustomError
 
+# Only modules that import no numerical library (a fully cached run never needs numpy, pandas, scipy or
+# HiGHS): the option dataclasses are each option's one default and help text, the dataset loaders'
+# signatures are read from their source (mdp_core.loaders).
 from mdp_core import executor as executor_mod
+from mdp_core import loaders
 from mdp_core import options as opts
-from mdp_core.benders import BendersOptions
 from mdp_core.errors import InputError
-from mdp_core.highs import SOLVERS, SolverOptions
-from mdp_core.methods import METHOD_NAMES
-from mdp_core.partition import PARTITIONERS  # option dataclasses: each option's one default and help text
+from mdp_core.methods import METHOD_NAMES, PARTITIONERS
 from mdp_core.result import GapOptions
+from mdp_core.solver_options import SOLVERS, SolverOptions
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -74,20 +78,113 @@ StageName = Literal["ingest", "graph", "partition", "export", "solve", "postproc
 STAGE_NAMES: tuple[str, ...] = typing.get_args(StageName)
 
 
+# ----------------------------------------------------------------------------- dataset parameters
+# The loaders' parameters per kind as pydantic models, generated from the loaders' signatures
+# (mdp_core.loaders reads them from the source: no loader is imported). Every parameter but epsilon and
+# eta (the [privacy] section's) with its loader's type and default. They validate ``dataset.params`` and
+# make the flow's parameter schema (the Prefect run form) show each kind's real fields.
+PRIVACY_PARAMETERS = ("epsilon", "eta")
+_TYPES: dict[str, Any] = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
+
+
+def _annotation_type(text: str | None) -> Any:
+    """A loader annotation as written (``"int | None"``) as the type pydantic checks; ``Any`` for what is
+    not a plain int / float / str / bool / None or a union of those."""
+
+    def convert(node: ast.expr) -> Any:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return Union[convert(node.left), convert(node.right)]  # noqa: UP007  (types built at run time)
+        if isinstance(node, ast.Name):
+            return _TYPES.get(node.id, Any)
+        if isinstance(node, ast.Constant) and node.value is None:
+            return type(None)
+        return Any
+
+    return Any if text is None else convert(ast.parse(text, mode="eval").body)
+
+
+def _params_model(kind: str) -> type[BaseModel]:
+    module, _, func = loaders.LOADER_PATHS[kind].partition(":")
+    texts = loaders.parameter_annotations(kind)
+    fields: dict[str, Any] = {
+        name: (_annotation_type(texts[name]), ... if default is loaders.REQUIRED else default)
+        for name, default in loaders.parameters(kind).items()
+        if name not in PRIVACY_PARAMETERS
+    }
+    return create_model(
+        f"{kind.capitalize()}Params",
+        __config__=STRICT,
+        __doc__=f"Parameters of the {kind!r} dataset: the arguments of {module}.{func} (unset: its default).",
+        **fields,
+    )
+
+
+DATASET_PARAMS: dict[str, type[BaseModel]] = {kind: _params_model(kind) for kind in loaders.KINDS}
+
+
+def _dataset_variant(kind: str) -> type[BaseModel]:
+    """``{kind: "<kind>", params: <Kind>Params}``: one arm of the dataset section's JSON schema."""
+    return create_model(
+        f"{kind.capitalize()}Dataset",
+        __config__=STRICT,
+        kind=(Literal[kind], kind),
+        params=(DATASET_PARAMS[kind], Field(default={}, description="unset parameters take the loader's default")),
+    )
+
+
+# The dataset section as a union discriminated by ``kind``: the JSON schema Prefect's run form shows.
+_DATASET_SCHEMA: TypeAdapter[Any] = TypeAdapter(
+    typing.Annotated[Union[tuple(_dataset_variant(k) for k in loaders.KINDS)], Field(discriminator="kind")]  # noqa: UP007
+)
+
+
 class DatasetConfig(BaseModel):
-    """Which dataset to ingest: a kind of ``mdp_core.datasets.registry`` and its loader parameters."""
+    """Which dataset to ingest: a kind of ``mdp_core.datasets.registry`` and its loader parameters.
+
+    ``params`` holds the parameters given (unset ones take the loader's default; the ingest stage's cache
+    key is what was given), checked against the kind's :data:`DATASET_PARAMS` model: a parameter the
+    loader does not take, a missing required one or a wrong type is an error naming it. The JSON schema
+    (Prefect's run form) is the union of those models, discriminated by ``kind``."""
 
     model_config = STRICT
-    kind: Literal["grid", "synthetic", "road", "text", "points"] = "grid"
+    kind: Literal[loaders.KINDS] = "grid"  # type: ignore[valid-type]
     params: dict[str, Any] = Field(default_factory=lambda: {"rows": 10, "cols": 20, "n_outputs": 100, "seed": 0})
 
     @field_validator("params")
     @classmethod
-    def _no_privacy_here(cls, v: dict[str, Any]) -> dict[str, Any]:
-        clash = sorted({"epsilon", "eta"} & set(v))
+    def _typed_params(cls, v: dict[str, Any], info: Any) -> dict[str, Any]:
+        clash = sorted(set(PRIVACY_PARAMETERS) & set(v))
         if clash:
-            raise ValueError(f"set {clash} in [privacy], not in dataset.params")
+            raise PydanticCustomError(
+                "dataset_params", "set {clash} in [privacy], not in dataset.params", {"clash": clash}
+            )
+        kind = info.data.get("kind")
+        if kind not in DATASET_PARAMS:
+            return v  # the kind itself is wrong: that error is reported
+        unknown = sorted(set(v) - set(DATASET_PARAMS[kind].model_fields))
+        if unknown:
+            raise PydanticCustomError(
+                "dataset_params",
+                "unknown parameter(s) {unknown} for kind {kind}",
+                {"unknown": unknown, "kind": repr(kind)},
+            )
+        try:
+            DATASET_PARAMS[kind].model_validate(v)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise PydanticCustomError(
+                "dataset_params",
+                "{where}: {msg} (kind {kind})",
+                {"where": where, "msg": first["msg"], "kind": repr(kind)},
+            ) from None
         return v
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schema = handler(_DATASET_SCHEMA.core_schema)
+        schema.update(title=cls.__name__, description=(cls.__doc__ or "").split("\n")[0])
+        return schema
 
 
 class PrivacyConfig(BaseModel):
@@ -101,14 +198,18 @@ class PrivacyConfig(BaseModel):
 
 class PartitionConfig(BaseModel):
     """Benders' partition (``BendersOptions``: partition, n_subsets, seed). The release uses 4 subsets,
-    not Benders' own 25 (the paper's M): on a small machine M = 2..4 is what pays off (README)."""
+    not Benders' own 25 (the paper's M): on a small machine M = 2..4 is what pays off (README).
+
+    The default partitioner, seed and help texts are ``BendersOptions``' own, written out: importing
+    mdp_core.benders costs HiGHS, scipy and pandas (0.6 s), which no config and no cached run needs.
+    tests/test_config.py checks they agree."""
 
     model_config = STRICT
     method: Literal[PARTITIONERS] = Field(  # type: ignore[valid-type]
-        opts.default(BendersOptions, "partition"), description=opts.help_text(BendersOptions, "partition")
+        "kmdv", description="partitioner (mdp_core.partition.PARTITIONERS)"
     )
-    subsets: int = Field(4, ge=1, le=10_000, description=opts.help_text(BendersOptions, "n_subsets"))
-    seed: int = Field(opts.default(BendersOptions, "seed"), description=opts.help_text(BendersOptions, "seed"))
+    subsets: int = Field(4, ge=1, le=10_000, description="number of subsets M")
+    seed: int = Field(0, description="partitioner seed")
 
 
 class SolveConfig(BaseModel):
@@ -251,10 +352,8 @@ def effective_epsilon(cfg: ReleaseFlowConfig) -> float | None:
     derives it from the data (text)."""
     if cfg.privacy.epsilon is not None:
         return cfg.privacy.epsilon
-    from mdp_core.datasets import registry
-
     try:
-        value = cfg.dataset.params.get("epsilon", registry.parameters(cfg.dataset.kind).get("epsilon"))
+        value = loaders.parameters(cfg.dataset.kind).get("epsilon")
     except Exception:
         return None
     return float(value) if isinstance(value, int | float) else None
@@ -269,15 +368,13 @@ def config_hash(cfg: ReleaseFlowConfig) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-# Names a file parameter may take that are not paths (bundled data sets: mdp_core.datasets.bundled).
-_NOT_PATHS = {"glove-6b-50d", "helsinki", "test", "gensim-test", "gensim-lee"}
+# Names a file parameter may take that are not paths (bundled data sets: mdp_core.loaders.BUNDLED; GloVe).
+_NOT_PATHS = loaders.NAMES | {"glove-6b-50d"}
 
 
 def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     """``data`` with its relative paths (``store``, the dataset's input files) made absolute against
     ``base`` (the config file's folder), so the config means the same from any working directory."""
-    from mdp_core.datasets import registry
-
     data = dict(data)
     if isinstance(data.get("store"), str) and data["store"] and not Path(data["store"]).expanduser().is_absolute():
         data["store"] = str((base / data["store"]).resolve())
@@ -285,7 +382,7 @@ def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     if isinstance(ds, dict) and isinstance(ds.get("params"), dict):
         kind = ds.get("kind", "grid")
         params = dict(ds["params"])
-        for n in registry.FILE_PARAMETERS.get(kind, ()):
+        for n in loaders.FILE_PARAMETERS.get(kind, ()):
             v = params.get(n)
             if isinstance(v, str) and v and v.lower() not in _NOT_PATHS and not Path(v).expanduser().is_absolute():
                 params[n] = str((base / v).resolve())
@@ -306,16 +403,9 @@ def _explain(exc: ValidationError, source: str) -> InputError:
 def parse_config(data: dict[str, Any], source: str = "config") -> ReleaseFlowConfig:
     """Validate a config mapping; raises InputError naming the first bad key."""
     try:
-        cfg = ReleaseFlowConfig.model_validate(data)
+        return ReleaseFlowConfig.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc, source) from None
-    from mdp_core.datasets import registry
-
-    known = registry.parameters(cfg.dataset.kind)
-    unknown = sorted(set(cfg.dataset.params) - set(known))
-    if unknown:
-        raise InputError(f"{source}: dataset.params: unknown parameter(s) {unknown} for kind {cfg.dataset.kind!r}")
-    return cfg
 
 
 def load_config(path: str | Path | None) -> ReleaseFlowConfig:
@@ -339,3 +429,13 @@ def as_config(value: Any) -> ReleaseFlowConfig:
     if value is None:
         return ReleaseFlowConfig()
     return ReleaseFlowConfig.model_validate(value, strict=False)
+
+
+def manifest_config(path: str | Path) -> ReleaseFlowConfig:
+    """The config recorded in a run manifest (to re-run a release)."""
+    from mdp_core.files import read_json
+
+    m = read_json(path)
+    if m.get("format") != "mdp-release-manifest" or "config" not in m:
+        raise InputError(f"{path}: not an mdp-release run manifest")
+    return parse_config(m["config"], f"{path}: config")

@@ -10,7 +10,6 @@ fresh process by pickling it, and the copy must see the real (pydantic) annotati
 parameters, not strings it cannot resolve (every scheduled run failed in 0 s that way).
 """
 
-import dataclasses
 import datetime as _dt
 import time
 from pathlib import Path
@@ -24,7 +23,8 @@ from prefect.states import State
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
-from flows.config import (
+from flows import operate_ui
+from flows.config import (  # noqa: F401  (manifest_config: re-exported, it used to live here)
     STAGE_NAMES,
     ReleaseFlowConfig,
     SolveConfig,
@@ -32,11 +32,12 @@ from flows.config import (
     as_config,
     config_hash,
     effective_epsilon,
+    manifest_config,
     release_name,
     store_root,
 )
-from mdp_core.datasets import registry
-from mdp_core.io import file_sha256, read_json
+from mdp_core import loaders
+from mdp_core.files import file_sha256, read_json
 from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
@@ -57,10 +58,11 @@ PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "py
 
 def solve_method_args(s: SolveConfig) -> dict[str, Any]:
     """The [solve] settings the chosen method takes (its options dataclass names them): the gap for
-    every method with a bound, max_iterations for benders / colgen, executor / scheduler for benders."""
-    from mdp_core.solve import options_class
+    every method with a bound, max_iterations for benders / colgen, executor / scheduler for benders.
+    Read from the source (mdp_core.methods.option_names): a cached run imports no solver."""
+    from mdp_core.methods import option_names
 
-    known = {f.name for f in dataclasses.fields(cls)} if (cls := options_class(s.method)) else set()
+    known = set(option_names(s.method) or ())
     values = {
         "gap_abs": s.gap_abs,
         "gap_rel": s.gap_rel,
@@ -73,7 +75,7 @@ def solve_method_args(s: SolveConfig) -> dict[str, Any]:
 
 def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     """Each stage's own parameters (what goes into its cache key besides upstream hashes)."""
-    inputs = {str(p): file_sha256(p) for p in registry.input_files(cfg.dataset.kind, cfg.dataset.params)}
+    inputs = {str(p): file_sha256(p) for p in loaders.input_files(cfg.dataset.kind, cfg.dataset.params)}
     s = cfg.solve
     method_args = solve_method_args(s)
     return {
@@ -99,6 +101,21 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
 
 
 DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release (the flow's default parameter)
+
+
+def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: bool = False) -> Any:
+    """The Prefect task the flow runs for ``stage`` -- each of ``STAGE_NAMES`` (``release``: the
+    publication, never cached) or ``evaluate_point`` (the evaluate stage's own solves) -- with the
+    config's options: its ``[run.timeouts]`` entry (evaluate_point: evaluate's) and retries where they
+    help (:func:`flows.operate_ui.task_options`); a cached stage with its cache policy (``refresh``:
+    recompute and overwrite). Every task the flow runs comes from here."""
+    if stage == "release":
+        task = release_task.release
+    elif stage == "evaluate_point":
+        task = cached(evaluate.evaluate_point, "evaluate_point", store, refresh)
+    else:
+        task = cached(_TASKS[stage], stage, store, refresh)
+    return task.with_options(**operate_ui.task_options("evaluate" if stage == "evaluate_point" else stage, config))
 
 
 def run_title(config: ReleaseFlowConfig) -> str:
@@ -128,8 +145,6 @@ def _flow_run_name() -> str:
 
 def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
     """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` and the UI."""
-    from flows import operate_ui
-
     operate_ui.record_failure(flow_run, state)
 
 
@@ -147,8 +162,6 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
         config: the release configuration.
         refresh_from: recompute this stage and every later one, ignoring caches ("ingest" = all).
     """
-    from flows import operate_ui
-
     config = as_config(config)
     if refresh_from is not None and refresh_from not in STAGE_NAMES:
         raise ValueError(f"refresh_from must be one of {list(STAGE_NAMES)}, got {refresh_from!r}")
@@ -165,8 +178,7 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
 
     def run(stage: str, **upstream: Any) -> ArtifactRef:
         t0 = time.perf_counter()
-        task = cached(_TASKS[stage], stage, store, STAGES.index(stage) >= first_refresh)
-        task = task.with_options(**operate_ui.task_options(stage, config))
+        task = stage_task(stage, config, store, STAGES.index(stage) >= first_refresh)
         with tags(*run_tags(config)):
             ref = task(str(store.root), params[stage], **upstream)
         entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
@@ -178,9 +190,7 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
     inst = run("export", dataset=ds, graph=g)
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
-    refresh_ev = STAGES.index("evaluate") >= first_refresh
-    point_task = cached(evaluate.evaluate_point, "evaluate_point", store, refresh_ev)
-    point_task = point_task.with_options(**operate_ui.task_options("evaluate", config))
+    point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)
     with operate_ui.task_runner(config.run) as runner, tags(*run_tags(config)):
         futures = [
             runner.submit(
@@ -228,27 +238,8 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
         store,
         manifest,
         release_task.released_files(sol, post, ev, inst),
-        publish=lambda name, files, m: release_task.release(str(store.root), name, files, m),
+        publish=lambda name, files, m: stage_task("release", config, store)(str(store.root), name, files, m),
     )
     run_dir = manifest["run_dir"]
     operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
     return manifest
-
-
-@flow(name="mdp-release-batch", description="Several releases as one flow run; common stages computed once")
-def batch_flow(configs: list[ReleaseFlowConfig], refresh_from: StageName | None = None) -> list[dict[str, Any]]:
-    """Run ``release_flow`` for each config (as subflow runs of this one), one after the other: stages
-    the configs have in common (same key) are computed by the first and served from cache to the rest."""
-    return [release_flow(config=as_config(c), refresh_from=refresh_from) for c in configs]
-
-
-def manifest_config(path: str | Path) -> ReleaseFlowConfig:
-    """The config recorded in a run manifest (to re-run a release)."""
-    from flows.config import parse_config
-
-    m = read_json(path)
-    if m.get("format") != "mdp-release-manifest" or "config" not in m:
-        from mdp_core.errors import InputError
-
-        raise InputError(f"{path}: not an mdp-release run manifest")
-    return parse_config(m["config"], f"{path}: config")

@@ -3,14 +3,16 @@
 Where the flow runs (decided before Prefect is imported):
   1. ``PREFECT_API_URL`` set -> that server (e.g. a ``prefect server start`` you run yourself);
   2. else a server started by ``mdp-release server start`` that is still healthy -> that server;
-  3. else Prefect's ephemeral mode: a temporary local server inside this process (about 20 s of
-     start-up on a small machine, every run).
+  3. else Prefect's ephemeral mode: a temporary local server for this run (:class:`TemporaryServer`,
+     5-8 s of start-up on a small machine, every run).
 The quiet-offline settings (no telemetry) are applied unless you set them yourself.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import json
 import logging
 import os
@@ -108,7 +110,7 @@ def server_from_cli(args: argparse.Namespace) -> int:
         print("stopped" if stop_server() else "no server started by mdp-release")
         return 0
     found = os.environ.get("PREFECT_API_URL") or saved_server()
-    print(f"server: {found}" if found else "no server: runs use Prefect's ephemeral mode (~20 s start-up)")
+    print(f"server: {found}" if found else "no server: runs use Prefect's ephemeral mode (5-8 s start-up)")
     return 0 if found else 1
 
 
@@ -152,7 +154,110 @@ def prepare_environment() -> str:
     if url:
         os.environ["PREFECT_API_URL"] = url
         return f"Prefect server {url} (started by mdp-release server start)"
-    return "Prefect ephemeral mode (temporary local server, ~20 s start-up; `mdp-release server start` avoids it)"
+    TemporaryServer.current().start()
+    return "Prefect ephemeral mode (temporary local server, 5-8 s start-up; `mdp-release server start` avoids it)"
+
+
+class TemporaryServer:
+    """Prefect's ephemeral mode, started before Prefect is imported.
+
+    Without ``PREFECT_API_URL`` Prefect starts a temporary server on the first API call: it imports its
+    whole server package in *this* process (2.9 s measured) only to spawn a subprocess that imports it
+    again and serves (4-5 s), one after the other. This starts that same subprocess -- Prefect's own
+    command (``SubprocessASGIServer`` in ``prefect.server.api.server``, prefect 3.8.8): uvicorn, the
+    ephemeral app factory, the SQLite database under ``PREFECT_HOME``, no UI -- as the first thing
+    ``mdp-release run`` does, and points ``PREFECT_API_URL`` at it. Its start-up then overlaps this
+    process's imports, and this process never imports the server. :meth:`wait` blocks until it answers
+    (``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``); :meth:`stop` (at exit) ends it, after Prefect
+    has flushed its logs and events to it.
+    """
+
+    _current: TemporaryServer | None = None
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.url: str | None = None
+
+    @classmethod
+    def current(cls) -> TemporaryServer:
+        if cls._current is None:
+            cls._current = cls()
+        return cls._current
+
+    @staticmethod
+    def _free_port() -> int:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+    def _spawn(self) -> None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("prefect")  # where it is, without running its __init__ (1 s)
+        if spec is None or spec.origin is None:
+            raise RuntimeError("prefect is not installed")
+        self.port = self._free_port()
+        env = os.environ | {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+        env.pop("PREFECT_API_URL", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(spec.origin).parents[1])]
+            + ["--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port)]
+            + ["--log-level", "error", "--lifespan", "on"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def start(self) -> str:
+        """Spawn the server (once) and point ``PREFECT_API_URL`` at it; returns the API URL."""
+        if self.url is None:
+            self._spawn()
+            self.url = f"http://127.0.0.1:{self.port}/api"
+            os.environ["PREFECT_API_URL"] = self.url
+            os.environ.setdefault("PREFECT_UI_URL", "")  # it serves no UI: no "View at" links to nowhere
+            atexit.register(self.stop)  # registered before Prefect's exit handlers: runs after them
+        return self.url
+
+    def wait(self) -> None:
+        """Block until the server answers /health (a new port if it could not bind its own)."""
+        if self.proc is None:
+            return
+        timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS") or 120)
+        t0, attempts = time.monotonic(), 1
+        while not healthy(f"http://127.0.0.1:{self.port}/api", timeout=2.0):
+            code = self.proc.poll()
+            if code is not None:  # it exited: the port was taken meanwhile, or a real failure
+                if attempts >= 3:
+                    raise RuntimeError(f"the temporary Prefect server exited with code {code}")
+                attempts += 1
+                self._spawn()
+                self.url = os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{self.port}/api"
+            elif time.monotonic() - t0 > timeout:
+                self.stop()
+                raise RuntimeError(
+                    f"the temporary Prefect server did not answer within {timeout:.0f} s "
+                    "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)"
+                )
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for_server() -> None:
+    """Before the first Prefect API call: wait for the temporary server, if this process started one."""
+    if TemporaryServer._current is not None:
+        TemporaryServer._current.wait()
 
 
 class _NoErrorsOnConsole(logging.Filter):
@@ -178,30 +283,31 @@ def quiet_console_errors(debug: bool) -> None:
 
 
 def run_from_cli(args: argparse.Namespace) -> int:
-    from flows.config import load_config
+    from flows.config import load_config, manifest_config, store_root
 
     if args.from_manifest and args.config:
         from mdp_core.errors import InputError
 
         raise InputError("give --config or --from-manifest, not both")
-    where = prepare_environment()
-    from flows.release import manifest_config, release_flow
-
-    quiet_console_errors(getattr(args, "debug", False))
+    # The configs first (no Prefect needed): a bad one fails before any server starts.
     paths = args.config or [None]
     cfgs = [manifest_config(args.from_manifest)] if args.from_manifest else [load_config(p) for p in paths]
     if args.store:
         cfgs = [c.model_copy(update={"store": str(Path(args.store).expanduser().resolve())}) for c in cfgs]
     refresh_from: Any = "ingest" if args.refresh else args.refresh_from  # a StageName (argparse checked it)
-    from flows.config import store_root
+    where = prepare_environment()  # before Prefect is imported (a temporary server starts now, in parallel)
+    from flows.release import release_flow
 
+    quiet_console_errors(getattr(args, "debug", False))
     stores = sorted({str(store_root(c)) for c in cfgs})
     print(f"mdp-release run: {where}; store {', '.join(stores)}", file=sys.stderr, flush=True)
+    wait_for_server()
     t0 = time.perf_counter()
     if len(cfgs) > 1:
-        from flows.release import batch_flow
+        from flows.batch import batch_flow
 
-        manifests = batch_flow(configs=cfgs, refresh_from=refresh_from)
+        with no_flow_heartbeat():
+            manifests = batch_flow(configs=cfgs, refresh_from=refresh_from)
         if args.json:
             print(json.dumps(manifests, indent=2, sort_keys=True))
             return 0
@@ -209,7 +315,8 @@ def run_from_cli(args: argparse.Namespace) -> int:
             _print_manifest(m)
         print(f"  batch of {len(manifests)} releases, flow wall time {time.perf_counter() - t0:.1f}s")
         return 0
-    manifest = release_flow(config=cfgs[0], refresh_from=refresh_from)
+    with no_flow_heartbeat():
+        manifest = release_flow(config=cfgs[0], refresh_from=refresh_from)
     wall = time.perf_counter() - t0
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
@@ -220,17 +327,32 @@ def run_from_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def no_flow_heartbeat() -> contextlib.AbstractContextManager[Any]:
+    """For ``mdp-release run``: no flow-run heartbeat, unless you configured one (PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+    in the environment, a profile or prefect.toml). Prefect's heartbeat thread (an event every 180 s, for
+    automations that detect crashed runs) sleeps in 1 s steps and the engine joins it when the run ends:
+    0.5-1 s of every run (measured: a flow of 8 cached tasks took 1.2 s with it, 0.4 s without), a third of
+    a cached re-run. A run in your terminal reports its own crash; served and deployed runs keep it."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, get_current_settings, temporary_settings
+
+    configured = get_current_settings().flows.model_fields_set
+    if "heartbeat_frequency" in configured or any(
+        os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
+    ):
+        return contextlib.nullcontext()
+    return temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+
+
 def exit_fast_after_success() -> None:
     """After a successful ``mdp-release run`` against a server: at exit, drain Prefect's log and event
-    workers (so the UI has every line) and end the process at once. Python's ordinary teardown of
-    Prefect's background threads and clients costs about 1 s (measured), a third of a cached re-run.
-    Only as the command itself (never inside another program, e.g. pytest) and never in ephemeral
-    mode (whose temporary server the ordinary teardown stops); MDP_RELEASE_SLOW_EXIT=1 turns it off."""
+    workers (so the UI has every line), stop the temporary server if this run started one, and end the
+    process at once. Python's ordinary teardown of Prefect's background threads and clients costs about
+    1 s (measured), a third of a cached re-run. Only as the command itself (never inside another program,
+    e.g. pytest); MDP_RELEASE_SLOW_EXIT=1 turns it off."""
     if not os.environ.get("PREFECT_API_URL") or os.environ.get("MDP_RELEASE_SLOW_EXIT"):
         return
     if Path(sys.argv[0]).name not in ("mdp-release", "cli.py"):
         return
-    import atexit
 
     def _exit() -> None:
         try:
@@ -243,6 +365,8 @@ def exit_fast_after_success() -> None:
             sys.stderr.flush()
         except Exception:
             return  # the ordinary teardown will do it
+        if TemporaryServer._current is not None:
+            TemporaryServer._current.stop()  # after the drain: the logs and events reached it
         os._exit(0)
 
     atexit.register(_exit)  # runs before Prefect's own exit handlers (last registered, first run)

@@ -26,8 +26,24 @@ Modules are small and named for what they are:
 - ``datasets``   -- built-in and real dataset loaders producing instances.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
-from mdp_core.instance import Instance
+
+if TYPE_CHECKING:
+    from mdp_core.instance import Instance
 
 __all__ = ["Instance", "InputError", "MdpError", "PrivacyError", "SolverError"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``mdp_core.Instance`` on first use: importing the package stays free of numpy, pandas and scipy,
+    so what needs only a light module (the CLI, the artifact store, a fully cached run) does not pay for them."""
+    if name == "Instance":
+        from mdp_core.instance import Instance
+
+        return Instance
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

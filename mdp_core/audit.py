@@ -17,18 +17,30 @@ tables, listed the same way). :func:`audit_release` re-checks, with no store and
      postprocess stage) names its sha256 and theirs; microdata output ids lie in 0..K-1.
 
 Every discrepancy is one line; no finding = the release is what the manifest says.
+
+The door (:func:`check_publication`) may pass a :class:`VerifiedMemo`: steps 2, 3 and the microdata
+range of step 5 read the instance, the mechanism and the microdata and verify them -- a pure function of
+those files' bytes and of the checking code. The memo keeps the certificate of content that checked out,
+keyed by the sha256 of exactly those bytes (just recomputed, step 1) and the checking code's version, so
+publishing the same bytes again (a fully cached re-run) reuses it instead of re-reading and re-verifying
+them. Step 1, the comparison of the recorded certificate with the memo's (step 4) and the provenance
+checks (step 5) run every time. ``mdp-release audit`` uses no memo.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mdp_core.errors import MdpError, PrivacyError
-from mdp_core.instance import Instance
-from mdp_core.io import file_sha256, read_instance, read_mechanism, read_table
-from mdp_core.verify import Certificate, verify
+from mdp_core.files import file_sha256, write_json
+
+# Steps 2-5 import numpy, pandas and pyarrow (mdp_core.io, mdp_core.verify) when they run, not here: a
+# publication whose content a VerifiedMemo already holds needs none of them.
 
 INSTANCE_DIR = "instance"
 PROVENANCE = "release_provenance.json"
@@ -81,31 +93,33 @@ def _check_listed_files(d: Path, listed: dict) -> tuple[dict[str, str], list[str
     return actual, findings
 
 
-def _check_certificate(manifest: dict, cert: Certificate, inst: Instance) -> list[str]:
-    """The manifest's recorded certificate and mechanism epsilon (per distance unit) vs the recomputed ones."""
+def _check_certificate(manifest: dict, checked: dict[str, Any]) -> list[str]:
+    """The manifest's recorded certificate and mechanism epsilon (per distance unit) vs the recomputed ones
+    (``checked``: :func:`_check_content`'s record: ``certificate`` as ``Certificate.as_dict()``, ``summary``,
+    ``instance_epsilon``)."""
     findings: list[str] = []
-    if not cert.passed:
-        findings.append(f"mechanism.parquet: fails verification against the instance: {cert.summary()}")
+    cert = checked["certificate"]
+    if cert.get("passed") is not True:
+        findings.append(f"mechanism.parquet: fails verification against the instance: {checked['summary']}")
     privacy = manifest.get("privacy") or {}
     recorded = privacy.get("certificate") or {}
     if recorded.get("passed") is not True:
         findings.append("manifest.json: the recorded certificate does not say passed")
     for key in ("n_pairs", "n_violations", "n_infinite", "n_negative"):
-        if key in recorded and recorded[key] != getattr(cert, key):
+        if key in recorded and recorded[key] != cert.get(key):
             findings.append(
-                f"manifest.json: certificate {key}={recorded[key]} but the released files give {getattr(cert, key)}"
+                f"manifest.json: certificate {key}={recorded[key]} but the released files give {cert.get(key)}"
             )
-    if "max_realised_epsilon" in recorded and not _same_number(
-        recorded["max_realised_epsilon"], cert.max_realised_epsilon
-    ):
+    realised = cert.get("max_realised_epsilon")
+    if "max_realised_epsilon" in recorded and not _same_number(recorded["max_realised_epsilon"], realised):
+        shown = f"{realised:.12g}" if isinstance(realised, float) else realised
         findings.append(
             f"manifest.json: certificate realised eps {recorded['max_realised_epsilon']} but the released mechanism "
-            f"gives {cert.max_realised_epsilon:.12g}"
+            f"gives {shown}"
         )
-    if "mechanism_epsilon" in privacy and not _same_number(privacy["mechanism_epsilon"], inst.epsilon):
-        findings.append(
-            f"manifest.json: mechanism_epsilon {privacy['mechanism_epsilon']} != instance epsilon {inst.epsilon:g}"
-        )
+    eps = checked["instance_epsilon"]
+    if "mechanism_epsilon" in privacy and not _same_number(privacy["mechanism_epsilon"], eps):
+        findings.append(f"manifest.json: mechanism_epsilon {privacy['mechanism_epsilon']} != instance epsilon {eps:g}")
     return findings
 
 
@@ -134,6 +148,8 @@ def _check_solve_and_provenance(d: Path, actual: dict[str, str]) -> list[str]:
 
 def _check_microdata(path: Path, n_outputs: int) -> list[str]:
     """Every microdata ``output_id`` lies in 0..K-1 (K = ``n_outputs``)."""
+    from mdp_core.io import read_table
+
     try:
         out = read_table(path, required={"output_id": "int64"})["output_id"].to_numpy()
         if out.size and (out.min() < 0 or out.max() >= n_outputs):
@@ -143,9 +159,58 @@ def _check_microdata(path: Path, n_outputs: int) -> list[str]:
     return []
 
 
-def audit_release(run_dir: str | Path) -> list[str]:
+# The files steps 2, 3 and 5 (microdata range) read: their sha256s key a VerifiedMemo record.
+CONTENT_FILES = ("mechanism.parquet", "microdata.parquet")
+
+
+@dataclass(frozen=True)
+class VerifiedMemo:
+    """Records of released content that checked out (module docstring): ``folder/<key>.json``, ``key`` =
+    sha256 of the content files' sha256s (:data:`CONTENT_FILES` and ``instance/*``) and ``salt`` (the
+    version of the checking code: the caller's, e.g. the sha256 of this module and what it imports)."""
+
+    folder: Path
+    salt: str
+
+    def key(self, actual: dict[str, str]) -> str:
+        content = {n: h for n, h in actual.items() if n in CONTENT_FILES or n.startswith(f"{INSTANCE_DIR}/")}
+        text = json.dumps({"salt": self.salt, "files": content}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, actual: dict[str, str]) -> dict[str, Any] | None:
+        record, _ = _load_json(Path(self.folder) / f"{self.key(actual)}.json")
+        if record is None or not isinstance(record.get("certificate"), dict) or "instance_epsilon" not in record:
+            return None
+        return record
+
+    def put(self, actual: dict[str, str], record: dict[str, Any]) -> None:
+        try:
+            write_json(Path(self.folder) / f"{self.key(actual)}.json", record)
+        except OSError:
+            pass  # a memo only saves time: a failed write costs a re-verification next time
+
+
+def _check_content(d: Path, actual: dict[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """Steps 2, 3 and the microdata range: read and validate the instance, verify the mechanism against it.
+    Returns ({certificate (as_dict), summary, instance_epsilon} or None when nothing could be read, findings)."""
+    from mdp_core.io import read_instance, read_mechanism
+    from mdp_core.verify import verify
+
+    try:
+        inst = read_instance(d / INSTANCE_DIR)
+        z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
+        cert = verify(inst, z)
+    except MdpError as exc:
+        return None, [_first_line(exc)]
+    checked = {"certificate": cert.as_dict(), "summary": cert.summary(), "instance_epsilon": inst.epsilon}
+    findings = _check_microdata(d / "microdata.parquet", inst.n_outputs) if "microdata.parquet" in actual else []
+    return checked, findings
+
+
+def audit_release(run_dir: str | Path, memo: VerifiedMemo | None = None) -> list[str]:
     """All discrepancies of the release in ``run_dir`` (empty list = it checks out). Never raises for
-    a bad release: each problem is a one-line finding (``file: what is wrong``)."""
+    a bad release: each problem is a one-line finding (``file: what is wrong``). ``memo``: reuse and
+    record the content checks of bytes already verified (module docstring; the door's, not an auditor's)."""
     d = Path(run_dir)
     if not d.is_dir():
         return [f"{d}: no such release directory"]
@@ -162,26 +227,26 @@ def audit_release(run_dir: str | Path) -> list[str]:
     export_files = (manifest.get("stages") or {}).get("export", {}).get("files") or {}
     if "instance.json" in export_files and export_files["instance.json"] != actual[f"{INSTANCE_DIR}/instance.json"]:
         findings.append(f"{INSTANCE_DIR}/instance.json: not the instance the pipeline exported (sha256 differs)")
-    try:
-        inst = read_instance(d / INSTANCE_DIR)
-        z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
-        cert = verify(inst, z)
-    except MdpError as exc:
-        return findings + [f"{_first_line(exc)}"]
-    findings += _check_certificate(manifest, cert, inst)
+    checked = memo.get(actual) if memo is not None and not findings else None
+    content_findings: list[str] = []
+    if checked is None:
+        checked, content_findings = _check_content(d, actual)
+        if checked is None:
+            return findings + content_findings
+        if memo is not None and not findings and not content_findings and checked["certificate"].get("passed"):
+            memo.put(actual, checked)
+    findings += _check_certificate(manifest, checked)
     findings += _check_solve_and_provenance(d, actual)
-    if "microdata.parquet" in actual:
-        findings += _check_microdata(d / "microdata.parquet", inst.n_outputs)
-    return findings
+    return findings + content_findings
 
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def check_publication(staged_dir: str | Path) -> None:
+def check_publication(staged_dir: str | Path, memo: VerifiedMemo | None = None) -> None:
     """The door: raise :class:`PrivacyError` (one line) unless the staged release audits clean."""
-    findings = audit_release(staged_dir)
+    findings = audit_release(staged_dir, memo)
     if findings:
         more = f" (and {len(findings) - 1} more finding(s))" if len(findings) > 1 else ""
         raise PrivacyError(f"release refused: {findings[0]}{more}")
@@ -197,4 +262,4 @@ def provenance(mechanism: Path, instance_json: Path, microdata: Path, aggregates
     } | extra
 
 
-__all__ = ["audit_release", "check_publication", "provenance", "INSTANCE_DIR", "PROVENANCE"]
+__all__ = ["audit_release", "check_publication", "provenance", "VerifiedMemo", "INSTANCE_DIR", "PROVENANCE"]

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
-
-import numpy as np
 
 from mdp_core.errors import InputError, SolverError
 
@@ -70,9 +69,10 @@ class SerialExecutor:
         self.workers = []
 
 
-def _serve(conn: Any, factory: Factory, specs: list[Any]) -> None:
-    """Process loop: build the workers once, then answer request lists until None."""
+def _serve(conn: Any, factory: Factory) -> None:
+    """Process loop: receive the specs, build the workers once, then answer request lists until None."""
     try:
+        specs = conn.recv()
         ex = SerialExecutor()
         ex.start(factory, specs)
         conn.send(("ready", None))
@@ -90,6 +90,8 @@ def _serve(conn: Any, factory: Factory, specs: list[Any]) -> None:
 
 def balanced_groups(weights: Sequence[float], n_groups: int) -> list[list[int]]:
     """Indices split into at most ``n_groups`` non-empty groups, longest-processing-time first."""
+    import numpy as np  # here, not at the top: the config imports this module for EXECUTORS
+
     groups: list[list[int]] = [[] for _ in range(max(1, n_groups))]
     load = np.zeros(len(groups))
     w = np.asarray(weights, dtype=float)
@@ -104,7 +106,8 @@ class ProcessExecutor:
     """Persistent worker processes (spawn), each owning a fixed, size-balanced group of workers.
 
     ``start`` returns at once: the processes import and build while the caller works; the first
-    ``solve`` waits for them.
+    ``solve`` waits for them. The specs travel over each process's pipe from a thread, after the
+    process started (a pipe blocks beyond 64 KB until the child reads, i.e. after its imports).
     """
 
     name = "process"
@@ -115,22 +118,29 @@ class ProcessExecutor:
         self.groups: list[list[int]] = []
         self.procs: list[Any] = []
         self.conns: list[Any] = []
+        self.senders: list[threading.Thread] = []
         self.ready = False
 
     def start(self, factory: Factory, specs: Sequence[Any], weights: Sequence[float] | None = None) -> None:
         ctx = mp.get_context("spawn")
         w = [1.0] * len(specs) if weights is None else weights
         self.groups = balanced_groups(w, min(self.processes, len(specs)))
-        for g in self.groups:
+        for _ in self.groups:
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_serve, args=(child, factory, [specs[i] for i in g]), daemon=True)
+            p = ctx.Process(target=_serve, args=(child, factory), daemon=True)
             p.start()
             child.close()
             self.procs.append(p)
             self.conns.append(parent)
+        for g, c in zip(self.groups, self.conns, strict=True):
+            t = threading.Thread(target=c.send, args=([specs[i] for i in g],), daemon=True)
+            t.start()
+            self.senders.append(t)
 
     def _await_ready(self) -> None:
         if not self.ready:
+            for t in self.senders:
+                t.join()
             for c in self.conns:
                 tag, payload = c.recv()
                 if tag != "ready":
@@ -170,7 +180,7 @@ class ProcessExecutor:
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
-        self.procs, self.conns = [], []
+        self.procs, self.conns, self.senders = [], [], []
 
 
 class _Group:

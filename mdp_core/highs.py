@@ -21,21 +21,22 @@ HiGHS traps handled here (../shared/notes/stack.md):
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import highspy  # imported in 0.2 s; only this module touches it
 import numpy as np
 import scipy.sparse as sp
 
-from mdp_core.errors import InputError, SolverError
+from mdp_core.errors import SolverError
 from mdp_core.result import LIMITS, Status
 
-INF = float("inf")  # HiGHS's kHighsInf is IEEE infinity
-SOLVERS = ("simplex", "ipm")
+# the HiGHS settings and their names live in mdp_core.solver_options (no highspy, no numpy: the config and
+# the command line read them); re-exported here, where every solver module has always found them
+from mdp_core.solver_options import INF, SOLVERS, SolverOptions  # noqa: F401
+
 DUAL_SIMPLEX, PRIMAL_SIMPLEX = 1, 4  # HiGHS simplex_strategy values
 STATUS_MAP: dict[str, Status] = {
     "kOptimal": Status.OPTIMAL,
@@ -53,49 +54,6 @@ _WITH_SOLUTION = frozenset({Status.OPTIMAL}) | LIMITS  # statuses whose primal p
 
 def version() -> str:
     return str(highspy.Highs().version())
-
-
-@dataclass(frozen=True)
-class SolverOptions:
-    """HiGHS settings used for every LP this library solves.
-
-    ``solver``: "simplex" (dual simplex, default) or "ipm" (interior point with crossover).
-    ``time_limit``: seconds for the whole solve (all components / all Benders iterations).
-    ``threads``: HiGHS threads (0 = HiGHS default).
-    Tolerances are HiGHS's primal / dual feasibility tolerances (costs are scaled to max 1). The dual
-    default is 1e-10: at 1e-9 dual simplex stopped 2.0e-7 above the optimum on grid(10, 10, K=20)
-    (dual bound 6.6e-7 below it); 1e-10 closed the gap to 2e-13 at no measurable cost (grid 15x20,
-    K=60: 17.6 s vs 18.1 s).
-    """
-
-    solver: str = field(
-        default="simplex", metadata={"help": "dual simplex (default) or interior point", "choices": SOLVERS}
-    )
-    threads: int = field(default=0, metadata={"help": "HiGHS threads (0 = HiGHS default)"})
-    time_limit: float = field(default=INF, metadata={"help": "seconds for the whole solve", "metavar": "SECONDS"})
-    primal_tolerance: float = 1e-9
-    dual_tolerance: float = 1e-10
-    presolve: bool = True
-
-    def __post_init__(self) -> None:
-        if self.solver not in SOLVERS:
-            raise InputError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
-        if isinstance(self.threads, bool) or int(self.threads) != self.threads or self.threads < 0:
-            raise InputError(f"threads must be an integer >= 0, got {self.threads!r}")
-        cores = os.cpu_count() or 1
-        if self.threads > cores:  # HiGHS aborts the process (SIGABRT, no message) on absurd thread counts
-            raise InputError(f"threads={self.threads} exceeds this machine's {cores} cores (0 = HiGHS default)")
-        if not self.time_limit > 0:
-            raise InputError(f"time_limit must be > 0 seconds, got {self.time_limit}")
-        for name in ("primal_tolerance", "dual_tolerance"):
-            v = getattr(self, name)
-            if not (0 < v < 1e-3):
-                raise InputError(f"{name} must be in (0, 1e-3), got {v}")
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["time_limit"] = None if np.isinf(self.time_limit) else self.time_limit
-        return d
 
 
 @dataclass

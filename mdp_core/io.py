@@ -20,13 +20,10 @@ truncated or modified table. Parquet files carry no timestamps: the same data gi
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, overload
+from typing import overload
 
 import numpy as np
 import pandas as pd
@@ -34,53 +31,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mdp_core.errors import InputError, PrivacyError
+
+# the helpers that need no numerical library live in mdp_core.files (re-exported here)
+from mdp_core.files import TABLES, atomic_write, file_sha256, read_json, write_json  # noqa: F401
 from mdp_core.instance import Instance
 
 FORMAT = "mdp-instance"
 SCHEMA_VERSION = 1
-TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
 EDGE_SCHEMA = {"i": "int64", "j": "int64", "distance": "float64"}
 COST_SCHEMA = {"i": "int64", "k": "int64", "cost": "float64"}
 MECHANISM_SCHEMA = {"i": "int64", "k": "int64", "prob": "float64"}
-
-
-# ----------------------------------------------------------------------------- atomic writes
-def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(tmp)`` on a unique temp file beside ``path``, fsync it, then rename onto ``path``.
-
-    Readers never see a half-written file; concurrent writers of the same path each rename a
-    complete file (last one wins). The temp file is removed if ``write`` raises.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        write(tmp_path)
-        with open(tmp_path, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Deterministic JSON (sorted keys, 2-space indent, trailing newline), written atomically."""
-    text = json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n"
-    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
-
-
-def read_json(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: unreadable JSON ({exc})") from None
 
 
 def write_table(path: str | Path, columns: Mapping[str, np.ndarray | list | pd.Series]) -> Path:
@@ -93,14 +53,6 @@ def write_table(path: str | Path, columns: Mapping[str, np.ndarray | list | pd.S
 
 def write_frame(path: str | Path, frame: pd.DataFrame) -> Path:
     return write_table(path, {c: frame[c] for c in frame.columns})
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_table(

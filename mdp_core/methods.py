@@ -1,5 +1,6 @@
 """The registry of solve methods by name, importing no solver (so that configs, the command line and
-:mod:`mdp_core.options` can list the names without an import cycle).
+:mod:`mdp_core.options` can list the names without an import cycle, and without numpy or HiGHS), and the
+partitioners' names (:mod:`mdp_core.partition`).
 
 Each entry is ``"module:function"``; :func:`mdp_core.solve.solve` imports the module on first use, so an
 unused method costs nothing. A method is ``f(instance, options, progress, params) -> RawSolution`` with
@@ -7,6 +8,8 @@ unused method costs nothing. A method is ``f(instance, options, progress, params
 """
 
 from __future__ import annotations
+
+from mdp_core import sourceinfo
 
 REGISTRY: dict[str, str] = {
     "auto": "mdp_core.auto:method",
@@ -22,3 +25,17 @@ METHOD_NAMES: tuple[str, ...] = tuple(REGISTRY)
 # Baselines: their status describes their own computation (a closed form, an estimate, ConstOPTMech's
 # restricted LP), not the PMO optimum, so the honest-status rule's "optimal needs a bound" does not apply.
 BASELINES = frozenset({"exp", "laplace", "constopt"})
+
+# The partitioners of Qiu 2024 (mdp_core.partition.partition): named here so the config and the command line
+# can list them without importing scipy.
+PARTITIONERS: tuple[str, ...] = ("kmdv", "kmrec", "kmadj", "bsc")
+
+
+def option_names(method: str) -> tuple[str, ...] | None:
+    """The fields of ``method``'s options dataclass (the annotation of its function's ``params``), read from
+    the source without importing the method (mdp_core.sourceinfo; for the release's cache keys, which a
+    cached run computes); None when the method takes no ``params``. ``mdp_core.solve.options_class`` is
+    the imported class (tests check the two agree for every method)."""
+    module, _, function = REGISTRY[method].partition(":")
+    cls = sourceinfo.annotation(module, function, "params")
+    return None if cls is None else sourceinfo.dataclass_fields(module, cls)

@@ -35,9 +35,9 @@ from scipy.sparse.linalg import eigsh
 from mdp_core.errors import InputError
 from mdp_core.graph import adjacency, components, path_distances
 from mdp_core.instance import Instance
+from mdp_core.methods import PARTITIONERS  # defined there, importing no scipy
 from mdp_core.metrics import pairwise
 
-PARTITIONERS = ("kmdv", "kmrec", "kmadj", "bsc")
 DENSE_LIMIT = 2000  # N above which distance / adjacency vectors are sketched instead of stored
 JL_DIM = 128  # sketch dimension
 N_INIT = 4  # k-means restarts (best inertia wins)

@@ -16,15 +16,17 @@ constopt, ...) and :mod:`mdp_core.solve` can depend on it without an import cycl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from mdp_core.errors import SolverError
 from mdp_core.options import validate
+
+if TYPE_CHECKING:  # annotations only: the config and the command line import this module, numpy-free
+    import numpy as np
+    import pandas as pd
 
 # A lower bound may exceed the certified objective by this much (relative, times max(1, |objective|))
 # before it counts as a bug: round-off of the bound's own sums and of the objective's.
@@ -72,7 +74,7 @@ def gap_closed(upper: float, lower: float, gap_abs: float, gap_rel: float) -> bo
     """The stopping rule shared by the decomposition methods and :func:`honest_status`: a finite UB
     with UB - LB <= gap_abs or <= gap_rel * |UB| (bounds in one cost unit)."""
     gap = upper - lower
-    return bool(np.isfinite(upper) and (gap <= gap_abs or gap <= gap_rel * abs(upper)))
+    return bool(math.isfinite(upper) and (gap <= gap_abs or gap <= gap_rel * abs(upper)))
 
 
 @dataclass(frozen=True)

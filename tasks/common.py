@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from prefect import get_run_logger
 from prefect.context import FlowRunContext, TaskRunContext
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import MdpError
-from mdp_core.instance import Instance
-from mdp_core.io import EDGE_SCHEMA, read_instance, read_json, read_table
 from tasks.cache import stage_key
 from tasks.progress import Heartbeat, note
+
+if TYPE_CHECKING:  # the stages import numpy / pandas / mdp_core.io when they compute, never on a cache hit
+    import numpy as np
+
+    from mdp_core.instance import Instance
 
 Compute = Callable[[ObjectWriter, Store, dict[str, Any], dict[str, ArtifactRef | None]], None]
 
@@ -81,11 +83,15 @@ def run_stage(
 
 def instance_of(store: Store, ref: ArtifactRef, epsilon: float | None = None) -> Instance:
     """Read the instance directory behind ``ref``."""
+    from mdp_core.io import read_instance
+
     return read_instance(store.root / ref.path, epsilon=epsilon)
 
 
 def instance_with_graph(store: Store, dataset: ArtifactRef, graph: ArtifactRef, **changes: Any) -> Instance:
     """The ingested dataset with the edges of the ``graph`` stage (and eta from its graph.json)."""
+    from mdp_core.io import EDGE_SCHEMA, read_json, read_table
+
     inst = instance_of(store, dataset)
     edges = read_table(store.path(graph, "edges.parquet"), schema=EDGE_SCHEMA)
     return inst.replace(
@@ -98,6 +104,8 @@ def instance_with_graph(store: Store, dataset: ArtifactRef, graph: ArtifactRef, 
 
 def output_zones(inst: Instance, labels: np.ndarray | None) -> np.ndarray:
     """(K,) zone of each output: the partition subset of the output's record, else one zone 0."""
+    import numpy as np
+
     if labels is None or inst.outputs is None or "record_id" not in inst.outputs:
         return np.zeros(inst.n_outputs, dtype=np.int64)
     return np.asarray(labels, dtype=np.int64)[inst.outputs["record_id"].to_numpy()]

@@ -11,28 +11,28 @@ markdown artifacts are published by :func:`publish_report` on every run.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core import evaluate as ev
-from mdp_core import report
 from mdp_core.errors import MdpError
-from mdp_core.io import atomic_write, read_json, read_mechanism, read_table, write_frame
-from mdp_core.lp import SolverOptions
-from mdp_core.postprocess import error_curve
-from mdp_core.solve import solve as solve_instance
 from tasks.common import Throttled, instance_of, logger, output_zones, run_stage
 from tasks.progress import note
+
+if TYPE_CHECKING:  # numpy, pandas and the solvers are imported where a stage computes, never on a cache hit
+    import numpy as np
+    import pandas as pd
 
 
 def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None, step: str = ""):
     """Solve ``inst`` with ``method`` (the released method gets its own arguments), or None if it does not apply."""
+    from mdp_core.lp import SolverOptions
+    from mdp_core.solve import solve as solve_instance
+
     args: dict[str, Any] = dict(params.get("method_args", {})) if method == params.get("method") else {}
     if method == "benders" and labels is not None:
         args["labels"] = labels
@@ -86,6 +86,8 @@ def point_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _point(inst, spec: dict[str, Any], labels: np.ndarray | None, step: str = "") -> tuple[dict[str, Any], dict | None]:
     """Solve one evaluation point: (the utility-vs-eps entry, the evaluation row or None)."""
+    from mdp_core import evaluate as ev
+
     scaled = inst if spec["factor"] == 1.0 else inst.replace(epsilon=inst.epsilon * spec["factor"])
     solve_params = {
         "method": spec["method"] if spec.get("released") else None,
@@ -107,6 +109,11 @@ def _point(inst, spec: dict[str, Any], labels: np.ndarray | None, step: str = ""
 
 
 def _compute_point(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from mdp_core.io import read_table, write_frame
+
     inst = instance_of(store, upstream["instance"])
     labels = None
     if upstream.get("partition") is not None:
@@ -119,6 +126,8 @@ def _compute_point(w: ObjectWriter, store: Store, params: dict[str, Any], upstre
 
 
 def _read_point(store: Store, ref: ArtifactRef) -> tuple[dict[str, Any], dict | None]:
+    from mdp_core.io import read_table
+
     entry = read_table(store.path(ref, "point.parquet")).astype(object).to_dict(orient="records")[0]
     row = None
     if "row.parquet" in ref.files:
@@ -132,6 +141,14 @@ def _read_point(store: Store, ref: ArtifactRef) -> tuple[dict[str, Any], dict | 
 def _compute(
     w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict, points: list[ArtifactRef] | None = None
 ) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from mdp_core import evaluate as ev
+    from mdp_core import report
+    from mdp_core.io import atomic_write, read_json, read_mechanism, read_table, write_frame
+    from mdp_core.postprocess import error_curve
+
     inst = instance_of(store, upstream["instance"])
     mech = upstream["mechanism"]
     info = read_json(store.path(mech, "solve.json"))
@@ -158,6 +175,7 @@ def _compute(
             rows.append(row)
     table = ev.evaluation_table(rows)
     write_frame(w.file("evaluation.parquet"), table)
+    w.meta["ui_table"] = ui_records(table)  # what publish_report shows in the UI on every run, without pandas
 
     figures: list[tuple[str, str]] = []
     utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)
@@ -222,6 +240,8 @@ def _compute(
 
 
 def _markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]]) -> str:
+    from mdp_core import report
+
     cert = info["certificate"]
     lines = [
         "# mdp-release evaluation",
@@ -263,6 +283,25 @@ UI_COLUMNS = [
 ]
 
 
+def _json_value(v: Any) -> Any:
+    """A table cell as strict JSON: NaN / None -> None, infinities -> "inf" / "-inf", numpy scalars -> Python."""
+    if v is None:
+        return None
+    if hasattr(v, "item"):  # a numpy scalar
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def ui_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of the evaluation table the UI shows (``UI_COLUMNS``), as strict JSON records."""
+    cols = [c for c in UI_COLUMNS if c in table.columns]
+    shown = table[cols].astype(object)
+    shown = shown.where(shown.notna(), None)  # NaN, NA, NaT -> None
+    return [{c: _json_value(v) for c, v in zip(cols, row, strict=True)} for row in shown.itertuples(index=False)]
+
+
 def embed_images(md: str, folder, names) -> str:
     """``md`` with each ``](name.png)`` image link replaced by a base64 ``data:`` URI, so a browser
     shows the plot in the Prefect UI (which cannot load ``file://`` images)."""
@@ -282,9 +321,11 @@ def publish_report(store: str, evaluation: ArtifactRef, key: str = "mdp") -> Non
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     s = Store(store)
-    table = read_table(s.path(evaluation, "evaluation.parquet"))
-    table = table[[c for c in UI_COLUMNS if c in table.columns]]
-    records = table.astype(object).where(table.notna(), None).to_dict(orient="records")
+    records = evaluation.meta.get("ui_table")
+    if not isinstance(records, list):  # an evaluation stored before the table went into its meta
+        from mdp_core.io import read_table
+
+        records = ui_records(read_table(s.path(evaluation, "evaluation.parquet")))
     create_table_artifact(key=f"{key}-evaluation", table=records, description=f"mdp-release {key}: mechanisms compared")
     md = s.path(evaluation, "report.md").read_text(encoding="utf-8")
     md = embed_images(md, s.root / evaluation.path, evaluation.files)

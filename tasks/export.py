@@ -11,11 +11,13 @@ from typing import Any
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.io import write_instance
 from tasks.common import instance_with_graph, run_stage
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
+    from mdp_core.io import write_instance
+
     changes = {} if params.get("epsilon") is None else {"epsilon": float(params["epsilon"])}
     inst = instance_with_graph(store, upstream["dataset"], upstream["graph"], **changes)
     meta = write_instance(inst, w.dir)

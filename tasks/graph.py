@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.graph import components, neighbour_edges
-from mdp_core.io import write_json, write_table
 from tasks.common import instance_of, run_stage
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
+    import numpy as np
+
+    from mdp_core.graph import components, neighbour_edges
+    from mdp_core.io import write_json, write_table
+
     inst = instance_of(store, upstream["dataset"])
     eta = float(params["eta"]) if params.get("eta") is not None else inst.eta
     if inst.coordinate_columns():

@@ -11,12 +11,14 @@ from typing import Any
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.datasets import registry
-from mdp_core.io import write_instance
 from tasks.common import run_stage
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
+    from mdp_core.datasets import registry
+    from mdp_core.io import write_instance
+
     inst = registry.load(params["kind"], params.get("params", {}))
     meta = write_instance(inst, w.dir)
     w.meta.update({"n_records": meta["n_records"], "n_outputs": meta["n_outputs"], "metric": meta["metric"]})

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.io import write_json, write_table
-from mdp_core.partition import balance_stats
-from mdp_core.partition import partition as make_partition
 from tasks.common import instance_with_graph, run_stage
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
+    import numpy as np
+
+    from mdp_core.io import write_json, write_table
+    from mdp_core.partition import balance_stats
+    from mdp_core.partition import partition as make_partition
+
     inst = instance_with_graph(store, upstream["dataset"], upstream["graph"])
     part = make_partition(inst, params["method"], int(params["subsets"]), int(params["seed"]))
     write_table(

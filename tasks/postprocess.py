@@ -17,17 +17,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core import audit, release
-from mdp_core import postprocess as pp
-from mdp_core.io import read_mechanism, read_table, write_frame, write_json, write_table
 from tasks.common import instance_of, output_zones, run_stage
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
+    import numpy as np
+
+    from mdp_core import audit, release
+    from mdp_core import postprocess as pp
+    from mdp_core.io import read_mechanism, read_table, write_frame, write_json, write_table
+
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
     seed = int(params["seed"])

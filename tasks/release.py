@@ -5,7 +5,9 @@ the mechanism was certified against (``instance/``) and the manifest are staged 
 and re-checked there by :func:`mdp_core.audit.check_publication` (the exact bytes: every file's
 sha256 against the manifest, the mechanism verified against the instance, the certificate recorded
 in the manifest, microdata / aggregates drawn from this mechanism). Any discrepancy raises
-PrivacyError and nothing is published; otherwise the folder is renamed into place.
+PrivacyError and nothing is published; otherwise the folder is renamed into place. Content whose exact
+bytes the door already verified (same sha256s, same checking code: ``<store>/verified/``, see
+:class:`mdp_core.audit.VerifiedMemo`) is not read and verified again; every staged file is still hashed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from prefect.cache_policies import NO_CACHE
 
 from artifacts.store import ArtifactRef, Store
 from mdp_core import audit
-from mdp_core.io import TABLES
+from mdp_core.files import TABLES
+from tasks.cache import code_version
 from tasks.common import logger
 
 
@@ -48,6 +51,8 @@ def released_files(
 def release(store: str, run_name: str, released: dict[str, tuple[ArtifactRef, str]], manifest: dict[str, Any]) -> str:
     """Stage, check at the door, publish ``runs/<run_name>/``; returns its path. ``manifest`` must
     list ``released_files`` {name: sha256}; PrivacyError (nothing published) on any discrepancy."""
-    run_dir = Store(store).publish(run_name, released, manifest, check=audit.check_publication)
+    s = Store(store)
+    memo = audit.VerifiedMemo(s.verified, code_version(audit.__name__))  # content already verified: not again
+    run_dir = s.publish(run_name, released, manifest, check=lambda staged: audit.check_publication(staged, memo))
     logger().info("release: %s passed the door check -> %s", run_name, run_dir)
     return str(run_dir)

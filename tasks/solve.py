@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.io import read_table, write_mechanism, write_table
-from mdp_core.lp import SolverOptions
-from mdp_core.solve import solve as solve_instance
 from tasks.common import Throttled, instance_of, logger, run_stage
 from tasks.progress import ProgressArtifact, note, release_key
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
+    import numpy as np
+
+    from mdp_core.io import read_table, write_mechanism, write_table
+    from mdp_core.lp import SolverOptions
+    from mdp_core.solve import solve as solve_instance
+
     inst = instance_of(store, upstream["instance"])
     method = params["method"]
     method_args: dict[str, Any] = dict(params.get("method_args", {}))

@@ -140,6 +140,39 @@ def test_issue11_finding1_tampered_solve_object_is_refused_at_the_door(built, tm
     assert {p.name for p in (root / "runs").iterdir()} <= {"run-1"}  # run-1: the clean release published earlier
 
 
+def test_door_memo_skips_reverifying_the_same_bytes_but_checks_the_rest(built, tmp_path, monkeypatch):
+    """The door's memo (<store>/verified/): publishing the same bytes again (a fully cached re-run) does
+    not re-read and re-verify the instance, mechanism and microdata; the staged files are still hashed,
+    the manifest's certificate and the provenance still compared, and other bytes or another checking
+    code are verified afresh. The auditor (no memo) always verifies."""
+    src_store, refs = built
+    root = tmp_path / "store"
+    shutil.copytree(src_store.root, root, ignore=shutil.ignore_patterns("runs", "verified"))
+    store = Store(root)
+    first = publish(store, refs, "first")
+    assert len(list(store.verified.glob("*.json"))) == 1  # the certificate of these bytes
+
+    calls = []
+    real = audit._check_content
+    monkeypatch.setattr(audit, "_check_content", lambda *a: calls.append(a) or real(*a))
+    publish(store, refs, "second")
+    assert calls == []  # same bytes, same code: not verified again
+
+    # a wrong certificate in the manifest is still refused on a memo hit
+    bad = tmp_path / "bad"
+    shutil.copytree(first, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["privacy"]["certificate"]["n_pairs"] += 1
+    (bad / "manifest.json").write_text(json.dumps(m))
+    memo = audit.VerifiedMemo(store.verified, release_task.code_version(audit.__name__))
+    with pytest.raises(PrivacyError, match="certificate n_pairs"):
+        audit.check_publication(bad, memo)
+    assert calls == []
+    # other checking code (another salt) or the auditor: verified afresh
+    assert audit.audit_release(first, audit.VerifiedMemo(store.verified, "other code")) == [] and len(calls) == 1
+    assert audit.audit_release(first) == [] and len(calls) == 2
+
+
 # ----------------------------------------------------------------------------- audit findings
 def test_audit_microdata_replaced(copy, capsys):
     (copy / "microdata.parquet").write_bytes((copy / "aggregates.parquet").read_bytes())

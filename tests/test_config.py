@@ -112,3 +112,97 @@ def test_stage_enum_names_and_run_section():
         parse_config({"run": {"task_runner": "ray"}})
     with pytest.raises(InputError, match="name"):
         parse_config({"name": "Not A Key"})
+
+
+def test_every_stage_timeout_is_applied_to_the_task_the_flow_runs(tmp_path):
+    """[run.timeouts]: each key is a stage, and the task the flow runs for it (flows.release.stage_task,
+    the publication included) carries that timeout; the evaluate stage's own solves take evaluate's."""
+    from artifacts.store import Store
+    from flows.config import STAGE_NAMES, TimeoutsConfig
+    from flows.release import stage_task
+
+    assert tuple(TimeoutsConfig.model_fields) == STAGE_NAMES
+    limits = {stage: 10.0 + i for i, stage in enumerate(STAGE_NAMES)}
+    cfg = parse_config({"run": {"timeouts": limits}})
+    store = Store(tmp_path / "store")
+    assert {s: stage_task(s, cfg, store).timeout_seconds for s in STAGE_NAMES} == limits
+    assert stage_task("evaluate_point", cfg, store).timeout_seconds == limits["evaluate"]
+    assert stage_task("release", load_config(None), store).timeout_seconds is None  # unset: no limit
+    assert stage_task("ingest", cfg, store).retries == 2 and stage_task("solve", cfg, store).retries == 0
+
+
+def test_loader_and_method_declarations_read_from_source_match_the_imported_objects():
+    """mdp_core.loaders / mdp_core.methods read signatures and option fields without importing the
+    loaders and solvers (a cached run must not pay for numpy, scipy, HiGHS): they must be what inspect
+    and dataclasses say of the imported objects."""
+    import dataclasses
+    import inspect
+
+    from mdp_core import loaders, methods
+    from mdp_core.datasets import registry
+    from mdp_core.solve import options_class
+
+    assert set(loaders.KINDS) == set(registry.LOADERS)
+    for kind, loader in registry.LOADERS.items():
+        sig = inspect.signature(loader).parameters
+        assert loaders.parameters(kind) == {n: p.default for n, p in sig.items()}, kind
+        assert loaders.parameter_annotations(kind) == {
+            n: None if p.annotation is inspect.Parameter.empty else p.annotation for n, p in sig.items()
+        }, kind
+    for method in methods.REGISTRY:
+        cls = options_class(method)
+        want = None if cls is None else tuple(f.name for f in dataclasses.fields(cls))
+        assert methods.option_names(method) == want, method
+
+
+def test_partition_defaults_are_benders_own():
+    """[partition] writes BendersOptions' defaults and help texts out (importing mdp_core.benders costs
+    HiGHS, scipy and pandas); they must agree."""
+    from flows.config import PartitionConfig
+    from mdp_core import options as opts
+    from mdp_core.benders import BendersOptions
+    from mdp_core.partition import PARTITIONERS
+
+    fields = PartitionConfig.model_fields
+    assert fields["method"].default == opts.default(BendersOptions, "partition")
+    assert fields["seed"].default == opts.default(BendersOptions, "seed")
+    for ours, theirs in (("method", "partition"), ("subsets", "n_subsets"), ("seed", "seed")):
+        assert fields[ours].description == opts.help_text(BendersOptions, theirs)
+    assert set(PARTITIONERS) == set(fields["method"].annotation.__args__)
+
+
+def test_dataset_params_are_typed_per_kind_in_config_and_run_form():
+    """dataset.params is checked against the kind's loader (types, unknown and missing parameters), and
+    the flow's parameter schema (Prefect's run form) shows each kind's fields with types and defaults,
+    a union discriminated by kind that accepts what the config serialises to."""
+    from prefect.utilities.schema_tools import validate
+
+    from flows.config import DATASET_PARAMS
+    from flows.release import DEFAULT_CONFIG, release_flow
+
+    with pytest.raises(InputError, match=r"dataset.params: rows: Input should be a valid integer \(kind 'grid'\)"):
+        parse_config({"dataset": {"kind": "grid", "params": {"rows": "3"}}}, "c")
+    with pytest.raises(InputError, match="dataset.params: path: Field required"):
+        parse_config({"dataset": {"kind": "points", "params": {}}}, "c")
+    with pytest.raises(InputError, match=r"unknown parameter\(s\) \['rows'\] for kind 'road'"):
+        parse_config({"dataset": {"kind": "road", "params": {"rows": 3}}}, "c")
+    road = parse_config({"dataset": {"kind": "road", "params": {"pbf": "helsinki", "radius_km": 2, "n_records": 50}}})
+    assert road.dataset.params == {"pbf": "helsinki", "radius_km": 2, "n_records": 50}  # what was given, as given
+    assert parse_config(road.model_dump(mode="json")) == road  # the deployment parameter round-trips
+
+    schema = release_flow.parameters.model_dump()
+    defs = schema["definitions"]
+    arms = {ref["$ref"].rsplit("/", 1)[1] for ref in defs["DatasetConfig"]["oneOf"]}
+    assert arms == {"GridDataset", "SyntheticDataset", "RoadDataset", "TextDataset", "PointsDataset"}
+    assert defs["DatasetConfig"]["discriminator"]["propertyName"] == "kind"
+    grid = defs["GridParams"]["properties"]
+    assert grid["rows"] == {"default": 20, "title": "Rows", "type": "integer"}
+    assert grid["cell_km"]["type"] == "number" and "epsilon" not in grid and "eta" not in grid
+    assert defs["PointsParams"]["required"] == ["path"]
+    assert set(defs["TextParams"]["properties"]) == set(DATASET_PARAMS["text"].model_fields)
+    assert defs["RoadDataset"]["properties"]["kind"]["const"] == "road"
+    # what Prefect checks a run's parameters with: our configs pass, wrong keys / types do not
+    assert validate({"config": DEFAULT_CONFIG.model_dump(mode="json")}, schema) == []
+    assert validate({"config": road.model_dump(mode="json")}, schema) == []
+    assert validate({"config": {"dataset": {"kind": "road", "params": {"rows": 3}}}}, schema)
+    assert validate({"config": {"dataset": {"kind": "grid", "params": {"rows": "x"}}}}, schema)

@@ -246,7 +246,7 @@ def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, 
         text=True,
         timeout=300,
     )
-    assert proc.returncode != 0
+    assert proc.returncode == 1, proc.stderr[-2000:]  # a run failure, not bad input (TimeoutError is an OSError)
     records = list((tmp_path / "st" / "runs").glob("*-failed/FAILED.txt"))
     assert len(records) == 1
     reason = records[0].read_text().splitlines()[0]
@@ -255,6 +255,23 @@ def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, 
     assert runs and runs[0]["state_type"] == "FAILED"
     arts = _api(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["fails-failure"]}}})
     assert arts and reason in arts[0]["data"]
+
+    # [run.timeouts] release applies to the publication too: every stage computes, the door times out,
+    # nothing is published.
+    cfg.write_text(CONFIG.format(name="late", store=str(tmp_path / "st2")) + "[run.timeouts]\nrelease = 0.001\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    published = [d.name for d in (tmp_path / "st2" / "runs").iterdir()]
+    assert len(published) == 1 and published[0].endswith("-failed"), published
+    reason = (tmp_path / "st2" / "runs" / published[0] / "FAILED.txt").read_text().splitlines()[0]
+    assert "timed out" in reason.lower() or "timeout" in reason.lower(), reason
 
 
 def test_entry_point_ignores_package_named_folders_in_the_working_directory(tmp_path):
@@ -268,6 +285,46 @@ def test_entry_point_ignores_package_named_folders_in_the_working_directory(tmp_
         [sys.executable, "-m", "flows.cli", "run", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0 and "ingest" in proc.stdout
+
+
+def test_dask_workers_bind_the_project_packages_whatever_the_working_directory(tmp_path):
+    """Dask worker processes (prefect-dask's local cluster, mdp_core.executor.DaskExecutor) import the
+    project's modules by name with the working directory on sys.path: importing ``flows`` makes them
+    preload ``flows``, which binds the checkout's packages there too (without it a package-named folder
+    shadowed them and the run hung). A LocalCluster with the defaults both runners use, started from a
+    folder holding ``artifacts/``, ``tasks/`` and ``mdp_core/`` packages."""
+    for trap in ("artifacts", "tasks", "mdp_core"):
+        (tmp_path / trap).mkdir()
+        (tmp_path / trap / "__init__.py").write_text("")
+    code = textwrap.dedent(
+        """
+        import json
+        import flows  # what every process running the pipeline does first
+        from distributed import Client, LocalCluster
+
+        def where():
+            import artifacts, mdp_core, tasks, tasks.evaluate
+            return [m.__file__ for m in (artifacts, mdp_core, tasks, tasks.evaluate)]
+
+        if __name__ == "__main__":
+            with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+                with Client(cluster) as client:
+                    print(json.dumps(list(client.run(where).values())))
+        """
+    )
+    env = os.environ | QUIET
+    env.pop("DASK_DISTRIBUTED__WORKER__PRELOAD", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [files] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert files == [
+        str(REPO / "artifacts" / "__init__.py"),
+        str(REPO / "mdp_core" / "__init__.py"),
+        str(REPO / "tasks" / "__init__.py"),
+        str(REPO / "tasks" / "evaluate.py"),
+    ]
 
 
 def test_server_command_reuses_a_running_server_and_reports_status(prefect_server, tmp_path):
