@@ -33,6 +33,8 @@ ROME = ROOT.parent / "shared" / "data" / "rome_center"
 INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "grid500": ("paper grid 20x25, eps 10/km, eta 2 km", "grid", dict(rows=20, cols=25, n_outputs=100)),
     "grid500e2": ("paper grid 20x25, eps 2/km, eta 2 km", "grid", dict(rows=20, cols=25, n_outputs=100, epsilon=2.0)),
+    "grid1000": ("grid 40x25, eps 10/km, eta 2 km", "grid", dict(rows=40, cols=25, n_outputs=100)),
+    "grid2000": ("grid 50x40, eps 10/km, eta 2 km", "grid", dict(rows=50, cols=40, n_outputs=100)),
     "grid5000": ("grid 50x100, eps 10/km, eta 2 km", "grid", dict(rows=50, cols=100, n_outputs=100)),
     "grid10000": ("grid 100x100, eps 10/km, eta 2 km", "grid", dict(rows=100, cols=100, n_outputs=100)),
     "gridKN300": ("grid 15x20, K = N = 300, eps 10/km", "grid", dict(rows=15, cols=20, n_outputs=300)),

@@ -236,7 +236,8 @@ class SolveConfig(BaseModel):
     gap_rel: float = Field(opts.default(GapOptions, "gap_rel"), ge=0, description=opts.help_text(GapOptions, "gap_rel"))
     max_iterations: int = Field(500, ge=1, description="Benders / colgen: master solves at most")
     executor: Literal[executor_mod.EXECUTORS] = Field(  # type: ignore[valid-type]
-        "auto", description="Benders: where subproblems run (auto, serial, process, dask)"
+        "auto",
+        description="where independent solves run (Benders subproblems, colgen pricing): auto, serial, process, dask",
     )
     scheduler: str | None = Field(
         None, description="with executor = dask: a scheduler address (tcp://host:8786); unset: a local Dask cluster"

@@ -58,7 +58,7 @@ PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "py
 
 def solve_method_args(s: SolveConfig) -> dict[str, Any]:
     """The [solve] settings the chosen method takes (its options dataclass names them): the gap for
-    every method with a bound, max_iterations for benders / colgen, executor / scheduler for benders.
+    every method with a bound, max_iterations for benders / colgen, executor / scheduler for benders / colgen.
     Read from the source (mdp_core.methods.option_names): a cached run imports no solver."""
     from mdp_core.methods import option_names
 

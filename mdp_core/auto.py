@@ -18,8 +18,9 @@ deterministic for a given instance and machine setting. It is recorded in ``extr
   outright, up to ``LP_MAX_ROWS`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
   LP 33 s against 85 s for row generation; the LP's memory, 9.7 GB at 5.9 M rows, is what caps it).
   Above that, row generation.
-* Benders and column generation are never chosen: measured on 2 cores neither beat these two on any
-  instance class (bench/README.md, "Which method wins").
+* Benders and column generation are never chosen. Measured on 2 cores (bench/README.md, "Which method
+  wins"): Benders beats neither on any class; colgen beats the LP only on small sparse grids (N <= 500,
+  where both take seconds) and loses from N = 1,000 on and on binding road instances.
 """
 
 from __future__ import annotations

@@ -15,11 +15,7 @@ is e^20 at d = eta. So the LP is solved over a growing subset R of its rows.
 
 Algorithm (one HiGHS model, every record and output; connected components need no special case):
 
-1. R = for every record a its ``neighbours`` shortest edges (a, b), for every output k where the
-   cheapest-output seed (:func:`seed_support`) gives either end more than ``initial_support``: rows
-   between two records whose share of output k is negligible bind no mass worth a row yet (on
-   rome500 the 1e-10 default keeps 69 % of the rows with the same bounds to 1e-9, and each LP is
-   15-20 % faster); any that matter come back as violated rows in step 5.
+1. R = for every record a its ``neighbours`` shortest edges (a, b), for every output k.
 2. Solve LP_R: min c.z s.t. the rows in R, sum_k z_ik = 1, z >= 0 (interior point without
    crossover by default, cold each round: faster here than warm dual simplex after many new rows).
 3. Lower bound (valid for the full LP, see below) from LP_R's duals.
@@ -60,7 +56,7 @@ from mdp_core import highs
 from mdp_core.errors import InputError
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
-from mdp_core.mechanisms import column_majorant, smooth_to_mdp
+from mdp_core.mechanisms import smooth_to_mdp
 from mdp_core.result import GapOptions, RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO, objective
 
@@ -77,12 +73,6 @@ class RowgenOptions(GapOptions):
     """Options of the "rowgen" method (module docstring)."""
 
     neighbours: int = field(default=4, metadata={"help": "initial rows: each record's this many shortest edges"})
-    initial_support: float = field(
-        default=1e-10,
-        metadata={
-            "help": "initial rows only for outputs where the cheapest-output seed exceeds this at either end (0 = all)"
-        },
-    )
     rows_per_round: int = field(
         default=0, metadata={"help": "violated rows added per round, largest deficit first (0 = max(20000, N K / 2))"}
     )
@@ -103,8 +93,6 @@ class RowgenOptions(GapOptions):
         super().__post_init__()
         if self.neighbours < 0:
             raise InputError(f"neighbours must be >= 0, got {self.neighbours}")
-        if not self.initial_support >= 0:
-            raise InputError(f"initial_support must be >= 0, got {self.initial_support}")
         if self.rows_per_round < 0:
             raise InputError(f"rows_per_round must be >= 0, got {self.rows_per_round}")
         if not self.min_deficit >= 0:
@@ -152,15 +140,6 @@ def initial_rows(rows: _Rows, distances: np.ndarray, neighbours: int) -> np.ndar
     _, starts, counts = np.unique(rows.a[order], return_index=True, return_counts=True)
     rank = np.arange(order.size) - np.repeat(starts, counts)
     return np.sort(order[rank < neighbours])
-
-
-def seed_support(instance: Instance) -> np.ndarray:
-    """(N, K) the column majorant of the cheapest-output one-hot mechanism: exp(-eps D(i, S_k)),
-    S_k the records whose cheapest output is k and D the graph path distance (1 on S_k, 0 in
-    components without S_k). An estimate of where output k carries mass at the optimum."""
-    onehot = np.zeros((instance.n_records, instance.n_outputs))
-    onehot[np.arange(instance.n_records), np.argmin(instance.costs, axis=1)] = 1.0
-    return column_majorant(instance, onehot)
 
 
 def _add(h: Any, rows: _Rows, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> None:
@@ -237,12 +216,7 @@ def new_model(
     unit = sp.csr_matrix((np.ones(n * k), np.arange(n * k), np.arange(0, n * k + 1, k)), shape=(n, n * k))
     highs.add_rows(h, unit, np.ones(n), np.ones(n))
     first = initial_rows(rows, instance.distances, params.neighbours)
-    ei, ki = np.repeat(first, k), np.tile(np.arange(k), first.size)
-    if params.initial_support > 0 and ei.size:
-        seed = seed_support(instance)
-        keep = np.maximum(seed[rows.a[ei], ki], seed[rows.b[ei], ki]) > params.initial_support
-        ei, ki = ei[keep], ki[keep]
-    _add(h, rows, ei, ki, n, k)
+    _add(h, rows, np.repeat(first, k), np.tile(np.arange(k), first.size), n, k)
     return h, rows, c, scale
 
 

@@ -59,6 +59,11 @@ def _env(server, tmp_path: Path) -> dict[str, str]:
     )
 
 
+def _run(args: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """A command to its end, output captured as text."""
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def _api(server, path: str, body: dict) -> list[dict]:
     req = urllib.request.Request(
         server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
@@ -208,23 +213,11 @@ def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_se
 
 def test_prefect_yaml_deploys_the_flow_from_this_checkout(prefect_server, tmp_path):
     env = _env(prefect_server, tmp_path) | {"PWD": str(REPO)}
-    created = subprocess.run(
-        [sys.executable, "-m", "prefect", "work-pool", "create", "mdp-release", "--type", "process"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    created = _run(
+        [sys.executable, "-m", "prefect", "work-pool", "create", "mdp-release", "--type", "process"], REPO, env, 120
     )
     assert created.returncode == 0 or "already exists" in created.stdout + created.stderr, created.stderr[-2000:]
-    proc = subprocess.run(
-        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = _run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], REPO, env, 180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     deps = {d["name"]: d for d in _api(prefect_server, "/deployments/filter", {})}
     nightly = deps["nightly"]
@@ -238,14 +231,7 @@ def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, 
     cfg = tmp_path / "fail.toml"
     # The solve stage gets 1 ms: it times out, the flow fails, the hook records why.
     cfg.write_text(CONFIG.format(name="fails", store=str(tmp_path / "st")) + "[run.timeouts]\nsolve = 0.001\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _run([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
     assert proc.returncode == 1, proc.stderr[-2000:]  # a run failure, not bad input (TimeoutError is an OSError)
     records = list((tmp_path / "st" / "runs").glob("*-failed/FAILED.txt"))
     assert len(records) == 1
@@ -259,14 +245,7 @@ def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, 
     # [run.timeouts] release applies to the publication too: every stage computes, the door times out,
     # nothing is published.
     cfg.write_text(CONFIG.format(name="late", store=str(tmp_path / "st2")) + "[run.timeouts]\nrelease = 0.001\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _run([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     published = [d.name for d in (tmp_path / "st2" / "runs").iterdir()]
     assert len(published) == 1 and published[0].endswith("-failed"), published
@@ -382,13 +361,6 @@ def test_deploy_with_cron_and_run_now(prefect_server, tmp_path):
     dep = [d for d in _api(prefect_server, "/deployments/filter", {}) if d["name"] == "cron-release"][0]
     assert [s["schedule"]["cron"] for s in dep["schedules"]] == ["0 3 * * *"]
     assert dep["parameters"]["config"]["store"] == str(tmp_path / "st") and dep["work_pool_name"] == "releases"
-    now = subprocess.run(
-        [sys.executable, "-m", "prefect", "deployment", "run", "mdp-release/cron-release"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    now = _run([sys.executable, "-m", "prefect", "deployment", "run", "mdp-release/cron-release"], tmp_path, env, 120)
     assert now.returncode == 0, now.stdout[-2000:] + now.stderr[-2000:]
     assert _runs_of(prefect_server, "cron-release"), "no flow run created"

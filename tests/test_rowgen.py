@@ -16,7 +16,6 @@ from mdp_core import auto, rowgen
 from mdp_core.datasets import grid, synthetic
 from mdp_core.datasets.common import from_points
 from mdp_core.errors import InputError
-from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.metrics import euclidean
 from mdp_core.result import Status
@@ -62,22 +61,6 @@ def test_disconnected_with_isolated_records():
 def test_simplex_rounds_and_small_batches_reach_the_same_optimum():
     inst = synthetic(n_records=40, n_outputs=10, epsilon=10.0, seed=4)
     check_against_lp(inst, lp_solver="simplex", rows_per_round=50, neighbours=1)
-
-
-def test_initial_support_filters_rows_and_the_optimum_stays():
-    """The support filter drops initial rows where the cheapest-output seed is negligible at both ends;
-    the certified optimum and a valid bound are unchanged (0 keeps every row)."""
-    inst = synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=1)
-    seed = rowgen.seed_support(inst)
-    assert seed.shape == (60, 20) and np.all(seed <= 1.0) and np.all(seed.max(axis=0) == 1.0)
-    counts = {
-        s: rowgen.new_model(inst, SolverOptions(), rowgen.RowgenOptions(initial_support=s))[1].count
-        for s in (0.0, 1e-3)
-    }
-    assert counts[1e-3] < counts[0.0]
-    check_against_lp(inst, initial_support=1e-3)
-    with pytest.raises(InputError, match="initial_support"):
-        rowgen.RowgenOptions(initial_support=-1.0)
 
 
 def test_no_edges_every_record_takes_its_cheapest_output():
