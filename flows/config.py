@@ -53,7 +53,7 @@ import os
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
 from pydantic_core import PydanticCustomError
@@ -127,14 +127,14 @@ def _dataset_variant(kind: str) -> type[BaseModel]:
     return create_model(
         f"{kind.capitalize()}Dataset",
         __config__=STRICT,
-        kind=(Literal[kind], kind),
+        kind=(cast(Any, Literal[kind]), kind),  # a type built at run time (pydantic's stubs want a TypeForm)
         params=(DATASET_PARAMS[kind], Field(default={}, description="unset parameters take the loader's default")),
     )
 
 
 # The dataset section as a union discriminated by ``kind``: the JSON schema Prefect's run form shows.
 _DATASET_SCHEMA: TypeAdapter[Any] = TypeAdapter(
-    typing.Annotated[Union[tuple(_dataset_variant(k) for k in loaders.KINDS)], Field(discriminator="kind")]  # noqa: UP007
+    cast(Any, typing.Annotated[Union[tuple(_dataset_variant(k) for k in loaders.KINDS)], Field(discriminator="kind")])  # noqa: UP007
 )
 
 
