@@ -95,7 +95,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -304,15 +303,6 @@ def make_executor(executor: str | Executor, total_vars: int, n_subs: int, schedu
     """ "serial", "process", "auto" or an :class:`~mdp_core.executor.Executor`. "auto" uses processes
     only from ``PROCESS_MIN_VARS`` subproblem variables and 2 subproblems (module docstring)."""
     return executor_mod.make_executor(executor, total_vars >= PROCESS_MIN_VARS and n_subs >= 2, scheduler)
-
-
-def start_workers(ex: Executor, subs: Sequence[SubSpec], options: SolverOptions) -> None:
-    """Start one :class:`SubWorker` per subproblem. Out-of-process workers run single-threaded HiGHS
-    with no time limit of their own (each request carries its deadline)."""
-    if not getattr(ex, "in_process", False):
-        options = highs.with_options(options, threads=1, time_limit=INF)
-    weights = [s.c.shape[0] + s.a_priv.nnz for s in subs]
-    ex.start(partial(SubWorker, options=options), list(subs), weights)
 
 
 # ============================================================================ decomposition
@@ -645,7 +635,8 @@ def _setup(instance: Instance, options: SolverOptions, params: BendersOptions) -
     subs = sub_specs(instance, dec, c)
     ex = make_executor(params.executor, sum(sp_.c.shape[0] for sp_, _ in subs), len(subs), params.scheduler)
     if subs:
-        start_workers(ex, [sp_ for sp_, _ in subs], options)
+        specs = [sp_ for sp_, _ in subs]
+        highs.start_workers(ex, SubWorker, specs, options, [s.c.shape[0] + s.a_priv.nnz for s in specs])
     return _Problem(instance, params, options, t0, weighted, scale, c, dec, subs, ex), t_part, stats
 
 

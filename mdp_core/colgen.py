@@ -111,7 +111,6 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -124,7 +123,7 @@ from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
 from mdp_core.executor import Executor
 from mdp_core.graph import Block, component_blocks, path_distances
-from mdp_core.highs import DUAL_SIMPLEX, INF, PRIMAL_SIMPLEX, SOLVERS, LpModel, LpSolution, SolverOptions
+from mdp_core.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, SOLVERS, LpModel, LpSolution, SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.lp import privacy_rows
 from mdp_core.result import LIMITS, GapOptions, RawSolution, Status, gap_closed
@@ -379,15 +378,6 @@ def make_executor(executor: str | Executor, work: int, n_workers: int, scheduler
     processes only from ``PROCESS_MIN_WORK`` pricing nonzeros (K x the pricing rows' nonzeros, summed
     over components) and 2 workers (module docstring)."""
     return executor_mod.make_executor(executor, work >= PROCESS_MIN_WORK and n_workers >= 2, scheduler)
-
-
-def start_workers(ex: Executor, specs: Sequence[PricingSpec], options: SolverOptions) -> None:
-    """Start one :class:`PricingWorker` per spec. Out-of-process workers run single-threaded HiGHS
-    with no time limit of their own (each request carries its deadline)."""
-    if not getattr(ex, "in_process", False):
-        options = highs.with_options(options, threads=1, time_limit=INF)
-    weights = [s.cone.p.nnz for s in specs]
-    ex.start(partial(PricingWorker, options=options), list(specs), weights)
 
 
 # --------------------------------------------------------------------------- one component
@@ -730,7 +720,7 @@ def colgen(
     run.ex = make_executor(params.executor, work, len(specs), params.scheduler)
     try:
         if specs:
-            start_workers(run.ex, specs, options)
+            highs.start_workers(run.ex, PricingWorker, specs, options, [s.cone.p.nnz for s in specs])
         setup_s = time.perf_counter() - t0
         status, it = Status.OPTIMAL, 0
         while any(not c.done for c in run.comps):

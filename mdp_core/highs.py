@@ -381,3 +381,14 @@ def solve_model(
 def with_options(options: SolverOptions, **changes: Any) -> SolverOptions:
     """A copy of ``options`` with ``changes`` (validated again)."""
     return replace(options, **changes)
+
+
+def start_workers(ex: Any, worker: Any, specs: Sequence[Any], options: SolverOptions, weights: Sequence[float]) -> None:
+    """Start one ``worker(spec, options=...)`` per spec on the executor ``ex``
+    (:mod:`mdp_core.executor`). Out-of-process workers run single-threaded HiGHS with no time limit
+    of their own: each request carries its deadline."""
+    from functools import partial
+
+    if not getattr(ex, "in_process", False):
+        options = with_options(options, threads=1, time_limit=INF)
+    ex.start(partial(worker, options=options), list(specs), weights)
