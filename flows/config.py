@@ -29,9 +29,11 @@ Example (every key optional; these are the defaults of the built-in release)::
     max_iterations = 500
 
     [release]
-    n_individuals = 10000
-    eps_counts = 1.0    # separate budget for the released aggregate counts (CBDP)
-    seed = 0
+    # microdata = "people.csv"   # the agency's secret table (lat, lon | x0.. | record); unset: simulated people
+    n_individuals = 10000        # simulated individuals (only without microdata)
+    eps_counts = 1.0             # budget of the released counts of the true data (discrete Laplace + CBDP)
+    prior = "dataset"            # dataset | uniform | dp (DP histogram of the microdata, eps_prior) | a file
+    # max_total_epsilon = 30.0   # refuse a release that brings the table's ledger above this
 
     [evaluate]
     baselines = ["exp"]
@@ -55,7 +57,16 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union, cast
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 # Only modules that import no numerical library (a fully cached run never needs numpy, pandas, scipy or
@@ -74,7 +85,7 @@ STRICT = ConfigDict(extra="forbid", strict=True)
 
 # The pipeline stages, in order. ``refresh_from`` takes one: a Literal, so the flow's parameter schema
 # is a JSON-schema enum and the UI shows a drop-down (an Enum class would shadow str.partition).
-StageName = Literal["ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate", "release"]
+StageName = Literal["ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate", "release"]
 STAGE_NAMES: tuple[str, ...] = typing.get_args(StageName)
 
 
@@ -247,11 +258,58 @@ class SolveConfig(BaseModel):
         return SolverOptions(solver=self.solver, threads=self.threads, time_limit=self.time_limit)
 
 
+PRIOR_SOURCES = ("dataset", "uniform", "dp")
+
+
 class ReleaseConfig(BaseModel):
+    """What is released and how it is accounted. ``microdata``: the agency's secret table (CSV or
+    Parquet, one row per individual: ``lat, lon`` / ``x0..`` / ``record``; :mod:`mdp_core.microdata`);
+    unset: ``n_individuals`` simulated individuals (a demo). The randomness that protects individuals
+    comes from OS entropy, kept in the store's private part: there is no seed to set."""
+
     model_config = STRICT
-    n_individuals: int = Field(10_000, ge=1, le=100_000_000)
-    eps_counts: float = Field(1.0, gt=0, allow_inf_nan=False, description="budget of the released counts")
-    seed: int = 0
+    microdata: str | None = Field(None, description="the agency's secret microdata file (.csv / .parquet)")
+    max_distance: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="farthest an individual may lie from its record; unset: eta"
+    )
+    n_individuals: int = Field(10_000, ge=1, le=100_000_000, description="simulated individuals (no microdata)")
+    eps_counts: float = Field(1.0, gt=0, allow_inf_nan=False, description="budget of the released true-data counts")
+    prior: str = Field(
+        "dataset",
+        description="prior the mechanism is optimised for: dataset | uniform | dp (a DP histogram of the "
+        "microdata, spending eps_prior) | a public .csv/.parquet file with a 'prior' column (N rows)",
+    )
+    eps_prior: float = Field(0.1, gt=0, allow_inf_nan=False, description="budget of the DP prior (prior = dp)")
+    max_total_epsilon: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="refuse a release that brings the table's total spend above this"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_seed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "seed" in data:
+            raise PydanticCustomError(
+                "seed_removed",
+                "release.seed is no longer accepted: the randomness that protects individuals comes from OS "
+                "entropy and is kept in the store's private part (remove the key)",
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReleaseConfig:
+        if self.microdata is not None and "n_individuals" in self.model_fields_set:
+            raise ValueError("n_individuals is for simulated individuals: with microdata, the file sets n")
+        if self.prior == "dp" and self.microdata is None:
+            raise ValueError("prior = 'dp' is a DP histogram of the microdata: set microdata")
+        if self.prior not in PRIOR_SOURCES and not self.prior.lower().endswith((".csv", ".parquet", ".pq")):
+            raise ValueError(
+                f"prior must be one of {list(PRIOR_SOURCES)} or a .csv / .parquet file, got {self.prior!r}"
+            )
+        return self
+
+    @property
+    def prior_source(self) -> str:
+        return self.prior if self.prior in PRIOR_SOURCES else "file"
 
 
 Baseline = Literal["exp", "laplace", "constopt", "lp", "rowgen", "colgen", "benders"]
@@ -284,6 +342,7 @@ class TimeoutsConfig(BaseModel):
     model_config = STRICT
     ingest: float | None = Field(None, gt=0)
     graph: float | None = Field(None, gt=0)
+    prior: float | None = Field(None, gt=0)
     partition: float | None = Field(None, gt=0)
     export: float | None = Field(None, gt=0)
     solve: float | None = Field(None, gt=0)
@@ -388,6 +447,14 @@ def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             if isinstance(v, str) and v and v.lower() not in _NOT_PATHS and not Path(v).expanduser().is_absolute():
                 params[n] = str((base / v).resolve())
         data["dataset"] = dict(ds, params=params)
+    rel = data.get("release")
+    if isinstance(rel, dict):
+        rel = dict(rel)
+        for key in ("microdata", "prior"):
+            v = rel.get(key)
+            if isinstance(v, str) and v and v not in PRIOR_SOURCES and not Path(v).expanduser().is_absolute():
+                rel[key] = str((base / v).resolve())
+        data["release"] = rel
     return data
 
 

@@ -1,4 +1,4 @@
-"""The release flow: ingest -> graph -> partition -> export -> solve -> postprocess -> evaluate -> release.
+"""The release flow: ingest -> graph -> [prior] -> partition -> export -> solve -> postprocess -> evaluate -> release.
 
 Every stage is a cached Prefect task (``tasks/``) whose key is built from its code version, its own
 parameters and the content hashes of what it reads (:mod:`tasks.cache`), so a re-run recomputes only
@@ -21,6 +21,7 @@ from prefect.context import FlowRunContext
 from prefect.states import State
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
+from artifacts.private import Draw
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui
@@ -36,16 +37,17 @@ from flows.config import (  # noqa: F401  (manifest_config: re-exported, it used
     release_name,
     store_root,
 )
-from mdp_core import loaders
+from mdp_core import audit, loaders
 from mdp_core.files import file_sha256, read_json
-from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
+from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
 
-STAGES = ("ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate")
+STAGES = ("ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate")
 _TASKS: dict[str, Any] = {
     "ingest": ingest.ingest,
     "graph": graph.graph,
+    "prior": prior.prior,
     "partition": partition.partition,
     "export": export.export,
     "solve": solve.solve,
@@ -89,7 +91,8 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
             "max_mix": s.max_mix,
             "method_args": method_args,
         },
-        "postprocess": cfg.release.model_dump(),
+        # the release settings; the flow replaces them with release_params (and adds "prior") once the draw is known
+        "postprocess": cfg.release.model_dump(exclude_unset=True),
         "evaluate": cfg.evaluate.model_dump()
         | {
             "max_mix": s.max_mix,
@@ -98,6 +101,35 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
             "solver": {"solver": s.solver, "threads": s.threads, "time_limit": s.time_limit},
         },
     }
+
+
+def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, Any]]:
+    """The ``prior`` (when not the dataset's) and ``postprocess`` stages' parameters: the release settings,
+    the draw's public commitment and the secret table's HMAC under the draw (never its hash)."""
+    r = cfg.release
+    secret = {
+        "microdata": r.microdata,
+        "table_tag": draw.tag(draw.table),
+        "draw": draw.commitment,
+        "max_distance": r.max_distance,
+    }
+    out: dict[str, dict[str, Any]] = {
+        "postprocess": secret
+        | {
+            "n_individuals": r.n_individuals if r.microdata is None else None,
+            "eps_counts": r.eps_counts,
+            "eps_prior": r.eps_prior,
+            "prior_source": r.prior_source,
+            "max_total_epsilon": r.max_total_epsilon,
+        }
+    }
+    if r.prior_source == "file":
+        out["prior"] = {"source": "file", "file": r.prior, "file_sha256": file_sha256(r.prior)}
+    elif r.prior_source == "dp":
+        out["prior"] = secret | {"source": "dp", "eps_prior": r.eps_prior}
+    elif r.prior_source == "uniform":
+        out["prior"] = {"source": "uniform"}
+    return out
 
 
 DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release (the flow's default parameter)
@@ -155,12 +187,21 @@ def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> 
     on_failure=[cast(Any, _on_failure)],
     on_crashed=[cast(Any, _on_failure)],
 )
-def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: StageName | None = None) -> dict[str, Any]:
+def release_flow(
+    config: ReleaseFlowConfig = DEFAULT_CONFIG,
+    refresh_from: StageName | None = None,
+    new_draw: bool = False,
+    draw: str | None = None,
+) -> dict[str, Any]:
     """Run the release pipeline; returns the run manifest (also written to runs/<run_name>/manifest.json).
 
     Args:
         config: the release configuration.
         refresh_from: recompute this stage and every later one, ignoring caches ("ingest" = all).
+        new_draw: perturb the same people again with a fresh secret draw (a second, independent release:
+            its spend is added to the table's ledger). Default: the table's current draw (made once).
+        draw: the public commitment of the draw to use (a re-run of a published release, from its
+            manifest); it must be in this store's private part.
     """
     config = as_config(config)
     if refresh_from is not None and refresh_from not in STAGE_NAMES:
@@ -184,10 +225,19 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
         entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
         return ref
 
+    def secret(table_desc: dict[str, Any]) -> Draw:
+        d = postprocess.secret_draw(store, postprocess.table_id(config.release.microdata, table_desc), new_draw, draw)
+        params.update(release_params(config, d))
+        return d
+
     ds = run("ingest")
     g = run("graph", dataset=ds)
+    the_draw = secret({}) if config.release.microdata is not None else None
+    prior_ref = run("prior", dataset=ds, graph=g) if config.release.prior_source != "dataset" else None
     part = run("partition", dataset=ds, graph=g)
-    inst = run("export", dataset=ds, graph=g)
+    inst = run("export", dataset=ds, graph=g, prior=prior_ref)
+    if the_draw is None:  # simulated individuals: the table is defined by the instance and n
+        the_draw = secret({"instance": inst.content_hash, "n": config.release.n_individuals})
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
     point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)
@@ -213,6 +263,7 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
     finished = _dt.datetime.now(_dt.UTC)
     solve_info = read_json(store.path(sol, "solve.json"))
     inst_meta = read_json(store.path(inst, "instance.json"))
+    prov = read_json(store.path(post, audit.PROVENANCE))
     fields = {
         "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
         "refresh_from": refresh_name,
@@ -222,10 +273,14 @@ def release_flow(config: ReleaseFlowConfig = DEFAULT_CONFIG, refresh_from: Stage
             "eta": inst_meta["eta"],
             "distance_unit": inst_meta["distance_unit"],
             "certificate": solve_info["certificate"],
-            "counts_epsilon": config.release.eps_counts,
-            "note": "the mechanism is eps-mDP per distance unit (each individual's released output); the aggregate "
-            "counts are Laplace (eps_counts) + CBDP post-processing of counts of the released microdata, which is "
-            "itself public: that extra noise protects the counts only where the microdata is withheld",
+            "counts_epsilon": prov["eps_counts"],
+            "prior_epsilon": prov["eps_prior"],
+            "prior_source": prov["prior_source"],
+            "microdata_source": prov["microdata_source"],
+            "n_individuals": prov["n_individuals"],
+            "draw_commitment": prov["draw_commitment"],
+            "guarantee": prov["guarantee"],
+            "ledger": prov["ledger"],
         },
         "solve": {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")},
     }

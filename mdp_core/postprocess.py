@@ -28,7 +28,7 @@ Flow helpers: :func:`aggregate_counts` (the aggregates.parquet table) and :func:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +37,7 @@ import scipy.sparse as sp
 
 from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
+from mdp_core.noise import MOVE_SENSITIVITY, Measurement
 from mdp_core.result import Status
 
 FeatureSpec = np.ndarray | Sequence[np.ndarray]
@@ -248,19 +249,25 @@ def _consistency_matrix(feats: Features, obs_mats: list[sp.coo_matrix], offsets:
     return a
 
 
-def _solve_weighted_qp(w: np.ndarray, target: np.ndarray, a: sp.csc_matrix) -> tuple[np.ndarray, float]:
-    """min sum_v w_v (x_v - target_v)^2 s.t. a @ x = 0, x >= 0 with HiGHS: (raw x (n_var,), seconds)."""
+def _solve_weighted_qp(
+    w: np.ndarray, target: np.ndarray, a: sp.csc_matrix, fixed: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
+    """min sum_v w_v (x_v - target_v)^2 s.t. a @ x = 0, x >= 0 with HiGHS: (raw x (n_var,), seconds).
+    ``fixed`` (n_var,) bool: those variables are held at their target exactly."""
     n_rows, n_var = a.shape
     # Scale so that the largest weight is 1 and the targets are O(1) (HiGHS tolerances are absolute).
     scale = max(float(np.max(np.abs(target))), 1.0)
     wmax = float(w.max())
+    lower, upper = np.zeros(n_var), np.full(n_var, np.inf)
+    if fixed is not None:
+        lower[fixed] = upper[fixed] = target[fixed] / scale
     model = highs.LpModel(
         c=-2.0 * (w / wmax) * (target / scale),
         a=a,
         row_lower=np.zeros(n_rows),
         row_upper=np.zeros(n_rows),
-        col_lower=np.zeros(n_var),
-        col_upper=np.full(n_var, np.inf),
+        col_lower=lower,
+        col_upper=upper,
         hessian_diag=2.0 * w / wmax,
     )
     t0 = time.perf_counter()
@@ -276,7 +283,12 @@ def _solve_weighted_qp(w: np.ndarray, target: np.ndarray, a: sp.csc_matrix) -> t
     return raw, time.perf_counter() - t0
 
 
-def consistent_qp(feats: Features, noisy: list[np.ndarray], observations: Sequence[Observation] = ()) -> QpResult:
+def consistent_qp(
+    feats: Features,
+    noisy: list[np.ndarray],
+    observations: Sequence[Observation] = (),
+    fixed: Mapping[int, np.ndarray] | None = None,
+) -> QpResult:
     """Solve Figure 3 with HiGHS: min sum_i (1/n_i) ||x_i - noisy_i||^2, O2 consistency, x >= 0.
 
     Variables x_i for every feature (the singletons y = x_0 first). Because F_0 (singletons)
@@ -289,14 +301,21 @@ def consistent_qp(feats: Features, noisy: list[np.ndarray], observations: Sequen
     tolerance, reported as ``max_residual`` / ``min_raw``).
 
     ``observations`` (optional) add terms weight * ||v - values||^2 with auxiliary variables
-    v = matrix @ y (one equality row each), keeping the Hessian diagonal.
+    v = matrix @ y (one equality row each), keeping the Hessian diagonal. ``fixed`` {feature index:
+    (n_i,) values}: features whose values are known exactly (public), held there (e.g. the total).
     """
     sizes = feats.sizes
     n = sizes[0]
     obs_mats = _observation_matrices(observations, n)
     offsets = np.r_[0, np.cumsum(sizes + [m.shape[0] for m in obs_mats])]
     w, target = _qp_weights_and_targets(sizes, noisy, observations, obs_mats)
-    raw, seconds = _solve_weighted_qp(w, target, _consistency_matrix(feats, obs_mats, offsets))
+    hold = None
+    if fixed:
+        hold = np.zeros(target.size, dtype=bool)
+        for i, values in fixed.items():
+            target[offsets[i] : offsets[i + 1]] = values
+            hold[offsets[i] : offsets[i + 1]] = True
+    raw, seconds = _solve_weighted_qp(w, target, _consistency_matrix(feats, obs_mats, offsets), hold)
     y = np.maximum(raw[:n], 0.0)
     x = feats.aggregate(y)
     resid = max(
@@ -606,28 +625,8 @@ def error_curve(
 
 
 # ------------------------------------------------------------------------------ flow aggregate
-AGGREGATE_COLUMNS = [
-    "level",
-    "block",
-    "label",
-    "n_members",
-    "true_count",
-    "noisy",
-    "cbdp",
-    "cbdp_int",
-    "laplace",
-    "hierarchical",
-    "eps_counts",
-    "eps_per_query",
-]
-
-
-def _output_counts(output_ids: np.ndarray, k: int) -> np.ndarray:
-    """(K,) int64 number of released records on each output; ``output_ids`` must be 1-D in 0..K-1."""
-    ids = np.asarray(output_ids)
-    if ids.ndim != 1 or (ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= k)):
-        raise InputError(f"output_ids must be a 1-D array of integers in 0..{k - 1}")
-    return np.bincount(ids.astype(np.int64), minlength=k)
+AGGREGATE_COLUMNS = ["level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"]
+Measure = Callable[[np.ndarray, int, float], Measurement]  # (true counts, L1 sensitivity, eps) -> noisy
 
 
 def _count_features(zone_of_output: np.ndarray | None, k: int) -> tuple[Features, np.ndarray | None]:
@@ -659,57 +658,56 @@ def _level_labels(level: str, k: int, zone_names: np.ndarray | None) -> np.ndarr
     return np.array(["all"])
 
 
-def aggregate_counts(
-    output_ids: np.ndarray,
-    zone_of_output: np.ndarray | None,
-    n_outputs: int,
-    eps_counts: float,
-    seed: int,
-    baselines: bool = False,
-) -> pd.DataFrame:
-    """Consistent DP count tables of the released (perturbed) microdata, via CBDP.
+def release_counts(
+    cell_counts: np.ndarray, zone_of_output: np.ndarray | None, eps_counts: float, measure: Measure
+) -> tuple[pd.DataFrame, Measurement]:
+    """The published count table of the TRUE data: consistent non-negative integers (CBDP).
 
-    Universe: the K outputs. Features: per output (singletons), per zone (``zone_of_output``,
-    (K,) labels of any sortable type; omitted when None or a single zone) and the total. CBDP
-    spends ``eps_counts`` in total (eps_counts / k per feature query).
+    Universe: the K output cells; ``cell_counts`` (K,) int64 = how many individuals' true records
+    fall in each cell (:func:`mdp_core.microdata.cell_of_record`). Features: per output, per zone
+    (``zone_of_output``, (K,) labels; omitted with a single zone) and the total. The total is the
+    number of individuals n, public (the released microdata has n rows): it is released exactly and
+    fixed in the QP. The output and zone counts are measured together once by ``measure`` (exact
+    discrete Laplace, :func:`mdp_core.noise.discrete_laplace`) with L1 sensitivity 2 per level (one
+    individual moves) and budget ``eps_counts``; the Figure 3 QP and :func:`round_consistent`
+    (post-processing, no budget) make them consistent, non-negative integers summing to n.
 
-    Columns (fixed order, :data:`AGGREGATE_COLUMNS`): level ("total" | "zone" | "output"),
-    block (int64 id within the level: output id, zone index in sorted label order, 0),
-    label (str), n_members (outputs in the block), true_count (int64, counts of the *perturbed*
-    released data, not of secret records), noisy (the Laplace observation CBDP used),
-    cbdp (QP estimate, float), cbdp_int (consistent integer estimate), laplace and hierarchical
-    (baselines, NaN unless ``baselines``; each baseline spends its own eps_counts, so publishing
-    them costs 3 * eps_counts in total), eps_counts, eps_per_query.
+    Returns (table with :data:`AGGREGATE_COLUMNS`, the measurement -- which never leaves the private
+    store). Columns: level ("total" | "zone" | "output"), block (id within the level), label, n_members
+    (outputs in the block), count (int64 >= 0, the released figure), eps_counts, noise
+    ("discrete_laplace", "none" for the total), noise_scale (the scale b of that level's noise, 0 for
+    the total; b * eps_counts = the measurement's L1 sensitivity).
     """
-    k = int(n_outputs)
-    if k < 1:
-        raise InputError(f"n_outputs must be >= 1, got {n_outputs}")
-    counts = _output_counts(output_ids, k)
+    counts = _check_counts(cell_counts)
+    k = counts.size
+    eps = _check_eps(eps_counts)
     feats, zone_names = _count_features(zone_of_output, k)
-    names = feats.names
-    res = cbdp(counts, feats, eps_counts, seed)
     true = feats.aggregate(counts)
-    lap = laplace_rounded(counts, feats, eps_counts, seed + 1).estimate if baselines else None
-    hier = hierarchical(counts, feats, eps_counts, seed + 2).estimate if baselines else None
+    noisy_levels = list(range(len(feats.names) - 1))  # every level but the total
+    vector = np.concatenate([true[i] for i in noisy_levels]).astype(np.int64)
+    meas = measure(vector, MOVE_SENSITIVITY * len(noisy_levels), eps)
+    if meas.values.shape != vector.shape:
+        raise InputError(f"measurement has shape {meas.values.shape}, expected {vector.shape}")
+    split = np.cumsum([feats.sizes[i] for i in noisy_levels])[:-1]
+    noisy = [v.astype(np.float64) for v in np.split(meas.values, split)]
+    n = float(counts.sum())
+    qp = consistent_qp(feats, noisy + [np.array([n])], fixed={len(feats.names) - 1: np.array([n])})
+    integer = round_consistent(feats, qp.x)
     frames = []
-    for i in reversed(range(len(names))):  # total, zone, output
-        n_i = feats.sizes[i]
+    for i in reversed(range(len(feats.names))):  # total, zone, output
+        n_i, total = feats.sizes[i], i == len(feats.names) - 1
         frames.append(
             pd.DataFrame(
                 {
-                    "level": names[i],
+                    "level": feats.names[i],
                     "block": np.arange(n_i, dtype=np.int64),
-                    "label": _level_labels(names[i], k, zone_names),
+                    "label": _level_labels(feats.names[i], k, zone_names),
                     "n_members": np.bincount(feats.labels[i], minlength=n_i).astype(np.int64),
-                    "true_count": true[i].astype(np.int64),
-                    "noisy": res.noisy[i],
-                    "cbdp": res.estimate[i],
-                    "cbdp_int": res.extra["integer"][i].astype(np.int64),
-                    "laplace": lap[i].astype(np.float64) if lap is not None else np.nan,
-                    "hierarchical": hier[i] if hier is not None else np.nan,
-                    "eps_counts": float(eps_counts),
-                    "eps_per_query": res.extra["eps_per_query"],
+                    "count": integer[i].astype(np.int64),
+                    "eps_counts": eps,
+                    "noise": "none" if total else "discrete_laplace",
+                    "noise_scale": 0.0 if total else float(meas.scale),
                 }
             )
         )
-    return pd.concat(frames, ignore_index=True)[AGGREGATE_COLUMNS]
+    return pd.concat(frames, ignore_index=True)[AGGREGATE_COLUMNS], meas

@@ -1,8 +1,9 @@
 """The release stage: secret microdata (individuals at secret records) -> perturbed microdata.
 
 Each individual sits at a secret record i; the release draws its perturbed output k from row i of
-the verified mechanism Z (shape (N, K)). All draws are seeded (numpy ``default_rng(seed)``) and
-vectorised; the same inputs and seed give the same outputs.
+the verified mechanism Z (shape (N, K)). The draws take a numpy Generator: in a release it is seeded
+with the store's secret draw (:meth:`artifacts.private.Draw.rng`), never with a configured or published
+value; experiments and tests pass their own. Vectorised; the same inputs and stream give the same outputs.
 """
 
 from __future__ import annotations
@@ -16,28 +17,27 @@ from mdp_core.instance import Instance
 CHUNK = 1 << 22  # (individual, output) entries compared at once
 
 
-def _check_seed(seed: int) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
+def _check_rng(rng: np.random.Generator) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise InputError(f"rng must be a numpy Generator, got {type(rng).__name__}")
+    return rng
 
 
-def draw_individuals(prior: np.ndarray, n_individuals: int, seed: int) -> np.ndarray:
+def draw_individuals(prior: np.ndarray, n_individuals: int, rng: np.random.Generator) -> np.ndarray:
     """Secret record ids of ``n_individuals`` individuals drawn i.i.d. from ``prior`` (N,).
 
     Returns (n_individuals,) int64 in 0..N-1. For the built-in datasets, whose microdata is not
-    given, this is the (seeded) secret table.
+    given (demos), this is the simulated secret table.
     """
     p = np.asarray(prior, dtype=np.float64)
     if p.ndim != 1 or p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or abs(p.sum() - 1) > 1e-9:
         raise InputError("prior must be a non-empty 1-D array of non-negative numbers summing to 1")
     if isinstance(n_individuals, bool) or not isinstance(n_individuals, (int, np.integer)) or n_individuals < 0:
         raise InputError(f"n_individuals must be a non-negative integer, got {n_individuals!r}")
-    rng = np.random.default_rng(_check_seed(seed))
-    return rng.choice(p.size, size=int(n_individuals), p=p / p.sum()).astype(np.int64)
+    return _check_rng(rng).choice(p.size, size=int(n_individuals), p=p / p.sum()).astype(np.int64)
 
 
-def perturb(z: np.ndarray, record_ids: np.ndarray, seed: int) -> np.ndarray:
+def perturb(z: np.ndarray, record_ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Each individual's output id, drawn from row ``record_ids[n]`` of the mechanism Z (N, K).
 
     Inverse-CDF sampling with one uniform u_n per individual: output = number of entries of the
@@ -56,8 +56,7 @@ def perturb(z: np.ndarray, record_ids: np.ndarray, seed: int) -> np.ndarray:
     rec = np.asarray(record_ids)
     if rec.ndim != 1 or (rec.size and (rec.dtype.kind not in "iu" or rec.min() < 0 or rec.max() >= z.shape[0])):
         raise InputError(f"record_ids must be a 1-D array of integers in 0..{z.shape[0] - 1}")
-    rng = np.random.default_rng(_check_seed(seed))
-    u = rng.random(rec.size)
+    u = _check_rng(rng).random(rec.size)
     cdf = np.cumsum(z, axis=1)
     cdf /= cdf[:, -1:]  # last entry exactly 1.0
     out = np.empty(rec.size, dtype=np.int64)

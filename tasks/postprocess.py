@@ -1,26 +1,112 @@
-"""Stage ``postprocess``: sample the released microdata and publish consistent aggregate counts.
+"""Stage ``postprocess``: perturb each individual of the secret microdata, and publish DP counts of the
+true data made consistent by CBDP.
 
-params: {"n_individuals": int, "eps_counts": float, "seed": int}.
-Individuals are drawn (seeded) from the prior, each perturbed with its row of the verified
-mechanism; aggregate counts of the perturbed outputs (per output / per zone / total, zones = the
-partition subsets of the outputs' records) get Laplace noise with a separate budget eps_counts and
-CBDP consistency post-processing (``mdp_core.postprocess``).
+params: {"microdata": path | None, "table_tag": hex, "draw": commitment, "max_distance": float | None,
+"n_individuals": int (simulated only), "eps_counts": float, "eps_prior": float, "prior_source": str,
+"max_total_epsilon": float | None, "epsilon": float | None}.
 
-Files: microdata.parquet (released: individual, output_id, output coordinates), aggregates.parquet
-(released counts; ``true_count`` there counts the released microdata, which is public),
-secret_individuals.parquet (NOT released: each individual's true record, kept for evaluation),
-release_provenance.json (released: sha256 of the mechanism and instance.json they were drawn from, and
-of microdata.parquet / aggregates.parquet; checked at publication and by ``mdp-release audit``).
+Individuals: the agency's microdata file mapped to records (:mod:`mdp_core.microdata`), or -- without
+one, a demo -- ``n_individuals`` simulated from the prior. Every draw that protects them comes from
+the store's secret draw (:class:`artifacts.private.Draw`, OS entropy; ``params["draw"]`` is only its
+public commitment): each individual's output from its record's row of the verified mechanism, and
+the exact discrete Laplace noise (OpenDP) of the true-data counts per output cell / zone (the total
+is n, public), which is kept in the private store so a re-run reproduces it. The cache key holds the
+table's HMAC under the secret, never its hash. The release's spend is recorded in the private ledger
+(once per release; a cached or forced re-run of the same release spends nothing) and refused above
+``max_total_epsilon``.
+
+Files (all public): microdata.parquet (individual, output_id, output coordinates), aggregates.parquet
+(:data:`mdp_core.postprocess.AGGREGATE_COLUMNS`), release_provenance.json (sha256 of the mechanism and
+instance.json they were drawn from and of the two tables, the guarantee, the ledger, the draw's
+commitment; checked at publication and by ``mdp-release audit``). No true record, true count or
+secret is written outside ``<store>/private/``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from prefect import task
 
+from artifacts.private import Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.errors import InputError
 from tasks.common import instance_of, output_zones, run_stage
+
+PROVENANCE_VERSION = 2
+
+
+def table_id(microdata: str | None, simulated: dict[str, Any]) -> str:
+    """The private id of the secret table: sha256 of the microdata file, or of the simulated table's
+    description. Never published (only :meth:`Draw.tag` of it reaches a cache key)."""
+    from mdp_core.files import file_sha256
+
+    if microdata is not None:
+        try:
+            return file_sha256(microdata)
+        except OSError as exc:
+            raise InputError(f"microdata file {microdata} is unreadable: {exc.strerror or exc}") from None
+    return hashlib.sha256(json.dumps(["simulated", simulated], sort_keys=True).encode()).hexdigest()
+
+
+def secret_draw(store: Store, table: str, new: bool = False, commitment: str | None = None) -> Draw:
+    """The draw protecting ``table``: the one with ``commitment`` (a re-run of a published release), else
+    the table's current draw (made from OS entropy on first use, or anew when ``new``)."""
+    private = PrivateStore(store.root)
+    if commitment is None:
+        return private.draw(table, new=new)[0]
+    try:
+        draw = private.load(commitment)
+    except (KeyError, ValueError) as exc:
+        raise InputError(str(exc).strip("'\"")) from None
+    if draw.table != table:
+        raise InputError(
+            f"draw {commitment[:12]} belongs to another table: the microdata file changed since that release"
+        )
+    return draw
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def kept_measure(private: PrivateStore, draw: Draw, purpose: str):
+    """A ``measure(true, sensitivity, eps)`` for :func:`mdp_core.postprocess.release_counts` that makes the
+    OpenDP measurement once per (draw, purpose, true values, budget) and keeps it in the private store."""
+    import numpy as np
+
+    from mdp_core.noise import Measurement, discrete_laplace
+
+    def measure(true: np.ndarray, sensitivity: int, eps: float) -> Measurement:
+        name = _digest([purpose, np.asarray(true).tolist(), sensitivity, eps])
+        stored = private.measurement(draw, name)
+        if stored is None:
+            m = discrete_laplace(true, sensitivity, eps)
+            stored = private.keep_measurement(
+                draw, name, {"values": m.values.tolist(), "scale": m.scale, "epsilon": m.epsilon}
+            )
+        return Measurement(
+            np.asarray(stored["values"], dtype=np.int64), stored["scale"], sensitivity, stored["epsilon"]
+        )
+
+    return measure
+
+
+def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 record ids
+    """Each individual's secret record: the microdata file mapped to records, or simulated from the prior."""
+    from mdp_core import microdata, release
+
+    path = params.get("microdata")
+    if path is None:
+        return release.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals"))
+    if draw.tag(table_id(path, {})) != params["table_tag"]:
+        raise InputError(f"microdata file {path} changed during the run; run again")
+    limit = params.get("max_distance")
+    return microdata.map_individuals(
+        microdata.read_microdata(path), inst, inst.eta if limit is None else limit
+    ).record_ids
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
@@ -29,25 +115,55 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
 
     from mdp_core import audit, release
     from mdp_core import postprocess as pp
-    from mdp_core.io import read_mechanism, read_table, write_frame, write_json, write_table
+    from mdp_core.io import read_mechanism, read_table, write_frame, write_json
+    from mdp_core.microdata import cell_of_record
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
-    seed = int(params["seed"])
-    records = release.draw_individuals(inst.prior, int(params["n_individuals"]), seed)
-    outputs = release.perturb(z, records, seed + 1)
-    ids = np.arange(records.shape[0], dtype=np.int64)
+    private = PrivateStore(store.root)
+    draw = private.load(params["draw"])
+    records = individuals(params, inst, draw)
+    outputs = release.perturb(z, records, draw.rng("perturb"))
     write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
-    write_table(w.file("secret_individuals.parquet"), {"individual": ids, "record_id": records.astype(np.int64)})
     labels = None
     if upstream.get("partition") is not None:
         labels = read_table(store.path(upstream["partition"], "partition.parquet"), required={"subset": "int64"})[
             "subset"
-        ]
-    zone = output_zones(inst, None if labels is None else labels.to_numpy())
-    table = pp.aggregate_counts(outputs, zone, inst.n_outputs, float(params["eps_counts"]), seed + 2)
+        ].to_numpy()
+    zone = output_zones(inst, labels)
+    cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
+    eps_counts = float(params["eps_counts"])
+    table, meas = pp.release_counts(cells, zone, eps_counts, kept_measure(private, draw, "counts"))
     write_frame(w.file("aggregates.parquet"), table)
-    # Which mechanism (and instance) these were drawn from: checked when the release is published / audited.
+
+    eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
+    additive = eps_counts + eps_prior
+    spend = inst.epsilon * inst.eta + additive
+    ledger = private.spend(
+        draw.table,
+        w.key,
+        {
+            "epsilon": spend,
+            "mechanism_epsilon": inst.epsilon,
+            "eta": inst.eta,
+            "additive_epsilon": additive,
+            "draw": draw.commitment,
+        },
+        params.get("max_total_epsilon"),
+    )
+    source = "simulated" if params.get("microdata") is None else "file"
+    guarantee = {
+        "epsilon_per_unit": inst.epsilon,
+        "additive_epsilon": additive,
+        "distance_unit": inst.distance_unit,
+        "statement": (
+            f"for any individual and any two records r, r' it could hold, the probability of every possible "
+            f"release (microdata, counts{', prior' if eps_prior else ''}) changes by at most a factor "
+            f"exp({inst.epsilon:g} * d(r, r') + {additive:g}), d in {inst.distance_unit} along the mDP graph "
+            "(mDP of the mechanism, Chatzikokolakis et al. 2013, composed sequentially with the eps-DP counts"
+            f"{' and prior' if eps_prior else ''}, Dwork and Roth 2014 Thm 3.14)"
+        ),
+    }
     write_json(
         w.file(audit.PROVENANCE),
         audit.provenance(
@@ -55,12 +171,28 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
             store.path(upstream["instance"], "instance.json"),
             w.file("microdata.parquet"),
             w.file("aggregates.parquet"),
+            format="mdp-release-provenance",
+            version=PROVENANCE_VERSION,
             n_individuals=int(records.shape[0]),
-            eps_counts=float(params["eps_counts"]),
-            seed=seed,
+            microdata_source=source,
+            eps_counts=eps_counts,
+            counts_sensitivity=int(meas.sensitivity),
+            eps_prior=eps_prior,
+            prior_source=params["prior_source"],
+            draw_commitment=draw.commitment,
+            guarantee=guarantee,
+            ledger=ledger,
         ),
     )
-    w.meta.update({"n_individuals": int(records.shape[0]), "eps_counts": float(params["eps_counts"])})
+    w.meta.update(
+        {
+            "n_individuals": int(records.shape[0]),
+            "eps_counts": eps_counts,
+            "microdata_source": source,
+            "ledger": ledger,
+            "guarantee": guarantee,
+        }
+    )
 
 
 @task(name="postprocess")

@@ -111,13 +111,28 @@ def prefect_server(tmp_path_factory):
 def run_stages(root, p: dict) -> dict:
     """Every stage of the release pipeline through ``task.fn`` (no Prefect server) into the store at
     ``root``, with the stage parameters ``p`` (``flows.release.stage_params``): {stage: ArtifactRef}."""
-    from tasks import evaluate, export, graph, ingest, partition, postprocess, solve
+    from artifacts.store import Store
+    from flows.config import ReleaseConfig, ReleaseFlowConfig
+    from flows.release import release_params
+    from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 
     s = str(root)
+    cfg = ReleaseFlowConfig(release=ReleaseConfig.model_validate(p["postprocess"], strict=False))
+    p = dict(p)
+
+    def secret(desc: dict) -> None:
+        draw = postprocess.secret_draw(Store(s), postprocess.table_id(cfg.release.microdata, desc))
+        p.update(release_params(cfg, draw))
+
     refs = {"ingest": ingest.ingest.fn(s, p["ingest"])}
     refs["graph"] = graph.graph.fn(s, p["graph"], refs["ingest"])
+    if cfg.release.microdata is not None:
+        secret({})
+    prior_ref = prior.prior.fn(s, p["prior"], refs["ingest"], refs["graph"]) if "prior" in p else None
     refs["partition"] = partition.partition.fn(s, p["partition"], refs["ingest"], refs["graph"])
-    refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"])
+    refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"], prior_ref)
+    if cfg.release.microdata is None:
+        secret({"instance": refs["export"].content_hash, "n": cfg.release.n_individuals})
     refs["solve"] = solve.solve.fn(s, p["solve"], refs["export"])
     refs["postprocess"] = postprocess.postprocess.fn(
         s, p["postprocess"], refs["export"], refs["solve"], refs["partition"]

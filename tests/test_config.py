@@ -94,7 +94,17 @@ def test_stage_enum_names_and_run_section():
     from flows.config import STAGE_NAMES, config_hash, release_name
     from flows.release import release_flow
 
-    assert STAGE_NAMES == ("ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate", "release")
+    assert STAGE_NAMES == (
+        "ingest",
+        "graph",
+        "prior",
+        "partition",
+        "export",
+        "solve",
+        "postprocess",
+        "evaluate",
+        "release",
+    )
     # the run form shows refresh_from as a drop-down of the stage names (a JSON-schema enum)
     schema = release_flow.parameters.model_dump()["properties"]["refresh_from"]
     assert list(STAGE_NAMES) in [a.get("enum") for a in schema.get("anyOf", [schema])]

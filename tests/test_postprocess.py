@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from mdp_core import postprocess as pp
 from mdp_core.errors import InputError
+from mdp_core.noise import discrete_laplace
 
 
 def sparse_example(seed: int = 0, u: int = 200, nonzero: int = 8):
@@ -197,31 +198,48 @@ def test_seeded_and_deterministic():
     assert not np.array_equal(a.noisy[0], d.noisy[0])
 
 
-def test_aggregate_counts_schema_and_consistency():
+def _measure(true, sensitivity, eps):
+    return discrete_laplace(true, sensitivity, eps)
+
+
+def test_release_counts_of_true_data_schema_consistency_and_noise():
     rng = np.random.default_rng(9)
     k = 40
-    out = rng.integers(0, k, 500)
+    cells = rng.integers(0, 60, k)
     zones = np.array(["north", "south", "east", "west"])[np.arange(k) % 4]
-    df = pp.aggregate_counts(out, zones, k, 1.0, seed=3)
+    df, meas = pp.release_counts(cells, zones, 1.0, _measure)
     assert list(df.columns) == pp.AGGREGATE_COLUMNS
     assert list(df["level"].unique()) == ["total", "zone", "output"]
     assert len(df) == 1 + 4 + k
     outs, zs, tot = (df[df.level == lv] for lv in ("output", "zone", "total"))
-    np.testing.assert_array_equal(outs.true_count, np.bincount(out, minlength=k))
-    assert tot.true_count.iloc[0] == 500
-    assert outs.cbdp_int.sum() == tot.cbdp_int.iloc[0]
-    assert (df.cbdp_int >= 0).all() and (df.cbdp >= -1e-12).all()
+    assert df["count"].dtype == np.int64 and (df["count"] >= 0).all()
+    assert tot["count"].iloc[0] == cells.sum()  # the total is n, public, released exactly
+    assert outs["count"].sum() == cells.sum()
     zone_idx = np.unique(zones, return_inverse=True)[1]
-    np.testing.assert_array_equal(np.bincount(zone_idx, weights=outs.cbdp_int.to_numpy()), zs.cbdp_int.to_numpy())
-    assert sorted(zs.label) == sorted(set(zones)) and zs.n_members.sum() == k
-    assert df.laplace.isna().all() and df.hierarchical.isna().all()
-    df2 = pp.aggregate_counts(out, zones, k, 1.0, seed=3)
-    pd.testing.assert_frame_equal(df, df2)
-    with_b = pp.aggregate_counts(out, None, k, 1.0, seed=3, baselines=True)
-    assert list(with_b["level"].unique()) == ["total", "output"]
-    assert with_b.laplace.notna().all()
+    np.testing.assert_array_equal(np.bincount(zone_idx, weights=outs["count"].to_numpy()), zs["count"].to_numpy())
+    assert not np.array_equal(outs["count"].to_numpy(), cells)  # noisy, not the true counts
+    assert np.abs(outs["count"].to_numpy() - cells).mean() < 4 * meas.scale
+    # noise scale: L1 sensitivity 2 per noisy level (one individual moves), two noisy levels
+    assert meas.sensitivity == 4 and meas.scale == pytest.approx(4.0) and meas.epsilon <= 1.0 + 1e-12
+    assert (outs.noise_scale * outs.eps_counts == 4.0).all() and tot.noise.iloc[0] == "none"
+    no_zone, m2 = pp.release_counts(cells, None, 2.0, _measure)
+    assert list(no_zone["level"].unique()) == ["total", "output"] and m2.sensitivity == 2 and m2.scale == 1.0
     with pytest.raises(InputError):
-        pp.aggregate_counts(np.array([0, 41]), None, k, 1.0, 0)
+        pp.release_counts(np.array([1, -1]), None, 1.0, _measure)
+    with pytest.raises(InputError):
+        pp.release_counts(cells, zones, 0.0, _measure)
+
+
+def test_release_counts_reuses_a_given_measurement_deterministically():
+    cells = np.arange(10)
+    fixed = pp.release_counts(cells, None, 1.0, _measure)[1]
+
+    def replay(true, sensitivity, eps):
+        return fixed
+
+    a, _ = pp.release_counts(cells, None, 1.0, replay)
+    b, _ = pp.release_counts(cells, None, 1.0, replay)
+    pd.testing.assert_frame_equal(a, b)
 
 
 def test_error_curve_shape_and_trend():
@@ -243,9 +261,9 @@ def test_released_mdp_histogram_as_extra_observation():
     z = exponential(inst)
     prior = np.zeros(42)
     prior[[3, 10, 11, 30]] = [0.4, 0.3, 0.2, 0.1]
-    rec = release.draw_individuals(prior, 400, seed=1)
+    rec = release.draw_individuals(prior, 400, np.random.default_rng(1))
     h = np.bincount(rec, minlength=42)
-    released = np.bincount(release.perturb(z, rec, seed=2), minlength=42)
+    released = np.bincount(release.perturb(z, rec, np.random.default_rng(2)), minlength=42)
     feats = pp.make_features([np.arange(42), inst.records["row"].to_numpy(), np.zeros(42)], 42)
     true = [t.astype(float) for t in feats.aggregate(h)]
     b = 3 / 0.1  # Laplace scale of each of the k = 3 feature queries at eps_counts = 0.1

@@ -552,8 +552,9 @@ def cbdp_counts(
     from mdp_core.mechanisms import exponential
 
     z = exponential(instance)
-    rec = release.draw_individuals(instance.prior, int(n_individuals), seed)
-    out = release.perturb(z, rec, seed + 1)
+    # a simulation of the papers' experiment (no real people): seeded streams, reproducible
+    rec = release.draw_individuals(instance.prior, int(n_individuals), np.random.default_rng(seed))
+    out = release.perturb(z, rec, np.random.default_rng(seed + 1))
     k = instance.n_outputs
     zones = part_mod.kmeans(instance.output_points().astype(np.float64), min(n_zones, k), np.random.default_rng(seed))
     # Universe order: outputs sorted by zone (stable). The order is arbitrary for every mechanism; sorted,

@@ -1,0 +1,72 @@
+"""Stage ``prior`` (only when ``[release] prior`` is not "dataset"): the prior the mechanism is optimised for.
+
+params: {"source": "uniform" | "file" | "dp", "file": path, "file_sha256": hex (file), "microdata": path,
+"table_tag": hex, "draw": commitment, "eps_prior": float, "max_distance": float | None (dp)}.
+
+* ``uniform``: 1 / N;
+* ``file``: a public CSV / Parquet file with a ``prior`` column of N non-negative numbers (record order);
+* ``dp``: a DP histogram of the secret microdata -- exact discrete Laplace noise (OpenDP, L1 sensitivity 2:
+  one individual moves) with budget ``eps_prior``, kept in the private store so a re-run reproduces it --
+  then max(noisy, 0) + 1 per record, normalised (post-processing). The mechanism, and so the release,
+  depends on it: its ``eps_prior`` joins the release's guarantee and ledger.
+
+File: prior.parquet (``record_id``, ``prior``; public: a DP output or public data). The export stage puts
+it into the instance it solves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from artifacts.private import PrivateStore
+from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.errors import InputError
+from tasks.common import instance_with_graph, run_stage
+from tasks.postprocess import individuals, kept_measure
+
+
+def _from_file(path: str, n: int):  # -> (N,) float64
+    import numpy as np
+
+    from mdp_core.microdata import read_microdata
+
+    df = read_microdata(path)  # same reader: .csv / .parquet, clear errors
+    if "prior" not in df.columns or len(df) != n:
+        raise InputError(f"prior file {path}: needs a 'prior' column with one row per record ({n}), got {len(df)} rows")
+    p = df["prior"].to_numpy(dtype=np.float64)
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
+        raise InputError(f"prior file {path}: values must be finite, >= 0 and not all 0")
+    return p
+
+
+def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    import numpy as np
+
+    from mdp_core.io import write_table
+    from mdp_core.microdata import histogram
+    from mdp_core.noise import MOVE_SENSITIVITY
+
+    inst = instance_with_graph(store, upstream["dataset"], upstream["graph"])
+    n = inst.n_records
+    source = params["source"]
+    if source == "uniform":
+        p = np.ones(n)
+    elif source == "file":
+        p = _from_file(params["file"], n)
+    elif source == "dp":
+        private = PrivateStore(store.root)
+        draw = private.load(params["draw"])
+        hist = histogram(individuals(params, inst, draw), n)
+        meas = kept_measure(private, draw, "prior")(hist, MOVE_SENSITIVITY, float(params["eps_prior"]))
+        p = np.maximum(meas.values, 0).astype(np.float64) + 1.0
+    else:
+        raise InputError(f"unknown prior source {source!r}")
+    write_table(w.file("prior.parquet"), {"record_id": np.arange(n, dtype=np.int64), "prior": p / p.sum()})
+    w.meta.update({"source": source, "eps_prior": float(params["eps_prior"]) if source == "dp" else 0.0})
+
+
+@task(name="prior")
+def prior(store: str, params: dict[str, Any], dataset: ArtifactRef, graph: ArtifactRef) -> ArtifactRef:
+    return run_stage("prior", __name__, store, params, {"dataset": dataset, "graph": graph}, _compute)
