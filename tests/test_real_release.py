@@ -1,0 +1,274 @@
+"""Real releases (issue 18): the agency's microdata as a secret input, secret randomness kept in the
+store's private part, DP counts of the true data, the ledger -- and attacks from the published files.
+
+The pipeline runs through the stage tasks' ``.fn`` (real HiGHS, real OpenDP, real store, no Prefect
+server); ``tests/test_flow.py`` runs the same through Prefect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_stages
+
+from artifacts.private import PrivateStore, commitment
+from artifacts.store import Store
+from flows.config import parse_config
+from flows.release import stage_params
+from mdp_core import evaluate, microdata, release
+from mdp_core.datasets import grid
+from mdp_core.errors import InputError
+from mdp_core.io import read_instance, read_json, read_mechanism
+from tasks import postprocess
+
+N_PEOPLE = 400
+
+
+def people(path: Path, seed: int = 7, n: int = N_PEOPLE) -> pd.DataFrame:
+    """A made-up secret table: people near the cells of the 5 x 6 grid (lat, lon), with an internal id."""
+    inst = grid(5, 6, n_outputs=None, seed=0)
+    rng = np.random.default_rng(seed)
+    home = rng.choice(inst.n_records, size=n, p=np.linspace(1, 3, inst.n_records) / np.linspace(1, 3, 30).sum())
+    pts = inst.records[["lat", "lon"]].to_numpy()[home] + rng.normal(0, 0.0005, size=(n, 2))
+    df = pd.DataFrame({"ssn": [f"123-45-{k:04d}" for k in range(n)], "lat": pts[:, 0], "lon": pts[:, 1]})
+    df.to_csv(path, index=False)
+    return df
+
+
+def config(root: Path, table: Path, **release):
+    return parse_config(
+        {
+            "store": str(root),
+            "dataset": {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}},
+            "privacy": {"epsilon": 2.0, "eta": 1.5},
+            "partition": {"subsets": 2},
+            "release": {"microdata": str(table), "eps_counts": 1.0} | release,
+            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 2},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def secret_table(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    path = tmp_path_factory.mktemp("agency") / "people.csv"
+    return path, people(path)
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory, secret_table):
+    root = tmp_path_factory.mktemp("store-a")
+    cfg = config(root, secret_table[0])
+    return root, cfg, run_stages(root, stage_params(cfg))
+
+
+def published(root: Path, refs: dict) -> dict[str, Path]:
+    """Every file the release publishes (what tasks.release.released_files lists), by name."""
+    from tasks.release import released_files
+
+    s = Store(root)
+    rel = released_files(refs["solve"], refs["postprocess"], refs["evaluate"], refs["export"])
+    return {name: s.path(ref, src) for name, (ref, src) in rel.items()}
+
+
+def true_cells(root: Path, refs: dict, table: pd.DataFrame) -> np.ndarray:
+    inst = read_instance(Store(root).root / refs["export"].path)
+    rec = microdata.map_individuals(table, inst, inst.eta).record_ids
+    return np.bincount(microdata.cell_of_record(inst)[rec], minlength=inst.n_outputs)
+
+
+def test_microdata_release_keeps_order_and_publishes_nothing_of_the_person(first, secret_table):
+    root, cfg, refs = first
+    files = published(root, refs)
+    md = pd.read_parquet(files["microdata.parquet"])
+    assert len(md) == N_PEOPLE and md["individual"].tolist() == list(range(N_PEOPLE))
+    assert set(md.columns) <= {"individual", "output_id", "output_record_id", "x0", "x1", "lat", "lon"}
+    prov = read_json(files["release_provenance.json"])
+    assert prov["microdata_source"] == "file" and prov["n_individuals"] == N_PEOPLE
+    assert not any("seed" in k for k in prov) and len(prov["draw_commitment"]) == 64
+    secret_ids = set(secret_table[1]["ssn"])
+    for name, path in files.items():  # nothing of the person, no true record, no secret anywhere public
+        data = path.read_bytes()
+        assert b"123-45-" not in data, name
+        assert PrivateStore(root).load(prov["draw_commitment"]).secret.hex().encode() not in data, name
+    assert secret_ids  # (the check above is about these)
+
+
+def test_aggregates_are_noisy_consistent_counts_of_the_true_data(first, secret_table):
+    root, cfg, refs = first
+    agg = pd.read_parquet(published(root, refs)["aggregates.parquet"])
+    assert list(agg.columns) == ["level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"]
+    assert agg["count"].dtype == np.int64 and (agg["count"] >= 0).all()
+    outs = agg[agg.level == "output"].sort_values("block")["count"].to_numpy()
+    total = int(agg[agg.level == "total"]["count"].iloc[0])
+    assert total == N_PEOPLE and outs.sum() == total
+    truth = true_cells(root, refs, secret_table[1])
+    assert not np.array_equal(outs, truth)  # noisy ...
+    assert np.abs(outs - truth).mean() < 3 * agg[agg.level == "output"]["noise_scale"].iloc[0]  # ... but close
+    md = pd.read_parquet(published(root, refs)["microdata.parquet"])  # and not counts of the public microdata
+    assert not np.array_equal(outs, np.bincount(md["output_id"], minlength=outs.size))
+
+
+def test_private_part_is_owner_only(first):
+    root = first[0]
+    priv = root / "private"
+    for p in [priv, *priv.rglob("*")]:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        if p.is_dir():
+            assert mode == 0o700, p
+        elif not p.name.startswith("."):
+            assert mode == 0o600, p
+    assert not (root / "runs").exists() or not any((root / "runs").rglob("draw.json"))
+
+
+def test_cached_rerun_and_forced_recompute_give_the_same_bytes_and_spend_nothing(first):
+    root, cfg, refs = first
+    before = {n: p.read_bytes() for n, p in published(root, refs).items()}
+    again = run_stages(root, stage_params(cfg))
+    assert {n: p.read_bytes() for n, p in published(root, again).items()} == before
+    # a forced recomputation of the release stage (its object deleted): the same draw, the same stored noise
+    import shutil
+
+    shutil.rmtree(Store(root).root / refs["postprocess"].path)
+    redo = run_stages(root, stage_params(cfg))
+    assert {n: p.read_bytes() for n, p in published(root, redo).items()} == before
+    prov = read_json(published(root, redo)["release_provenance.json"])
+    assert prov["ledger"]["releases_so_far"] == 1 and prov["ledger"]["this_release"] == pytest.approx(2 * 1.5 + 1)
+
+
+def test_two_stores_draw_independently(first, secret_table, tmp_path):
+    root, cfg, refs = first
+    other = run_stages(tmp_path, stage_params(config(tmp_path, secret_table[0])))
+    a = pd.read_parquet(published(root, refs)["microdata.parquet"])["output_id"].to_numpy()
+    b = pd.read_parquet(published(tmp_path, other)["microdata.parquet"])["output_id"].to_numpy()
+    assert not np.array_equal(a, b)
+    pa, pb = (read_json(published(r, x)["release_provenance.json"]) for r, x in ((root, refs), (tmp_path, other)))
+    assert pa["draw_commitment"] != pb["draw_commitment"]
+
+
+def test_new_draw_is_recorded_and_the_ledger_limit_refuses(secret_table, tmp_path):
+    cfg = config(tmp_path, secret_table[0], max_total_epsilon=9.0)
+    run_stages(tmp_path, stage_params(cfg))
+    table = postprocess.table_id(str(secret_table[0]), {})
+    store = Store(tmp_path)
+    old = postprocess.secret_draw(store, table)
+    new = postprocess.secret_draw(store, table, new=True)
+    assert new.commitment != old.commitment and new.index == old.index + 1
+    run_stages(tmp_path, stage_params(cfg))  # the current draw is now the new one: a second release, 8 in all
+    entries = PrivateStore(tmp_path).entries(table)
+    assert len(entries) == 2 and sum(e["epsilon"] for e in entries) == pytest.approx(8.0)
+    postprocess.secret_draw(store, table, new=True)
+    with pytest.raises(ValueError, match="max_total_epsilon"):
+        run_stages(tmp_path, stage_params(cfg))
+    assert len(PrivateStore(tmp_path).entries(table)) == 2  # refused: nothing recorded
+
+
+def test_commitment_checks_and_unknown_draws(tmp_path):
+    priv = PrivateStore(tmp_path)
+    draw, made = priv.draw("ab" * 32)
+    assert made and commitment(draw.secret) == draw.commitment
+    assert priv.draw("ab" * 32) == (draw, False)
+    with pytest.raises(InputError, match="reproduced only from the store"):
+        postprocess.secret_draw(Store(tmp_path), "ab" * 32, commitment="cd" * 32)
+    with pytest.raises(InputError, match="another table"):
+        postprocess.secret_draw(Store(tmp_path), "ef" * 32, commitment=draw.commitment)
+    rec = tmp_path / "private" / "draws" / draw.commitment / "draw.json"
+    data = json.loads(rec.read_text())
+    data["secret"] = "00" * 32
+    rec.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="does not match its commitment"):
+        priv.load(draw.commitment)
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [
+        ({"lat": [41.6645, 60.0], "lon": [12.2460, 25.0]}, r"1 of 2 individual\(s\) lie farther than max_distance"),
+        ({"lat": [41.6645, float("nan")], "lon": [12.2460, 12.2460]}, "NaN"),
+        ({"record": [0, 99]}, "not in the instance"),
+        ({"name": ["a"]}, "no usable columns"),
+    ],
+)
+def test_bad_microdata_is_a_clear_error(tmp_path, rows, match):
+    inst = grid(5, 6, n_outputs=None, seed=0)
+    path = tmp_path / "people.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    with pytest.raises(InputError, match=match):
+        microdata.map_individuals(microdata.read_microdata(path), inst, inst.eta)
+
+
+def test_unreadable_and_empty_microdata(tmp_path):
+    (tmp_path / "empty.csv").write_text("lat,lon\n")
+    with pytest.raises(InputError, match="no individuals"):
+        microdata.read_microdata(tmp_path / "empty.csv")
+    (tmp_path / "x.parquet").write_text("not parquet")
+    with pytest.raises(InputError, match="unreadable"):
+        microdata.read_microdata(tmp_path / "x.parquet")
+    with pytest.raises(InputError, match="does not exist"):
+        microdata.read_microdata(tmp_path / "missing.csv")
+
+
+def test_record_keys_and_vectors_map_exactly():
+    inst = grid(5, 6, n_outputs=None, seed=0)
+    by_key = microdata.map_individuals(pd.DataFrame({"record": [3, 0, 29]}), inst, 0.0)
+    assert by_key.record_ids.tolist() == [3, 0, 29]
+    pts = inst.records[["x0", "x1"]].to_numpy()[[5, 7]] + 0.01
+    by_x = microdata.map_individuals(pd.DataFrame({"x0": pts[:, 0], "x1": pts[:, 1], "id": [1, 2]}), inst, 0.1)
+    assert by_x.record_ids.tolist() == [5, 7] and by_x.max_distance == pytest.approx(0.01 * 2**0.5)
+
+
+def test_attack_from_the_published_folder(first, secret_table):
+    """A hostile tester with every published file: (1) try to regenerate the draws from any published
+    number used as a seed; (2) reconstruct each person's true record. Neither may beat the Bayes
+    adversary of the mechanism (the evaluation's adversary error) beyond sampling noise."""
+    root, cfg, refs = first
+    files = published(root, refs)
+    inst = read_instance(files["instance/instance.json"].parent)
+    z = read_mechanism(files["mechanism.parquet"], inst.n_records, inst.n_outputs)
+    out = pd.read_parquet(files["microdata.parquet"])["output_id"].to_numpy()
+    truth = microdata.map_individuals(secret_table[1], inst, inst.eta).record_ids
+    d = inst.record_points()
+    dist = np.linalg.norm(d[:, None, :] - d[None, :, :], axis=2)  # grid metric: euclidean km
+
+    # candidate seeds: small integers and every number the published JSON files hold
+    numbers: set[int] = set(range(200))
+    for name in ("manifest.json", "release_provenance.json", "solve.json"):
+        if name in files:
+            text = files[name].read_text()
+            numbers |= {int(tok, 16) % 2**63 for tok in __import__("re").findall(r"[0-9a-f]{16,64}", text)}
+            numbers |= {abs(int(float(tok))) for tok in __import__("re").findall(r"\d+(?:\.\d+)?", text)[:500]}
+    chance = float(np.sum(np.bincount(out, minlength=inst.n_outputs) ** 2) / out.size**2)
+    best_match = 0.0
+    for s in sorted(numbers)[:2000]:
+        guess_out = release.perturb(z, truth, np.random.default_rng(s))  # even knowing the true records
+        best_match = max(best_match, float(np.mean(guess_out == out)))
+    # the perturbed outputs agree with a fresh draw only as often as two independent draws do
+    same_draw = float(np.mean([np.sum(z[r] ** 2) for r in truth]))
+    assert best_match < same_draw + 6 * np.sqrt(same_draw / out.size) + 0.02, (best_match, same_draw, chance)
+
+    # reconstruction: the Bayes remap is optimal given the published files; measure it against the truth
+    post = inst.prior[:, None] * z  # (N, K) joint
+    remap = np.argmin(dist @ post, axis=0)  # per output, the record minimising expected distance
+    err = dist[truth, remap[out]]
+    bayes = evaluate.adversary_error(inst, z)
+    # the secret table's empirical prior differs from the (DP/dataset) prior; allow sampling noise
+    assert err.mean() >= bayes - 4 * err.std() / np.sqrt(err.size) - 0.25 * bayes, (err.mean(), bayes)
+
+
+def test_secret_files_never_under_runs_or_objects(first):
+    root, cfg, refs = first
+    draw_hex = [p.parent.name for p in (root / "private" / "draws").glob("*/draw.json")]
+    assert draw_hex
+    secrets = [json.loads((root / "private" / "draws" / c / "draw.json").read_text())["secret"] for c in draw_hex]
+    table = postprocess.table_id(str(first[1].release.microdata), {})
+    for p in (root / "objects").rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert table.encode() not in data, p  # not even the table's hash
+            assert not any(s.encode() in data for s in secrets), p
+    assert os.access(root / "private", os.R_OK)
