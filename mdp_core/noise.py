@@ -59,4 +59,13 @@ def discrete_laplace(true: np.ndarray, sensitivity: int, epsilon: float) -> Meas
     return Measurement(values, scale, sensitivity, stated)
 
 
-__all__ = ["MOVE_SENSITIVITY", "Measurement", "discrete_laplace"]
+def mean_abs_error(scale: float) -> float:
+    """E|X| for discrete Laplace noise of ``scale`` b (P(k) proportional to exp(-|k| / b)): 2q / (1 - q^2),
+    q = exp(-1 / b). In counts; before post-processing (CBDP's consistency usually lowers it)."""
+    if not scale > 0:
+        return 0.0
+    q = float(np.exp(-1.0 / scale))
+    return 2.0 * q / (1.0 - q * q)
+
+
+__all__ = ["MOVE_SENSITIVITY", "Measurement", "discrete_laplace", "mean_abs_error"]

@@ -216,11 +216,12 @@ def _compute(
         )
         figures.append(("Count error vs eps_counts (Fioretto Fig. 5)", "cbdp_error.png"))
 
+    method_run = ((info.get("extra") or {}).get("auto") or {}).get("method", released)
     if "trace.parquet" in mech.files:
         trace = read_table(store.path(mech, "trace.parquet"))
         report.plot_bounds(trace, w.file("bounds.png"))
-        figures.append(("Benders bounds per iteration", "bounds.png"))
-    if labels is not None and inst.coordinate_columns():
+        figures.append((f"Bounds per iteration ({method_run})", "bounds.png"))
+    if method_run == "benders" and labels is not None and inst.coordinate_columns():
         part = read_table(store.path(upstream["partition"], "partition.parquet"))
         report.plot_partition(
             inst.record_points(),
@@ -230,7 +231,12 @@ def _compute(
             lonlat=inst.metric == "haversine",
         )
         figures.append(("Partition of the mDP graph", "partition.png"))
-    md = _markdown(inst, info, table, figures)
+    summary: list[str] = []
+    if upstream.get("postprocess") is not None:  # the officer's page first, the claims block last
+        summary, claims = _release_page(store, upstream["postprocess"], inst, info, rows[0], w)
+    md = "\n".join(summary + [_markdown(inst, info, table, figures, appendix=bool(summary))])
+    if summary:
+        md += f"\n<!-- {report.CLAIMS_TAG} {claims} -->\n"
 
     def _write_report(p: Path) -> None:
         p.write_text(md, encoding="utf-8")
@@ -239,12 +245,56 @@ def _compute(
     w.meta.update({"methods": list(table["method"])})
 
 
-def _markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]]) -> str:
+def _release_page(
+    store: Store, post: ArtifactRef, inst, info: dict, row: dict, w: ObjectWriter
+) -> tuple[list[str], str]:
+    """The officer's first page (:func:`mdp_core.report.release_summary`) with its two plots -- released
+    points and count noise, from public files only -- and the claims block's JSON
+    (:func:`mdp_core.report.release_claims`)."""
+    import json
+
+    import numpy as np
+
+    from mdp_core import report
+    from mdp_core.errors import InputError
+    from mdp_core.io import read_json, read_table
+
+    prov = read_json(store.path(post, "release_provenance.json"))
+    agg = read_table(store.path(post, "aggregates.parquet"))
+    out = read_table(store.path(post, "microdata.parquet"))["output_id"].to_numpy()
+    scale = float(agg.loc[agg["level"] == "output", "noise_scale"].iloc[0])
+    n_zones = int((agg["level"] == "zone").sum())
+    inst_meta = {
+        "epsilon": inst.epsilon,
+        "eta": inst.eta,
+        "distance_unit": inst.distance_unit,
+        "n_outputs": inst.n_outputs,
+    }
+    page = report.release_summary(inst_meta, info, prov, row, scale, n_zones)
+    shown: list[tuple[str, str]] = []
+    try:
+        report.plot_released_points(
+            inst.output_points(),
+            np.bincount(out, minlength=inst.n_outputs),
+            w.file("released.png"),
+            lonlat=inst.metric == "haversine",
+        )
+        shown.append(("Released outputs", "released.png"))
+    except InputError:  # outputs without coordinates (e.g. words): no map
+        pass
+    report.plot_noise(scale, w.file("count_noise.png"))
+    shown.append(("Noise added to each released count", "count_noise.png"))
+    for title, name in shown:
+        page += [f"![{title}]({name})", ""]
+    return page, json.dumps(report.release_claims(inst_meta, info, prov), sort_keys=True)
+
+
+def _markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]], appendix: bool = False) -> str:
     from mdp_core import report
 
     cert = info["certificate"]
     lines = [
-        "# mdp-release evaluation",
+        "# Appendix: technical evaluation" if appendix else "# mdp-release evaluation",
         "",
         f"N = {inst.n_records} records, K = {inst.n_outputs} outputs, |E| = {inst.n_edges} neighbour pairs, "
         f"eps = {inst.epsilon:g} per {inst.distance_unit}, eta = {inst.eta:g} {inst.distance_unit}.",

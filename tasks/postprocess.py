@@ -12,8 +12,8 @@ public commitment): each individual's output from its record's row of the verifi
 the exact discrete Laplace noise (OpenDP) of the true-data counts per output cell / zone (the total
 is n, public), which is kept in the private store so a re-run reproduces it. The cache key holds the
 table's HMAC under the secret, never its hash. The release's spend is recorded in the private ledger
-(once per release; a cached or forced re-run of the same release spends nothing) and refused above
-``max_total_epsilon``.
+(once per distinct released content: a cached or forced re-run of the same release spends nothing) and
+refused above ``max_total_epsilon``.
 
 Files (all public): microdata.parquet (individual, output_id, output coordinates), aggregates.parquet
 (:data:`mdp_core.postprocess.AGGREGATE_COLUMNS`), release_provenance.json (sha256 of the mechanism and
@@ -139,9 +139,16 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
     additive = eps_counts + eps_prior
     spend = inst.epsilon * inst.eta + additive
+    # one ledger entry per distinct released content: re-publishing the same bytes (a cached or forced re-run,
+    # or new code that draws the same) reveals nothing new and spends nothing
+    from mdp_core.files import file_sha256
+
+    release_id = _digest(
+        [draw.commitment, *(file_sha256(w.file(f)) for f in ("microdata.parquet", "aggregates.parquet"))]
+    )
     ledger = private.spend(
         draw.table,
-        w.key,
+        release_id,
         {
             "epsilon": spend,
             "mechanism_epsilon": inst.epsilon,
