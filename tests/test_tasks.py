@@ -44,21 +44,22 @@ def test_stage_outputs(pipeline):
     micro = pd.read_parquet(store.path(refs["postprocess"], "microdata.parquet"))
     assert len(micro) == 300 and "record_id" not in micro.columns  # secrets are not in the released table
     agg = pd.read_parquet(store.path(refs["postprocess"], "aggregates.parquet"))
-    total = agg.loc[agg["level"] == "total", "cbdp_int"].iloc[0]
-    assert total == agg.loc[agg["level"] == "output", "cbdp_int"].sum()
+    total = agg.loc[agg["level"] == "total", "count"].iloc[0]
+    assert total == 300 == agg.loc[agg["level"] == "output", "count"].sum()
     ev = pd.read_parquet(store.path(refs["evaluate"], "evaluation.parquet"))
     assert list(ev["method"]) == ["auto", "exp"]  # the default method (auto picks lp here)
     assert ev.loc[0, "expected_loss"] <= ev.loc[1, "expected_loss"] + 1e-9
     report = (store.root / refs["evaluate"].path / "report.md").read_text()
-    assert report.startswith("# mdp-release evaluation")
+    assert report.startswith("# Release report") and "**simulated** individuals" in report
     util = pd.read_parquet(store.path(refs["evaluate"], "utility_vs_eps.parquet"))
     assert sorted(util["epsilon"].unique()) == pytest.approx([0.6, 1.5, 3.0]) and set(util["method"]) == {"auto", "exp"}
     lp = util[util["method"] == "auto"].sort_values("epsilon")["expected_loss"].to_numpy()
     assert np.all(np.diff(lp) <= 1e-9)  # more budget never costs utility
     curve = pd.read_parquet(store.path(refs["evaluate"], "cbdp_error.parquet"))
     assert set(curve["method"]) >= {"cbdp", "laplace", "hierarchical"}
-    for png in ("utility_vs_eps.png", "cbdp_error.png", "partition.png"):
+    for png in ("utility_vs_eps.png", "cbdp_error.png", "released.png", "count_noise.png"):
         assert png in refs["evaluate"].files and f"]({png})" in report
+    assert "partition.png" not in refs["evaluate"].files  # the released method is not Benders: no partition plot
 
 
 def test_store_hit_returns_the_same_ref_without_recomputing(pipeline):
