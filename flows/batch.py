@@ -15,7 +15,9 @@ from flows.release import release_flow
 
 
 @flow(name="mdp-release-batch", description="Several releases as one flow run; common stages computed once")
-def batch_flow(configs: list[ReleaseFlowConfig], refresh_from: StageName | None = None) -> list[dict[str, Any]]:
+def batch_flow(
+    configs: list[ReleaseFlowConfig], refresh_from: StageName | None = None, new_draw: bool = False
+) -> list[dict[str, Any]]:
     """Run ``release_flow`` for each config (as subflow runs of this one), one after the other: stages
     the configs have in common (same key) are computed by the first and served from cache to the rest."""
-    return [release_flow(config=as_config(c), refresh_from=refresh_from) for c in configs]
+    return [release_flow(config=as_config(c), refresh_from=refresh_from, new_draw=new_draw) for c in configs]

@@ -499,6 +499,14 @@ def as_config(value: Any) -> ReleaseFlowConfig:
     return ReleaseFlowConfig.model_validate(value, strict=False)
 
 
+def manifest_draw(path: str | Path) -> str | None:
+    """The public commitment of the secret draw a run manifest's release used (None before draws existed)."""
+    from mdp_core.files import read_json
+
+    value = (read_json(path).get("privacy") or {}).get("draw_commitment")
+    return value if isinstance(value, str) else None
+
+
 def manifest_config(path: str | Path) -> ReleaseFlowConfig:
     """The config recorded in a run manifest (to re-run a release)."""
     from mdp_core.files import read_json

@@ -130,6 +130,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="re-run the release recorded in a run's manifest.json (same config)",
     )
     p.add_argument("--store", default=None, help="artifact store root (overrides the config's 'store')")
+    p.add_argument(
+        "--new-draw",
+        action="store_true",
+        help="perturb the same people again with a fresh secret draw (an independent second release: its "
+        "spend is added to the table's privacy ledger); default: the table's current draw, so a re-run "
+        "publishes the same outputs and spends nothing",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
     from flows.config import STAGE_NAMES
@@ -283,7 +290,7 @@ def quiet_console_errors(debug: bool) -> None:
 
 
 def run_from_cli(args: argparse.Namespace) -> int:
-    from flows.config import load_config, manifest_config, store_root
+    from flows.config import load_config, manifest_config, manifest_draw, store_root
 
     if args.from_manifest and args.config:
         from mdp_core.errors import InputError
@@ -295,6 +302,12 @@ def run_from_cli(args: argparse.Namespace) -> int:
     if args.store:
         cfgs = [c.model_copy(update={"store": str(Path(args.store).expanduser().resolve())}) for c in cfgs]
     refresh_from: Any = "ingest" if args.refresh else args.refresh_from  # a StageName (argparse checked it)
+    # a re-run of a published release uses its draw (from this store's private part); otherwise the table's own
+    draw = manifest_draw(args.from_manifest) if args.from_manifest else None
+    if draw is not None and args.new_draw:
+        from mdp_core.errors import InputError
+
+        raise InputError("--new-draw makes a new release: not with --from-manifest, which reproduces one")
     where = prepare_environment()  # before Prefect is imported (a temporary server starts now, in parallel)
     from flows.release import release_flow
 
@@ -307,7 +320,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
         from flows.batch import batch_flow
 
         with no_flow_heartbeat():
-            manifests = batch_flow(configs=cfgs, refresh_from=refresh_from)
+            manifests = batch_flow(configs=cfgs, refresh_from=refresh_from, new_draw=args.new_draw)
         if args.json:
             print(json.dumps(manifests, indent=2, sort_keys=True))
             return 0
@@ -316,7 +329,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
         print(f"  batch of {len(manifests)} releases, flow wall time {time.perf_counter() - t0:.1f}s")
         return 0
     with no_flow_heartbeat():
-        manifest = release_flow(config=cfgs[0], refresh_from=refresh_from)
+        manifest = release_flow(config=cfgs[0], refresh_from=refresh_from, new_draw=args.new_draw, draw=draw)
     wall = time.perf_counter() - t0
     if args.json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
