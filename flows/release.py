@@ -238,6 +238,8 @@ def release_flow(
     inst = run("export", dataset=ds, graph=g, prior=prior_ref)
     if the_draw is None:  # simulated individuals: the table is defined by the instance and n
         the_draw = secret({"instance": inst.content_hash, "n": config.release.n_individuals})
+    else:  # a bad row of the agency's table is an error now, not after the solve
+        postprocess.check_microdata(store, params["postprocess"], inst)
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
     point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)

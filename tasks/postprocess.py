@@ -109,6 +109,15 @@ def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 reco
     ).record_ids
 
 
+def check_microdata(store: Store, params: dict[str, Any], instance: ArtifactRef) -> int:
+    """Map the microdata file to the instance's records now -- before the solve, which may take long --
+    so that a bad row is an error at once; returns the number of individuals. Nothing is written."""
+    if params.get("microdata") is None:
+        return int(params["n_individuals"])
+    inst = instance_of(store, instance)
+    return int(individuals(params, inst, PrivateStore(store.root).load(params["draw"])).shape[0])
+
+
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
