@@ -117,8 +117,23 @@ def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str) -> str:
             _fmt(manifest["privacy"].get("mechanism_epsilon")),
         ),
         ("realised eps", _fmt(cert.get("max_realised_epsilon"))),
-        ("eps_counts (aggregate counts)", _fmt(manifest["privacy"].get("counts_epsilon"))),
-        ("method", _fmt(sv.get("method"))),
+        ("eps_counts (true-data counts)", _fmt(manifest["privacy"].get("counts_epsilon"))),
+        (
+            "prior",
+            f"{_fmt(manifest['privacy'].get('prior_source'))} (eps {_fmt(manifest['privacy'].get('prior_epsilon'))})",
+        ),
+        (
+            "individuals",
+            f"{_fmt(manifest['privacy'].get('n_individuals'))} ({_fmt(manifest['privacy'].get('microdata_source'))})",
+        ),
+        ("guarantee", _fmt((manifest["privacy"].get("guarantee") or {}).get("statement"))),
+        ("this release spends", _fmt((manifest["privacy"].get("ledger") or {}).get("this_release"))),
+        (
+            "table's total so far",
+            f"{_fmt((manifest['privacy'].get('ledger') or {}).get('total_so_far'))} "
+            f"(limit {_fmt((manifest['privacy'].get('ledger') or {}).get('max_total_epsilon'))})",
+        ),
+        ("method run", _fmt((sv.get("auto") or {}).get("method") or sv.get("method"))),
         ("status", _fmt(sv.get("status"))),
         ("objective (expected loss)", _fmt(sv.get("objective"))),
         ("lower bound", _fmt(sv.get("lower_bound"))),

@@ -323,6 +323,12 @@ TOML_CASES: dict[str, tuple[str, str]] = {
     "eps_counts 0": ("[release]\neps_counts = 0.0", "release.eps_counts"),
     "unknown baseline": ("[evaluate]\nbaselines = ['magic']", "evaluate.baselines"),
     "eps_factors negative": ("[evaluate]\neps_factors = [-1.0]", "evaluate.eps_factors"),
+    "release seed (removed)": ("[release]\nseed = 0", "no longer accepted"),
+    "DP prior without microdata": ("[release]\nprior = 'dp'", "set microdata"),
+    "unknown prior": ("[release]\nprior = 'magic'", "prior must be"),
+    "n_individuals with microdata": ("[release]\nmicrodata = 'p.csv'\nn_individuals = 5", "n_individuals"),
+    "eps_prior 0": ("[release]\neps_prior = 0.0", "release.eps_prior"),
+    "max_total_epsilon negative": ("[release]\nmax_total_epsilon = -1.0", "release.max_total_epsilon"),
 }
 
 
@@ -415,7 +421,7 @@ subsets = 2
 method = "{method}"
 {solve_extra}
 [release]
-n_individuals = 300
+{release}
 [evaluate]
 baselines = ["exp"]
 eps_factors = [1.0]
@@ -423,7 +429,8 @@ eps_factors = [1.0]
 
 
 def flow_cmd(server, tmp_path: Path, store: Path, *extra: str, debug: bool = False, **cfg) -> tuple[list[str], dict]:
-    values = {"store": store, "rows": 4, "cols": 5, "k": 8, "method": "lp", "solve_extra": ""} | cfg
+    values = {"store": store, "rows": 4, "cols": 5, "k": 8, "method": "lp", "solve_extra": ""}
+    values |= {"release": "n_individuals = 300"} | cfg
     values.setdefault(
         "dataset",
         'kind = "grid"\nparams = {{ rows = {rows}, cols = {cols}, n_outputs = {k}, seed = 1 }}'.format(**values),
@@ -502,6 +509,34 @@ def test_issue11_finding6_errors_inside_the_flow_are_one_line(prefect_server, tm
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("mdp-release: error: "), proc.stderr[-3000:]
     assert needle in lines[0] and "Traceback" not in proc.stderr
+    assert store_leftovers(store) == []
+
+
+MICRODATA_ERRORS = {
+    # name: (file content or None for a missing file, needle) -- the agency's table, read inside the flow
+    "missing file": (None, "people.csv"),
+    "individual far from every record": (b"lat,lon\n41.6645,12.2460\n60.0,25.0\n", "1 of 2 individual(s) lie farther"),
+    "NaN coordinate": (b"lat,lon\n41.6645,12.2460\n,12.2460\n", "NaN"),
+    "empty table": (b"lat,lon\n", "no individuals"),
+    "no usable column": (b"name\nann\n", "no usable columns"),
+    "unknown record id": (b"record\n0\n999\n", "not in the instance"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.flow
+@pytest.mark.parametrize("case", sorted(MICRODATA_ERRORS))
+def test_bad_microdata_in_the_flow_is_one_line_and_publishes_nothing(prefect_server, tmp_path, case):
+    content, needle = MICRODATA_ERRORS[case]
+    if content is not None:
+        (tmp_path / "people.csv").write_bytes(content)
+    store = tmp_path / "store"
+    proc = run_flow(prefect_server, tmp_path, store, release='microdata = "people.csv"')
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("mdp-release: error: "), proc.stderr[-3000:]
+    assert needle in lines[0] and "Traceback" not in proc.stderr
+    assert "solve" not in {p.name for p in (store / "objects").glob("*")}  # refused before the solve
     assert store_leftovers(store) == []
 
 
