@@ -2,29 +2,47 @@
 
 A release directory (``<store>/runs/<run>/``) holds ``manifest.json``, the released files it lists
 under ``released_files`` {relative path: sha256} -- ``mechanism.parquet``, ``solve.json``,
-``microdata.parquet``, ``aggregates.parquet``, ``release_provenance.json``, the evaluation files --
-and the instance the mechanism was certified against (``instance/instance.json`` + its four Parquet
-tables, listed the same way). :func:`audit_release` re-checks, with no store and no Prefect:
+``microdata.parquet``, ``aggregates.parquet``, ``release_provenance.json``, the evaluation files,
+``report.md`` -- and the instance the mechanism was certified against (``instance/instance.json`` + its
+four Parquet tables). :func:`audit_release` recomputes every privacy and solver claim, with no store and
+no Prefect, and reports each disagreement as one line (``file: what is wrong``):
 
-  1. every listed file exists and has its sha256 (so nothing was replaced after publication);
-  2. the instance reads and validates (its tables against the hashes in its instance.json) and is the
-     export the pipeline solved (instance.json hash = the export stage's, when the manifest lists it);
-  3. the mechanism passes :func:`mdp_core.verify.verify` against that instance -- the exact tolerance
-     and, when records carry coordinates, the edge table against the metric (KD-tree);
-  4. the certificate recorded in the manifest and in solve.json is that of these bytes (verdict,
-     pairs, violations, realised eps) and solve.json names the mechanism's sha256;
-  5. microdata and aggregates come from this mechanism: ``release_provenance.json`` (written by the
-     postprocess stage) names its sha256 and theirs; microdata output ids lie in 0..K-1.
+  1. files: every listed file exists and has its sha256; every file a release must carry is listed;
+     nothing but the listed files (and manifest.json) sits in the folder; only files a release
+     publishes are listed (:func:`_check_folder`);
+  2. content (:func:`_check_content`, a pure function of the Parquet and instance bytes): the instance
+     reads and validates and is the one the pipeline exported; the mechanism passes
+     :func:`mdp_core.verify.verify` against it (exact tolerance, edge table against the metric); its
+     expected loss sum_i p_i sum_k c_ik z_ik is recomputed; every Parquet file has only allowed columns
+     (:data:`COLUMNS`; no name holding ``seed``, ``secret``, ``true_``, ``record_id``); the microdata are
+     individuals 0..n-1 each with an output id in 0..K-1 and exactly that output's public coordinates;
+     the aggregates are consistent non-negative integer counts (outputs and zones sum to the total);
+  3. certificates (:func:`_check_certificates`): every field of the certificate recorded in the manifest
+     and in solve.json equals the recomputed one (no missing, no extra field);
+  4. solve.json (:func:`_check_solve`): its keys, the mechanism's sha256, N and K, the objective
+     (= the recomputed loss, relative 1e-9), upper bound = objective, lower bound <= objective, gap and
+     relative gap as :mod:`mdp_core.solve` defines them, "optimal" only with the gap closed per its own
+     gap options; the manifest's ``solve`` summary repeats it;
+  5. release_provenance.json (:func:`_check_provenance`): format v2, its keys, the sha256s of the
+     mechanism, instance.json, microdata and aggregates, n_individuals = microdata rows = the total count,
+     eps_counts = the aggregates' column, counts_sensitivity = 2 per noisy level = noise_scale *
+     eps_counts, eps_prior, the guarantee (eps per unit, additive eps = eps_counts + eps_prior, unit, the
+     statement's figures) and the ledger (this release = eps * eta + additive, total >= it, <= the cap);
+  6. the manifest's ``privacy`` block (:func:`_check_privacy`): eps, eta, unit = the instance's; every
+     other figure = the provenance's; its ``config`` (:func:`_check_config`): the configured eps, eta,
+     eps_counts, prior, cap, n and method = the released ones;
+  7. evaluation.parquet / utility_vs_eps.parquet (:func:`_check_evaluation`): the released method's row
+     states the recomputed loss, certificate, bounds and the instance's eps / eta / sizes;
+  8. report.md (:func:`_check_report`): every key of its ``<!-- mdp-release-claims {json} -->`` block
+     equals the recomputed / signed value; the block is required from provenance version 2 on.
 
-Every discrepancy is one line; no finding = the release is what the manifest says.
+No finding = the release is what its files say.
 
-The door (:func:`check_publication`) may pass a :class:`VerifiedMemo`: steps 2, 3 and the microdata
-range of step 5 read the instance, the mechanism and the microdata and verify them -- a pure function of
-those files' bytes and of the checking code. The memo keeps the certificate of content that checked out,
-keyed by the sha256 of exactly those bytes (just recomputed, step 1) and the checking code's version, so
-publishing the same bytes again (a fully cached re-run) reuses it instead of re-reading and re-verifying
-them. Step 1, the comparison of the recorded certificate with the memo's (step 4) and the provenance
-checks (step 5) run every time. ``mdp-release audit`` uses no memo.
+The door (:func:`check_publication`) may pass a :class:`VerifiedMemo`: step 2 is a pure function of the
+Parquet and instance bytes and of the checking code. The memo keeps what step 2 found for content that
+checked out, keyed by the sha256 of exactly those bytes (just recomputed, step 1) and the checking code's
+version, so publishing the same bytes again (a fully cached re-run) reuses it instead of re-reading and
+re-verifying them. Steps 1 and 3-8 (JSON and text only) run every time. ``mdp-release audit`` uses no memo.
 """
 
 from __future__ import annotations
@@ -32,18 +50,25 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import MdpError, PrivacyError
 from mdp_core.files import file_sha256, write_json
+from mdp_core.result import BOUND_TOLERANCE, gap_closed
 
-# Steps 2-5 import numpy, pandas and pyarrow (mdp_core.io, mdp_core.verify) when they run, not here: a
+# Step 2 imports numpy, pandas and pyarrow (mdp_core.io, mdp_core.verify) when it runs, not here: a
 # publication whose content a VerifiedMemo already holds needs none of them.
 
 INSTANCE_DIR = "instance"
 PROVENANCE = "release_provenance.json"
+PROVENANCE_FORMAT = "mdp-release-provenance"
+PROVENANCE_VERSION = 2  # from this version on: the v2 keys, the manifest's privacy block and report claims
+CLAIMS_TAG = "mdp-release-claims"  # = mdp_core.report.CLAIMS_TAG (not imported: it pulls in pandas)
+INSTANCE_TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
 REQUIRED = (
     "mechanism.parquet",
     "solve.json",
@@ -52,8 +77,105 @@ REQUIRED = (
     PROVENANCE,
     f"{INSTANCE_DIR}/instance.json",
 )
+# Everything a release may publish (besides top-level *.png figures): tasks.release.released_files.
+PUBLISHED = frozenset(
+    {
+        *REQUIRED,
+        "trace.parquet",
+        "evaluation.parquet",
+        "utility_vs_eps.parquet",
+        "cbdp_error.parquet",
+        "report.md",
+        *(f"{INSTANCE_DIR}/{t}" for t in INSTANCE_TABLES),
+    }
+)
+
+# ----------------------------------------------------------------------------- allow-lists
+COORDINATE = re.compile(r"x\d+")  # euclidean coordinates x0, x1, ...; haversine ones are lat, lon
+WITH_COORDINATES = frozenset(
+    {"microdata.parquet", f"{INSTANCE_DIR}/records.parquet", f"{INSTANCE_DIR}/outputs.parquet"}
+)
+AGGREGATE_COLUMNS = ("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale")
+COLUMNS: dict[str, frozenset[str]] = {
+    "mechanism.parquet": frozenset({"i", "k", "prob"}),
+    "microdata.parquet": frozenset({"individual", "output_id", "output_record_id", "lat", "lon"}),
+    "aggregates.parquet": frozenset(AGGREGATE_COLUMNS),
+    # mdp_core.evaluate.COLUMNS
+    "evaluation.parquet": frozenset(
+        "method n_records n_outputs n_edges lp_rows lp_nonzeros epsilon eta distance_unit expected_loss loss_q95 "
+        "loss_max dist_loss_mean dist_loss_q95 dist_loss_max verified realised_epsilon eps_tight eps_tight_delta "
+        "gv_ratio gv_count gv_max gv_mean lower_bound gap relative_gap no_privacy_bound packing_bound "
+        "packing_centers packing_radius adversary_error seconds".split()
+    ),
+    "utility_vs_eps.parquet": frozenset({"factor", "epsilon", "method", "expected_loss"}),
+    # mdp_core.postprocess.CURVE_COLUMNS: the error curve simulated on the released counts
+    "cbdp_error.parquet": frozenset(
+        {"eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_seeds"}
+    ),
+    # the TRACE_COLUMNS of mdp_core.benders, colgen and rowgen
+    "trace.parquet": frozenset(
+        "iteration lower_bound upper_bound gap optimality_cuts penalised_subproblems slack heuristic_upper_bound "
+        "rho master_seconds sub_max_seconds sub_total_seconds master_rows elapsed_seconds pricing_bound "
+        "columns_added pricing_seconds rows rows_added lp_seconds seconds".split()
+    ),
+    # the public universe of records (mdp_core.io.write_instance and the dataset loaders' extra columns)
+    f"{INSTANCE_DIR}/records.parquet": frozenset(
+        {"record_id", "prior", "lat", "lon", "row", "col", "road_osmid", "snap_km", "osmid", "word", "id", "n_merged"}
+    ),
+    f"{INSTANCE_DIR}/outputs.parquet": frozenset({"output_id", "record_id", "lat", "lon", "id"}),
+    f"{INSTANCE_DIR}/edges.parquet": frozenset({"i", "j", "distance"}),
+    f"{INSTANCE_DIR}/costs.parquet": frozenset({"i", "k", "cost"}),
+}
+FORBIDDEN = ("seed", "secret", "true_", "record_id")  # in any published column or provenance key
+# Allowed names holding a FORBIDDEN fragment: the public record ids of the instance, each released output's
+# record, and the number of simulated repetitions of the public count-error curve (a count, not a seed).
+NAME_EXCEPTIONS: dict[str, frozenset[str]] = {
+    "microdata.parquet": frozenset({"output_record_id"}),
+    f"{INSTANCE_DIR}/records.parquet": frozenset({"record_id"}),
+    f"{INSTANCE_DIR}/outputs.parquet": frozenset({"record_id"}),
+    "cbdp_error.parquet": frozenset({"n_seeds"}),
+}
+SOLVE_KEYS = frozenset(
+    "method status objective lower_bound upper_bound gap relative_gap iterations seconds solver options repair "
+    "extra certificate mechanism_sha256 n_records n_outputs".split()
+)
+MANIFEST_SOLVE_KEYS = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
+GUARANTEE_KEYS = frozenset({"epsilon_per_unit", "additive_epsilon", "distance_unit", "statement"})
+LEDGER_KEYS = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
+PROVENANCE_KEYS = frozenset(
+    "format version mechanism_sha256 instance_json_sha256 microdata_sha256 aggregates_sha256 n_individuals "
+    "microdata_source eps_counts counts_sensitivity eps_prior prior_source draw_commitment guarantee ledger".split()
+)
+PRIVACY_KEYS = frozenset(
+    "mechanism_epsilon eta distance_unit certificate counts_epsilon prior_epsilon prior_source microdata_source "
+    "n_individuals draw_commitment guarantee ledger".split()
+)
+# privacy-block key -> the provenance key it repeats
+PRIVACY_FROM_PROVENANCE = {
+    "counts_epsilon": "eps_counts",
+    "prior_epsilon": "eps_prior",
+    "prior_source": "prior_source",
+    "microdata_source": "microdata_source",
+    "n_individuals": "n_individuals",
+    "draw_commitment": "draw_commitment",
+    "guarantee": "guarantee",
+    "ledger": "ledger",
+}
+CLAIM_KEYS = frozenset(
+    "epsilon eta distance_unit counts_epsilon prior_epsilon additive_epsilon ledger_total_so_far n_individuals "
+    "method objective lower_bound gap max_realised_epsilon certificate_passed".split()
+)
+PRIOR_SOURCES = frozenset({"dataset", "uniform", "dp", "file"})
+MICRODATA_SOURCES = frozenset({"file", "simulated"})
+DEFAULT_GAP = (0.0, 1e-6)  # mdp_core.solve.DEFAULT_GAP: (gap_abs, gap_rel) when solve.json records none
+EXACT = 1e-12  # relative: the same number written twice (a copy, or the same computation on the same bytes)
+RECOMPUTED = 1e-9  # relative: a figure recomputed from the released files (sums in another order)
+TINY = 1e-14  # absolute floor for certificate evidence near 0 (max_abs_violation, max_row_sum_error)
+
+Record = dict[str, Any]
 
 
+# ----------------------------------------------------------------------------- small helpers
 def _load_json(path: Path) -> tuple[dict | None, str | None]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
@@ -66,15 +188,80 @@ def _load_json(path: Path) -> tuple[dict | None, str | None]:
     return value, None
 
 
-def _same_number(a: object, b: object, rel: float = 1e-12) -> bool:
-    """Recorded vs recomputed certificate numbers ("inf" strings allowed)."""
-    try:
-        x, y = float(a), float(b)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+def _obj(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _num(value: object) -> float | None:
+    """``value`` as a float (JSON numbers and "inf" / "-inf"), None for anything else (bools, NaN, text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    if isinstance(value, str) and value not in ("inf", "-inf"):
+        return None
+    x = float(value)
+    return None if math.isnan(x) else x
+
+
+def _same_number(a: object, b: object, rel: float = EXACT, floor: float = 0.0) -> bool:
+    """Two numbers within ``rel`` (relative) or ``floor`` (absolute); "inf" strings allowed, bools are not numbers."""
+    x, y = _num(a), _num(b)
+    if x is None or y is None:
         return False
-    return x == y or (math.isfinite(x) and math.isfinite(y) and abs(x - y) <= rel * max(abs(x), abs(y)))
+    return x == y or (math.isfinite(x) and math.isfinite(y) and abs(x - y) <= max(rel * max(abs(x), abs(y)), floor))
 
 
+def _agrees(a: object, b: object, rel: float = EXACT, floor: float = 0.0) -> bool:
+    """``a`` states ``b``: numbers within tolerance, dicts and lists element by element, the rest equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_agrees(a[k], b[k], rel, floor) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_agrees(x, y, rel, floor) for x, y in zip(a, b, strict=True))
+    if _num(a) is not None and _num(b) is not None:
+        return _same_number(a, b, rel, floor)
+    return type(a) is type(b) and a == b
+
+
+def _show(value: object) -> str:
+    return f"{value:.12g}" if isinstance(value, float) else json.dumps(value) if isinstance(value, dict) else str(value)
+
+
+def _compare(where: str, what: str, recorded: object, expected: object, rel: float = EXACT) -> list[str]:
+    """One finding when the file ``where`` states ``what`` = ``recorded`` but the release gives ``expected``."""
+    if _agrees(recorded, expected, rel):
+        return []
+    return [f"{where}: {what} {_show(recorded)} but the released files give {_show(expected)}"]
+
+
+def _forbidden(name: str) -> bool:
+    return any(fragment in name.lower() for fragment in FORBIDDEN)
+
+
+def _forbidden_keys(value: object, path: str = "") -> Iterator[str]:
+    """Every key (dotted path) of a JSON value whose name holds a FORBIDDEN fragment."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if _forbidden(str(key)):
+                yield here
+            yield from _forbidden_keys(item, here)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _forbidden_keys(item, path)
+
+
+def _keys(where: str, value: dict, allowed: frozenset[str], required: bool = True) -> list[str]:
+    """Unknown keys (and, when ``required``, missing ones) of ``value`` against ``allowed``."""
+    out = [f"{where}: key {k} is not allowed in a published file" for k in sorted(set(value) - allowed)]
+    if required:
+        out += [f"{where}: missing key {k}" for k in sorted(allowed - set(value))]
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+# ----------------------------------------------------------------------------- step 1: the files
 def _check_listed_files(d: Path, listed: dict) -> tuple[dict[str, str], list[str]]:
     """Hash every file the manifest lists: ({relative path: actual sha256 hex}, findings)."""
     findings: list[str] = []
@@ -93,108 +280,161 @@ def _check_listed_files(d: Path, listed: dict) -> tuple[dict[str, str], list[str
     return actual, findings
 
 
-def _check_certificate(manifest: dict, checked: dict[str, Any]) -> list[str]:
-    """The manifest's recorded certificate and mechanism epsilon (per distance unit) vs the recomputed ones
-    (``checked``: :func:`_check_content`'s record: ``certificate`` as ``Certificate.as_dict()``, ``summary``,
-    ``instance_epsilon``)."""
+def _publishable(name: str) -> bool:
+    return name in PUBLISHED or ("/" not in name and name.endswith(".png"))
+
+
+def _check_folder(d: Path, listed: dict) -> list[str]:
+    """Only files a release publishes are listed, and nothing unlisted sits in the folder."""
+    findings = [
+        f"{n}: not a file a release publishes (listed in the manifest)" for n in sorted(listed) if not _publishable(n)
+    ]
+    for p in sorted(d.rglob("*")):
+        name = p.relative_to(d).as_posix()
+        if (p.is_file() or p.is_symlink()) and name != "manifest.json" and name not in listed:
+            findings.append(f"{name}: in the release folder but not listed in the manifest")
+    return findings
+
+
+# ----------------------------------------------------------------------------- step 2: content (memoisable)
+def _check_columns(d: Path, actual: dict[str, str]) -> list[str]:
+    """Every listed Parquet file has only allowed columns (aggregates: exactly, in order) and no forbidden name."""
+    import pyarrow.parquet as pq
+
     findings: list[str] = []
-    cert = checked["certificate"]
-    if cert.get("passed") is not True:
-        findings.append(f"mechanism.parquet: fails verification against the instance: {checked['summary']}")
-    privacy = manifest.get("privacy") or {}
-    recorded = privacy.get("certificate") or {}
-    if recorded.get("passed") is not True:
-        findings.append("manifest.json: the recorded certificate does not say passed")
-    for key in ("n_pairs", "n_violations", "n_infinite", "n_negative"):
-        if key in recorded and recorded[key] != cert.get(key):
-            findings.append(
-                f"manifest.json: certificate {key}={recorded[key]} but the released files give {cert.get(key)}"
-            )
-    realised = cert.get("max_realised_epsilon")
-    if "max_realised_epsilon" in recorded and not _same_number(recorded["max_realised_epsilon"], realised):
-        shown = f"{realised:.12g}" if isinstance(realised, float) else realised
+    for name in sorted(n for n in actual if n.endswith(".parquet")):
+        try:
+            cols = list(pq.read_schema(d / name).names)
+        except Exception as exc:  # pyarrow raises several types for non-Parquet bytes
+            findings.append(f"{name}: not a readable Parquet file ({type(exc).__name__})")
+            continue
+        allowed = COLUMNS.get(name, frozenset())
+        coords = name in WITH_COORDINATES
+        for col in cols:
+            if col in NAME_EXCEPTIONS.get(name, ()):
+                continue
+            if _forbidden(col) or not (col in allowed or (coords and COORDINATE.fullmatch(col))):
+                findings.append(f"{name}: column {col} is not allowed in a published file")
+        if name == "aggregates.parquet" and tuple(cols) != AGGREGATE_COLUMNS:
+            findings.append(f"aggregates.parquet: columns {cols} are not {list(AGGREGATE_COLUMNS)} in this order")
+    return findings
+
+
+def _microdata_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
+    """Rows 0..n-1, output ids in 0..K-1, and every other column exactly the output's public value
+    (:func:`mdp_core.release.perturbed_microdata`): {"rows": n}."""
+    import numpy as np
+
+    from mdp_core.io import read_table
+    from mdp_core.release import perturbed_microdata
+
+    frame = read_table(path, required={"individual": "int64", "output_id": "int64"})
+    out = frame["output_id"].to_numpy()
+    if out.size and (out.min() < 0 or out.max() >= inst.n_outputs):
+        return None, [f"microdata.parquet: output_id outside 0..{inst.n_outputs - 1}"]
+    findings = []
+    if not np.array_equal(frame["individual"].to_numpy(), np.arange(len(frame))):
+        findings.append("microdata.parquet: individual is not 0..n-1 in order")
+    want = perturbed_microdata(inst, out)
+    if set(frame.columns) != set(want.columns):
         findings.append(
-            f"manifest.json: certificate realised eps {recorded['max_realised_epsilon']} but the released mechanism "
-            f"gives {shown}"
+            f"microdata.parquet: columns {sorted(frame.columns)} are not the outputs' {sorted(want.columns)}"
         )
-    eps = checked["instance_epsilon"]
-    if "mechanism_epsilon" in privacy and not _same_number(privacy["mechanism_epsilon"], eps):
-        findings.append(f"manifest.json: mechanism_epsilon {privacy['mechanism_epsilon']} != instance epsilon {eps:g}")
-    return findings
+    for col in sorted(set(frame.columns) & set(want.columns) - {"individual", "output_id"}):
+        if not np.array_equal(frame[col].to_numpy(), want[col].to_numpy(), equal_nan=True):
+            findings.append(f"microdata.parquet: column {col} is not the released output's public value")
+    return {"rows": len(frame)}, findings
 
 
-def _check_solve_and_provenance(d: Path, actual: dict[str, str]) -> list[str]:
-    """solve.json and release_provenance.json name the sha256 of the released files ({path: sha256 hex})."""
-    findings: list[str] = []
-    solve_info, err = _load_json(d / "solve.json")
-    if solve_info is None:
-        findings.append(err or "solve.json: unreadable")
-    elif solve_info.get("mechanism_sha256") != actual["mechanism.parquet"]:
-        findings.append("solve.json: mechanism_sha256 is not the released mechanism.parquet")
-    prov, err = _load_json(d / PROVENANCE)
-    if prov is None:
-        findings.append(err or f"{PROVENANCE}: unreadable")
-        return findings
-    if prov.get("mechanism_sha256") != actual["mechanism.parquet"]:
-        findings.append(f"{PROVENANCE}: microdata and aggregates were drawn from another mechanism (sha256 differs)")
-    if prov.get("instance_json_sha256") != actual[f"{INSTANCE_DIR}/instance.json"]:
-        findings.append(f"{PROVENANCE}: microdata and aggregates were drawn for another instance (sha256 differs)")
-    for name in ("microdata.parquet", "aggregates.parquet"):
-        want = prov.get(f"{name.split('.')[0]}_sha256")
-        if name in actual and want != actual[name]:
-            findings.append(f"{name}: sha256 differs from the one {PROVENANCE} records")
-    return findings
+def _aggregates_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
+    """Consistent non-negative integer counts: one exact total, outputs 0..K-1 and zones summing to it.
+    Facts: {"total", "eps_counts", "scales": {noisy level: its noise_scale},
+    "sensitivity": L1 sensitivity of the noisy levels together (2 per level)}."""
+    import numpy as np
+
+    from mdp_core.io import read_table
+    from mdp_core.noise import MOVE_SENSITIVITY
+
+    f = read_table(path, required={"block": "int64", "n_members": "int64", "count": "int64", "eps_counts": "float64"})
+    f = f.astype({"level": str, "label": str, "noise": str})
+    levels = set(f["level"])
+    findings = [f"aggregates.parquet: unknown level {lv}" for lv in sorted(levels - {"total", "zone", "output"})]
+    total, outs, zones = f[f.level == "total"], f[f.level == "output"], f[f.level == "zone"]
+    k = inst.n_outputs
+    if len(total) != 1 or total["noise"].iloc[0] != "none" or float(total["noise_scale"].iloc[0]) != 0.0:
+        return None, findings + ["aggregates.parquet: needs one total row, noise none, noise_scale 0"]
+    n = int(total["count"].iloc[0])
+    if not (np.array_equal(outs["block"].to_numpy(), np.arange(k)) and (outs["n_members"] == 1).all()):
+        findings.append(f"aggregates.parquet: the output level is not blocks 0..{k - 1} of one output each")
+    elif not (outs["label"] == outs["block"].astype(str)).all():
+        findings.append("aggregates.parquet: output labels are not their output ids")
+    if (f["count"] < 0).any():
+        findings.append("aggregates.parquet: negative count")
+    for name, part in (("output", outs), ("zone", zones)):
+        if len(part) and int(part["count"].sum()) != n:
+            findings.append(f"aggregates.parquet: {name} counts sum to {int(part['count'].sum())}, not the total {n}")
+    if len(zones) and int(zones["n_members"].sum()) != k:
+        findings.append(f"aggregates.parquet: zones hold {int(zones['n_members'].sum())} outputs, not K = {k}")
+    noisy = f[f.level != "total"]
+    if (noisy["noise"] != "discrete_laplace").any():
+        findings.append("aggregates.parquet: a noisy level's noise is not discrete_laplace")
+    scales = {str(lv): sorted({float(s) for s in g["noise_scale"]}) for lv, g in noisy.groupby("level")}
+    eps = sorted({float(e) for e in f["eps_counts"]})
+    if len(eps) != 1 or any(len(s) != 1 for s in scales.values()):
+        return None, findings + ["aggregates.parquet: eps_counts, or a level's noise_scale, is not one value"]
+    facts = {
+        "total": n,
+        "eps_counts": eps[0],
+        "scales": {lv: s[0] for lv, s in scales.items()},
+        "sensitivity": MOVE_SENSITIVITY * len(scales),
+    }
+    return facts, findings
 
 
-def _check_microdata(path: Path, n_outputs: int) -> list[str]:
-    """Every microdata ``output_id`` lies in 0..K-1 (K = ``n_outputs``)."""
+def _plain(value: Any) -> Any:
+    """A Parquet cell as strict JSON: NaN / None -> None, infinities -> "inf" / "-inf", numpy -> Python."""
+    if value is None:
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return None if math.isnan(value) else value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+EVALUATION_FACTS = (
+    "method n_records n_outputs n_edges epsilon eta distance_unit expected_loss verified realised_epsilon "
+    "lower_bound gap".split()
+)
+
+
+def _evaluation_facts(path: Path, inst: Any) -> tuple[list[Record], list[str]]:
+    """The rows of evaluation.parquet / utility_vs_eps.parquet (the columns the audit compares)."""
     from mdp_core.io import read_table
 
-    try:
-        out = read_table(path, required={"output_id": "int64"})["output_id"].to_numpy()
-        if out.size and (out.min() < 0 or out.max() >= n_outputs):
-            return [f"microdata.parquet: output_id outside 0..{n_outputs - 1}"]
-    except MdpError as exc:
-        return [_first_line(exc)]
-    return []
+    frame = read_table(path)
+    if "method" not in frame.columns:
+        return [], [f"{path.name}: no method column"]
+    cols = [c for c in (*EVALUATION_FACTS, "factor") if c in frame.columns]
+    return [{c: _plain(v) for c, v in zip(cols, row, strict=True)} for row in frame[cols].itertuples(index=False)], []
 
 
-# The files steps 2, 3 and 5 (microdata range) read: their sha256s key a VerifiedMemo record.
-CONTENT_FILES = ("mechanism.parquet", "microdata.parquet")
+TABLE_FACTS: dict[str, Callable[[Path, Any], tuple[Any, list[str]]]] = {
+    "microdata.parquet": _microdata_facts,
+    "aggregates.parquet": _aggregates_facts,
+    "evaluation.parquet": _evaluation_facts,
+    "utility_vs_eps.parquet": _evaluation_facts,
+}
 
 
-@dataclass(frozen=True)
-class VerifiedMemo:
-    """Records of released content that checked out (module docstring): ``folder/<key>.json``, ``key`` =
-    sha256 of the content files' sha256s (:data:`CONTENT_FILES` and ``instance/*``) and ``salt`` (the
-    version of the checking code: the caller's, e.g. the sha256 of this module and what it imports)."""
-
-    folder: Path
-    salt: str
-
-    def key(self, actual: dict[str, str]) -> str:
-        content = {n: h for n, h in actual.items() if n in CONTENT_FILES or n.startswith(f"{INSTANCE_DIR}/")}
-        text = json.dumps({"salt": self.salt, "files": content}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def get(self, actual: dict[str, str]) -> dict[str, Any] | None:
-        record, _ = _load_json(Path(self.folder) / f"{self.key(actual)}.json")
-        if record is None or not isinstance(record.get("certificate"), dict) or "instance_epsilon" not in record:
-            return None
-        return record
-
-    def put(self, actual: dict[str, str], record: dict[str, Any]) -> None:
-        try:
-            write_json(Path(self.folder) / f"{self.key(actual)}.json", record)
-        except OSError:
-            pass  # a memo only saves time: a failed write costs a re-verification next time
-
-
-def _check_content(d: Path, actual: dict[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
-    """Steps 2, 3 and the microdata range: read and validate the instance, verify the mechanism against it.
-    Returns ({certificate (as_dict), summary, instance_epsilon} or None when nothing could be read, findings)."""
+def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list[str]]:
+    """Step 2: read and validate the instance, verify the mechanism, recompute its loss, check every Parquet
+    table. Returns (facts or None when the instance or mechanism could not be read, findings). Facts:
+    ``certificate`` (``Certificate.as_dict()``), ``summary``, ``instance_epsilon``, ``instance`` (epsilon,
+    eta, distance_unit, n_records, n_outputs, n_edges), ``objective`` and one entry per :data:`TABLE_FACTS`
+    file (None when absent or unreadable)."""
     from mdp_core.io import read_instance, read_mechanism
-    from mdp_core.verify import verify
+    from mdp_core.verify import objective, verify
 
     try:
         inst = read_instance(d / INSTANCE_DIR)
@@ -202,11 +442,427 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[dict[str, Any] | No
         cert = verify(inst, z)
     except MdpError as exc:
         return None, [_first_line(exc)]
-    checked = {"certificate": cert.as_dict(), "summary": cert.summary(), "instance_epsilon": inst.epsilon}
-    findings = _check_microdata(d / "microdata.parquet", inst.n_outputs) if "microdata.parquet" in actual else []
-    return checked, findings
+    facts: Record = {
+        "certificate": cert.as_dict(),
+        "summary": cert.summary(),
+        "instance_epsilon": inst.epsilon,
+        "instance": {
+            "epsilon": inst.epsilon,
+            "eta": inst.eta,
+            "distance_unit": inst.distance_unit,
+            "n_records": inst.n_records,
+            "n_outputs": inst.n_outputs,
+            "n_edges": inst.n_edges,
+        },
+        "objective": objective(inst, z),
+    }
+    findings = _check_columns(d, actual)
+    for name, read in TABLE_FACTS.items():
+        facts[name] = None
+        if name in actual:
+            try:
+                facts[name], found = read(d / name, inst)
+            except (MdpError, KeyError, ValueError, TypeError) as exc:
+                line = _first_line(exc)
+                found = [line if name in line else f"{name}: {line}"]
+            findings += found
+    return facts, findings
 
 
+# The files step 2 reads: their sha256s key a VerifiedMemo record.
+def _content_file(name: str) -> bool:
+    return name.endswith(".parquet") or name.startswith(f"{INSTANCE_DIR}/")
+
+
+FACT_KEYS = ("certificate", "summary", "instance_epsilon", "instance", "objective", *TABLE_FACTS)
+
+
+@dataclass(frozen=True)
+class VerifiedMemo:
+    """Records of released content that checked out (module docstring): ``folder/<key>.json``, ``key`` =
+    sha256 of the content files' sha256s (every Parquet file and ``instance/*``) and ``salt`` (the
+    version of the checking code: the caller's, e.g. the sha256 of this module and what it imports)."""
+
+    folder: Path
+    salt: str
+
+    def key(self, actual: dict[str, str]) -> str:
+        content = {n: h for n, h in actual.items() if _content_file(n)}
+        text = json.dumps({"salt": self.salt, "files": content}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, actual: dict[str, str]) -> Record | None:
+        record, _ = _load_json(Path(self.folder) / f"{self.key(actual)}.json")
+        if record is None or not isinstance(record.get("certificate"), dict) or any(k not in record for k in FACT_KEYS):
+            return None
+        return record
+
+    def put(self, actual: dict[str, str], record: Record) -> None:
+        try:
+            write_json(Path(self.folder) / f"{self.key(actual)}.json", record)
+        except (OSError, ValueError):
+            pass  # a memo only saves time: a failed write costs a re-verification next time
+
+
+# ----------------------------------------------------------------------------- steps 3-8: the claims
+def _check_certificate(where: str, recorded: object, cert: Record) -> list[str]:
+    """Every field of a recorded certificate vs the recomputed one (``Certificate.as_dict()``)."""
+    if not isinstance(recorded, dict):
+        return [f"{where}: no recorded certificate"]
+    findings = [] if recorded.get("passed") is True else [f"{where}: the recorded certificate does not say passed"]
+    for key in sorted(set(recorded) | set(cert)):
+        if key not in cert:
+            findings.append(f"{where}: certificate field {key} is not a field of the certificate")
+        elif key not in recorded:
+            findings.append(f"{where}: certificate field {key} is missing")
+        elif key != "passed" and not _agrees(recorded[key], cert[key], EXACT, TINY):
+            findings.append(
+                f"{where}: certificate {key}={_show(recorded[key])} but the released files give {_show(cert[key])}"
+            )
+    return findings
+
+
+def _check_certificates(manifest: dict, solve: dict, facts: Record) -> list[str]:
+    cert = facts["certificate"]
+    findings = (
+        []
+        if cert.get("passed") is True
+        else [f"mechanism.parquet: fails verification against the instance: {facts['summary']}"]
+    )
+    findings += _check_certificate("manifest.json", _obj(manifest.get("privacy")).get("certificate"), cert)
+    return findings + _check_certificate("solve.json", solve.get("certificate"), cert)
+
+
+def _check_solve(solve: dict, actual: dict[str, str], facts: Record) -> list[str]:
+    """solve.json: keys, mechanism sha256, N, K, objective = recomputed loss, bounds, gap, honest status."""
+    inst, obj = facts["instance"], facts["objective"]
+    findings = _keys("solve.json", solve, SOLVE_KEYS, required=False)
+    if solve.get("mechanism_sha256") != actual["mechanism.parquet"]:
+        findings.append("solve.json: mechanism_sha256 is not the released mechanism.parquet")
+    for key in ("n_records", "n_outputs"):
+        findings += _compare("solve.json", key, solve.get(key), inst[key])
+    findings += _compare("solve.json", "objective", solve.get("objective"), obj, RECOMPUTED)
+    findings += _compare("solve.json", "upper_bound", solve.get("upper_bound"), obj, RECOMPUTED)
+    after = _obj(solve.get("repair")).get("objective_after")
+    if after is not None:
+        findings += _compare("solve.json", "repair objective_after", after, obj, RECOMPUTED)
+    return findings + _check_bounds(solve, obj)
+
+
+def _check_bounds(solve: dict, obj: float) -> list[str]:
+    """lower bound <= objective, gap = max(objective - lower bound, 0), relative gap, "optimal" = gap closed
+    (mdp_core.solve.Solution, mdp_core.result.honest_status)."""
+    raw = solve.get("lower_bound")
+    lb = _num(raw)
+    if raw is not None and lb is None:
+        return [f"solve.json: lower_bound {raw!r} is not a number"]
+    tol = BOUND_TOLERANCE * max(1.0, abs(obj))
+    findings: list[str] = []
+    if lb is not None and lb > obj + tol:
+        findings.append(f"solve.json: lower_bound {lb:.12g} exceeds the released mechanism's loss {obj:.12g}")
+    gap = None if lb is None else max(obj - lb, 0.0)
+    if not _agrees(solve.get("gap"), gap, RECOMPUTED, tol):
+        findings.append(f"solve.json: gap {_show(solve.get('gap'))} but loss - lower_bound gives {_show(gap)}")
+    rel = None if gap is None else gap / max(abs(obj), 1e-300)
+    if "relative_gap" in solve and not _agrees(solve["relative_gap"], rel, RECOMPUTED, BOUND_TOLERANCE):
+        findings.append(f"solve.json: relative_gap {_show(solve['relative_gap'])} but the bounds give {_show(rel)}")
+    if solve.get("status") == "optimal":
+        options = _obj(solve.get("options"))
+        gap_abs, gap_rel = _num(options.get("gap_abs", DEFAULT_GAP[0])), _num(options.get("gap_rel", DEFAULT_GAP[1]))
+        if lb is None or gap_abs is None or gap_rel is None:
+            findings.append("solve.json: status optimal without a lower bound and gap options")
+        elif not gap_closed(obj, lb, gap_abs, gap_rel):
+            findings.append(
+                f"solve.json: status optimal but the lower bound {lb:.12g} is not within gap_abs {gap_abs:g} / "
+                f"gap_rel {gap_rel:g} of the loss {obj:.12g}"
+            )
+    return findings
+
+
+def _check_manifest_solve(manifest: dict, solve: dict) -> list[str]:
+    """The manifest's ``solve`` summary repeats solve.json."""
+    summary = manifest.get("solve")
+    if summary is None:
+        return []
+    if not isinstance(summary, dict):
+        return ["manifest.json: solve is not an object"]
+    findings = _keys("manifest.json solve", summary, frozenset({*MANIFEST_SOLVE_KEYS, "auto"}), required=False)
+    for key in MANIFEST_SOLVE_KEYS:
+        if key in summary:
+            findings += _compare("manifest.json", f"solve {key}", summary[key], solve.get(key))
+    if "auto" in summary:
+        findings += _compare("manifest.json", "solve auto", summary["auto"], _obj(solve.get("extra")).get("auto"))
+    return findings
+
+
+def _check_provenance(prov: dict, actual: dict[str, str], facts: Record) -> list[str]:
+    """release_provenance.json: format, keys, the sha256s it names, its figures vs the tables and instance."""
+    p = PROVENANCE
+    findings: list[str] = []
+    if prov.get("mechanism_sha256") != actual["mechanism.parquet"]:
+        findings.append(f"{p}: microdata and aggregates were drawn from another mechanism (sha256 differs)")
+    if prov.get("instance_json_sha256") != actual[f"{INSTANCE_DIR}/instance.json"]:
+        findings.append(f"{p}: microdata and aggregates were drawn for another instance (sha256 differs)")
+    for name in ("microdata.parquet", "aggregates.parquet"):
+        if name in actual and prov.get(f"{name.split('.')[0]}_sha256") != actual[name]:
+            findings.append(f"{name}: sha256 differs from the one {p} records")
+    findings += [
+        f"{p}: key {k} names a secret or a seed: not allowed in a published file" for k in _forbidden_keys(prov)
+    ]
+    if prov.get("format") != PROVENANCE_FORMAT or prov.get("version") != PROVENANCE_VERSION:
+        return findings + [f"{p}: not a {PROVENANCE_FORMAT} version {PROVENANCE_VERSION} record"]
+    findings += _keys(p, prov, PROVENANCE_KEYS)
+    findings += _keys(f"{p} guarantee", _obj(prov.get("guarantee")), GUARANTEE_KEYS)
+    findings += _keys(f"{p} ledger", _obj(prov.get("ledger")), LEDGER_KEYS)
+    return (
+        findings
+        + _check_counts(prov, facts)
+        + _check_guarantee(prov, facts["instance"])
+        + _check_ledger(prov, facts["instance"])
+    )
+
+
+def _check_counts(prov: dict, facts: Record) -> list[str]:
+    """n_individuals, eps_counts, counts_sensitivity, eps_prior and sources vs the microdata and aggregates."""
+    p, findings = PROVENANCE, []
+    micro, agg = facts.get("microdata.parquet"), facts.get("aggregates.parquet")
+    if micro is not None:
+        findings += _compare(p, "n_individuals", prov.get("n_individuals"), micro["rows"])
+    if agg is not None:
+        findings += _compare(p, "n_individuals", prov.get("n_individuals"), agg["total"])
+        findings += _compare(p, "eps_counts", prov.get("eps_counts"), agg["eps_counts"])
+        findings += _compare(p, "counts_sensitivity", prov.get("counts_sensitivity"), agg["sensitivity"])
+        eps = _num(prov.get("eps_counts"))
+        for level, scale in sorted(agg["scales"].items()):
+            if eps is None or not _same_number(scale * eps, prov.get("counts_sensitivity"), RECOMPUTED):
+                findings.append(
+                    f"aggregates.parquet: {level} noise_scale {scale:.12g} x eps_counts {prov.get('eps_counts')} is "
+                    f"not the counts_sensitivity {prov.get('counts_sensitivity')}"
+                )
+    eps_prior = _num(prov.get("eps_prior"))
+    if prov.get("prior_source") not in PRIOR_SOURCES:
+        findings.append(f"{p}: prior_source {prov.get('prior_source')} is not one of {sorted(PRIOR_SOURCES)}")
+    elif eps_prior is None or eps_prior < 0 or (prov["prior_source"] == "dp") != (eps_prior > 0):
+        findings.append(f"{p}: eps_prior {prov.get('eps_prior')} does not fit prior_source {prov['prior_source']}")
+    if prov.get("microdata_source") not in MICRODATA_SOURCES:
+        findings.append(
+            f"{p}: microdata_source {prov.get('microdata_source')} is not one of {sorted(MICRODATA_SOURCES)}"
+        )
+    if not (isinstance(prov.get("draw_commitment"), str) and re.fullmatch(r"[0-9a-f]{64}", prov["draw_commitment"])):
+        findings.append(f"{p}: draw_commitment is not a sha256 hex commitment")
+    return findings
+
+
+def _additive(prov: dict) -> float | None:
+    eps_counts, eps_prior = _num(prov.get("eps_counts")), _num(prov.get("eps_prior"))
+    return None if eps_counts is None or eps_prior is None else eps_counts + eps_prior
+
+
+def _check_guarantee(prov: dict, inst: Record) -> list[str]:
+    """The guarantee: eps per unit and unit of the instance, additive eps = eps_counts + eps_prior, and the
+    statement says exp(eps * d(r, r') + additive) in that unit."""
+    where, g, add = f"{PROVENANCE} guarantee", _obj(prov.get("guarantee")), _additive(prov)
+    findings = _compare(where, "epsilon_per_unit", g.get("epsilon_per_unit"), inst["epsilon"])
+    findings += _compare(where, "distance_unit", g.get("distance_unit"), inst["distance_unit"])
+    findings += _compare(where, "additive_epsilon", g.get("additive_epsilon"), add)
+    statement = g.get("statement")
+    if add is not None and not (
+        isinstance(statement, str)
+        and f"exp({inst['epsilon']:g} * d(r, r') + {add:g})" in statement
+        and f"d in {inst['distance_unit']}" in statement
+    ):
+        findings.append(
+            f"{where}: the statement does not say exp({inst['epsilon']:g} * d(r, r') + {add:g}), d in {inst['distance_unit']}"
+        )
+    return findings
+
+
+def _check_ledger(prov: dict, inst: Record) -> list[str]:
+    """this_release = eps * eta + additive; this_release <= total_so_far <= max_total_epsilon (when set)."""
+    where, led, add = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), _additive(prov)
+    if add is None:
+        return []
+    spend = inst["epsilon"] * inst["eta"] + add
+    findings = _compare(where, "this_release", led.get("this_release"), spend, RECOMPUTED)
+    total, cap, n = _num(led.get("total_so_far")), _num(led.get("max_total_epsilon")), led.get("releases_so_far")
+    if total is None or total < spend * (1 - RECOMPUTED):
+        findings.append(f"{where}: total_so_far {led.get('total_so_far')} is below this release's spend {spend:.12g}")
+    elif led.get("max_total_epsilon") is not None and (cap is None or total > cap * (1 + RECOMPUTED)):
+        findings.append(f"{where}: total_so_far {total:.12g} exceeds max_total_epsilon {led.get('max_total_epsilon')}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        findings.append(f"{where}: releases_so_far {n} is not a count >= 1")
+    return findings
+
+
+def _check_privacy(manifest: dict, prov: dict, inst: Record) -> list[str]:
+    """The manifest's privacy block: eps, eta, unit = the instance's; the other figures = the provenance's."""
+    privacy = _obj(manifest.get("privacy"))
+    v2 = prov.get("version") == PROVENANCE_VERSION
+    findings = _keys("manifest.json privacy", privacy, PRIVACY_KEYS, required=v2)
+    findings += [f"manifest.json: privacy key {k} names a secret or a seed" for k in _forbidden_keys(privacy)]
+    for key, want in (("mechanism_epsilon", "epsilon"), ("eta", "eta"), ("distance_unit", "distance_unit")):
+        if key in privacy and not _agrees(privacy[key], inst[want]):
+            findings.append(
+                f"manifest.json: privacy {key} {_show(privacy[key])} != instance {want} {_show(inst[want])}"
+            )
+    for key, source in PRIVACY_FROM_PROVENANCE.items():
+        if key in privacy:
+            findings += _compare("manifest.json", f"privacy {key}", privacy[key], prov.get(source))
+    return findings
+
+
+def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list[str]:
+    """The manifest's ``config`` (the flow's settings) states the released eps, eta, counts budget, prior,
+    cap, microdata source, n and method."""
+    if "config" not in manifest:
+        return ["manifest.json: no config block"] if prov.get("version") == PROVENANCE_VERSION else []
+    cfg = _obj(manifest["config"])
+    privacy, release = _obj(cfg.get("privacy")), _obj(cfg.get("release"))
+    findings = [f"manifest.json: config release.{k} names a seed or a secret" for k in _forbidden_keys(release)]
+    for key in ("epsilon", "eta"):
+        if privacy.get(key) is not None and not _agrees(privacy[key], inst[key]):
+            findings.append(
+                f"manifest.json: config privacy.{key} {_show(privacy[key])} != instance {key} {_show(inst[key])}"
+            )
+    if "method" in _obj(cfg.get("solve")):
+        findings += _compare("manifest.json", "config solve.method", cfg["solve"]["method"], solve.get("method"))
+    if not release:
+        return findings
+    led = _obj(prov.get("ledger"))
+    findings += _compare(
+        "manifest.json", "config release.eps_counts", release.get("eps_counts"), prov.get("eps_counts")
+    )
+    findings += _compare(
+        "manifest.json",
+        "config release.max_total_epsilon",
+        release.get("max_total_epsilon"),
+        led.get("max_total_epsilon"),
+    )
+    prior = release.get("prior", "dataset")
+    source = prior if prior in ("dataset", "uniform", "dp") else "file"
+    findings += _compare("manifest.json", "config release prior source", source, prov.get("prior_source"))
+    if source == "dp":
+        findings += _compare(
+            "manifest.json", "config release.eps_prior", release.get("eps_prior"), prov.get("eps_prior")
+        )
+    simulated = release.get("microdata") is None
+    findings += _compare(
+        "manifest.json", "config microdata source", "simulated" if simulated else "file", prov.get("microdata_source")
+    )
+    if simulated and "n_individuals" in release:
+        findings += _compare(
+            "manifest.json", "config release.n_individuals", release["n_individuals"], prov.get("n_individuals")
+        )
+    return findings
+
+
+def _check_evaluation(facts: Record, solve: dict) -> list[str]:
+    """evaluation.parquet and utility_vs_eps.parquet restate the released mechanism's figures."""
+    inst, cert, obj, method = facts["instance"], facts["certificate"], facts["objective"], solve.get("method")
+    findings: list[str] = []
+    rows = facts.get("evaluation.parquet")
+    if rows is not None:
+        for row in rows:  # every mechanism was evaluated on the released instance
+            for key in ("epsilon", "eta", "distance_unit", "n_records", "n_outputs", "n_edges"):
+                findings += _compare("evaluation.parquet", f"{row.get('method')} {key}", row.get(key), inst[key])
+        mine = [r for r in rows if r.get("method") == method]
+        if not mine:
+            findings.append(f"evaluation.parquet: no row for the released method {method}")
+        for row in mine[:1]:
+            findings += _compare("evaluation.parquet", "expected_loss", row.get("expected_loss"), obj, RECOMPUTED)
+            findings += _compare("evaluation.parquet", "verified", row.get("verified"), cert.get("passed"))
+            findings += _compare(
+                "evaluation.parquet",
+                "realised_epsilon",
+                row.get("realised_epsilon"),
+                cert.get("max_realised_epsilon"),
+                RECOMPUTED,
+            )
+            findings += _compare("evaluation.parquet", "lower_bound", row.get("lower_bound"), solve.get("lower_bound"))
+            if not _agrees(row.get("gap"), solve.get("gap"), RECOMPUTED, BOUND_TOLERANCE * max(1.0, abs(obj))):
+                findings.append(
+                    f"evaluation.parquet: gap {_show(row.get('gap'))} but solve.json says {_show(solve.get('gap'))}"
+                )
+    for row in facts.get("utility_vs_eps.parquet") or []:
+        if not _same_number(row.get("epsilon"), inst["epsilon"] * (_num(row.get("factor")) or 0.0), EXACT):
+            findings.append(
+                f"utility_vs_eps.parquet: epsilon {row.get('epsilon')} is not factor {row.get('factor')} x {inst['epsilon']:g}"
+            )
+        elif row.get("method") == method and row.get("factor") == 1.0:
+            findings += _compare(
+                "utility_vs_eps.parquet", "released expected_loss", row.get("expected_loss"), obj, RECOMPUTED
+            )
+    return findings
+
+
+def signed_claims(facts: Record, solve: dict, prov: dict) -> Record:
+    """The value of every report claim (:data:`CLAIM_KEYS`) from the recomputed and checked records."""
+    led = _obj(prov.get("ledger"))
+    micro = facts.get("microdata.parquet") or {}
+    return {
+        "epsilon": facts["instance"]["epsilon"],
+        "eta": facts["instance"]["eta"],
+        "distance_unit": facts["instance"]["distance_unit"],
+        "counts_epsilon": prov.get("eps_counts"),
+        "prior_epsilon": prov.get("eps_prior"),
+        "additive_epsilon": _additive(prov),
+        "ledger_total_so_far": led.get("total_so_far"),
+        "n_individuals": micro.get("rows", prov.get("n_individuals")),
+        "method": solve.get("method"),
+        "objective": facts["objective"],
+        "lower_bound": solve.get("lower_bound"),
+        "gap": solve.get("gap"),
+        "max_realised_epsilon": facts["certificate"].get("max_realised_epsilon"),
+        "certificate_passed": facts["certificate"].get("passed"),
+    }
+
+
+CLAIMS_BLOCK = re.compile(r"<!--\s*" + re.escape(CLAIMS_TAG) + r"\s+(.*?)\s*-->", re.DOTALL)
+
+
+def _check_report(d: Path, actual: dict[str, str], expected: Record, prov: dict) -> list[str]:
+    """report.md's claims block: one block, known keys only, each equal to the signed value."""
+    if "report.md" not in actual:
+        return []
+    try:
+        blocks = CLAIMS_BLOCK.findall((d / "report.md").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"report.md: unreadable ({type(exc).__name__})"]
+    if not blocks:
+        required = isinstance(prov.get("version"), int) and prov["version"] >= PROVENANCE_VERSION
+        return [f"report.md: no {CLAIMS_TAG} block"] if required else []
+    if len(blocks) > 1:
+        return [f"report.md: {len(blocks)} {CLAIMS_TAG} blocks (one allowed)"]
+    try:
+        claims = json.loads(blocks[0])
+    except json.JSONDecodeError:
+        return [f"report.md: the {CLAIMS_TAG} block is not JSON"]
+    if not isinstance(claims, dict):
+        return [f"report.md: the {CLAIMS_TAG} block is not a JSON object"]
+    findings = [f"report.md: claim {k} is not a claim the audit checks" for k in sorted(set(claims) - CLAIM_KEYS)]
+    for key in sorted(set(claims) & CLAIM_KEYS):
+        findings += _compare("report.md", f"claims {key}", claims[key], expected[key], RECOMPUTED)
+    return findings
+
+
+def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record) -> list[str]:
+    """Steps 3-8 (JSON and text only: they run on every publication, memo or not)."""
+    solve, err = _load_json(d / "solve.json")
+    prov, err2 = _load_json(d / PROVENANCE)
+    findings = [e for e in (err, err2) if e]
+    solve, prov = solve or {}, prov or {}
+    inst = facts["instance"]
+    findings += _check_certificates(manifest, solve, facts)
+    findings += _check_solve(solve, actual, facts)
+    findings += _check_manifest_solve(manifest, solve)
+    findings += _check_provenance(prov, actual, facts)
+    findings += _check_privacy(manifest, prov, inst)
+    findings += _check_config(manifest, prov, solve, inst)
+    findings += _check_evaluation(facts, solve)
+    return findings + _check_report(d, actual, signed_claims(facts, solve, prov), prov)
+
+
+# ----------------------------------------------------------------------------- entry points
 def audit_release(run_dir: str | Path, memo: VerifiedMemo | None = None) -> list[str]:
     """All discrepancies of the release in ``run_dir`` (empty list = it checks out). Never raises for
     a bad release: each problem is a one-line finding (``file: what is wrong``). ``memo``: reuse and
@@ -221,27 +877,22 @@ def audit_release(run_dir: str | Path, memo: VerifiedMemo | None = None) -> list
     if manifest.get("format") != "mdp-release-manifest" or not isinstance(listed, dict):
         return ["manifest.json: not an mdp-release manifest with released_files"]
     actual, findings = _check_listed_files(d, listed)
+    findings += _check_folder(d, listed)
     if any(n not in actual for n in ("mechanism.parquet", f"{INSTANCE_DIR}/instance.json")):
         return findings
 
-    export_files = (manifest.get("stages") or {}).get("export", {}).get("files") or {}
+    export_files = _obj(_obj(_obj(manifest.get("stages")).get("export")).get("files"))
     if "instance.json" in export_files and export_files["instance.json"] != actual[f"{INSTANCE_DIR}/instance.json"]:
         findings.append(f"{INSTANCE_DIR}/instance.json: not the instance the pipeline exported (sha256 differs)")
-    checked = memo.get(actual) if memo is not None and not findings else None
+    facts = memo.get(actual) if memo is not None and not findings else None
     content_findings: list[str] = []
-    if checked is None:
-        checked, content_findings = _check_content(d, actual)
-        if checked is None:
+    if facts is None:
+        facts, content_findings = _check_content(d, actual)
+        if facts is None:
             return findings + content_findings
-        if memo is not None and not findings and not content_findings and checked["certificate"].get("passed"):
-            memo.put(actual, checked)
-    findings += _check_certificate(manifest, checked)
-    findings += _check_solve_and_provenance(d, actual)
-    return findings + content_findings
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if memo is not None and not findings and not content_findings and facts["certificate"].get("passed"):
+            memo.put(actual, facts)
+    return findings + _check_claims(d, manifest, actual, facts) + content_findings
 
 
 def check_publication(staged_dir: str | Path, memo: VerifiedMemo | None = None) -> None:
@@ -262,4 +913,14 @@ def provenance(mechanism: Path, instance_json: Path, microdata: Path, aggregates
     } | extra
 
 
-__all__ = ["audit_release", "check_publication", "provenance", "VerifiedMemo", "INSTANCE_DIR", "PROVENANCE"]
+__all__ = [
+    "audit_release",
+    "check_publication",
+    "provenance",
+    "signed_claims",
+    "VerifiedMemo",
+    "INSTANCE_DIR",
+    "PROVENANCE",
+    "COLUMNS",
+    "CLAIM_KEYS",
+]

@@ -17,7 +17,7 @@ from conftest import run_stages
 from artifacts.store import Store
 from flows.cli import main
 from flows.config import parse_config
-from flows.release import stage_params
+from flows.release import SOLVE_SUMMARY, release_params, stage_params
 from mdp_core import audit
 from mdp_core.errors import PrivacyError
 from mdp_core.io import _long, file_sha256, read_instance, read_json, write_instance, write_table
@@ -25,8 +25,8 @@ from tasks import postprocess
 from tasks import release as release_task
 
 
-def build(root: Path) -> tuple[Store, dict]:
-    cfg = parse_config(
+def config(root: Path):
+    return parse_config(
         {
             "store": str(root),
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
@@ -36,21 +36,53 @@ def build(root: Path) -> tuple[Store, dict]:
             "evaluate": {"eps_factors": [1.0], "baselines": ["exp"]},
         }
     )
-    p = stage_params(cfg)
-    refs = run_stages(root, p)
+
+
+def build(root: Path) -> tuple[Store, dict]:
+    refs = run_stages(root, stage_params(config(root)))
     return Store(root), refs
+
+
+def postprocess_params(store: Store, refs: dict) -> dict:
+    """The postprocess stage's parameters as the flow makes them (the table's current secret draw)."""
+    cfg = config(store.root)
+    table = postprocess.table_id(None, {"instance": refs["export"].content_hash, "n": cfg.release.n_individuals})
+    return release_params(cfg, postprocess.secret_draw(store, table))["postprocess"]
+
+
+def manifest_fields(store: Store, refs: dict, sol, post) -> dict:
+    """The manifest's ``config``, ``privacy`` and ``solve`` blocks as flows.release.release_flow writes them."""
+    solve_info = read_json(store.path(sol, "solve.json"))
+    inst_meta = read_json(store.path(refs["export"], "instance.json"))
+    prov = read_json(store.path(post, audit.PROVENANCE))
+    privacy = {
+        "mechanism_epsilon": inst_meta["epsilon"],
+        "eta": inst_meta["eta"],
+        "distance_unit": inst_meta["distance_unit"],
+        "certificate": solve_info["certificate"],
+        "counts_epsilon": prov["eps_counts"],
+        "prior_epsilon": prov["eps_prior"],
+        "prior_source": prov["prior_source"],
+        "microdata_source": prov["microdata_source"],
+        "n_individuals": prov["n_individuals"],
+        "draw_commitment": prov["draw_commitment"],
+        "guarantee": prov["guarantee"],
+        "ledger": prov["ledger"],
+    }
+    solve = {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")}
+    return {"config": config(store.root).model_dump(mode="json"), "privacy": privacy, "solve": solve}
 
 
 def publish(store: Store, refs: dict, run_name: str = "run-1", sol=None, post=None) -> Path:
     """What the flow's publication does: manifest (as the flow writes it) + the release task."""
     sol, post = sol or refs["solve"], post or refs["postprocess"]
-    solve_info = read_json(store.path(sol, "solve.json"))
     released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
     manifest = {
         "format": "mdp-release-manifest",
+        "version": 1,
         "run_name": run_name,
         "stages": {s: {"files": r.files} for s, r in refs.items()},
-        "privacy": {"mechanism_epsilon": 3.0, "certificate": solve_info["certificate"]},
+        **manifest_fields(store, refs, sol, post),
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }
     return Path(release_task.release.fn(str(store.root), run_name, released, manifest))
@@ -133,7 +165,7 @@ def test_issue11_finding1_tampered_solve_object_is_refused_at_the_door(built, tm
     tampered = store.valid_ref("solve", sol.key)  # (b) what a store hit now returns
     assert tampered is not None and tampered.files["mechanism.parquet"] == file_sha256(mech)
     post = postprocess.postprocess.fn(
-        str(root), {"n_individuals": 200, "eps_counts": 1.0, "seed": 0}, refs["export"], tampered, refs["partition"]
+        str(root), postprocess_params(store, refs), refs["export"], tampered, refs["partition"]
     )
     with pytest.raises(PrivacyError, match="fails verification"):
         publish(store, refs, "recomputed-refs", sol=tampered, post=post)
