@@ -132,7 +132,11 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
     records = individuals(params, inst, draw)
-    outputs = release.perturb(z, records, draw.rng("perturb"))
+    # A stream per mechanism: two releases of the same draw through different mechanisms must not share
+    # their uniforms (the pair of inverse-CDF outputs would pin u down and break composition); the same
+    # mechanism and draw give the same outputs, which reveal nothing new.
+    mech_sha = upstream["mechanism"].files["mechanism.parquet"]
+    outputs = release.perturb(z, records, draw.rng(f"perturb:{mech_sha}"))
     write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
     labels = None
     if upstream.get("partition") is not None:

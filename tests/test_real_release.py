@@ -272,3 +272,18 @@ def test_secret_files_never_under_runs_or_objects(first):
             assert table.encode() not in data, p  # not even the table's hash
             assert not any(s.encode() in data for s in secrets), p
     assert os.access(root / "private", os.R_OK)
+
+
+def test_another_mechanism_on_the_same_draw_is_a_new_accounted_release_with_fresh_uniforms(secret_table, tmp_path):
+    """Same people, same draw, another eps: its outputs must not reuse the first release's uniforms
+    (two inverse-CDF samples from one u reveal more than both releases' budgets), and it is spent."""
+    run_stages(tmp_path, stage_params(config(tmp_path, secret_table[0])))
+    cfg = config(tmp_path, secret_table[0])
+    cfg = cfg.model_copy(update={"privacy": cfg.privacy.model_copy(update={"epsilon": 3.0})})
+    refs = run_stages(tmp_path, stage_params(cfg))
+    prov = read_json(published(tmp_path, refs)["release_provenance.json"])
+    assert prov["ledger"]["releases_so_far"] == 2
+    assert prov["ledger"]["total_so_far"] == pytest.approx((2 * 1.5 + 1) + (3 * 1.5 + 1))
+    draw = PrivateStore(tmp_path).load(prov["draw_commitment"])
+    assert not np.array_equal(draw.rng("perturb:a").random(8), draw.rng("perturb:b").random(8))
+    np.testing.assert_array_equal(draw.rng("perturb:a").random(8), draw.rng("perturb:a").random(8))
