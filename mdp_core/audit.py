@@ -222,7 +222,8 @@ def _agrees(a: object, b: object, rel: float = EXACT, floor: float = 0.0) -> boo
 
 
 def _show(value: object) -> str:
-    return f"{value:.12g}" if isinstance(value, float) else json.dumps(value) if isinstance(value, dict) else str(value)
+    """A recorded or recomputed value in a finding (floats in full: shortest repr that reads back)."""
+    return repr(value) if isinstance(value, float) else json.dumps(value) if isinstance(value, dict) else str(value)
 
 
 def _compare(where: str, what: str, recorded: object, expected: object, rel: float = EXACT) -> list[str]:
@@ -436,12 +437,13 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
     from mdp_core.io import read_instance, read_mechanism
     from mdp_core.verify import objective, verify
 
+    findings = _check_columns(d, actual)
     try:
         inst = read_instance(d / INSTANCE_DIR)
         z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
         cert = verify(inst, z)
     except MdpError as exc:
-        return None, [_first_line(exc)]
+        return None, [*findings, _first_line(exc)]
     facts: Record = {
         "certificate": cert.as_dict(),
         "summary": cert.summary(),
@@ -456,7 +458,6 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
         },
         "objective": objective(inst, z),
     }
-    findings = _check_columns(d, actual)
     for name, read in TABLE_FACTS.items():
         facts[name] = None
         if name in actual:
@@ -559,7 +560,7 @@ def _check_bounds(solve: dict, obj: float) -> list[str]:
     tol = BOUND_TOLERANCE * max(1.0, abs(obj))
     findings: list[str] = []
     if lb is not None and lb > obj + tol:
-        findings.append(f"solve.json: lower_bound {lb:.12g} exceeds the released mechanism's loss {obj:.12g}")
+        findings.append(f"solve.json: lower_bound {_show(lb)} exceeds the released mechanism's loss {_show(obj)}")
     gap = None if lb is None else max(obj - lb, 0.0)
     if not _agrees(solve.get("gap"), gap, RECOMPUTED, tol):
         findings.append(f"solve.json: gap {_show(solve.get('gap'))} but loss - lower_bound gives {_show(gap)}")
@@ -573,8 +574,8 @@ def _check_bounds(solve: dict, obj: float) -> list[str]:
             findings.append("solve.json: status optimal without a lower bound and gap options")
         elif not gap_closed(obj, lb, gap_abs, gap_rel):
             findings.append(
-                f"solve.json: status optimal but the lower bound {lb:.12g} is not within gap_abs {gap_abs:g} / "
-                f"gap_rel {gap_rel:g} of the loss {obj:.12g}"
+                f"solve.json: status optimal but the lower bound {_show(lb)} is not within gap_abs {gap_abs:g} / "
+                f"gap_rel {gap_rel:g} of the loss {_show(obj)}"
             )
     return findings
 
@@ -636,7 +637,7 @@ def _check_counts(prov: dict, facts: Record) -> list[str]:
         for level, scale in sorted(agg["scales"].items()):
             if eps is None or not _same_number(scale * eps, prov.get("counts_sensitivity"), RECOMPUTED):
                 findings.append(
-                    f"aggregates.parquet: {level} noise_scale {scale:.12g} x eps_counts {prov.get('eps_counts')} is "
+                    f"aggregates.parquet: {level} noise_scale {_show(scale)} x eps_counts {prov.get('eps_counts')} is "
                     f"not the counts_sensitivity {prov.get('counts_sensitivity')}"
                 )
     eps_prior = _num(prov.get("eps_prior"))
@@ -686,9 +687,11 @@ def _check_ledger(prov: dict, inst: Record) -> list[str]:
     findings = _compare(where, "this_release", led.get("this_release"), spend, RECOMPUTED)
     total, cap, n = _num(led.get("total_so_far")), _num(led.get("max_total_epsilon")), led.get("releases_so_far")
     if total is None or total < spend * (1 - RECOMPUTED):
-        findings.append(f"{where}: total_so_far {led.get('total_so_far')} is below this release's spend {spend:.12g}")
+        findings.append(f"{where}: total_so_far {led.get('total_so_far')} is below this release's spend {_show(spend)}")
     elif led.get("max_total_epsilon") is not None and (cap is None or total > cap * (1 + RECOMPUTED)):
-        findings.append(f"{where}: total_so_far {total:.12g} exceeds max_total_epsilon {led.get('max_total_epsilon')}")
+        findings.append(
+            f"{where}: total_so_far {_show(total)} exceeds max_total_epsilon {led.get('max_total_epsilon')}"
+        )
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         findings.append(f"{where}: releases_so_far {n} is not a count >= 1")
     return findings
