@@ -13,11 +13,28 @@ Layout under the store root (see artifacts/README.md):
 A stage writes into ``objects/<stage>/.<key>.tmp-<pid>-<random>/`` and renames the directory onto
 ``objects/<stage>/<key>/``. Rename is atomic, so a reader sees all of an output or none of it; when
 two runs compute the same key concurrently the first rename wins and the loser deletes its copy
-(both hold the same bytes: stage outputs are deterministic functions of the key's inputs). Temp and
-trash folders left by a killed run (its pid is gone, or older than STALE_SECONDS for folders without
-a pid) are deleted by the next writer of the same stage. A release is staged in
-``runs/.<run>.tmp-<pid>-<random>/``, checked there (``check``: the door, :mod:`mdp_core.audit`) and
-renamed into place only if the check passes. Stored and released files have mode 0644.
+(both hold the same bytes: stage outputs are deterministic functions of the key's inputs). A release
+is staged in ``runs/.<run>.tmp-<pid>-<random>/``, checked there (``check``: the door,
+:mod:`mdp_core.audit`) and renamed into place only if the check passes. Stored and released files
+have mode 0644.
+
+Replacing an output (``--refresh``, or an invalid leftover) never deletes a folder another run may be
+reading:
+
+* a forced rewrite whose content equals the existing valid output (same :attr:`ArtifactRef.content_hash`:
+  every file but the volatile timing reports) keeps the existing folder untouched;
+* otherwise the old folder is renamed to ``objects/<stage>/.<key>.trash-<unix seconds>-<random>/`` and
+  the new one renamed into place right after; the trash folder stays readable (open files and paths
+  inside it keep working) and is deleted only once older than ``TRASH_SECONDS``. :meth:`Store.path`
+  waits briefly when it finds an object folder missing, which covers the instant between the two renames.
+
+Debris: a temp folder or file (``.<name>.tmp-<pid>-*``) is stale when its pid is gone, one without a
+pid (``.<name>.*.tmp``) when older than ``STALE_SECONDS``, a trash entry when older than
+``TRASH_SECONDS``. :meth:`Store.clean_debris` removes all stale entries of the store in one cheap pass
+(call it at the start of a run); each writer also cleans its own stage folder.
+
+The root itself is checked on construction (:func:`check_root`): a store at ``/``, at a home folder, or
+inside a system folder is refused, since it would create ``objects/`` and ``runs/`` there.
 """
 
 from __future__ import annotations
@@ -26,6 +43,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -34,12 +52,58 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mdp_core.errors import InputError
 from mdp_core.files import file_sha256, read_json, write_json
 
 REF_SCHEMA_VERSION = 1
 DEFAULT_ROOT = "artifacts/store"
 FILE_MODE = 0o644
-STALE_SECONDS = 3600.0  # a temp folder without a live owner pid older than this is a leftover
+STALE_SECONDS = 3600.0  # a temp entry without a pid older than this is a leftover
+TRASH_SECONDS = 900.0  # a replaced object folder stays readable this long before it is deleted
+_SETTLE_SECONDS = 0.2  # how long Store.path waits for an object folder caught between two renames
+
+# Folders that never hold a store: the filesystem's own trees (the store may not be inside them) ...
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run")
+SYSTEM_TREES += ("/sbin", "/snap", "/sys", "/usr", "/var")
+# ... except scratch space below these (a sub-folder, not the folder itself)
+SCRATCH = ("/tmp", "/var/tmp")
+# ... and folders that may hold a store below them but never are one (shared parents, mount points)
+NOT_A_STORE = ("/", "/home", "/mnt", "/media", "/opt", "/srv", "/Users")
+
+
+def check_root(root: Path) -> Path:
+    """``root`` (absolute, symlinks resolved) if it is a sensible store root; InputError otherwise.
+
+    Refused: ``/`` and the shared parents in :data:`NOT_A_STORE`, a home folder itself ($HOME,
+    ``/root``, ``/home/<user>``), scratch folders themselves (``/tmp``, ``/var/tmp``), and anything at or
+    inside :data:`SYSTEM_TREES` (except below ``/var/tmp``). A store creates ``objects/``, ``runs/``,
+    ``prefect/`` and ``private/`` in its root, so these would litter (or, as root, damage) the system.
+    """
+    here = Path(os.path.realpath(root))
+    text = str(here)
+    try:
+        homes = {os.path.realpath(Path.home())} - {"/"}
+    except RuntimeError:  # no $HOME and no passwd entry
+        homes = set()
+
+    def inside(top: str) -> bool:
+        return text == top or text.startswith(top.rstrip("/") + "/")
+
+    why = None
+    if text == "/":
+        why = "the filesystem root"
+    elif text in homes or text == "/root" or here.parent in (Path("/home"), Path("/Users")):
+        why = "a home folder itself"
+    elif text in NOT_A_STORE or text in SCRATCH:
+        why = "a shared top-level folder"
+    elif not any(inside(s) and text != s for s in SCRATCH) and any(inside(t) for t in SYSTEM_TREES):
+        why = "inside a system folder"
+    if why is not None:
+        raise InputError(
+            f"refusing the store root {text}: {why}, where a store would write objects/, runs/, prefect/ and "
+            'private/; choose a dedicated folder such as ~/mdp-store (store = "...", --store or $MDP_RELEASE_STORE)'
+        )
+    return here
 
 
 def _pid_alive(pid: int) -> bool:
@@ -52,28 +116,41 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _stale(path: Path) -> bool:
-    """A ``.<name>.tmp-<pid>-<hex>`` / ``.<name>.trash-<pid>-<hex>`` folder whose writer is gone."""
-    tail = path.name.rsplit(".tmp-", 1)[-1] if ".tmp-" in path.name else path.name.rsplit(".trash-", 1)[-1]
-    pid = tail.split("-", 1)[0]
-    if pid.isdigit() and "-" in tail:
-        return int(pid) != os.getpid() and not _pid_alive(int(pid))
+def _is_debris(name: str) -> bool:
+    """A temp or trash name of this store: ``.<x>.tmp-*``, ``.<x>.trash-*`` or ``.<x>.*.tmp`` (atomic_write)."""
+    return name.startswith(".") and (".tmp-" in name or ".trash-" in name or name.endswith(".tmp"))
+
+
+def _stale(path: Path, now: float) -> bool:
+    """Whether debris entry ``path`` is a leftover (module docstring: the debris rule)."""
+    name = path.name
+    if ".trash-" in name:
+        stamp = name.rsplit(".trash-", 1)[1].split("-", 1)[0]
+        if stamp.isdigit():  # the second it became trash (a pid in trash names of older versions: long past)
+            return now - int(stamp) > TRASH_SECONDS
+    elif ".tmp-" in name:
+        tail = name.rsplit(".tmp-", 1)[1]
+        pid = tail.split("-", 1)[0]
+        if pid.isdigit() and "-" in tail:
+            return int(pid) != os.getpid() and not _pid_alive(int(pid))
     try:
-        return time.time() - path.stat().st_mtime > STALE_SECONDS
+        return now - path.lstat().st_mtime > STALE_SECONDS
     except FileNotFoundError:
         return False
 
 
 def clean_stale(folder: Path) -> list[Path]:
-    """Delete temp / trash entries left in ``folder`` by killed runs; returns what was removed."""
+    """Delete temp / trash entries left in ``folder`` by killed runs or replacements; returns what was removed."""
     removed: list[Path] = []
+    now = time.time()
     try:
-        entries = list(folder.iterdir())
-    except FileNotFoundError:
+        with os.scandir(folder) as it:
+            entries = [Path(e.path) for e in it if _is_debris(e.name)]
+    except (FileNotFoundError, NotADirectoryError):
         return removed
     for p in entries:
-        if p.name.startswith(".") and (".tmp-" in p.name or ".trash-" in p.name) and _stale(p):
-            if p.is_dir():
+        if _stale(p, now):
+            if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
@@ -100,7 +177,19 @@ class ArtifactRef:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ArtifactRef:
-        return cls(**d)
+        """The ref ``d`` describes (as :meth:`as_dict` writes it); ValueError on any other shape."""
+        if not isinstance(d, dict) or set(d) != _REF_FIELDS:
+            raise ValueError(f"not an ArtifactRef: keys {sorted(d) if isinstance(d, dict) else type(d).__name__}")
+        files, meta = d["files"], d["meta"]
+        if not (
+            all(isinstance(d[k], str) for k in ("stage", "key", "path"))
+            and isinstance(files, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+            and type(d["schema_version"]) is int
+            and isinstance(meta, dict)
+        ):
+            raise ValueError("not an ArtifactRef: a field has the wrong type")
+        return cls(d["stage"], d["key"], d["path"], dict(files), d["schema_version"], dict(meta))
 
     @property
     def content_hash(self) -> str:
@@ -114,6 +203,19 @@ class ArtifactRef:
         return sha256_json(sorted((k, v) for k, v in self.files.items() if k not in volatile))
 
 
+def _plain_name(name: str) -> bool:
+    """A file name without a folder part: no separator, not ``.`` / ``..``, no NUL."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
+
+
+def _regular(path: Path) -> bool:
+    """``path`` is a regular file itself (not a symlink, device or FIFO); FileNotFoundError when absent."""
+    return stat.S_ISREG(os.lstat(path).st_mode)
+
+
+_REF_FIELDS = {"stage", "key", "path", "files", "schema_version", "meta"}
+
+
 def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
@@ -122,7 +224,8 @@ class Store:
     """A store rooted at a directory (created on first use)."""
 
     def __init__(self, root: str | Path = DEFAULT_ROOT) -> None:
-        self.root = Path(root).expanduser().resolve()
+        """InputError when ``root`` is ``/``, a home folder or a system folder (:func:`check_root`)."""
+        self.root = check_root(Path(root).expanduser().resolve())
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -132,7 +235,22 @@ class Store:
         return self.root / "objects" / stage / key
 
     def path(self, ref: ArtifactRef, name: str) -> Path:
-        return self.root / ref.path / name
+        """Where file ``name`` of ``ref`` is. If the object folder is missing at this instant (a forced
+        rewrite between its two renames) it waits up to ``_SETTLE_SECONDS`` for it to reappear."""
+        folder = self.root / ref.path
+        if not folder.is_dir():
+            self._settle(folder)
+        return folder / name
+
+    @staticmethod
+    def _settle(folder: Path) -> None:
+        """Wait (at most ``_SETTLE_SECONDS``) for a missing object folder that is being replaced right now
+        (a trash entry of its key exists) to be renamed into place."""
+        if not any(folder.parent.glob(f".{folder.name}.trash-*")):
+            return
+        deadline = time.monotonic() + _SETTLE_SECONDS
+        while not folder.is_dir() and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def run_dir(self, run_name: str) -> Path:
         return self.root / "runs" / run_name
@@ -162,17 +280,27 @@ class Store:
             return None
 
     def is_valid(self, ref: ArtifactRef) -> bool:
-        """True when every file of ``ref`` exists with its recorded sha256."""
+        """True when every file of ``ref`` exists with its recorded sha256 (checked again once, after
+        :meth:`_settle`, when a file vanishes while being read: a concurrent replacement)."""
         base = self.root / ref.path
-        for name, digest in ref.files.items():
-            p = base / name
-            if not p.is_file() or file_sha256(p) != digest:
-                return False
-        return True
+        if not all(_plain_name(name) for name in ref.files):
+            return False
+        for attempt in (0, 1):
+            try:
+                return all(
+                    _regular(base / name) and file_sha256(base / name) == digest for name, digest in ref.files.items()
+                )
+            except (FileNotFoundError, NotADirectoryError):
+                if attempt == 0:
+                    self._settle(base)
+        return False
 
     def valid_ref(self, stage: str, key: str) -> ArtifactRef | None:
+        """The stored ref of (stage, key) if it names its own folder and every file checks out, else None."""
         ref = self.load_ref(stage, key)
-        return ref if ref is not None and self.is_valid(ref) else None
+        if ref is None or (ref.stage, ref.key, ref.path) != (stage, key, f"objects/{stage}/{key}"):
+            return None
+        return ref if self.is_valid(ref) else None
 
     # ----------------------------------------------------------------- writes
     @contextmanager
@@ -180,9 +308,10 @@ class Store:
         """Write a stage output: ``with store.writer(stage, key) as w: ...; ref = w.ref``.
 
         Files go to a private temp directory; on success the directory is renamed into place and
-        ``w.ref`` is set. If a valid output for the key appeared meanwhile (a concurrent run computed
-        the same inputs), that one is kept and returned, unless ``force`` (a requested recomputation),
-        which replaces it. An invalid leftover (deleted or corrupted file) is always replaced.
+        ``w.ref`` is set. If a valid output for the key exists (a concurrent run computed the same
+        inputs), that one is kept and returned -- also when ``force`` (a requested recomputation) and
+        the new content equals it. A forced, different output, or a fresh one replacing an invalid
+        leftover, is swapped in; the old folder goes to trash (module docstring), never deleted at once.
         """
         final = self.object_dir(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -191,18 +320,17 @@ class Store:
         w = ObjectWriter(self, stage, key, tmp)
         try:
             yield w
-            w.finish()
+            new = w.finish()
             for _ in range(100):
-                existing = None if force else self.valid_ref(stage, key)
-                if existing is not None:
+                existing = self.valid_ref(stage, key)
+                if existing is not None and (not force or existing.content_hash == new.content_hash):
                     shutil.rmtree(tmp, ignore_errors=True)
                     w.ref = existing
                     return
                 if final.exists():
-                    trash = final.with_name(f".{key}.trash-{os.getpid()}-{os.urandom(4).hex()}")
+                    trash = final.with_name(f".{key}.trash-{int(time.time())}-{os.urandom(4).hex()}")
                     try:
                         os.replace(final, trash)
-                        shutil.rmtree(trash, ignore_errors=True)
                     except FileNotFoundError:
                         pass
                 try:
@@ -220,6 +348,26 @@ class Store:
                 except OSError:
                     break
             raise
+
+    def clean_debris(self) -> list[Path]:
+        """Remove stale temp and trash entries (module docstring: the debris rule) from every
+        ``objects/<stage>/``, ``runs/`` and the run folders in it, and ``private/`` with all its
+        sub-folders. One directory scan per folder, a stat only per debris entry: a few ms on a store
+        with hundreds of objects, so a run calls it at its start. Returns the removed paths."""
+        folders = [self.root / "runs"]
+        for top in (self.root / "objects", self.root / "runs"):
+            try:
+                with os.scandir(top) as it:
+                    folders += [Path(e.path) for e in it if e.is_dir(follow_symlinks=False) and not _is_debris(e.name)]
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+        private = self.root / "private"
+        if private.is_dir():
+            folders += [Path(d) for d, _, _ in os.walk(private)]
+        removed: list[Path] = []
+        for folder in folders:
+            removed += clean_stale(folder)
+        return removed
 
     def publish(
         self,
