@@ -19,6 +19,15 @@ cache-key record or persisted result that is missing, unreadable (truncated, not
 hands back a reference other than the valid stored artifact of that key (missing or corrupt file,
 replaced ref.json) is deleted with a warning, so the task runs again -- and finds the stored output,
 or recomputes it -- instead of crashing or handing out a reference to a broken file.
+
+No pickle: task results are persisted by :class:`ArtifactRefSerializer` (Prefect serializer type
+``"mdp-artifact-ref"``), plain JSON of :meth:`ArtifactRef.as_dict` read back by
+:meth:`ArtifactRef.from_dict`, which builds nothing but an ArtifactRef (no class names, no imports).
+Prefect deserialises a result with the serializer *named in its cache-key record*, so
+:func:`heal_record` reads the record as plain JSON first and drops any record naming another
+serializer (``pickle`` from an older version or a forged one) or a result file outside
+``prefect/results/`` -- before Prefect would load it. A crafted file in the store therefore costs a
+recomputation, never code execution.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from prefect.cache_policies import CachePolicy
+from prefect.serializers import Serializer
+from pydantic import Field
 
 from artifacts.store import ArtifactRef, Store, sha256_json
 
@@ -200,42 +211,83 @@ def _log() -> logging.Logger:
         return logging.getLogger("mdp_release")
 
 
+SERIALIZER_TYPE = "mdp-artifact-ref"
+MAX_RESULT_BYTES = 1 << 20  # an ArtifactRef is a few kB; anything larger is not one of ours
+
+
+class ArtifactRefSerializer(Serializer):  # type: ignore[type-arg]
+    """Prefect result serializer for stage results: JSON, and only an :class:`ArtifactRef` comes back.
+
+    ``dumps``: ``{"artifact_ref": ref.as_dict()}``; a task's exception (Prefect persists failures too)
+    becomes ``{"error": "<type>: <message>"}``, read back as a RuntimeError with that text. ``loads``
+    rejects (ValueError) anything else. No object is ever built from a class name in the data.
+    """
+
+    type: str = Field(default=SERIALIZER_TYPE, frozen=True)
+
+    def dumps(self, obj: Any) -> bytes:
+        if isinstance(obj, ArtifactRef):
+            payload: dict[str, Any] = {"artifact_ref": obj.as_dict()}
+        elif isinstance(obj, BaseException):
+            payload = {"error": f"{type(obj).__name__}: {obj}"}
+        else:
+            raise TypeError(f"stage tasks return an ArtifactRef, not {type(obj).__name__}")
+        return json.dumps(payload, sort_keys=True, allow_nan=False, default=str).encode()
+
+    def loads(self, blob: bytes) -> Any:
+        if len(blob) > MAX_RESULT_BYTES:
+            raise ValueError(f"a stage result of {len(blob)} bytes is not an ArtifactRef")
+        data = json.loads(blob.decode("utf-8"))
+        if isinstance(data, dict) and set(data) == {"artifact_ref"}:
+            return ArtifactRef.from_dict(data["artifact_ref"])
+        if isinstance(data, dict) and set(data) == {"error"} and isinstance(data["error"], str):
+            return RuntimeError(data["error"])
+        raise ValueError("not a stage result (expected an artifact_ref or error object)")
+
+
 def heal_record(record: Path, valid: ArtifactRef | None) -> str | None:
-    """Delete the Prefect cache-key ``record`` (and its persisted result) unless it deserialises to
-    ``valid``, the stored artifact's ref; returns what was wrong (None: kept, or nothing there)."""
+    """Delete the Prefect cache-key ``record`` (and its persisted result) unless it is ours and reads
+    back, without pickle, as ``valid``, the stored artifact's ref; returns what was wrong (None: kept, or
+    nothing there).
+
+    Ours: a JSON object whose ``serializer`` is exactly ``{"type": "mdp-artifact-ref"}`` and whose
+    ``storage_key`` is ``<store>/prefect/results/<same name>``. The record is parsed with :mod:`json`
+    only (Prefect's own model would import the modules a forged serializer names).
+    """
     if not record.exists():
         return None
-    from prefect._internal.result_records import ResultRecord, ResultRecordMetadata
-
+    results = record.parent.parent / "results"
+    result_path = results / record.name
     problem = None
-    result_path: Path | None = None
     try:
-        meta_bytes = record.read_bytes()
-        meta = ResultRecordMetadata.load_bytes(meta_bytes)
-        if not meta.storage_key:
-            raise ValueError("no storage key")
-        result_path = Path(meta.storage_key)
-        value: object = ResultRecord.deserialize_from_result_and_metadata(
-            result=result_path.read_bytes(), metadata=meta_bytes
-        ).result
-    except Exception as exc:  # any unreadable record: a missing result file, truncated pickle, bad JSON
+        meta = json.loads(record.read_bytes())
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+        if meta.get("serializer") != {"type": SERIALIZER_TYPE}:
+            ser = meta.get("serializer")
+            named = ser.get("type") if isinstance(ser, dict) else ser
+            problem = f"names the serializer {str(named)[:40]!r}, not {SERIALIZER_TYPE!r} (never loaded)"
+        elif not isinstance(meta.get("storage_key"), str) or os.path.realpath(meta["storage_key"]) != os.path.realpath(
+            result_path
+        ):
+            problem = "names a result file other than its own under prefect/results (never loaded)"
+        else:
+            value = ArtifactRefSerializer().loads(result_path.read_bytes())
+            if valid is None:
+                problem = "points to an artifact that is missing or fails its hash check"
+            elif not isinstance(value, ArtifactRef) or value.files != valid.files or value.path != valid.path:
+                problem = "does not match the stored artifact"
+    except Exception as exc:  # any unreadable record: a missing result file, truncated JSON, a forged shape
         problem = f"is unreadable ({type(exc).__name__})"
-    else:
-        if valid is None:
-            problem = "points to an artifact that is missing or fails its hash check"
-        elif not isinstance(value, ArtifactRef) or value.files != valid.files or value.path != valid.path:
-            problem = "does not match the stored artifact"
     if problem:
         record.unlink(missing_ok=True)
-        if result_path is None:  # the record itself is unreadable: our layout keeps the result under the same name
-            result_path = record.parent.parent / "results" / record.name
-        if result_path.is_file() and result_path.parent.name == "results":
+        if result_path.is_file() or result_path.is_symlink():
             result_path.unlink(missing_ok=True)
     return problem
 
 
 def drop_failure_record(state: Any, keys: Path) -> None:
-    """Delete the persisted result (a pickled exception) of a failed task run and its metadata record:
+    """Delete the persisted result (the exception's text) of a failed task run and its metadata record:
     a rerun cannot reuse it, so it must not stay in the store."""
     meta = getattr(getattr(state, "data", None), "metadata", None)
     storage_key = getattr(meta, "storage_key", None)
@@ -247,14 +299,15 @@ def drop_failure_record(state: Any, keys: Path) -> None:
 
 def cached(task: Any, stage: str, store: Store, refresh: bool = False) -> Any:
     """``task`` configured for the pipeline: :class:`StageCachePolicy` with its key records and the
-    persisted results under the store, ``refresh`` = ignore (and overwrite) cached results. A failed
-    run leaves no pickled exception behind (:func:`drop_failure_record`)."""
+    persisted results (JSON, :class:`ArtifactRefSerializer`) under the store, ``refresh`` = ignore (and
+    overwrite) cached results. A failed run leaves no persisted exception behind (:func:`drop_failure_record`)."""
     policy = StageCachePolicy(stage, task.fn.__module__).configure(key_storage=store.prefect_keys)
     keys = store.prefect_keys
     return task.with_options(
         cache_policy=policy,
         persist_result=True,
         result_storage=store.prefect_results,
+        result_serializer=ArtifactRefSerializer(),
         refresh_cache=refresh,
         on_failure=[lambda _task, _run, state: drop_failure_record(state, keys)],
     )

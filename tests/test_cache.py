@@ -35,9 +35,13 @@ def test_key_depends_on_params_and_upstream_content_only():
 
 
 # ----------------------------------------------------------------------------- issue 11: self-healing records
+import base64  # noqa: E402
+import json  # noqa: E402
+import pickle  # noqa: E402
+
 import pytest  # noqa: E402
 
-from tasks.cache import heal_record  # noqa: E402
+from tasks.cache import ArtifactRefSerializer, heal_record  # noqa: E402
 
 
 @pytest.fixture()
@@ -49,6 +53,7 @@ def record(tmp_path):
     rs = ResultStore(
         result_storage=LocalFileSystem(basepath=str(tmp_path / "results")),
         metadata_storage=LocalFileSystem(basepath=str(tmp_path / "keys")),
+        serializer=ArtifactRefSerializer(),
     )
     ref = _ref({"a.parquet": "1" * 64})
     rs.write(key="k" * 64, obj=ref)
@@ -77,7 +82,7 @@ def test_issue11_finding5_bad_records_are_dropped_not_fatal(record, damage, need
     if damage == "truncate_result":
         result.write_bytes(result.read_bytes()[:20])
     elif damage == "garbage_result":
-        result.write_bytes(b"not base64 pickle at all \xff")
+        result.write_bytes(b"not json at all \xff")
     elif damage == "delete_result":
         result.unlink()
     elif damage == "garbage_key":
@@ -89,3 +94,47 @@ def test_issue11_finding5_bad_records_are_dropped_not_fatal(record, damage, need
     assert needle in heal_record(key, valid)
     assert not key.exists() and not result.exists()
     assert heal_record(key, valid) is None  # nothing left: Prefect sees a cache miss
+
+
+class _Touch:
+    """A pickle that creates ``path`` when unpickled: what a forged Prefect result would run."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_persisted_result_is_json_of_the_ref(record):
+    key, result, ref = record
+    assert json.loads(result.read_bytes()) == {"artifact_ref": ref.as_dict()}
+    assert json.loads(key.read_bytes())["serializer"] == {"type": "mdp-artifact-ref"}
+    assert ArtifactRefSerializer().loads(result.read_bytes()) == ref
+
+
+@pytest.mark.parametrize("forge", ["pickle_result", "pickle_record", "foreign_storage_key"])
+def test_forged_pickle_is_never_loaded(record, tmp_path, forge):
+    """A pickle planted in the store is dropped as unreadable; unpickling it would create ``marker``."""
+    key, result, ref = record
+    marker = tmp_path / "executed"
+    payload = pickle.dumps(_Touch(marker))
+    meta = json.loads(key.read_bytes())
+    if forge == "pickle_result":  # our record, a pickle in the result file
+        result.write_bytes(payload)
+    elif forge == "pickle_record":  # the record names Prefect's pickle serializer (as older versions wrote)
+        result.write_bytes(base64.b64encode(payload))
+        meta["serializer"] = {"type": "pickle", "picklelib": "cloudpickle", "picklelib_version": None}
+        key.write_text(json.dumps(meta))
+    else:  # our serializer, but the result file named is elsewhere
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.write_bytes(payload)
+        meta["storage_key"] = str(elsewhere)
+        key.write_text(json.dumps(meta))
+    problem = heal_record(key, ref)
+    assert problem and ("unreadable" in problem or "never loaded" in problem)
+    assert not marker.exists() and not key.exists() and not result.exists()
+    for bad in (payload, b'{"__class__": "os.system", "data": "true"}', b'{"artifact_ref": {"stage": 1}}'):
+        with pytest.raises(ValueError):
+            ArtifactRefSerializer().loads(bad)
+    assert not marker.exists()
