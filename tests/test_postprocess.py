@@ -286,3 +286,23 @@ def test_hierarchical_keeps_each_count_on_its_own_element_when_zones_interleave(
     feats = [np.arange(8), np.array([0, 0, 0, 1, 1, 1, 1, 0]), np.zeros(8, dtype=np.int64)]
     est = pp.hierarchical(counts, feats, 1e6, seed=0).estimate[0]
     np.testing.assert_allclose(est, counts, atol=1e-3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cells=st.lists(st.integers(0, 40), min_size=1, max_size=30),
+    n_zones=st.integers(1, 5),
+    eps=st.floats(0.05, 5.0),
+)
+def test_release_counts_invariants(cells, n_zones, eps):
+    """Whatever the noise: non-negative integers, the total is n exactly, outputs sum to their zones."""
+    c = np.asarray(cells, dtype=np.int64)
+    zones = np.arange(c.size) % n_zones
+    df, meas = pp.release_counts(c, zones, eps, _measure)
+    assert df["count"].dtype == np.int64 and (df["count"] >= 0).all()
+    outs = df[df.level == "output"].sort_values("block")["count"].to_numpy()
+    assert int(df[df.level == "total"]["count"].iloc[0]) == c.sum() == outs.sum()
+    if (df.level == "zone").any():
+        zs = df[df.level == "zone"].sort_values("block")["count"].to_numpy()
+        np.testing.assert_array_equal(np.bincount(zones, weights=outs).astype(np.int64), zs)
+    assert meas.epsilon <= eps * (1 + 1e-9)
