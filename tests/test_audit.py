@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +52,7 @@ def postprocess_params(store: Store, refs: dict) -> dict:
     return release_params(cfg, postprocess.secret_draw(store, table))["postprocess"]
 
 
-def manifest_fields(store: Store, refs: dict, sol, post) -> dict:
+def manifest_fields(store: Store, refs: dict, sol, post, cfg=None) -> dict:
     """The manifest's ``config``, ``privacy`` and ``solve`` blocks as flows.release.release_flow writes them."""
     solve_info = read_json(store.path(sol, "solve.json"))
     inst_meta = read_json(store.path(refs["export"], "instance.json"))
@@ -70,11 +72,13 @@ def manifest_fields(store: Store, refs: dict, sol, post) -> dict:
         "ledger": prov["ledger"],
     }
     solve = {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")}
-    return {"config": config(store.root).model_dump(mode="json"), "privacy": privacy, "solve": solve}
+    cfg = cfg or config(store.root)
+    return {"config": cfg.model_dump(mode="json"), "privacy": privacy, "solve": solve}
 
 
-def publish(store: Store, refs: dict, run_name: str = "run-1", sol=None, post=None) -> Path:
-    """What the flow's publication does: manifest (as the flow writes it) + the release task."""
+def publish(store: Store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:
+    """What the flow's publication does: manifest (as the flow writes it) + the release task. ``cfg``: the
+    config the stages ran with (default :func:`config`)."""
     sol, post = sol or refs["solve"], post or refs["postprocess"]
     released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
     manifest = {
@@ -82,7 +86,7 @@ def publish(store: Store, refs: dict, run_name: str = "run-1", sol=None, post=No
         "version": 1,
         "run_name": run_name,
         "stages": {s: {"files": r.files} for s, r in refs.items()},
-        **manifest_fields(store, refs, sol, post),
+        **manifest_fields(store, refs, sol, post, cfg),
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }
     return Path(release_task.release.fn(str(store.root), run_name, released, manifest))
@@ -203,6 +207,35 @@ def test_door_memo_skips_reverifying_the_same_bytes_but_checks_the_rest(built, t
     # other checking code (another salt) or the auditor: verified afresh
     assert audit.audit_release(first, audit.VerifiedMemo(store.verified, "other code")) == [] and len(calls) == 1
     assert audit.audit_release(first) == [] and len(calls) == 2
+
+
+def test_door_memo_hit_checks_every_claim_without_numerical_imports(built, tmp_path):
+    """On a memo hit the claim checks (certificates, solve bounds, provenance, privacy block, report claims)
+    still run -- an edited claim is refused -- and import no numpy / pandas / pyarrow (a cached re-run)."""
+    src_store, refs = built
+    root = tmp_path / "store"
+    shutil.copytree(src_store.root, root, ignore=shutil.ignore_patterns("runs", "verified"))
+    store = Store(root)
+    first = publish(store, refs, "first")
+    salt = release_task.code_version(audit.__name__)
+    script = (
+        "import json, sys; from pathlib import Path; from mdp_core import audit; "
+        f"m = audit.VerifiedMemo(Path({str(store.verified)!r}), {salt!r}); f = audit.audit_release(sys.argv[1], m); "
+        "print(json.dumps([f, sorted({'numpy', 'pandas', 'pyarrow'} & set(sys.modules))]))"
+    )
+
+    def door(run: Path) -> list:
+        out = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+    assert door(first) == [[], []]
+    bad = tmp_path / "bad"
+    shutil.copytree(first, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["privacy"]["counts_epsilon"] = 0.01
+    (bad / "manifest.json").write_text(json.dumps(m))
+    found, imported = door(bad)
+    assert imported == [] and any("privacy counts_epsilon 0.01" in f for f in found)
 
 
 # ----------------------------------------------------------------------------- audit findings

@@ -16,8 +16,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import test_real_release
+from conftest import run_stages
 from test_audit import build, publish
 
+from artifacts.store import Store
+from flows.release import stage_params
 from mdp_core import audit
 from mdp_core.files import file_sha256
 
@@ -100,6 +104,22 @@ def test_published_release_audits_clean(released):
     prov = read(released, audit.PROVENANCE)
     assert prov["version"] == audit.PROVENANCE_VERSION and set(prov) == audit.PROVENANCE_KEYS
     assert set(claims_of(released)) == audit.CLAIM_KEYS
+
+
+def test_agency_microdata_with_a_dp_prior_and_a_cap_audits_clean(tmp_path):
+    """The other branches of the contract: microdata from the agency's file, a DP prior (eps_prior > 0 in
+    the guarantee, the ledger and the statement), a ledger cap -- published through the door, clean."""
+    table = tmp_path / "people.csv"
+    test_real_release.people(table)
+    cfg = test_real_release.config(tmp_path / "store", table, prior="dp", eps_prior=0.25, max_total_epsilon=100.0)
+    refs = run_stages(tmp_path / "store", stage_params(cfg))
+    run = publish(Store(tmp_path / "store"), refs, cfg=cfg)
+    assert audit.audit_release(run) == []
+    prov = read(run, audit.PROVENANCE)
+    assert (prov["microdata_source"], prov["prior_source"], prov["eps_prior"]) == ("file", "dp", 0.25)
+    assert prov["guarantee"]["additive_epsilon"] == 1.25 and prov["ledger"]["max_total_epsilon"] == 100.0
+    edit(run, "manifest.json", lambda m: m["config"]["release"].update(eps_prior=0.5))
+    findings(run, "manifest.json: config release.eps_prior 0.5 but the released files give 0.25")
 
 
 # ----------------------------------------------------------------------------- the ten edits
