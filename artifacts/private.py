@@ -140,7 +140,9 @@ class PrivateStore:
             _write_private(self.root / "draws" / c / "draw.json", _json_bytes(record))
             if _write_private(folder / str(index), c.encode(), exclusive=True):
                 return Draw(secret, c, table, index), True
-            new = False  # another run made draw ``index`` first: use it
+            (self.root / "draws" / c / "draw.json").unlink()  # another run made draw ``index`` first: use it
+            (self.root / "draws" / c).rmdir()
+            new = False
 
     @staticmethod
     def _latest(folder: Path) -> tuple[int, str] | None:

@@ -287,3 +287,13 @@ def test_another_mechanism_on_the_same_draw_is_a_new_accounted_release_with_fres
     draw = PrivateStore(tmp_path).load(prov["draw_commitment"])
     assert not np.array_equal(draw.rng("perturb:a").random(8), draw.rng("perturb:b").random(8))
     np.testing.assert_array_equal(draw.rng("perturb:a").random(8), draw.rng("perturb:a").random(8))
+
+
+def test_concurrent_first_runs_agree_on_one_draw(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    priv = PrivateStore(tmp_path)
+    with ThreadPoolExecutor(8) as pool:
+        draws = list(pool.map(lambda _: priv.draw("ab" * 32)[0], range(16)))
+    assert len({d.commitment for d in draws}) == 1
+    assert len(list((tmp_path / "private" / "draws").glob("*/draw.json"))) == 1  # the losers' secrets removed

