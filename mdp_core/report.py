@@ -227,3 +227,71 @@ def release_summary(inst_meta: dict, info: dict, prov: dict, row: dict, count_sc
         "manifest on the same store reproduces these files byte for byte.",
         "",
     ]
+
+
+def technical_markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]], appendix: bool) -> str:
+    """The technical evaluation: the instance, the released mechanism's solve and certificate, the
+    evaluation table (one row per mechanism) and the ``figures`` ((title, png name) pairs)."""
+    cert = info["certificate"]
+    lines = [
+        "# Appendix: technical evaluation" if appendix else "# mdp-release evaluation",
+        "",
+        f"N = {inst.n_records} records, K = {inst.n_outputs} outputs, |E| = {inst.n_edges} neighbour pairs, "
+        f"eps = {inst.epsilon:g} per {inst.distance_unit}, eta = {inst.eta:g} {inst.distance_unit}.",
+        "",
+        f"Released mechanism: **{info['method']}** ({info['status']}), expected loss {info['objective']:.6g}, "
+        f"lower bound {info.get('lower_bound')}, gap {info.get('gap')}, {info['iterations']} iterations, "
+        f"{info['seconds']} s.",
+        f"Privacy certificate: {'PASS' if cert['passed'] else 'FAIL'}, realised eps {cert['max_realised_epsilon']}, "
+        f"{cert['n_violations']} violations over {cert['n_pairs']} pairs.",
+        "",
+        markdown_table(table),
+        "",
+    ]
+    for title, name in figures:
+        lines += [f"## {title}", "", f"![{title}]({name})", ""]
+    return "\n".join(lines)
+
+
+def utility_curve(sweep: list[dict], distance_unit: str, path: Path) -> tuple[pd.DataFrame, str | None]:
+    """Utility vs eps (Qiu 2024 Fig. 7): the table of ``sweep`` entries (factor, epsilon, method,
+    expected_loss) sorted by method and eps, and its plot at ``path`` when there is more than one eps
+    (returns the figure's title, else None)."""
+    utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)
+    if utility["epsilon"].nunique() <= 1:
+        return utility, None
+    series = {m: g.set_index("epsilon")["expected_loss"] for m, g in utility.groupby("method", sort=True)}
+    eps_grid = sorted(utility["epsilon"].unique())
+    plot_lines(
+        eps_grid,
+        {m: [s.get(e, np.nan) for e in eps_grid] for m, s in series.items()},
+        f"epsilon (per {distance_unit})",
+        "expected utility loss",
+        "Utility vs privacy budget",
+        path,
+    )
+    return utility, "Utility vs epsilon (Qiu 2024 Fig. 7)"
+
+
+def count_error_curve(
+    counts: np.ndarray, zones: np.ndarray, eps_values: Sequence[float], n_seeds: int, path: Path
+) -> tuple[pd.DataFrame, str]:
+    """CBDP vs Laplace vs hierarchical error per eps_counts (Fioretto Fig. 5) on ``counts`` (K,) with the
+    release's features (outputs, ``zones`` (K,) when more than one, total): a simulation on public counts
+    (the released microdata's), seeded; the table and its plot at ``path`` (and the figure's title)."""
+    from mdp_core.postprocess import error_curve
+
+    k = counts.size
+    feats = [np.arange(k)] + ([zones] if np.unique(zones).size > 1 else []) + [np.zeros(k, np.int64)]
+    curve = error_curve(counts, feats, eps_values, n_seeds=n_seeds, seed=0)
+    piv = curve.pivot(index="eps_counts", columns="method", values="mae_singletons")
+    plot_lines(
+        list(piv.index),
+        {m: list(piv[m]) for m in piv.columns},
+        "eps_counts",
+        "mean abs. error per output count",
+        "Released counts: CBDP vs baselines",
+        path,
+        logy=True,
+    )
+    return curve, "Count error vs eps_counts (Fioretto Fig. 5)"

@@ -2,11 +2,14 @@
 
 params: {"baselines": [...], "max_mix": float, "method": str, "method_args": {...}, "solver": {...},
          "eps_factors": [...], "counts_eps": [...], "counts_seeds": int}.
-Files: evaluation.parquet (one row per mechanism, ``method`` column), utility_vs_eps.parquet (each
-mechanism re-solved at eps * factor: Qiu 2024 Fig. 7), cbdp_error.parquet (CBDP vs Laplace vs
-hierarchical error of the released counts per eps_counts: Fioretto Fig. 5), report.md and PNG plots
-(bounds.png for Benders, partition.png, utility_vs_eps.png, cbdp_error.png). The Prefect table and
-markdown artifacts are published by :func:`publish_report` on every run.
+The baselines and the eps sweep are solved by separate cached ``evaluate-point`` task runs (on the
+flow's task runner); this stage reads their results (it never solves them itself) and writes:
+evaluation.parquet (one row per mechanism, ``method`` column), utility_vs_eps.parquet (Qiu 2024 Fig. 7),
+cbdp_error.parquet (CBDP vs Laplace vs hierarchical on the released microdata's counts: Fioretto Fig. 5),
+report.md (the officer's page, the technical appendix, the claims block) and PNG plots (released.png,
+count_noise.png, bounds.png, partition.png for Benders, utility_vs_eps.png, cbdp_error.png; drawn by
+:mod:`mdp_core.report`). The Prefect table and markdown artifacts are published by
+:func:`publish_report` on every run.
 """
 
 from __future__ import annotations
@@ -142,32 +145,25 @@ def _compute(
     w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict, points: list[ArtifactRef] | None = None
 ) -> None:
     import numpy as np
-    import pandas as pd
 
     from mdp_core import evaluate as ev
     from mdp_core import report
     from mdp_core.io import atomic_write, read_json, read_mechanism, read_table, write_frame
-    from mdp_core.postprocess import error_curve
 
     inst = instance_of(store, upstream["instance"])
     mech = upstream["mechanism"]
     info = read_json(store.path(mech, "solve.json"))
     z = read_mechanism(store.path(mech, "mechanism.parquet"), inst.n_records, inst.n_outputs)
-    labels = None
-    if upstream.get("partition") is not None:
-        labels = read_table(store.path(upstream["partition"], "partition.parquet"))["subset"].to_numpy(dtype=np.int64)
     released = info["method"]
+    specs = point_specs(params | {"method": released})
+    if points is None or len(points) != len(specs):
+        raise MdpError(
+            f"evaluate: needs the results of its {len(specs)} evaluate-point task runs (the flow runs them), "
+            f"got {0 if points is None else len(points)}"
+        )
     rows = [ev.evaluate_mechanism(inst, z, released, lower_bound=info.get("lower_bound"), seconds=info.get("seconds"))]
     sweep = [{"factor": 1.0, "epsilon": inst.epsilon, "method": released, "expected_loss": rows[0]["expected_loss"]}]
-    specs = point_specs(params | {"method": released})
-    if points is not None and len(points) == len(specs):  # solved by evaluate-point task runs
-        results = [_read_point(store, ref) for ref in points]
-    else:  # called on its own (tests through .fn): solve the points here, one after the other
-        results = [
-            _point(inst, spec, labels if spec["method"] == "benders" else None, f"({i + 1}/{len(specs)})")
-            for i, spec in enumerate(specs)
-        ]
-    for entry, row in results:
+    for entry, row in (_read_point(store, ref) for ref in points):
         if entry["expected_loss"] is None:
             continue  # skipped (does not apply), logged by the point
         sweep.append(entry)
@@ -178,51 +174,30 @@ def _compute(
     w.meta["ui_table"] = ui_records(table)  # what publish_report shows in the UI on every run, without pandas
 
     figures: list[tuple[str, str]] = []
-    utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)
+    utility, title = report.utility_curve(sweep, inst.distance_unit, w.file("utility_vs_eps.png"))
     write_frame(w.file("utility_vs_eps.parquet"), utility)
-    if utility["epsilon"].nunique() > 1:
-        series = {m: g.set_index("epsilon")["expected_loss"] for m, g in utility.groupby("method", sort=True)}
-        eps_grid = sorted(utility["epsilon"].unique())
-        report.plot_lines(
-            eps_grid,
-            {m: [s.get(e, np.nan) for e in eps_grid] for m, s in series.items()},
-            f"epsilon (per {inst.distance_unit})",
-            "expected utility loss",
-            "Utility vs privacy budget",
-            w.file("utility_vs_eps.png"),
-        )
-        figures.append(("Utility vs epsilon (Qiu 2024 Fig. 7)", "utility_vs_eps.png"))
-
-    if upstream.get("postprocess") is not None and params.get("counts_eps"):
-        out_ids = read_table(store.path(upstream["postprocess"], "microdata.parquet"))["output_id"].to_numpy()
-        counts = np.bincount(out_ids, minlength=inst.n_outputs)
-        zones = output_zones(inst, labels)
-        feats = (
-            [np.arange(inst.n_outputs)]
-            + ([zones] if np.unique(zones).size > 1 else [])
-            + [np.zeros(inst.n_outputs, np.int64)]
-        )
-        curve = error_curve(counts, feats, params["counts_eps"], n_seeds=int(params.get("counts_seeds", 10)), seed=0)
-        write_frame(w.file("cbdp_error.parquet"), curve)
-        piv = curve.pivot(index="eps_counts", columns="method", values="mae_singletons")
-        report.plot_lines(
-            list(piv.index),
-            {m: list(piv[m]) for m in piv.columns},
-            "eps_counts",
-            "mean abs. error per output count",
-            "Released counts: CBDP vs baselines",
+    figures += [(title, "utility_vs_eps.png")] if title else []
+    labels = None
+    if upstream.get("partition") is not None:
+        part = read_table(store.path(upstream["partition"], "partition.parquet"))
+        labels = part["subset"].to_numpy(dtype=np.int64)
+    post = upstream.get("postprocess")
+    if post is not None and params.get("counts_eps"):
+        out_ids = read_table(store.path(post, "microdata.parquet"))["output_id"].to_numpy()
+        curve, title = report.count_error_curve(
+            np.bincount(out_ids, minlength=inst.n_outputs),
+            output_zones(inst, labels),
+            params["counts_eps"],
+            int(params.get("counts_seeds", 10)),
             w.file("cbdp_error.png"),
-            logy=True,
         )
-        figures.append(("Count error vs eps_counts (Fioretto Fig. 5)", "cbdp_error.png"))
-
+        write_frame(w.file("cbdp_error.parquet"), curve)
+        figures.append((title, "cbdp_error.png"))
     method_run = ((info.get("extra") or {}).get("auto") or {}).get("method", released)
     if "trace.parquet" in mech.files:
-        trace = read_table(store.path(mech, "trace.parquet"))
-        report.plot_bounds(trace, w.file("bounds.png"))
+        report.plot_bounds(read_table(store.path(mech, "trace.parquet")), w.file("bounds.png"))
         figures.append((f"Bounds per iteration ({method_run})", "bounds.png"))
     if method_run == "benders" and labels is not None and inst.coordinate_columns():
-        part = read_table(store.path(upstream["partition"], "partition.parquet"))
         report.plot_partition(
             inst.record_points(),
             labels,
@@ -232,9 +207,9 @@ def _compute(
         )
         figures.append(("Partition of the mDP graph", "partition.png"))
     summary: list[str] = []
-    if upstream.get("postprocess") is not None:  # the officer's page first, the claims block last
-        summary, claims = _release_page(store, upstream["postprocess"], inst, info, rows[0], w)
-    md = "\n".join(summary + [_markdown(inst, info, table, figures, appendix=bool(summary))])
+    if post is not None:  # the officer's page first, the claims block last
+        summary, claims = _release_page(store, post, inst, info, rows[0], w)
+    md = "\n".join(summary + [report.technical_markdown(inst, info, table, figures, appendix=bool(summary))])
     if summary:
         md += f"\n<!-- {report.CLAIMS_TAG} {claims} -->\n"
 
@@ -263,14 +238,13 @@ def _release_page(
     agg = read_table(store.path(post, "aggregates.parquet"))
     out = read_table(store.path(post, "microdata.parquet"))["output_id"].to_numpy()
     scale = float(agg.loc[agg["level"] == "output", "noise_scale"].iloc[0])
-    n_zones = int((agg["level"] == "zone").sum())
     inst_meta = {
         "epsilon": inst.epsilon,
         "eta": inst.eta,
         "distance_unit": inst.distance_unit,
         "n_outputs": inst.n_outputs,
     }
-    page = report.release_summary(inst_meta, info, prov, row, scale, n_zones)
+    page = report.release_summary(inst_meta, info, prov, row, scale, int((agg["level"] == "zone").sum()))
     shown: list[tuple[str, str]] = []
     try:
         report.plot_released_points(
@@ -287,30 +261,6 @@ def _release_page(
     for title, name in shown:
         page += [f"![{title}]({name})", ""]
     return page, json.dumps(report.release_claims(inst_meta, info, prov), sort_keys=True)
-
-
-def _markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]], appendix: bool = False) -> str:
-    from mdp_core import report
-
-    cert = info["certificate"]
-    lines = [
-        "# Appendix: technical evaluation" if appendix else "# mdp-release evaluation",
-        "",
-        f"N = {inst.n_records} records, K = {inst.n_outputs} outputs, |E| = {inst.n_edges} neighbour pairs, "
-        f"eps = {inst.epsilon:g} per {inst.distance_unit}, eta = {inst.eta:g} {inst.distance_unit}.",
-        "",
-        f"Released mechanism: **{info['method']}** ({info['status']}), expected loss {info['objective']:.6g}, "
-        f"lower bound {info.get('lower_bound')}, gap {info.get('gap')}, {info['iterations']} iterations, "
-        f"{info['seconds']} s.",
-        f"Privacy certificate: {'PASS' if cert['passed'] else 'FAIL'}, realised eps {cert['max_realised_epsilon']}, "
-        f"{cert['n_violations']} violations over {cert['n_pairs']} pairs.",
-        "",
-        report.markdown_table(table),
-        "",
-    ]
-    for title, name in figures:
-        lines += [f"## {title}", "", f"![{title}]({name})", ""]
-    return "\n".join(lines)
 
 
 # What the UI table shows first (the full table is evaluation.parquet).

@@ -137,7 +137,11 @@ def run_stages(root, p: dict) -> dict:
     refs["postprocess"] = postprocess.postprocess.fn(
         s, p["postprocess"], refs["export"], refs["solve"], refs["partition"]
     )
+    points = [  # the evaluate stage's own solves, as the flow runs them (evaluate-point task runs)
+        evaluate.evaluate_point.fn(s, spec, refs["export"], refs["partition"] if spec["method"] == "benders" else None)
+        for spec in evaluate.point_specs(p["evaluate"])
+    ]
     refs["evaluate"] = evaluate.evaluate.fn(
-        s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"]
+        s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"], points
     )
     return refs
