@@ -209,6 +209,7 @@ def release_flow(
     refresh_name = refresh_from
     first_refresh = STAGES.index(refresh_name) if refresh_name in STAGES else len(STAGES)
     store = Store(store_root(config))
+    store.clean_debris()  # temp / trash folders a killed run left behind (kill -9): gone before this run starts
     ctx = FlowRunContext.get()
     run_id = mf.flow_run_id()
     rname = release_name(config)
