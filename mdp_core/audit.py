@@ -9,9 +9,10 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
 
   1. files: every listed file exists and has its sha256; every file a release must carry is listed;
      nothing but the listed files (and manifest.json) sits in the folder; only files a release
-     publishes are listed (:func:`_check_folder`);
+     publishes are listed (:func:`_check_folder`); each is the output its stage recorded in the manifest
+     (:func:`_check_stages`);
   2. content (:func:`_check_content`, a pure function of the Parquet and instance bytes): the instance
-     reads and validates and is the one the pipeline exported; the mechanism passes
+     reads and validates; the mechanism passes
      :func:`mdp_core.verify.verify` against it (exact tolerance, edge table against the metric); its
      expected loss sum_i p_i sum_k c_ik z_ik is recomputed; every Parquet file has only allowed columns
      (:data:`COLUMNS`; no name holding ``seed``, ``secret``, ``true_``, ``record_id``); the microdata are
@@ -294,6 +295,29 @@ def _check_folder(d: Path, listed: dict) -> list[str]:
         name = p.relative_to(d).as_posix()
         if (p.is_file() or p.is_symlink()) and name != "manifest.json" and name not in listed:
             findings.append(f"{name}: in the release folder but not listed in the manifest")
+    return findings
+
+
+def _stage_of(name: str) -> tuple[str, str]:
+    """(pipeline stage, file name in its output) of a published file (tasks.release.released_files)."""
+    if name.startswith(f"{INSTANCE_DIR}/"):
+        return "export", name.split("/", 1)[1]
+    if name in ("mechanism.parquet", "solve.json", "trace.parquet"):
+        return "solve", name
+    if name in ("microdata.parquet", "aggregates.parquet", PROVENANCE):
+        return "postprocess", name
+    return "evaluate", name
+
+
+def _check_stages(manifest: dict, actual: dict[str, str]) -> list[str]:
+    """Every published file is the output of the stage the manifest records (same sha256)."""
+    stages, findings = _obj(manifest.get("stages")), []
+    for name, digest in sorted(actual.items()):
+        stage, file = _stage_of(name)
+        recorded = _obj(_obj(stages.get(stage)).get("files")).get(file)
+        if recorded is not None and recorded != digest:
+            what = "the instance the pipeline exported" if stage == "export" else f"the {stage} stage's output"
+            findings.append(f"{name}: not {what} (sha256 differs)")
     return findings
 
 
@@ -884,9 +908,7 @@ def audit_release(run_dir: str | Path, memo: VerifiedMemo | None = None) -> list
     if any(n not in actual for n in ("mechanism.parquet", f"{INSTANCE_DIR}/instance.json")):
         return findings
 
-    export_files = _obj(_obj(_obj(manifest.get("stages")).get("export")).get("files"))
-    if "instance.json" in export_files and export_files["instance.json"] != actual[f"{INSTANCE_DIR}/instance.json"]:
-        findings.append(f"{INSTANCE_DIR}/instance.json: not the instance the pipeline exported (sha256 differs)")
+    findings += _check_stages(manifest, actual)
     facts = memo.get(actual) if memo is not None and not findings else None
     content_findings: list[str] = []
     if facts is None:

@@ -85,7 +85,7 @@ def publish(store: Store, refs: dict, run_name: str = "run-1", sol=None, post=No
         "format": "mdp-release-manifest",
         "version": 1,
         "run_name": run_name,
-        "stages": {s: {"files": r.files} for s, r in refs.items()},
+        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "postprocess": post}).items()},
         **manifest_fields(store, refs, sol, post, cfg),
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }

@@ -386,3 +386,8 @@ def test_allow_lists_cover_what_the_pipeline_writes():
     traces = set(benders._TRACE_COLUMNS) | set(colgen.TRACE_COLUMNS) | set(rowgen.TRACE_COLUMNS)
     assert traces == audit.COLUMNS["trace.parquet"]
     assert report.CLAIMS_TAG == audit.CLAIMS_TAG
+
+
+def test_published_files_are_the_stage_outputs_the_manifest_records(run):
+    edit(run, "manifest.json", lambda m: m["stages"]["postprocess"]["files"].update({"aggregates.parquet": "0" * 64}))
+    findings(run, "aggregates.parquet: not the postprocess stage's output (sha256 differs)")
