@@ -85,6 +85,7 @@ def plot_released_points(points: np.ndarray, counts: np.ndarray, path: Path, lon
     ax.scatter(pts[:, 0], pts[:, 1], s=4 + 200 * c / max(c.max(), 1.0), alpha=0.6, linewidths=0)
     ax.set_xlabel("lon" if lonlat else "x0")
     ax.set_ylabel("lat" if lonlat else "x1")
+    ax.tick_params(axis="x", labelrotation=30)
     ax.set_title(f"released outputs: {int(c.sum())} individuals on {int((c > 0).sum())} of {c.size} outputs")
     ax.set_aspect("equal", adjustable="datalim")
     fig.tight_layout()
