@@ -372,23 +372,44 @@ def _microdata_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
 
 
 def _aggregates_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
-    """Consistent non-negative integer counts: one exact total, outputs 0..K-1 and zones summing to it.
-    Facts: {"total", "eps_counts", "scales": {noisy level: its noise_scale},
-    "sensitivity": L1 sensitivity of the noisy levels together (2 per level)}."""
-    import numpy as np
-
+    """Consistent non-negative integer counts (:func:`_count_findings`) and their noise. Facts: {"total",
+    "eps_counts", "scales": {noisy level: its noise_scale}, "sensitivity": L1 sensitivity of the noisy
+    levels together (2 per level, :data:`mdp_core.noise.MOVE_SENSITIVITY`)}."""
     from mdp_core.io import read_table
     from mdp_core.noise import MOVE_SENSITIVITY
 
     f = read_table(path, required={"block": "int64", "n_members": "int64", "count": "int64", "eps_counts": "float64"})
     f = f.astype({"level": str, "label": str, "noise": str})
+    total = f[f.level == "total"]
+    if len(total) != 1 or total["noise"].iloc[0] != "none" or float(total["noise_scale"].iloc[0]) != 0.0:
+        return None, ["aggregates.parquet: needs one total row, noise none, noise_scale 0"]
+    findings = _count_findings(f, inst.n_outputs)
+    noisy = f[f.level != "total"]
+    if (noisy["noise"] != "discrete_laplace").any():
+        findings.append("aggregates.parquet: a noisy level's noise is not discrete_laplace")
+    scales = {str(lv): sorted({float(s) for s in g["noise_scale"]}) for lv, g in noisy.groupby("level")}
+    eps = sorted({float(e) for e in f["eps_counts"]})
+    if len(eps) != 1 or any(len(s) != 1 for s in scales.values()):
+        return None, findings + ["aggregates.parquet: eps_counts, or a level's noise_scale, is not one value"]
+    facts = {
+        "total": int(total["count"].iloc[0]),
+        "eps_counts": eps[0],
+        "scales": {lv: s[0] for lv, s in scales.items()},
+        "sensitivity": MOVE_SENSITIVITY * len(scales),
+    }
+    return facts, findings
+
+
+def _count_findings(f: Any, k: int) -> list[str]:
+    """The count table ``f`` (a DataFrame with one total row) over K = ``k`` outputs: known levels only,
+    outputs 0..K-1 labelled by their ids, counts >= 0, outputs and zones summing to the total, zones
+    covering the K outputs."""
+    import numpy as np
+
     levels = set(f["level"])
     findings = [f"aggregates.parquet: unknown level {lv}" for lv in sorted(levels - {"total", "zone", "output"})]
-    total, outs, zones = f[f.level == "total"], f[f.level == "output"], f[f.level == "zone"]
-    k = inst.n_outputs
-    if len(total) != 1 or total["noise"].iloc[0] != "none" or float(total["noise_scale"].iloc[0]) != 0.0:
-        return None, findings + ["aggregates.parquet: needs one total row, noise none, noise_scale 0"]
-    n = int(total["count"].iloc[0])
+    n = int(f.loc[f.level == "total", "count"].iloc[0])
+    outs, zones = f[f.level == "output"], f[f.level == "zone"]
     if not (np.array_equal(outs["block"].to_numpy(), np.arange(k)) and (outs["n_members"] == 1).all()):
         findings.append(f"aggregates.parquet: the output level is not blocks 0..{k - 1} of one output each")
     elif not (outs["label"] == outs["block"].astype(str)).all():
@@ -400,20 +421,7 @@ def _aggregates_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
             findings.append(f"aggregates.parquet: {name} counts sum to {int(part['count'].sum())}, not the total {n}")
     if len(zones) and int(zones["n_members"].sum()) != k:
         findings.append(f"aggregates.parquet: zones hold {int(zones['n_members'].sum())} outputs, not K = {k}")
-    noisy = f[f.level != "total"]
-    if (noisy["noise"] != "discrete_laplace").any():
-        findings.append("aggregates.parquet: a noisy level's noise is not discrete_laplace")
-    scales = {str(lv): sorted({float(s) for s in g["noise_scale"]}) for lv, g in noisy.groupby("level")}
-    eps = sorted({float(e) for e in f["eps_counts"]})
-    if len(eps) != 1 or any(len(s) != 1 for s in scales.values()):
-        return None, findings + ["aggregates.parquet: eps_counts, or a level's noise_scale, is not one value"]
-    facts = {
-        "total": n,
-        "eps_counts": eps[0],
-        "scales": {lv: s[0] for lv, s in scales.items()},
-        "sensitivity": MOVE_SENSITIVITY * len(scales),
-    }
-    return facts, findings
+    return findings
 
 
 def _plain(value: Any) -> Any:

@@ -41,14 +41,16 @@ def run(released, tmp_path) -> Path:
 
 # ----------------------------------------------------------------------------- tampering helpers
 def rehash(run: Path, name: str) -> None:
-    """Record ``name``'s new sha256 wherever the release names it (provenance, then the manifest)."""
+    """Record ``name``'s new sha256 wherever the release names it (provenance, then the manifest's
+    released files and stage entry)."""
+    stage, file = audit._stage_of(name)
     if name in ("microdata.parquet", "aggregates.parquet"):
         p = read(run, audit.PROVENANCE)
         p[f"{name.split('.')[0]}_sha256"] = file_sha256(run / name)
         write(run, audit.PROVENANCE, p)
     if name != "manifest.json":
         m = read(run, "manifest.json")
-        m["released_files"][name] = file_sha256(run / name)
+        m["released_files"][name] = m["stages"][stage]["files"][file] = file_sha256(run / name)
         (run / "manifest.json").write_text(json.dumps(m))
 
 
@@ -261,6 +263,28 @@ def test_aggregates_must_be_consistent(run):
         run, "aggregates.parquet", lambda f: f.__setitem__("count", f["count"] + (f.level == "output") * (f.block == 0))
     )
     findings(run, "aggregates.parquet: output counts sum to 201, not the total 200")
+
+
+def shift(f: pd.DataFrame, column: str, level: str, deltas: dict[int, int]) -> None:
+    """Add ``deltas`` {block: delta} to ``column`` of one level of the count table."""
+    for block, delta in deltas.items():
+        f.loc[(f.level == level) & (f.block == block), column] += delta
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda f: shift(f, "count", "output", {0: -f["count"].max() - 1, 1: f["count"].max() + 1}), "negative count"),
+        (lambda f: shift(f, "n_members", "zone", {0: 1}), "aggregates.parquet: zones hold 7 outputs, not K = 6"),
+        (lambda f: f.__setitem__("noise", "none"), "a noisy level's noise is not discrete_laplace"),
+        (lambda f: f.__setitem__("label", "x"), "output labels are not their output ids"),
+        (lambda f: shift(f, "noise_scale", "zone", {0: 1.0}), "a level's noise_scale, is not one value"),
+        (lambda f: shift(f, "noise_scale", "total", {0: 1.0}), "needs one total row"),
+    ],
+)
+def test_aggregates_table(run, change, needle):
+    edit_table(run, "aggregates.parquet", change)
+    findings(run, needle)
 
 
 def test_aggregates_total_must_be_n(run):
