@@ -39,6 +39,8 @@ inside a system folder is refused, since it would create ``objects/`` and ``runs
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -53,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import InputError
-from mdp_core.files import file_sha256, read_json, write_json
+from mdp_core.files import file_sha256, write_json
 
 REF_SCHEMA_VERSION = 1
 DEFAULT_ROOT = "artifacts/store"
@@ -104,6 +106,31 @@ def check_root(root: Path) -> Path:
             'private/; choose a dedicated folder such as ~/mdp-store (store = "...", --store or $MDP_RELEASE_STORE)'
         )
     return here
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's ``renameat2`` (Linux, glibc >= 2.28) or None."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap the directories ``a`` and ``b`` (``renameat2(RENAME_EXCHANGE)``); False when this
+    system or file system cannot (the caller then falls back to two renames)."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    return fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -208,9 +235,28 @@ def _plain_name(name: str) -> bool:
     return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
 
 
-def _regular(path: Path) -> bool:
-    """``path`` is a regular file itself (not a symlink, device or FIFO); FileNotFoundError when absent."""
-    return stat.S_ISREG(os.lstat(path).st_mode)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _read_in(folder_fd: int, name: str, digest: bool = False) -> bytes | str | None:
+    """Bytes (``digest``: their sha256 hex) of the regular file ``name`` inside the open folder
+    ``folder_fd``; None when it is absent, not a plain name, a symlink, a device or a FIFO. Reading
+    through the folder's descriptor sees one folder even while it is being swapped away."""
+    if not _plain_name(name):
+        return None
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=folder_fd)
+    except OSError:  # absent, or a symlink (O_NOFOLLOW: ELOOP)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        if not digest:
+            return fh.read()
+        h = hashlib.sha256()
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+        return h.hexdigest()
 
 
 _REF_FIELDS = {"stage", "key", "path", "files", "schema_version", "meta"}
@@ -243,10 +289,15 @@ class Store:
         return folder / name
 
     @staticmethod
-    def _settle(folder: Path) -> None:
+    def _replaced(folder: Path) -> bool:
+        """Whether object ``folder`` has been replaced recently (a trash entry of its key exists)."""
+        return any(folder.parent.glob(f".{folder.name}.trash-*"))
+
+    @classmethod
+    def _settle(cls, folder: Path) -> None:
         """Wait (at most ``_SETTLE_SECONDS``) for a missing object folder that is being replaced right now
-        (a trash entry of its key exists) to be renamed into place."""
-        if not any(folder.parent.glob(f".{folder.name}.trash-*")):
+        (:meth:`_replaced`) to be renamed into place."""
+        if folder.is_dir() or not cls._replaced(folder):
             return
         deadline = time.monotonic() + _SETTLE_SECONDS
         while not folder.is_dir() and time.monotonic() < deadline:
@@ -271,36 +322,43 @@ class Store:
     # ------------------------------------------------------------------ reads
     def load_ref(self, stage: str, key: str) -> ArtifactRef | None:
         """The ref stored for (stage, key), or None if absent / unreadable."""
-        p = self.object_dir(stage, key) / "ref.json"
-        if not p.is_file():
-            return None
-        try:
-            return ArtifactRef.from_dict(read_json(p))
-        except Exception:
-            return None
+        return self._checked(self.object_dir(stage, key), None, verify=False)
 
     def is_valid(self, ref: ArtifactRef) -> bool:
-        """True when every file of ``ref`` exists with its recorded sha256 (checked again once, after
-        :meth:`_settle`, when a file vanishes while being read: a concurrent replacement)."""
-        base = self.root / ref.path
-        if not all(_plain_name(name) for name in ref.files):
-            return False
-        for attempt in (0, 1):
-            try:
-                return all(
-                    _regular(base / name) and file_sha256(base / name) == digest for name, digest in ref.files.items()
-                )
-            except (FileNotFoundError, NotADirectoryError):
-                if attempt == 0:
-                    self._settle(base)
-        return False
+        """True when every file of ``ref`` is a regular file (no symlink) with its recorded sha256."""
+        return self._checked(self.root / ref.path, ref, verify=True) is not None
 
     def valid_ref(self, stage: str, key: str) -> ArtifactRef | None:
-        """The stored ref of (stage, key) if it names its own folder and every file checks out, else None."""
-        ref = self.load_ref(stage, key)
+        """The stored ref of (stage, key) if it names its own folder and every file checks out, else None.
+
+        ref.json and the files are read through one descriptor of the folder, so a concurrent forced
+        rewrite (which swaps the folder) cannot mix the two; a folder missing at that instant is waited
+        for (:meth:`_settle`)."""
+        ref = self._checked(self.object_dir(stage, key), None, verify=True)
         if ref is None or (ref.stage, ref.key, ref.path) != (stage, key, f"objects/{stage}/{key}"):
             return None
-        return ref if self.is_valid(ref) else None
+        return ref
+
+    def _checked(self, folder: Path, ref: ArtifactRef | None, verify: bool) -> ArtifactRef | None:
+        """``ref`` (None: the folder's own ref.json) if readable and, with ``verify``, every file of it
+        hashes to its recorded sha256 -- all read through one open descriptor of ``folder``."""
+        self._settle(folder)
+        try:
+            dfd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return None
+        try:
+            if ref is None:
+                raw = _read_in(dfd, "ref.json")
+                try:
+                    ref = ArtifactRef.from_dict(json.loads(raw)) if isinstance(raw, bytes) else None
+                except ValueError:
+                    return None
+            if ref is None or (verify and any(_read_in(dfd, n, True) != d for n, d in ref.files.items())):
+                return None
+            return ref
+        finally:
+            os.close(dfd)
 
     # ----------------------------------------------------------------- writes
     @contextmanager
@@ -322,13 +380,17 @@ class Store:
             yield w
             new = w.finish()
             for _ in range(100):
+                present = final.exists()  # before the check: a folder that appears later is complete and valid
                 existing = self.valid_ref(stage, key)
                 if existing is not None and (not force or existing.content_hash == new.content_hash):
                     shutil.rmtree(tmp, ignore_errors=True)
                     w.ref = existing
                     return
-                if final.exists():
+                if present:  # invalid, or forced with different content: swap ours in, the old one to trash
                     trash = final.with_name(f".{key}.trash-{int(time.time())}-{os.urandom(4).hex()}")
+                    if _exchange(tmp, final):  # atomic: at no instant is there no final folder
+                        os.replace(tmp, trash)  # tmp now holds the old output
+                        return
                     try:
                         os.replace(final, trash)
                     except FileNotFoundError:
