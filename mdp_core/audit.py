@@ -12,9 +12,8 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      publishes are listed (:func:`_check_folder`); each is the output its stage recorded in the manifest
      (:func:`_check_stages`);
   2. content (:func:`_check_content`, a pure function of the Parquet and instance bytes): the instance
-     reads and validates; the mechanism passes
-     :func:`mdp_core.verify.verify` against it (exact tolerance, edge table against the metric); its
-     expected loss sum_i p_i sum_k c_ik z_ik is recomputed; every Parquet file has only allowed columns
+     reads and validates; the mechanism passes :func:`mdp_core.verify.verify` against it (exact
+     tolerance, edge table against the metric); its expected loss sum_i p_i sum_k c_ik z_ik is recomputed; every Parquet file has only allowed columns
      (:data:`COLUMNS`; no name holding ``seed``, ``secret``, ``true_``, ``record_id``); the microdata are
      individuals 0..n-1 each with an output id in 0..K-1 and exactly that output's public coordinates;
      the aggregates are consistent non-negative integer counts (outputs and zones sum to the total);
