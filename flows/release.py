@@ -132,6 +132,27 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, An
     return out
 
 
+def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``privacy`` and ``solve`` blocks, from the released instance.json, solve.json and
+    release_provenance.json (every figure is one ``mdp-release audit`` recomputes or cross-checks)."""
+    privacy = {
+        "mechanism_epsilon": inst_meta["epsilon"],
+        "eta": inst_meta["eta"],
+        "distance_unit": inst_meta["distance_unit"],
+        "certificate": solve_info["certificate"],
+        "counts_epsilon": prov["eps_counts"],
+        "prior_epsilon": prov["eps_prior"],
+        "prior_source": prov["prior_source"],
+        "microdata_source": prov["microdata_source"],
+        "n_individuals": prov["n_individuals"],
+        "draw_commitment": prov["draw_commitment"],
+        "guarantee": prov["guarantee"],
+        "ledger": prov["ledger"],
+    }
+    solve = {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")}
+    return {"privacy": privacy, "solve": solve}
+
+
 DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release (the flow's default parameter)
 
 
@@ -267,26 +288,11 @@ def release_flow(
     solve_info = read_json(store.path(sol, "solve.json"))
     inst_meta = read_json(store.path(inst, "instance.json"))
     prov = read_json(store.path(post, audit.PROVENANCE))
-    fields = {
+    fields: dict[str, Any] = {
         "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
         "refresh_from": refresh_name,
         "package_versions": package_versions(PACKAGES),
-        "privacy": {
-            "mechanism_epsilon": inst_meta["epsilon"],
-            "eta": inst_meta["eta"],
-            "distance_unit": inst_meta["distance_unit"],
-            "certificate": solve_info["certificate"],
-            "counts_epsilon": prov["eps_counts"],
-            "prior_epsilon": prov["eps_prior"],
-            "prior_source": prov["prior_source"],
-            "microdata_source": prov["microdata_source"],
-            "n_individuals": prov["n_individuals"],
-            "draw_commitment": prov["draw_commitment"],
-            "guarantee": prov["guarantee"],
-            "ledger": prov["ledger"],
-        },
-        "solve": {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")},
-    }
+    } | release_fields(inst_meta, solve_info, prov)
     code_versions = {s: code_version(_TASKS[s].fn.__module__) for s in STAGES}
     manifest = mf.new_manifest(
         "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields

@@ -110,7 +110,7 @@ COLUMNS: dict[str, frozenset[str]] = {
     "utility_vs_eps.parquet": frozenset({"factor", "epsilon", "method", "expected_loss"}),
     # mdp_core.postprocess.CURVE_COLUMNS: the error curve simulated on the released counts
     "cbdp_error.parquet": frozenset(
-        {"eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_seeds"}
+        {"eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_repeats"}
     ),
     # the TRACE_COLUMNS of mdp_core.benders, colgen and rowgen
     "trace.parquet": frozenset(
@@ -127,13 +127,12 @@ COLUMNS: dict[str, frozenset[str]] = {
     f"{INSTANCE_DIR}/costs.parquet": frozenset({"i", "k", "cost"}),
 }
 FORBIDDEN = ("seed", "secret", "true_", "record_id")  # in any published column or provenance key
-# Allowed names holding a FORBIDDEN fragment: the public record ids of the instance, each released output's
-# record, and the number of simulated repetitions of the public count-error curve (a count, not a seed).
+# Allowed names holding a FORBIDDEN fragment: the public record ids of the instance and each released output's
+# record.
 NAME_EXCEPTIONS: dict[str, frozenset[str]] = {
     "microdata.parquet": frozenset({"output_record_id"}),
     f"{INSTANCE_DIR}/records.parquet": frozenset({"record_id"}),
     f"{INSTANCE_DIR}/outputs.parquet": frozenset({"record_id"}),
-    "cbdp_error.parquet": frozenset({"n_seeds"}),
 }
 SOLVE_KEYS = frozenset(
     "method status objective lower_bound upper_bound gap relative_gap iterations seconds solver options repair "

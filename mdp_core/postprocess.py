@@ -580,7 +580,7 @@ def weighted_l2(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return float(np.sqrt(sum(sq)))
 
 
-CURVE_COLUMNS = ["eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_seeds"]
+CURVE_COLUMNS = ["eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_repeats"]
 
 
 def error_curve(
@@ -595,7 +595,7 @@ def error_curve(
 
     Returns one row per (eps_counts, method) with columns eps_counts, method ("cbdp",
     "cbdp_int", "laplace", "hierarchical"), mae_singletons, mae_features, weighted_l2 (means over
-    seeds, in counts) and n_seeds. Run r uses seed ``seed + r`` for every method.
+    seeds, in counts) and n_repeats (= ``n_seeds``). Run r uses seed ``seed + r`` for every method.
     """
     c = _check_counts(counts)
     feats = make_features(features, c.size, names)
@@ -618,7 +618,7 @@ def error_curve(
                     "eps_counts": float(eps),
                     "method": m,
                     **{key: float(np.mean([r[key] for r in runs])) for key in runs[0]},
-                    "n_seeds": n_seeds,
+                    "n_repeats": n_seeds,
                 }
             )
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)

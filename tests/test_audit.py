@@ -19,7 +19,7 @@ from conftest import run_stages
 from artifacts.store import Store
 from flows.cli import main
 from flows.config import parse_config
-from flows.release import SOLVE_SUMMARY, release_params, stage_params
+from flows.release import release_fields, release_params, stage_params
 from mdp_core import audit
 from mdp_core.errors import PrivacyError
 from mdp_core.io import _long, file_sha256, read_instance, read_json, write_instance, write_table
@@ -57,23 +57,8 @@ def manifest_fields(store: Store, refs: dict, sol, post, cfg=None) -> dict:
     solve_info = read_json(store.path(sol, "solve.json"))
     inst_meta = read_json(store.path(refs["export"], "instance.json"))
     prov = read_json(store.path(post, audit.PROVENANCE))
-    privacy = {
-        "mechanism_epsilon": inst_meta["epsilon"],
-        "eta": inst_meta["eta"],
-        "distance_unit": inst_meta["distance_unit"],
-        "certificate": solve_info["certificate"],
-        "counts_epsilon": prov["eps_counts"],
-        "prior_epsilon": prov["eps_prior"],
-        "prior_source": prov["prior_source"],
-        "microdata_source": prov["microdata_source"],
-        "n_individuals": prov["n_individuals"],
-        "draw_commitment": prov["draw_commitment"],
-        "guarantee": prov["guarantee"],
-        "ledger": prov["ledger"],
-    }
-    solve = {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")}
     cfg = cfg or config(store.root)
-    return {"config": cfg.model_dump(mode="json"), "privacy": privacy, "solve": solve}
+    return {"config": cfg.model_dump(mode="json")} | release_fields(inst_meta, solve_info, prov)
 
 
 def publish(store: Store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:

@@ -245,7 +245,7 @@ def test_release_counts_reuses_a_given_measurement_deterministically():
 def test_error_curve_shape_and_trend():
     c, feats_in = sparse_example(10)
     df = pp.error_curve(c, feats_in, [0.1, 1.0], n_seeds=5)
-    assert list(df.columns) == ["eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_seeds"]
+    assert list(df.columns) == ["eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_repeats"]
     assert len(df) == 8
     cb = df[df.method == "cbdp"].set_index("eps_counts")
     assert cb.loc[1.0, "mae_singletons"] < cb.loc[0.1, "mae_singletons"]
