@@ -394,8 +394,11 @@ def default_store() -> Path:
 
 def store_root(cfg: ReleaseFlowConfig) -> Path:
     """Absolute store root of ``cfg`` (a relative ``store`` is taken against the working directory;
-    :func:`load_config` has already made a config file's relative paths absolute)."""
-    return Path(cfg.store).expanduser().resolve() if cfg.store else default_store()
+    :func:`load_config` has already made a config file's relative paths absolute). InputError for a root
+    that is no place for a store (``/``, a home or system folder: :func:`artifacts.store.check_root`)."""
+    from artifacts.store import check_root
+
+    return check_root(Path(cfg.store).expanduser().resolve() if cfg.store else default_store())
 
 
 def release_name(cfg: ReleaseFlowConfig) -> str:

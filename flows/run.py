@@ -301,6 +301,8 @@ def run_from_cli(args: argparse.Namespace) -> int:
     cfgs = [manifest_config(args.from_manifest)] if args.from_manifest else [load_config(p) for p in paths]
     if args.store:
         cfgs = [c.model_copy(update={"store": str(Path(args.store).expanduser().resolve())}) for c in cfgs]
+    for c in cfgs:  # a store root that is no place for a store (/, a home folder): refused before Prefect starts
+        store_root(c)
     refresh_from: Any = "ingest" if args.refresh else args.refresh_from  # a StageName (argparse checked it)
     # a re-run of a published release uses its draw (from this store's private part); otherwise the table's own
     draw = manifest_draw(args.from_manifest) if args.from_manifest else None

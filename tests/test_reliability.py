@@ -324,6 +324,8 @@ TOML_CASES: dict[str, tuple[str, str]] = {
     "unknown baseline": ("[evaluate]\nbaselines = ['magic']", "evaluate.baselines"),
     "eps_factors negative": ("[evaluate]\neps_factors = [-1.0]", "evaluate.eps_factors"),
     "release seed (removed)": ("[release]\nseed = 0", "no longer accepted"),
+    "store at the filesystem root": ("store = '/'", "refusing the store root /"),
+    "store at /etc": ("store = '/etc/mdp'", "refusing the store root"),
     "DP prior without microdata": ("[release]\nprior = 'dp'", "set microdata"),
     "unknown prior": ("[release]\nprior = 'magic'", "prior must be"),
     "n_individuals with microdata": ("[release]\nmicrodata = 'p.csv'\nn_individuals = 5", "n_individuals"),
