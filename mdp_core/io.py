@@ -21,6 +21,7 @@ truncated or modified table. Parquet files carry no timestamps: the same data gi
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import overload
@@ -158,6 +159,25 @@ def _json_number(d: Path, meta: dict, key: str, kind: type[int] | type[float]) -
     return kind(v)
 
 
+def _confined(d: Path, table: object) -> None:
+    """InputError unless ``table`` (a name listed in instance.json ``tables``) is a plain file name of a
+    file inside ``d`` itself: no folder part, no ``..``, not absolute, not a symlink leading out of ``d``."""
+    where = d / "instance.json"
+    if (
+        not isinstance(table, str)
+        or not table
+        or table in (".", "..")
+        or "/" in table
+        or "\\" in table
+        or "\0" in table
+        or Path(table).is_absolute()
+    ):
+        raise InputError(f"{where}: table name {table!r} is not a plain file name inside the instance folder")
+    path = d / table
+    if path.is_symlink() and Path(os.path.realpath(path)).parent != Path(os.path.realpath(d)):
+        raise InputError(f"{where}: table {table!r} is a symlink leading out of the instance folder")
+
+
 def read_instance(in_dir: str | Path, epsilon: float | None = None) -> Instance:
     """Read and fully validate an instance directory (optionally overriding epsilon)."""
     d = Path(in_dir)
@@ -180,6 +200,7 @@ def read_instance(in_dir: str | Path, epsilon: float | None = None) -> Instance:
     if unlisted:
         raise InputError(f"{d / 'instance.json'}: 'tables' lacks the sha256 of {unlisted}")
     for table, digest in meta["tables"].items():
+        _confined(d, table)
         if not (d / table).is_file():
             raise InputError(f"{d / table}: no such file (listed in instance.json)")
         if file_sha256(d / table) != digest:

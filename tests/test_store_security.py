@@ -133,6 +133,42 @@ def test_a_planted_pickle_result_never_runs(prefect_server, tmp_path):
     assert json.loads(record.read_bytes())["serializer"] == {"type": "mdp-artifact-ref"}  # healed: ours again
 
 
+# ----------------------------------------------------------------------------- 3. instance tables stay in their folder
+def _list_table(instance_dir: Path, name: str, digest: str) -> None:
+    meta = json.loads((instance_dir / "instance.json").read_text())
+    meta["tables"][name] = digest
+    (instance_dir / "instance.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../../../../etc/hostname", "/etc/hostname", "..", ".", "sub/records.parquet", "", "a\\b.parquet", "x\0.parquet"],
+)
+def test_table_names_outside_the_instance_folder_are_refused(instance_dir, tmp_path, name):
+    from mdp_core.io import file_sha256, read_instance
+
+    target = Path("/etc/hostname")
+    digest = file_sha256(target) if target.is_file() else "0" * 64  # the right hash: only the name is wrong
+    _list_table(instance_dir, name, digest)
+    with pytest.raises(InputError, match="not a plain file name inside the instance folder"):
+        read_instance(instance_dir)
+
+
+def test_table_symlinks_out_of_the_folder_are_refused(instance_dir, tmp_path):
+    from mdp_core.io import file_sha256, read_instance
+
+    outside = tmp_path / "outside.parquet"
+    (instance_dir / "records.parquet").rename(outside)
+    (instance_dir / "records.parquet").symlink_to(outside)
+    with pytest.raises(InputError, match="symlink leading out of the instance folder"):
+        read_instance(instance_dir)
+    (instance_dir / "records.parquet").unlink()
+    (instance_dir / "spare.parquet").write_bytes(outside.read_bytes())
+    (instance_dir / "records.parquet").symlink_to("spare.parquet")  # inside the folder: fine
+    _list_table(instance_dir, "spare.parquet", file_sha256(outside))
+    assert read_instance(instance_dir).n_records == 20
+
+
 # ----------------------------------------------------------------------------- 4. --refresh and concurrent readers
 def _write(store: Store, key: str, payload: bytes, force: bool = False):
     with store.writer("stage", key, force=force) as w:
