@@ -202,8 +202,10 @@ class ExpOptions:
 def exponential_method(
     instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: ExpOptions
 ) -> RawSolution:
-    """The "exp" entry of :data:`mdp_core.solve.METHODS`: :func:`exponential`, status closed_form."""
-    return RawSolution(exponential(instance), status=Status.CLOSED_FORM)
+    """The "exp" entry of :data:`mdp_core.solve.METHODS`: :func:`exponential`. Status "feasible" with no
+    lower bound: computed exactly, but nothing bounds its distance from the PMO optimum."""
+    extra = {"computation": "closed form", "optimality": "not proven: a baseline without a lower bound"}
+    return RawSolution(exponential(instance), status=Status.FEASIBLE, lower_bound=None, extra=extra)
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,7 @@ def planar_laplace_method(
     by :func:`smooth_to_mdp` before certification; ``extra`` states the sample count, the raw
     estimate's violations, the smoothing rounds, the mean total-variation distance between raw and
     smoothed rows, and the uniform-mixing share the exact repair would need for what is returned.
+    Status "feasible" with no lower bound (a baseline: nothing bounds its distance from the optimum).
     """
     from mdp_core.verify import repair, verify
 
@@ -241,4 +244,6 @@ def planar_laplace_method(
     info["predicted_repair_mix"] = 0.0 if c2.passed else float(repair(instance, out)[1].max(initial=0.0))
     if progress:
         progress(f"planar Laplace: {n_samples} samples/record, raw {cert.summary()}; returned {c2.summary()}")
-    return RawSolution(out, status=Status.ESTIMATE, extra=info)
+    info["computation"] = "Monte Carlo estimate" + (" smoothed onto the constraints" if out is not z else "")
+    info["optimality"] = "not proven: a baseline without a lower bound"
+    return RawSolution(out, status=Status.FEASIBLE, lower_bound=None, extra=info)

@@ -74,3 +74,15 @@ def test_bad_arguments(small):
         constopt.constopt(small, r=0)
     with pytest.raises(InputError):
         constopt.constopt(small, lambdas=[0.0])
+
+
+def test_status_is_feasible_without_a_bound_even_far_from_the_optimum():
+    """Issue 18: every ConstOPTMech LP solves to optimality, yet its mechanism is well above the PMO
+    optimum (a restricted LP at eps / 2): it must say "feasible" and carry no lower bound."""
+    inst = grid(6, 6, n_outputs=12, epsilon=2.0, eta=1.5, seed=4)
+    sol = solve(inst, "constopt", r=3)
+    assert all(run["status"] == "optimal" for run in sol.extra["runs"]) and sol.extra["lp_status"] == "optimal"
+    assert sol.status == "feasible" and sol.lower_bound is None
+    assert "not proven" in sol.extra["optimality"]
+    lp = solve(inst, "lp")
+    assert lp.status == "optimal" and sol.objective > lp.objective * 1.05  # the gap the old "optimal" hid
