@@ -227,7 +227,7 @@ def method(
     """``solve(instance, "constopt", r=..., lambdas=...)``: status "feasible", no lower bound.
 
     ConstOPTMech's LPs are a restriction of the PMO (most entries fixed, eps halved), so their optimality
-    proves nothing about the PMO optimum: its mechanism can cost far more (36 % above it on a grid at
+    proves nothing about the PMO optimum: its mechanism can cost far more (36-47 % above it on small grids at
     eps 2). Each lambda's own LP status stays in ``extra["runs"]``; ``extra["lp_status"]`` sums them up."""
     h, info = constopt(instance, params.r, params.lambdas, options, progress)
     solved = all(run["status"] == Status.OPTIMAL for run in info["runs"])
