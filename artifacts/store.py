@@ -22,7 +22,8 @@ Replacing an output (``--refresh``, or an invalid leftover) never deletes a fold
 reading:
 
 * a forced rewrite whose content equals the existing valid output (same :attr:`ArtifactRef.content_hash`:
-  every file but the volatile timing reports) keeps the existing folder untouched;
+  every file but the volatile timing reports) keeps the existing folder and its files; only its
+  ``ref.json`` is replaced (atomically) to record this computation's ``meta`` (who produced it, when);
 * otherwise the old folder is renamed to ``objects/<stage>/.<key>.trash-<unix seconds>-<random>/`` and
   the new one renamed into place right after; the trash folder stays readable (open files and paths
   inside it keep working) and is deleted only once older than ``TRASH_SECONDS``. :meth:`Store.path`
@@ -50,7 +51,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -382,7 +383,14 @@ class Store:
             for _ in range(100):
                 present = final.exists()  # before the check: a folder that appears later is complete and valid
                 existing = self.valid_ref(stage, key)
-                if existing is not None and (not force or existing.content_hash == new.content_hash):
+                if existing is not None and force and existing.content_hash == new.content_hash:
+                    # recomputed, same content: keep the folder and its files, record this computation's meta
+                    w.ref = replace(existing, meta=new.meta)
+                    write_json(final / "ref.json", w.ref.as_dict())
+                    os.chmod(final / "ref.json", FILE_MODE)
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    return
+                if existing is not None and not force:
                     shutil.rmtree(tmp, ignore_errors=True)
                     w.ref = existing
                     return

@@ -75,22 +75,25 @@ def test_content_hash_ignores_location(tmp_path):
 
 
 def test_forced_write_keeps_an_equal_output_and_swaps_a_different_one(tmp_path):
-    """--refresh never deletes a folder another run may read: equal content keeps the existing folder,
-    different content is swapped in and the old folder stays (as trash) until it is stale."""
+    """--refresh never deletes a folder another run may read: equal content keeps the existing folder and
+    files (ref.json records the new computation), different content is swapped in and the old folder
+    stays (as trash) until it is stale."""
     s = Store(tmp_path)
     first = _write(s, "k", b"same")
     inode = (tmp_path / first.path).stat().st_ino
+    file_inode = s.path(first, "a.bin").stat().st_ino
     with s.writer("stage", "k", force=True) as w:
         w.file("a.bin").write_bytes(b"same")
         w.meta["n"] = -1
-    assert w.ref == first and (tmp_path / first.path).stat().st_ino == inode  # untouched
+    assert (tmp_path / first.path).stat().st_ino == inode and s.path(first, "a.bin").stat().st_ino == file_inode
+    assert w.ref.files == first.files and w.ref.meta["n"] == -1 == s.valid_ref("stage", "k").meta["n"]  # new meta
     stage = tmp_path / "objects" / "stage"
     assert sorted(p.name for p in stage.iterdir()) == ["k"]
     held = open(s.path(first, "a.bin"), "rb")  # a reader of the old output, mid-read
     with s.writer("stage", "k", force=True) as w:
         w.file("a.bin").write_bytes(b"different")
-        w.meta["n"] = -1
-    assert w.ref.meta["n"] == -1 and s.valid_ref("stage", "k").meta["n"] == -1
+        w.meta["n"] = -3
+    assert w.ref.meta["n"] == -3 and s.valid_ref("stage", "k").meta["n"] == -3
     assert s.path(w.ref, "a.bin").read_bytes() == b"different"
     (trash,) = [p for p in stage.iterdir() if p.name != "k"]
     assert trash.name.startswith(".k.trash-") and (trash / "a.bin").read_bytes() == b"same"
@@ -100,7 +103,7 @@ def test_forced_write_keeps_an_equal_output_and_swaps_a_different_one(tmp_path):
     with s.writer("stage", "k") as w2:  # not forced: the existing valid output is kept
         w2.file("a.bin").write_bytes(b"same")
         w2.meta["n"] = -2
-    assert w2.ref.meta["n"] == -1 and w2.ref.files != first.files
+    assert w2.ref.meta["n"] == -3 and w2.ref.files != first.files
 
 
 # ----------------------------------------------------------------------------- issue 11: leftovers, modes, the door
