@@ -66,8 +66,8 @@ TRASH_SECONDS = 900.0  # a replaced object folder stays readable this long befor
 _SETTLE_SECONDS = 0.2  # how long Store.path waits for an object folder caught between two renames
 
 # Folders that never hold a store: the filesystem's own trees (the store may not be inside them) ...
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run")
-SYSTEM_TREES += ("/sbin", "/snap", "/sys", "/usr", "/var")
+SYSTEM_TREES: tuple[str, ...] = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc")
+SYSTEM_TREES += ("/run", "/sbin", "/snap", "/sys", "/usr", "/var")
 # ... except scratch space below these (a sub-folder, not the folder itself)
 SCRATCH = ("/tmp", "/var/tmp")
 # ... and folders that may hold a store below them but never are one (shared parents, mount points)

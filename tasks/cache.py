@@ -215,7 +215,7 @@ SERIALIZER_TYPE = "mdp-artifact-ref"
 MAX_RESULT_BYTES = 1 << 20  # an ArtifactRef is a few kB; anything larger is not one of ours
 
 
-class ArtifactRefSerializer(Serializer):  # type: ignore[type-arg]
+class ArtifactRefSerializer(Serializer):
     """Prefect result serializer for stage results: JSON, and only an :class:`ArtifactRef` comes back.
 
     ``dumps``: ``{"artifact_ref": ref.as_dict()}``; a task's exception (Prefect persists failures too)
