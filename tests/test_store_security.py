@@ -67,7 +67,7 @@ def test_the_default_and_test_stores_are_accepted(tmp_path):
 # ----------------------------------------------------------------------------- 2. no pickle, end to end
 _FLOW = """
 import json, sys
-from prefect import flow
+from prefect import flow, task
 from artifacts.store import Store
 from tasks import ingest
 from tasks.cache import cached
@@ -79,7 +79,21 @@ def probe():
     task = cached(ingest.ingest, "ingest", Store(root))
     return task(root, {"kind": "grid", "params": {"rows": 3, "cols": 3, "n_outputs": 3, "seed": 1}, "inputs": {}})
 
-print("REF " + json.dumps(probe().as_dict()))
+@task
+def boom(store: str, params: dict) -> None:
+    raise ValueError("boom-18")
+
+@flow(name="failure-probe")
+def failing():
+    cached(boom, "boom", Store(root))(root, {})
+
+if sys.argv[2:] == ["fail"]:
+    try:
+        failing()
+    except ValueError as exc:
+        print("RAISED " + str(exc))
+else:
+    print("REF " + json.dumps(probe().as_dict()))
 """
 
 
@@ -93,13 +107,15 @@ class _Touch:
         return (open, (self.path, "w"))
 
 
-def _probe(server: dict, tmp_path: Path, store: Path) -> dict:
+def _probe(server: dict, tmp_path: Path, store: Path, *mode: str) -> dict:
     env = os.environ | QUIET | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"])}
     env["MDP_RELEASE_HOME"] = str(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-c", _FLOW, str(store)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _FLOW, str(store), *mode], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    if mode:
+        return {"_log": proc.stdout + proc.stderr}
     line = next(x for x in proc.stdout.splitlines() if x.startswith("REF "))
     return json.loads(line[4:]) | {"_log": proc.stdout + proc.stderr}
 
@@ -131,6 +147,18 @@ def test_a_planted_pickle_result_never_runs(prefect_server, tmp_path):
     assert not marker.exists()
     assert "names the serializer 'pickle'" in third["_log"] and third["files"] == first["files"]
     assert json.loads(record.read_bytes())["serializer"] == {"type": "mdp-artifact-ref"}  # healed: ours again
+
+
+@pytest.mark.flow
+def test_a_failed_stage_keeps_its_error_and_leaves_no_record(prefect_server, tmp_path):
+    """The JSON serializer also takes the exception Prefect persists for a failed task: the run fails
+    with the task's own error (not a serialization error) and nothing stays under prefect/."""
+    store = tmp_path / "store"
+    out = _probe(prefect_server, tmp_path, store, "fail")
+    assert "RAISED boom-18" in out["_log"] and "serializ" not in out["_log"].lower()
+    for sub in ("keys", "results"):
+        folder = store / "prefect" / sub
+        assert not folder.exists() or list(folder.iterdir()) == []
 
 
 # ----------------------------------------------------------------------------- 3. instance tables stay in their folder
