@@ -64,6 +64,22 @@ def test_the_default_and_test_stores_are_accepted(tmp_path):
     assert Store(REPO / "artifacts" / "store").root == REPO / "artifacts" / "store"
 
 
+def test_the_command_line_refuses_a_root_store_before_anything_starts(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[dataset]\nkind = "grid"\nparams = { rows = 3, cols = 3, n_outputs = 3, seed = 1 }\n')
+    before = sorted(os.listdir("/"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--store", "/", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=os.environ | QUIET | {"MDP_RELEASE_HOME": str(tmp_path), "PREFECT_HOME": str(tmp_path / "ph")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "refusing the store root /:" in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and sorted(os.listdir("/")) == before
+
+
 # ----------------------------------------------------------------------------- 2. no pickle, end to end
 _FLOW = """
 import json, sys
