@@ -22,8 +22,8 @@ REGISTRY: dict[str, str] = {
     "constopt": "mdp_core.constopt:method",
 }
 METHOD_NAMES: tuple[str, ...] = tuple(REGISTRY)
-# Baselines: their status describes their own computation (a closed form, an estimate, ConstOPTMech's
-# restricted LP), not the PMO optimum, so the honest-status rule's "optimal needs a bound" does not apply.
+# Baselines: they prove no bound on the PMO optimum, so they report "feasible" with no lower bound (what they
+# computed -- a closed form, an estimate, ConstOPTMech's restricted LP -- is in their solve.json ``extra``).
 BASELINES = frozenset({"exp", "laplace", "constopt"})
 
 # The partitioners of Qiu 2024 (mdp_core.partition.partition): named here so the config and the command line

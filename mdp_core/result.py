@@ -40,8 +40,6 @@ class Status(StrEnum):
     FEASIBLE = "feasible"  # a feasible mechanism, gap open (stalled, no bound, or a downgraded "optimal")
     TIME_LIMIT = "time_limit"
     ITERATION_LIMIT = "iteration_limit"
-    CLOSED_FORM = "closed_form"  # a baseline computed exactly (the exponential mechanism)
-    ESTIMATE = "estimate"  # a Monte Carlo estimate (planar Laplace)
     INFEASIBLE = "infeasible"
     UNBOUNDED = "unbounded"
     OBJECTIVE_BOUND = "objective_bound"
@@ -51,9 +49,7 @@ class Status(StrEnum):
 
 
 # Statuses whose mechanism may go on to certification (and be released if it passes).
-RELEASABLE = frozenset(
-    {Status.OPTIMAL, Status.CLOSED_FORM, Status.ESTIMATE, Status.TIME_LIMIT, Status.ITERATION_LIMIT, Status.FEASIBLE}
-)
+RELEASABLE = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT, Status.FEASIBLE})
 # Statuses a limit produces: the solution is usable, the run just stopped early.
 LIMITS = frozenset({Status.TIME_LIMIT, Status.ITERATION_LIMIT})
 

@@ -169,7 +169,8 @@ def test_scalability_experiment_counts_nonzeros(specs) -> None:
     assert list(df["method"]) == ["constopt-r3", "optmech"] * 2
     full = df[df["method"] == "optmech"]
     assert (full["lp_nonzeros"] == 4 * full["n_edges"] * full["n_records"] + full["n_records"] ** 2).all()
-    assert (df["status"] == "optimal").all()
+    assert (full["status"] == "optimal").all()
+    assert (df[df["method"] == "constopt-r3"]["status"] == "feasible").all()  # a baseline: no proven bound
     lp_loss = full.set_index("n_records")["expected_loss"]
     c = df[df["method"] == "constopt-r3"].set_index("n_records")["expected_loss"]
     assert (c >= lp_loss - 1e-9).all()  # the full LP is the optimum

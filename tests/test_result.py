@@ -28,7 +28,7 @@ def registered(name: str, method):
 
 def test_status_values_are_the_solve_json_strings() -> None:
     assert Status.OPTIMAL == "optimal" and json.dumps(Status.TIME_LIMIT) == '"time_limit"'
-    assert f"{Status.ITERATION_LIMIT}" == "iteration_limit" and Status("closed_form") is Status.CLOSED_FORM
+    assert f"{Status.ITERATION_LIMIT}" == "iteration_limit" and Status("feasible") is Status.FEASIBLE
 
 
 def test_gap_closed() -> None:
