@@ -101,8 +101,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from mdp_core import control, highs
 from mdp_core import executor as executor_mod
-from mdp_core import highs
 from mdp_core.errors import SolverError
 from mdp_core.executor import Executor
 from mdp_core.graph import path_distances
@@ -595,7 +595,7 @@ def method(
     try:
         s = _start(p)
         while s.it < params.max_iterations and _iteration(p, s, progress):
-            pass
+            control.check(f"benders after iteration {s.it}")
     finally:
         p.ex.close()
     if s.best_z is None:
@@ -836,11 +836,20 @@ def _record(p: _Problem, s: _State, rnd: _Round, progress: Callable[[str], None]
         }
     )
     now = time.perf_counter()
+    line = control.Progress(
+        "benders",
+        f"iteration {s.it}",
+        lower=s.lb,
+        upper=s.ub,
+        gap_abs=p.params.gap_abs,
+        gap_rel=p.params.gap_rel,
+        elapsed=now - p.t0,
+        time_limit=p.options.time_limit,
+        detail=f"+{len(rnd.cuts)} cuts, slack {rnd.slack:.2g}, rho {s.rho:g}",
+    )
+    control.current().note(line)  # every iteration: the heartbeat and a stop message show the latest
     if progress and now - s.last_report >= 2.0:
-        progress(
-            f"benders iteration {s.it}: LB={s.lb:.9g} UB={s.ub:.9g} gap={gap:.3g} "
-            f"(+{len(rnd.cuts)} cuts, slack {rnd.slack:.2g}, rho {s.rho:g})"
-        )
+        progress(line)
         s.last_report = now
 
 

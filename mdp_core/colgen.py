@@ -118,8 +118,8 @@ import pandas as pd
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from mdp_core import control, highs
 from mdp_core import executor as executor_mod
-from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
 from mdp_core.executor import Executor
 from mdp_core.graph import Block, component_blocks, path_distances
@@ -672,6 +672,8 @@ class _Run:
     rows: list[dict[str, Any]] = field(default_factory=list)  # the trace
     ex: Any = None  # Executor
     n_workers: int = 0
+    t0: float = 0.0  # time.perf_counter() at the start (progress lines)
+    time_limit: float = float("inf")  # seconds (progress lines)
 
     def bounds(self) -> tuple[float, float, float]:
         """(proven lower bound, pricing bound, upper bound) of the whole instance."""
@@ -703,7 +705,7 @@ def colgen(
     deadline = t0 + options.time_limit
     weighted = instance.prior[:, None] * instance.costs
     count, sizes, blocks = component_blocks(instance.n_records, instance.edges)
-    run = _Run(np.zeros((instance.n_records, instance.n_outputs)))
+    run = _Run(np.zeros((instance.n_records, instance.n_outputs)), t0=t0, time_limit=options.time_limit)
     for block in blocks:
         if block.members.shape[0] == 1:
             i = block.members[0]
@@ -728,6 +730,7 @@ def colgen(
                 status = Status.ITERATION_LIMIT
                 break
             it += 1
+            control.check(f"colgen before iteration {it}")
             status = _round(run, it, deadline, params, progress)
             if status != Status.OPTIMAL:
                 break
@@ -813,8 +816,18 @@ def _round(
             "pricing_seconds": ps,
         }
     )
-    if progress:
-        progress(f"colgen iteration {it}: LB {lower:.10g} UB {upper:.10g} gap {upper - lower:.3g}, +{added} columns")
+    line = control.Progress(
+        "colgen",
+        f"iteration {it}",
+        lower=lower,
+        upper=upper,
+        gap_abs=gap_abs,
+        gap_rel=gap_rel,
+        elapsed=time.perf_counter() - run.t0,
+        time_limit=run.time_limit,
+        detail=f"+{added} columns",
+    )
+    control.report(progress, line)
     return status
 
 

@@ -15,3 +15,20 @@ class SolverError(MdpError, RuntimeError):
 
 class PrivacyError(MdpError):
     """A mechanism violates its mDP constraints and could not be repaired: it must not be released."""
+
+
+class Interrupted(MdpError):
+    """A computation stopped on request (SIGTERM, SIGINT, UI Cancel) before it finished; nothing was
+    written. ``stage``: the stage it belonged to; ``reason``: why; ``state``: its last progress line."""
+
+    def __init__(self, message: str, stage: str = "", reason: str = "", state: str = "") -> None:
+        super().__init__(message)
+        self.stage, self.reason, self.state = stage, reason, state
+
+    def __reduce__(self) -> tuple:  # picklable with its fields (Prefect stores and ships exceptions)
+        return (type(self), (str(self), self.stage, self.reason, self.state))
+
+
+class StageTimeout(Interrupted, TimeoutError):
+    """A stage ran past its timeout: its computation stopped itself. A ``TimeoutError``, so Prefect
+    records the task run as TimedOut and the command line reports a timeout."""

@@ -19,6 +19,12 @@ address (``tcp://host:8786``), so a solve scales out by pointing it at a cluster
 
 Time limits travel inside requests as absolute wall-clock deadlines (``time.time()``), so a worker
 that solves several requests one after the other leaves the later ones only what is left.
+
+Stopping (:mod:`mdp_core.control`): while :meth:`solve` waits for its workers it checks the caller's
+stop token every :data:`~mdp_core.control.POLL` s. When it is stopped, :class:`ProcessExecutor`
+terminates its worker processes and :class:`DaskExecutor` interrupts its actors (their HiGHS runs end
+at the next interrupt check) and cancels their futures; then :class:`~mdp_core.errors.Interrupted` is
+raised. :meth:`cancel` does the same from any thread.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from mdp_core.errors import InputError, SolverError
+from mdp_core import control
+from mdp_core.errors import InputError, Interrupted, SolverError
 
 Worker = Callable[[Any], Any]  # request -> result, stateful
 Factory = Callable[[Any], Worker]  # spec -> worker; must be picklable (a module-level function or class)
@@ -137,12 +145,32 @@ class ProcessExecutor:
             t.start()
             self.senders.append(t)
 
+    def _recv(self, c: Any, what: str) -> tuple[str, Any]:
+        """The next message on ``c``, checking the stop token while waiting (cancel and raise when stopped)."""
+        token = control.current()
+        try:
+            while not c.poll(control.POLL):
+                if token.reason() is not None:
+                    break
+            if token.reason() is None:
+                return c.recv()
+        except (EOFError, OSError) as e:  # the process died: a stop (SIGINT reaches the workers too) or a crash
+            if token.reason() is None:
+                raise SolverError(f"a worker process died while {what}: {type(e).__name__}") from None
+        self.cancel()
+        token.check(what)
+        raise Interrupted(f"stopped while {what}")  # pragma: no cover - check() raised
+
     def _await_ready(self) -> None:
         if not self.ready:
             for t in self.senders:
-                t.join()
+                while t.is_alive():
+                    t.join(control.POLL)
+                    if control.current().reason() is not None:
+                        self.cancel()
+                        control.check("starting worker processes")
             for c in self.conns:
-                tag, payload = c.recv()
+                tag, payload = self._recv(c, "starting worker processes")
                 if tag != "ready":
                     raise SolverError(f"worker process failed to start: {payload}")
             self.ready = True
@@ -154,7 +182,7 @@ class ProcessExecutor:
         out: list[Any] = [None] * len(requests)
         errors = []
         for g, c in zip(self.groups, self.conns, strict=True):
-            tag, payload = c.recv()
+            tag, payload = self._recv(c, "waiting for worker processes")
             if tag != "ok":
                 errors.append(payload)
                 continue
@@ -164,11 +192,32 @@ class ProcessExecutor:
             raise SolverError(f"worker error: {errors[0]}")
         return out
 
+    def cancel(self) -> None:
+        """Terminate every worker process now (SIGTERM, then SIGKILL after 2 s) and forget them."""
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        end = time.monotonic() + 2.0
+        for p in self.procs:
+            p.join(max(0.0, end - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+        self.procs, self.conns, self.senders, self.ready = [], [], [], False
+
     def close(self) -> None:
+        if control.current().reason() is not None:  # stopping: no graceful shutdown of busy workers
+            self.cancel()
+            return
         try:  # let workers finish starting before they are told to stop (no broken pipe on their side)
             if self.conns:
                 self._await_ready()
-        except (SolverError, OSError, EOFError):
+        except (SolverError, OSError, EOFError, Interrupted):
             pass
         for c in self.conns:
             try:
@@ -189,9 +238,17 @@ class _Group:
     def __init__(self, factory: Factory, specs: list[Any]) -> None:
         self.ex = SerialExecutor()
         self.ex.start(factory, specs)
+        self.token = control.StopToken(label="dask worker group")
 
     def solve(self, requests: list[Any]) -> list[Any]:
-        return self.ex.solve(requests)
+        with control.scope(token=self.token):  # HiGHS runs in this actor thread obey self.token
+            self.token.check("a Dask worker group")
+            return self.ex.solve(requests)
+
+    async def interrupt(self, reason: str) -> None:
+        """Stop this group's running and future solves (a coroutine: runs on the worker's event loop,
+        not queued behind the solve holding the actor thread)."""
+        self.token.request(reason)
 
 
 class DaskExecutor:
@@ -212,6 +269,7 @@ class DaskExecutor:
         self.cluster: Any = None
         self.groups: list[list[int]] = []
         self.actors: list[Any] = []
+        self.futures: list[Any] = []
 
     def _connect(self) -> None:
         try:
@@ -239,10 +297,17 @@ class DaskExecutor:
             self.client.submit(_Group, factory, [specs[i] for i in g], actor=True, workers=[addr], pure=False)
             for g, addr in zip(self.groups, addresses, strict=False)
         ]
+        self.futures = futures
         self.actors = [f.result() for f in futures]
 
     def solve(self, requests: Sequence[Any]) -> list[Any]:
         pending = [a.solve([requests[i] for i in g]) for a, g in zip(self.actors, self.groups, strict=True)]
+        token = control.current()
+        while not all(f.done() for f in pending):
+            if token.reason() is not None:
+                self.cancel(token.reason() or "stopped")
+                token.check("waiting for Dask workers")
+            time.sleep(control.POLL)
         out: list[Any] = [None] * len(requests)
         for g, fut in zip(self.groups, pending, strict=True):
             try:
@@ -253,8 +318,30 @@ class DaskExecutor:
                 out[i] = r
         return out
 
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Interrupt every actor's solve (HiGHS stops at its next interrupt check) and cancel their futures."""
+        sent = []
+        for a in self.actors:
+            try:
+                sent.append(a.interrupt(reason))  # an ActorFuture, at once
+            except Exception:  # noqa: BLE001 -- a lost worker: nothing left to interrupt
+                pass
+        for f in sent:  # delivered before the actors are released by the cancel below
+            try:
+                f.result(timeout=2.0)
+            except Exception:  # noqa: BLE001
+                pass
+        if self.client is not None and self.futures:
+            try:
+                self.client.cancel(self.futures, force=True)
+            except Exception:  # noqa: BLE001 -- the cluster may be gone already
+                pass
+        self.actors, self.futures = [], []
+
     def close(self) -> None:
-        self.actors = []
+        if self.actors and control.current().reason() is not None:
+            self.cancel(control.current().reason() or "stopped")
+        self.actors, self.futures = [], []
         if self.client is not None:
             self.client.close()
         if self.cluster is not None:

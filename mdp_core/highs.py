@@ -16,7 +16,13 @@ HiGHS traps handled here (../shared/notes/stack.md):
   CSC matrix loads in one call (:func:`pass_model`);
 * numerical breakdowns ("Not Set", "Unknown", an impossible "unbounded") are retried by one policy,
   :func:`run_robust`, whose ladders (:data:`SWITCH_ALGORITHM`, :data:`COLD_NO_PRESOLVE`,
-  :func:`strategy_ladder`) are data.
+  :func:`strategy_ladder`) are data;
+* stopping: every Highs object made here has HiGHS's simplex and interior-point interrupt callbacks
+  on (:func:`quiet_highs`); they stop the run when the thread's :class:`mdp_core.control.StopToken`
+  is stopped (SIGTERM, UI Cancel, a stage timeout), and :func:`run` then raises
+  :class:`~mdp_core.errors.Interrupted`. An exception raised inside the callback (Prefect's injected
+  timeout, KeyboardInterrupt) would be swallowed by HiGHS as a "Solve error": it is caught, the run
+  interrupted, and the exception re-raised after ``run()`` returns.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import highspy  # imported in 0.2 s; only this module touches it
 import numpy as np
 import scipy.sparse as sp
 
+from mdp_core import control
 from mdp_core.errors import SolverError
 from mdp_core.result import LIMITS, Status
 
@@ -105,10 +112,44 @@ def is_highs_inf(v: float) -> bool:
 _last_threads: list[int] = []
 
 
+class _Watch:
+    """What the interrupt callback of one Highs object sees: the stop token of the run in progress, and
+    an exception raised inside the callback (re-raised by :func:`run`)."""
+
+    __slots__ = ("token", "error", "what", "count", "t0")
+
+    def __init__(self) -> None:
+        self.token: control.StopToken = control.PROCESS
+        self.error: BaseException | None = None
+        self.what, self.count, self.t0 = "", -1, 0.0
+
+    def __call__(self, e: Any) -> None:
+        try:
+            if self.token.reason() is not None:
+                e.interrupt()
+                return
+            out = e.data_out
+            ipm = e.callback_type == highspy.cb.HighsCallbackType.kCallbackIpmInterrupt
+            n = int(out.ipm_iteration_count if ipm else out.simplex_iteration_count)
+            if n > self.count:  # what the solver does now, for the heartbeat
+                self.count = n
+                kind = "interior point" if ipm else "simplex"
+                took = time.perf_counter() - self.t0
+                self.token.set_activity(f"{self.what}HiGHS {kind} iteration {n} ({took:.0f} s into this LP)")
+        except BaseException as exc:  # noqa: BLE001 -- HiGHS would swallow it; run() re-raises it
+            if self.error is None:
+                self.error = exc
+            e.interrupt()
+
+
 def quiet_highs() -> highspy.Highs:
-    """A silent Highs object with HiGHS's default options."""
+    """A silent Highs object with HiGHS's default options that obeys the thread's stop token."""
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
+    watch = _Watch()
+    h.cbSimplexInterrupt.subscribe(watch)
+    h.cbIpmInterrupt.subscribe(watch)
+    h._mdp_watch = watch
     return h
 
 
@@ -253,11 +294,28 @@ def clear_solver(h: highspy.Highs) -> None:
 
 
 # ------------------------------------------------------------------------------- running
-def run(h: highspy.Highs, want_duals: bool = False) -> LpSolution:
-    """Run HiGHS and map its model status to a :class:`Status` (unknown ones are ``Status.ERROR``)."""
+def run(h: highspy.Highs, want_duals: bool = False, what: str = "") -> LpSolution:
+    """Run HiGHS and map its model status to a :class:`Status` (unknown ones are ``Status.ERROR``).
+
+    Obeys the thread's stop token (:mod:`mdp_core.control`): raises
+    :class:`~mdp_core.errors.Interrupted` when it is stopped before or during the run. ``what`` names
+    the solve for the heartbeat and the error ("rowgen round 4 LP")."""
+    token = control.current()
+    token.check(what or "a HiGHS solve")
+    watch = getattr(h, "_mdp_watch", None)
+    if watch is not None:
+        watch.token, watch.error, watch.count = token, None, -1
+        watch.what, watch.t0 = f"{what}: " if what else "", time.perf_counter()
     t0 = time.perf_counter()
-    run_status = h.run()
+    try:
+        run_status = h.run()
+    finally:
+        if watch is not None:
+            watch.token = control.PROCESS
     seconds = time.perf_counter() - t0
+    if watch is not None and watch.error is not None:
+        raise watch.error
+    token.check(what or "a HiGHS solve")
     model_status = h.getModelStatus()
     key = str(model_status).split(".")[-1]
     status = STATUS_MAP.get(key, Status.ERROR)
@@ -314,13 +372,14 @@ def run_robust(
     accept: frozenset[Status] | None = None,
     solver: str = "simplex",
     deadline: float = INF,
+    what: str = "",
 ) -> LpSolution:
     """The one retry policy: run; while the status is not acceptable (default: anything but
     ``Status.ERROR``; ``accept`` names the acceptable ones instead), try the next :class:`Attempt`,
     unless the ``deadline`` (``time.perf_counter()`` value) has passed. Options an attempt changes
     are restored afterwards. ``fallback`` of the returned solution says which attempt answered;
-    seconds and iterations add up over the attempts."""
-    sol = run(h, want_duals)
+    seconds and iterations add up over the attempts. ``what``: see :func:`run`."""
+    sol = run(h, want_duals, what)
     first, seconds, iterations = sol, 0.0, 0
     saved: dict[str, Any] = {}
     current = solver
@@ -344,7 +403,7 @@ def run_robust(
                 h.clearSolver()
             if np.isfinite(deadline):
                 set_time_limit(h, remaining)
-            sol = run(h, want_duals)
+            sol = run(h, want_duals, what)
             sol.fallback = _describe(att, current, solver, first)
     finally:
         for name, v in saved.items():
@@ -367,15 +426,19 @@ def solve_model(
     time_limit: float | None = None,
     want_duals: bool = False,
     accept: frozenset[Status] | None = None,
+    what: str = "",
 ) -> LpSolution:
     """Solve ``model`` in a fresh Highs object; on a breakdown retry with the other algorithm
     (:data:`SWITCH_ALGORITHM`) within the same time limit. ``accept``: the statuses that are an answer
-    (default: anything but an error); with it, a second retry cold without presolve."""
+    (default: anything but an error); with it, a second retry cold without presolve. ``what``: see
+    :func:`run`."""
     limit = options.time_limit if time_limit is None else time_limit
     h = new_highs(options, limit)
     pass_model(h, model)
     attempts = SWITCH_ALGORITHM if accept is None else SWITCH_ALGORITHM + COLD_NO_PRESOLVE
-    return run_robust(h, attempts, want_duals, accept, solver=options.solver, deadline=time.perf_counter() + limit)
+    return run_robust(
+        h, attempts, want_duals, accept, solver=options.solver, deadline=time.perf_counter() + limit, what=what
+    )
 
 
 def with_options(options: SolverOptions, **changes: Any) -> SolverOptions:

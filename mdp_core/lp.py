@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from mdp_core import control
 from mdp_core.errors import SolverError
 from mdp_core.graph import Block, component_blocks
 from mdp_core.highs import (  # re-exported: other modules import these names from lp
@@ -200,7 +201,7 @@ def solve_lp(
             z[i, np.argmin(instance.costs[i])] = 1.0
             res.lower_bound += float(np.min(weighted[i]))
             continue
-        _solve_component(instance, block, weighted, options, t0 + options.time_limit, res, progress)
+        _solve_component(instance, block, weighted, options, t0, res, progress)
     res.objective = float(np.sum(weighted * z))
     res.seconds = time.perf_counter() - t0
     return res
@@ -211,11 +212,13 @@ def _solve_component(
     block: Block,
     weighted: np.ndarray,
     options: SolverOptions,
-    deadline: float,
+    t0: float,
     res: LpResult,
     progress: Callable[[str], None] | None,
 ) -> None:
-    """Solve one component's PMO into ``res.z`` and add its Lagrangian bound to ``res.lower_bound``."""
+    """Solve one component's PMO into ``res.z`` and add its Lagrangian bound to ``res.lower_bound``
+    (``t0``: the solve's ``time.perf_counter()`` start; the time limit counts from there)."""
+    deadline = t0 + options.time_limit
     members, k, count = block.members, weighted.shape[1], res.n_components
     w, scale = scale_costs(weighted[members])
     eidx = block.edge_ids
@@ -224,13 +227,18 @@ def _solve_component(
     remaining = deadline - time.perf_counter()
     if remaining <= 0:
         raise SolverError(f"time limit of {options.time_limit:g} s reached before {where}")
-    sol = solve_model(model, options, remaining, want_duals=True, accept=SOLVED)
+    sol = solve_model(model, options, remaining, want_duals=True, accept=SOLVED, what=f"lp {where}")
     res.iterations += sol.iterations
-    if progress:
-        progress(
-            f"{where}: {members.shape[0]} records, {model.a.shape[0]} rows, {sol.describe()} in {sol.seconds:.2f}s"
-            + (f" (solver fallback: {sol.fallback})" if sol.fallback else "")
-        )
+    line = control.Progress(
+        "lp",
+        where,
+        elapsed=time.perf_counter() - t0,
+        time_limit=options.time_limit,
+        fraction=(block.index + 1) / count,
+        detail=f"{members.shape[0]} records, {model.a.shape[0]} rows, {sol.describe()} in {sol.seconds:.2f}s"
+        + (f" (solver fallback: {sol.fallback})" if sol.fallback else ""),
+    )
+    control.report(progress, line)
     if sol.fallback:
         res.fallbacks.append(f"component {block.index + 1}: {sol.fallback}")
     if sol.x.shape[0] == 0:

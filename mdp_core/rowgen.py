@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from mdp_core import highs
+from mdp_core import control, highs
 from mdp_core.errors import InputError
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
@@ -184,6 +184,7 @@ def violated(z: np.ndarray, rows: _Rows, min_deficit: float, limit: int) -> tupl
     empty = np.zeros(0, np.int64)
     found_e, found_k, found_s = [empty], [empty], [np.zeros(0)]
     for s in range(0, rows.a.size, step):
+        control.check("rowgen's search for violated rows")  # a long scan at N = 2,000 (2 E K pairs)
         sl = slice(s, s + step)
         deficit = z[rows.a[sl]] / rows.g[sl, None] - z[rows.b[sl]]
         deficit[rows.active[sl]] = 0.0
@@ -239,7 +240,15 @@ def method(
         highs.set_time_limit(h, deadline - time.perf_counter())
         if params.lp_solver == "ipm":
             highs.clear_solver(h)
-        sol = highs.run_robust(h, RETRIES, want_duals=True, accept=ACCEPT, solver=params.lp_solver, deadline=deadline)
+        sol = highs.run_robust(
+            h,
+            RETRIES,
+            want_duals=True,
+            accept=ACCEPT,
+            solver=params.lp_solver,
+            deadline=deadline,
+            what=f"rowgen round {it} LP ({rows.count} rows)",
+        )
         if sol.x.size == 0:
             status = Status.TIME_LIMIT if sol.status in (Status.TIME_LIMIT, Status.INTERRUPTED) else sol.status
             break
@@ -268,11 +277,18 @@ def method(
                 )
             )
         )
-        if progress:
-            progress(
-                f"rowgen round {it}: LB {lb:.10g} UB {best_ub:.10g} rel gap {(best_ub - lb) / abs(best_ub):.3g}, "
-                f"{rows.count} rows (+{ei.size}), LP {sol.seconds:.1f}s{' ' + sol.fallback if sol.fallback else ''}"
-            )
+        line = control.Progress(
+            "rowgen",
+            f"round {it}",
+            lower=lb,
+            upper=best_ub,
+            gap_abs=params.gap_abs,
+            gap_rel=params.gap_rel,
+            elapsed=time.perf_counter() - t0,
+            time_limit=options.time_limit,
+            detail=f"{rows.count} rows (+{ei.size}), LP {sol.seconds:.1f}s{' ' + sol.fallback if sol.fallback else ''}",
+        )
+        control.report(progress, line)
         if closed or ei.size == 0:  # no row left worth adding: the bound cannot improve by adding rows
             status = Status.OPTIMAL if closed else Status.FEASIBLE
             break

@@ -6,6 +6,12 @@ hit": another run or process already computed it), and otherwise calls ``compute
 output files into a private directory that is renamed into place. The output's ``meta`` records
 ``produced_by`` (flow run id) and ``produced_at`` (unix time): a run counts an output as a cache hit
 only when another run finished it before this run started (not a concurrent run).
+
+Stopping: ``compute`` runs under a stop token (:func:`mdp_core.control.scope`) armed with the task's
+``timeout_seconds``, so a solver deep inside HiGHS stops itself at the deadline (HiGHS's interrupt
+callback) and the stage raises :class:`~mdp_core.errors.StageTimeout` (a ``TimeoutError``: Prefect
+records TimedOut); :func:`mdp_core.control.request_stop` (SIGTERM, UI Cancel) raises
+:class:`~mdp_core.errors.Interrupted`. Either way the private directory is deleted: nothing is written.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from prefect import get_run_logger
 from prefect.context import FlowRunContext, TaskRunContext
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.errors import MdpError
+from mdp_core import control
+from mdp_core.errors import Interrupted, MdpError
 from tasks.cache import stage_key
 from tasks.progress import Heartbeat, note
 
@@ -39,6 +46,13 @@ def _refreshing() -> bool:
     """True when the flow asked this task to ignore caches (``refresh_cache=True``)."""
     ctx = TaskRunContext.get()
     return bool(ctx is not None and getattr(ctx.task, "refresh_cache", False))
+
+
+def stage_timeout() -> float | None:
+    """The running task's ``timeout_seconds`` (None outside a task run or without a timeout)."""
+    ctx = TaskRunContext.get()
+    t = getattr(ctx.task, "timeout_seconds", None) if ctx is not None else None
+    return float(t) if t else None
 
 
 def logger():
@@ -71,11 +85,23 @@ def run_stage(
                 f"{stage}: upstream artifact {name} ({ref.path}) is missing or corrupt; run again to recompute it"
             )
     t0 = time.perf_counter()
-    with s.writer(stage, key, force=force) as w, Heartbeat(stage, logger()):  # a line at least every 5 s
-        compute(w, s, params, upstream)
-        w.meta.update(
-            {"seconds": round(time.perf_counter() - t0, 3), "produced_by": current_run_id(), "produced_at": time.time()}
-        )
+    try:
+        with (
+            s.writer(stage, key, force=force) as w,
+            control.scope(stage_timeout(), label=stage) as token,  # the solver stops itself at the deadline
+            Heartbeat(stage, logger(), token=token),  # a line at least every 5 s
+        ):
+            compute(w, s, params, upstream)
+            w.meta.update(
+                {
+                    "seconds": round(time.perf_counter() - t0, 3),
+                    "produced_by": current_run_id(),
+                    "produced_at": time.time(),
+                }
+            )
+    except Interrupted as exc:
+        logger().error("%s; nothing was written", exc)
+        raise
     assert w.ref is not None
     logger().info("%s: computed in %.2fs -> %s", stage, time.perf_counter() - t0, w.ref.path)
     return w.ref
@@ -119,8 +145,9 @@ class Throttled:
         self.log = logger()
 
     def __call__(self, line: str) -> None:
-        note(line)  # the stage's heartbeat repeats the latest line when the solver goes quiet
         now = time.monotonic()
-        if now - self.last >= self.every:
+        speak = now - self.last >= self.every
+        note(line, spoken=speak)  # a line not spoken here is spoken by the stage's heartbeat
+        if speak:
             self.last = now
             self.log.info("%s: %s", self.prefix, line)

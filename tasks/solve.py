@@ -12,7 +12,7 @@ from typing import Any
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from tasks.common import Throttled, instance_of, logger, run_stage
+from tasks.common import Throttled, instance_of, logger, run_stage, stage_timeout
 from tasks.progress import ProgressArtifact, note, release_key
 
 
@@ -35,9 +35,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         release_key("solve-progress"),
         f"solve[{method}] N={inst.n_records} K={inst.n_outputs}",
         max_iterations=method_args.get("max_iterations"),
+        limit=stage_timeout(),  # elapsed / the stage timeout is a floor of the percentage
     )
 
-    def progress(line: str) -> None:
+    def progress(line: str) -> None:  # a mdp_core.control.Progress carries bounds, gap and time for the bar
         log(line)
         bar(line)
         if "fallback" in line.lower():

@@ -1,0 +1,178 @@
+"""Long solves that can be stopped: a stop request, a deadline or a signal ends a real HiGHS solve within
+seconds (mdp_core.control, HiGHS's interrupt callback), executors terminate their workers, and a
+stopped stage writes nothing.
+
+The long instance: the full PMO LP of 150 Gaussian records, K = 40 (372,640 privacy rows). Solved to
+the end it took 76 s here (dual simplex; IPM alike); every test stops it after 2-3 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from artifacts.store import Store
+from mdp_core import control
+from mdp_core.datasets import synthetic
+from mdp_core.errors import Interrupted, StageTimeout
+from mdp_core.executor import DaskExecutor, ProcessExecutor
+from mdp_core.io import write_instance
+from mdp_core.solve import solve
+from tasks import solve as solve_task
+from tasks.progress import ProgressArtifact
+
+STOP_WITHIN = 10.0  # seconds from the stop to the exception (generous: 2 shared cores)
+
+
+@pytest.fixture(scope="module")
+def long_lp():
+    return synthetic(n_records=150, n_outputs=40, epsilon=10.0, seed=0)
+
+
+def test_stop_request_from_another_thread_ends_a_long_solve(long_lp):
+    asked: list[float] = []
+
+    def stop() -> None:
+        asked.append(time.monotonic())
+        control.request_stop("operator pressed stop")
+
+    timer = threading.Timer(2.0, stop)
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with control.scope(label="solve"), pytest.raises(Interrupted) as info:
+            solve(long_lp, "lp")
+    finally:
+        timer.cancel()
+        control.clear_stop()
+    took = time.monotonic() - asked[0]
+    assert took < STOP_WITHIN, took
+    assert time.monotonic() - t0 < 30.0  # stopped, not solved to the end (76 s)
+    err = info.value
+    assert not isinstance(err, StageTimeout)
+    assert err.stage == "solve" and err.reason == "operator pressed stop"
+    assert "solve stopped: operator pressed stop" in str(err) and "lp component" in str(err)
+
+
+def test_a_3_s_deadline_stops_the_solve_with_a_timeout(long_lp):
+    t0 = time.monotonic()
+    with control.scope(timeout=3.0, label="solve"), pytest.raises(StageTimeout) as info:
+        solve(long_lp, "lp")
+    took = time.monotonic() - t0
+    assert 3.0 <= took < 3.0 + STOP_WITHIN, took
+    assert isinstance(info.value, TimeoutError)  # Prefect records TimedOut, the CLI says "timed out"
+    assert "solve exceeded its timeout of 3 s" in str(info.value)
+
+
+def test_sigint_inside_highs_is_raised_after_the_run_stops(long_lp):
+    """KeyboardInterrupt lands in the interrupt callback: HiGHS would swallow it as a "Solve error";
+    the adapter stops the run and re-raises it."""
+    main = threading.main_thread().ident
+    assert main is not None and threading.current_thread() is threading.main_thread()
+    timer = threading.Timer(2.0, signal.pthread_kill, args=(main, signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            solve(long_lp, "lp")
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 2.0 + STOP_WITHIN
+
+
+def test_a_stopped_stage_writes_nothing(tmp_path, long_lp):
+    store = Store(tmp_path)
+    with store.writer("export", "k" * 64) as w:
+        write_instance(long_lp, w.dir)
+    t0 = time.monotonic()
+    with control.scope(timeout=3.0, label="solve"), pytest.raises(StageTimeout):
+        solve_task.solve.fn(str(tmp_path), {"method": "lp"}, w.ref)
+    assert time.monotonic() - t0 < 3.0 + STOP_WITHIN
+    solve_dir = tmp_path / "objects" / "solve"
+    assert not solve_dir.exists() or not any(solve_dir.iterdir())  # no object, no temp folder left
+
+
+def test_progress_moves_over_rowgen_rounds():
+    inst = synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0)
+    lines: list[str] = []
+    sol = solve(inst, "rowgen", progress=lines.append, neighbours=1, rows_per_round=300, gap_rel=1e-6)
+    assert len(lines) == sol.iterations >= 3
+    assert all(isinstance(ln, control.Progress) for ln in lines)
+    bar = ProgressArtifact(None, "solve")  # no flow run: no artifact, the percentage is still computed
+    percents = []
+    for ln in lines:
+        bar(ln)
+        percents.append(bar.percent)
+    assert percents == sorted(percents) and percents[-1] > percents[0], percents
+    assert 0.0 <= percents[0] < 99.0 and percents[-1] == 99.0  # gap closed; 100 only when certified
+    first = lines[0]
+    assert first.startswith("rowgen round 1: gap ") and "(target 0.0001%), LB " in first and " UB " in first
+    assert lines[-1].gap <= 1e-6
+    bar.done("optimal")
+    assert bar.percent == 99.0  # done() sets the artifact to 100; percent is what lines proved
+
+
+def test_progress_includes_elapsed_share_of_the_time_limit():
+    bar = ProgressArtifact(None, "solve")
+    bar(control.Progress("rowgen", "round 1", lower=1.0, upper=2.0, gap_rel=1e-3, elapsed=6.0, time_limit=60.0))
+    assert bar.percent == pytest.approx(10.0)  # the gap has not moved yet: elapsed / time limit
+    bar(control.Progress("rowgen", "round 2", lower=1.9, upper=2.0, gap_rel=1e-3, elapsed=7.0, time_limit=60.0))
+    # gap 50 % -> 5 % with target 0.1 %: log(10) / log(500) of the way, more than 7 / 60
+    assert bar.percent == pytest.approx(100 * 0.3705, abs=0.1)
+    bar(control.Progress("rowgen", "round 3", lower=1.9, upper=2.0, gap_rel=1e-3, elapsed=45.0, time_limit=60.0))
+    assert bar.percent == pytest.approx(75.0)  # stuck gap, the clock moves on
+
+
+class _Sleeper:
+    """A worker that sleeps ``request`` seconds, obeying the stop token of its thread."""
+
+    def __init__(self, spec: int) -> None:
+        self.spec = spec
+
+    def __call__(self, request: float) -> int:
+        control.current().sleep(request)
+        return os.getpid()
+
+
+def test_stopping_a_process_executor_terminates_its_workers():
+    ex = ProcessExecutor(2)
+    ex.start(_Sleeper, [1, 2])
+    try:
+        pids = ex.solve([0.0, 0.0])
+        procs = list(ex.procs)
+        assert sorted(pids) == sorted(p.pid for p in procs) and len(set(pids)) == 2
+        with control.scope(label="solve") as token:
+            timer = threading.Timer(1.0, token.request, args=("cancelled",))
+            timer.start()
+            t0 = time.monotonic()
+            with pytest.raises(Interrupted, match="waiting for worker processes"):
+                ex.solve([120.0, 120.0])
+        assert time.monotonic() - t0 < 1.0 + STOP_WITHIN
+        assert not any(p.is_alive() for p in procs)
+        assert ex.procs == []
+    finally:
+        ex.close()
+
+
+@pytest.mark.slow
+def test_stopping_a_dask_executor_interrupts_its_actors():
+    pytest.importorskip("distributed")
+    ex = DaskExecutor(processes=1)
+    try:
+        ex.start(_Sleeper, [1, 2])
+        with control.scope(label="solve") as token:
+            timer = threading.Timer(1.0, token.request, args=("cancelled",))
+            timer.start()
+            t0 = time.monotonic()
+            with pytest.raises(Interrupted, match="waiting for Dask workers"):
+                ex.solve([120.0, 120.0])
+            assert time.monotonic() - t0 < 1.0 + STOP_WITHIN
+        assert ex.actors == []
+    finally:
+        t1 = time.monotonic()
+        ex.close()
+        assert time.monotonic() - t1 < 30.0  # the actors' sleeps were interrupted: the cluster stops
