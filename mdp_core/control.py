@@ -221,15 +221,16 @@ def _pct(x: float) -> str:
 class Progress(str):
     """A progress line that carries its numbers (bounds in the instance's cost unit, seconds).
 
-    Text: ``rowgen round 3: gap 0.96% (target 0.1%), LB 0.4171 UB 0.4211, 412 s; <detail>``.
+    Text: ``rowgen round 3: gap 0.96% (target 0.1%), LB 0.4171 UB 0.4211, 412 s; <detail>``; the bounds
+    are ``lb`` and ``ub`` (``lower`` / ``upper`` stay str's methods).
     ``target`` is the relative gap that stops the method (gap_rel, or gap_abs / |UB| if larger);
     ``fraction`` a known fraction of the work done (components solved), else None.
     """
 
     method: str
     step: str
-    lower: float
-    upper: float
+    lb: float  # not "lower" / "upper": str has those methods
+    ub: float
     target: float
     elapsed: float
     time_limit: float
@@ -259,14 +260,17 @@ class Progress(str):
         limit = f" of {time_limit:.0f} s" if math.isfinite(time_limit) else ""
         text = " ".join(parts) + f" {elapsed:.0f} s{limit}" + (f"; {detail}" if detail else "")
         self = super().__new__(cls, text)
-        self.method, self.step, self.lower, self.upper = method, step, lower, upper
+        self.method, self.step, self.lb, self.ub = method, step, lower, upper
         self.target, self.elapsed, self.time_limit, self.fraction = target, elapsed, time_limit, fraction
         return self
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (log records, processes) as the plain line
+        return (str, (str(self),))
 
     @property
     def gap(self) -> float:
         """(UB - LB) / |UB| (inf without both bounds)."""
-        return _relative_gap(self.lower, self.upper)
+        return _relative_gap(self.lb, self.ub)
 
 
 def _relative_gap(lower: float, upper: float) -> float:

@@ -149,7 +149,7 @@ def quiet_highs() -> highspy.Highs:
     watch = _Watch()
     h.cbSimplexInterrupt.subscribe(watch)
     h.cbIpmInterrupt.subscribe(watch)
-    h._mdp_watch = watch
+    h._mdp_watch = watch  # type: ignore[attr-defined]  # read by run()
     return h
 
 

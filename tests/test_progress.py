@@ -1,10 +1,12 @@
-"""Progress a person can see: a computing stage says something at least every few seconds, repeating
-the latest solver line, and a solve's progress artifact tracks components / iterations."""
+"""Progress a person can see: a computing stage says something at least every few seconds -- what
+changed, else what the solver is doing and how long nothing changed -- and a solve's progress artifact
+tracks components / iterations (bounds and gap: tests/test_interrupt.py)."""
 
 from __future__ import annotations
 
 import time
 
+from mdp_core import control
 from tasks.common import Throttled
 from tasks.progress import Heartbeat, ProgressArtifact, current
 
@@ -19,16 +21,25 @@ class _Log:
     warning = info
 
 
-def test_heartbeat_speaks_when_the_stage_is_silent_and_repeats_the_last_progress_line():
+def test_heartbeat_speaks_when_the_stage_is_silent_and_says_what_changed():
     log = _Log()
-    with Heartbeat("solve", log, every=0.3) as hb:
+    token = control.StopToken(label="solve")
+    with Heartbeat("solve", log, every=0.3, token=token) as hb:
         assert current() is hb
-        Throttled("solve[lp]", every=100.0)("component 1/3: optimal")  # a solver line, noted by the heartbeat
-        time.sleep(1.3)
+        say = Throttled("solve[lp]", every=100.0)
+        say.log = log
+        say("component 1/3: optimal")  # logged by the throttle itself
+        say("component 2/3: optimal")  # throttled away: the heartbeat says it
+        time.sleep(0.9)
+        token.set_activity("rowgen round 4 LP: HiGHS interior point iteration 12 (3 s into this LP)")
+        time.sleep(1.0)
     assert current() is None
+    assert log.lines[0] == "solve[lp]: component 1/3: optimal"
+    assert log.lines[1].startswith("solve: component 2/3: optimal (") and log.lines[1].endswith("s elapsed)")
     beats = [ln for ln in log.lines if ln.startswith("solve: running")]
     assert len(beats) >= 2, log.lines
-    assert "s elapsed; last: component 1/3: optimal" in beats[-1]
+    assert "no new progress for" in beats[0] and beats[0].endswith("s; last: component 2/3: optimal")
+    assert "now: rowgen round 4 LP: HiGHS interior point iteration 12" in beats[-1]
     n = len(log.lines)
     time.sleep(0.5)
     assert len(log.lines) == n  # stopped with the stage
