@@ -176,3 +176,64 @@ def test_stopping_a_dask_executor_interrupts_its_actors():
         t1 = time.monotonic()
         ex.close()
         assert time.monotonic() - t1 < 30.0  # the actors' sleeps were interrupted: the cluster stops
+
+
+@pytest.mark.slow
+def test_a_flow_run_times_out_or_is_cancelled_within_seconds(prefect_server, tmp_path, long_lp):
+    """Through a real Prefect server: a stage with ``timeout_seconds=3`` ends TimedOut, and Cancel on the
+    flow run (the UI's "Cancel": state CANCELLING) stops the running stage through
+    :func:`tasks.progress.watch_cancellation`; neither writes a solve output."""
+    import contextvars
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.states import Cancelling
+
+    from tasks.progress import watch_cancellation
+
+    store = Store(tmp_path)
+    with store.writer("export", "k" * 64) as w:
+        write_instance(long_lp, w.dir)
+    ref, root = w.ref, str(tmp_path)
+    seen: dict[str, object] = {}
+
+    @flow
+    def timed() -> None:
+        t0 = time.monotonic()
+        state = solve_task.solve.with_options(timeout_seconds=3)(root, {"method": "lp"}, ref, return_state=True)
+        seen["timed"] = (state.name, str(state.message), time.monotonic() - t0)
+
+    @flow
+    def cancelled() -> None:
+        run_id = FlowRunContext.get().flow_run.id
+        stop_watching = watch_cancellation(run_id, every=0.5)
+
+        def cancel() -> None:
+            with get_client(sync_client=True) as client:
+                client.set_flow_run_state(run_id, Cancelling(), force=True)
+            seen["cancel_at"] = time.monotonic()
+
+        timer = threading.Thread(target=contextvars.copy_context().run, args=(lambda: (time.sleep(3.0), cancel()),))
+        timer.start()
+        try:
+            state = solve_task.solve(root, {"method": "lp"}, ref, return_state=True)
+            seen["cancelled"] = (state.name, str(state.message), time.monotonic())
+        finally:
+            timer.join()
+            stop_watching()
+
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server["url"]}):
+        timed(return_state=True)
+        try:
+            cancelled(return_state=True)
+        finally:
+            control.clear_stop()
+    name, message, took = seen["timed"]
+    assert name == "TimedOut" and took < 3.0 + STOP_WITHIN, (name, message, took)
+    name, message, at = seen["cancelled"]
+    assert name != "Completed" and "the flow run was cancelled" in message, (name, message)
+    assert at - seen["cancel_at"] < STOP_WITHIN
+    solve_dir = tmp_path / "objects" / "solve"
+    assert not solve_dir.exists() or not any(solve_dir.iterdir())
