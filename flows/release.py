@@ -37,11 +37,12 @@ from flows.config import (  # noqa: F401  (manifest_config: re-exported, it used
     release_name,
     store_root,
 )
-from mdp_core import audit, loaders
+from mdp_core import audit, control, loaders
 from mdp_core.files import file_sha256, read_json
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
+from tasks.progress import watch_cancellation
 
 STAGES = ("ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate")
 _TASKS: dict[str, Any] = {
@@ -223,8 +224,28 @@ def release_flow(
             its spend is added to the table's ledger). Default: the table's current draw (made once).
         draw: the public commitment of the draw to use (a re-run of a published release, from its
             manifest); it must be in this store's private part.
+
+    Cancel in the UI (or ``prefect flow-run cancel``) stops a running solve within seconds: a watcher
+    polls this run's state and requests the stop (:func:`tasks.progress.watch_cancellation`).
     """
-    config = as_config(config)
+    ctx = FlowRunContext.get()
+    control.clear_stop()  # a stop requested for an earlier run of this process is not this run's
+    stop_watching = watch_cancellation(ctx.flow_run.id) if ctx is not None and ctx.flow_run is not None else None
+    try:  # SIGTERM / SIGINT request the stop (inside Prefect's own SIGTERM bridge, which cannot reach a solver)
+        restore = control.install_signal_handlers()
+    except ValueError:  # not the main thread: no signals here
+        restore = None
+    try:
+        return _release(as_config(config), refresh_from, new_draw, draw)
+    finally:
+        if stop_watching is not None:
+            stop_watching()
+        if restore is not None:
+            restore()
+
+
+def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool, draw: str | None) -> dict[str, Any]:
+    """The body of :func:`release_flow`."""
     if refresh_from is not None and refresh_from not in STAGE_NAMES:
         raise ValueError(f"refresh_from must be one of {list(STAGE_NAMES)}, got {refresh_from!r}")
     refresh_name = refresh_from
@@ -240,6 +261,7 @@ def release_flow(
     flow_started = time.time()  # cache_hit: produced by another run that finished before this one began
 
     def run(stage: str, **upstream: Any) -> ArtifactRef:
+        control.check(stage)  # stopped (Cancel, SIGTERM): no further stage starts
         t0 = time.perf_counter()
         task = stage_task(stage, config, store, STAGES.index(stage) >= first_refresh)
         with tags(*run_tags(config)):
@@ -297,6 +319,7 @@ def release_flow(
     manifest = mf.new_manifest(
         "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields
     )
+    control.check("release")  # a stop requested meanwhile: nothing is published
     # The door: staged, re-verified from the exact bytes (mdp_core.audit), published only if it checks out.
     manifest = mf.publish_run(
         store,

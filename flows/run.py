@@ -317,6 +317,9 @@ def run_from_cli(args: argparse.Namespace) -> int:
     stores = sorted({str(store_root(c)) for c in cfgs})
     print(f"mdp-release run: {where}; store {', '.join(stores)}", file=sys.stderr, flush=True)
     wait_for_server()
+    from mdp_core.control import install_signal_handlers
+
+    install_signal_handlers()  # SIGTERM / Ctrl-C: the running solve stops within seconds, nothing is published
     t0 = time.perf_counter()
     if len(cfgs) > 1:
         from flows.batch import batch_flow

@@ -23,6 +23,7 @@ This module imports nothing heavy (no numpy, no highspy).
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -191,18 +192,47 @@ def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGTERM, signal.S
     KeyboardInterrupt as usual (a forced stop). Returns a function restoring the previous handlers."""
     previous: dict[int, Any] = {}
 
+    interrupts = [0]
+
     def handler(signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if signum == signal.SIGINT and PROCESS._reason is not None:
-            raise KeyboardInterrupt
-        request_stop(f"{name} received")
+        if signum == signal.SIGINT:
+            interrupts[0] += 1
+            if interrupts[0] > 1:
+                raise KeyboardInterrupt
+        if PROCESS.reason() is None:
+            request_stop(f"{signal.Signals(signum).name} received")
 
     for s in signals:
         previous[s] = signal.signal(s, handler)
+    # A Python-level handler runs only when the main thread executes bytecode -- not while it waits for a
+    # solver running in C++ (HiGHS), which may take minutes. CPython's C-level handler also writes the
+    # signal number to the wakeup fd: a thread reading it requests the stop at once, and HiGHS's interrupt
+    # callback (any thread) sees it.
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    wanted = {int(s) for s in signals}
+
+    def relay() -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for b in data:
+                if b in wanted and PROCESS.reason() is None:
+                    request_stop(f"{signal.Signals(b).name} received")
+
+    threading.Thread(target=relay, name="mdp-signal-relay", daemon=True).start()
 
     def restore() -> None:
         for s, h in previous.items():
             signal.signal(s, h)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)  # the relay reads end-of-file and ends
+        os.close(read_fd)
 
     return restore
 
