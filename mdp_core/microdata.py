@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import cKDTree
 
+from mdp_core.datasets.points import read_frame
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.metrics import EARTH_RADIUS_KM, unit_sphere
@@ -42,26 +43,8 @@ class Mapping:
 
 
 def read_microdata(path: str | Path) -> pd.DataFrame:
-    """The file as a DataFrame (``.csv`` / ``.parquet`` / ``.pq``); InputError if unreadable or empty."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"microdata file {p} does not exist")
-    try:
-        if p.suffix.lower() in (".parquet", ".pq"):
-            df = pd.read_parquet(p)
-        elif p.suffix.lower() == ".csv":
-            df = pd.read_csv(p)
-        else:
-            raise InputError(f"microdata file {p}: use .csv or .parquet, got {p.suffix or 'no suffix'!r}")
-    except InputError:
-        raise
-    except Exception as exc:  # pandas / pyarrow parse errors
-        raise InputError(
-            f"microdata file {p} is unreadable: {str(exc).splitlines()[0] if str(exc) else exc!r}"
-        ) from None
-    if len(df) == 0:
-        raise InputError(f"microdata file {p} has no individuals (no rows)")
-    return df
+    """The file as a DataFrame (``.csv`` / ``.parquet``); InputError if missing, unreadable or empty."""
+    return read_frame(path, "microdata")
 
 
 def _coords(df: pd.DataFrame, cols: list[str], what: str) -> np.ndarray:

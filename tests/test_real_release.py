@@ -204,12 +204,12 @@ def test_bad_microdata_is_a_clear_error(tmp_path, rows, match):
 
 def test_unreadable_and_empty_microdata(tmp_path):
     (tmp_path / "empty.csv").write_text("lat,lon\n")
-    with pytest.raises(InputError, match="no individuals"):
+    with pytest.raises(InputError, match="has no rows"):
         microdata.read_microdata(tmp_path / "empty.csv")
     (tmp_path / "x.parquet").write_text("not parquet")
-    with pytest.raises(InputError, match="unreadable"):
+    with pytest.raises(InputError, match="cannot read"):
         microdata.read_microdata(tmp_path / "x.parquet")
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="no such file"):
         microdata.read_microdata(tmp_path / "missing.csv")
 
 

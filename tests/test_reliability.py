@@ -519,7 +519,7 @@ MICRODATA_ERRORS = {
     "missing file": (None, "people.csv"),
     "individual far from every record": (b"lat,lon\n41.6645,12.2460\n60.0,25.0\n", "1 of 2 individual(s) lie farther"),
     "NaN coordinate": (b"lat,lon\n41.6645,12.2460\n,12.2460\n", "NaN"),
-    "empty table": (b"lat,lon\n", "no individuals"),
+    "empty table": (b"lat,lon\n", "has no rows"),
     "no usable column": (b"name\nann\n", "no usable columns"),
     "unknown record id": (b"record\n0\n999\n", "not in the instance"),
 }
