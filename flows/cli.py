@@ -22,9 +22,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
-from mdp_core.methods import METHOD_NAMES, PARTITIONERS
+from mdp_core.methods import METHOD_NAMES
 
 
 def _positive_float(text: str) -> float:
@@ -37,60 +38,53 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text}")
-    return v
+def _method_groups(p: argparse.ArgumentParser) -> list[str]:
+    """The options every method shares (HiGHS settings, the repair limit) in one group, then one group per
+    method (mdp_core.methods), each flag built from its declaration (:meth:`mdp_core.options.Spec.add_argument`).
+    An option several methods declare (the gap, the executor, ...) is one flag, in the group "options of
+    several methods", its help naming each method's default. Flags not given are absent from the namespace:
+    the method's own default applies. Returns the method options' names."""
+    from mdp_core.methods import REGISTRY
+    from mdp_core.options import show, specs
+    from mdp_core.solver_options import RepairOptions, SolverOptions
 
-
-def _add_solver_args(p: argparse.ArgumentParser) -> None:
-    """HiGHS settings and every registered method's options, built from their option dataclasses
-    (``highs.SolverOptions``, ``solve.options_class(method)``): one place defines each option, its
-    default and its help. Method options not given on the command line take the method's default."""
-    from mdp_core.highs import SolverOptions
-    from mdp_core.options import add_arguments
-    from mdp_core.solve import METHODS, options_class
-
-    g = p.add_argument_group("LP solver (HiGHS)")
-    add_arguments(
-        g,
-        [SolverOptions],
-        skip=("primal_tolerance", "dual_tolerance", "presolve"),
-        types={"time_limit": _positive_float},
-        suppress=False,
-    )
-    g.add_argument(
-        "--max-mix",
-        type=_fraction,
-        default=1e-2,
-        help="largest share of uniform noise the exact repair may mix in before refusing (default 0.01)",
-    )
-    # flags the solve sub-command already defines (their dest -> the option name)
-    defined = {
-        "partition": "partition",
-        "subsets": "n_subsets",
-        "seed": "seed",
-        "gap_abs": "gap_abs",
-        "gap_rel": "gap_rel",
-        "max_iterations": "max_iterations",
-    }
-    m = p.add_argument_group("method options (default: the chosen method's own)")
-    classes = [c for c in (options_class(name) for name in METHODS) if c is not None]
-    added = add_arguments(m, classes, skip=defined.values())
-    p.set_defaults(
-        **{dest: None for dest in defined},  # None: not given, the method's default applies
-        method_options={**defined, **{name: name for name in added}},
-    )
+    common = p.add_argument_group("solver options (every method)")
+    for cls in (SolverOptions, RepairOptions):
+        for s in specs(cls):
+            if s.exposed:
+                s.add_argument(common)
+    owners: dict[str, list[tuple[str, Any]]] = {}
+    for name, m in REGISTRY.items():
+        for s in specs(m.options):
+            if s.exposed:
+                owners.setdefault(s.name, []).append((name, s))
+    shared = {n: o for n, o in owners.items() if len(o) > 1}
+    if shared:
+        g = p.add_argument_group("options of several methods", "each method's default applies when not given")
+        for entries in shared.values():
+            helps = {s.help for _, s in entries}
+            defaults = {show(s.default) for _, s in entries}
+            users = ", ".join(n for n, _ in entries)
+            if len(helps) == 1 and len(defaults) == 1:
+                text = f"{users}: {entries[0][1].described}"
+            else:
+                text = "; ".join(f"{n}: {s.described}" for n, s in entries)
+            entries[0][1].add_argument(g, help=text)
+    for name, m in REGISTRY.items():
+        own = [s for s in specs(m.options) if s.exposed and s.name not in shared]
+        also = [s.flag for s in specs(m.options) if s.exposed and s.name in shared]
+        note = f"also: {' '.join(also)}" if also else None if own else "no options"
+        g = p.add_argument_group(f"--method {name}: {m.help}", note)
+        for s in own:
+            s.add_argument(g)
+    return list(owners)
 
 
 def _solver_options(args: argparse.Namespace):
-    from mdp_core.highs import SolverOptions
+    from mdp_core.options import specs
+    from mdp_core.solver_options import SolverOptions
 
-    return SolverOptions(solver=args.solver, threads=args.threads, time_limit=args.time_limit)
+    return SolverOptions(**{s.name: getattr(args, s.name) for s in specs(SolverOptions) if hasattr(args, s.name)})
 
 
 def _progress(line: str) -> None:
@@ -105,15 +99,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise InputError(f"--out {args.out}: exists and is not a directory")
     inst = read_instance(args.instance, epsilon=args.epsilon)
     # only the method options given on the command line (solve() rejects one the method does not take)
-    method_args = {
-        name: getattr(args, dest) for dest, name in args.method_options.items() if getattr(args, dest, None) is not None
-    }
+    method_args = {name: getattr(args, name) for name in args.method_options if hasattr(args, name)}
     print(
         f"solving {args.instance}: N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}, "
         f"eps={inst.epsilon:g}, method={args.method}",
         file=sys.stderr,
     )
-    sol = solve(inst, args.method, _solver_options(args), progress=_progress, max_mix=args.max_mix, **method_args)
+    repair = {"max_mix": args.max_mix} if hasattr(args, "max_mix") else {}
+    sol = solve(inst, args.method, _solver_options(args), progress=_progress, **repair, **method_args)
     info = write_mechanism(inst, sol.z, args.out, sol.solve_info())
     if sol.trace is not None:
         write_table(Path(args.out) / "trace.parquet", {c: sol.trace[c].to_numpy() for c in sol.trace.columns})
@@ -229,24 +222,20 @@ def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _solve_arguments(p: argparse.ArgumentParser) -> None:
+    from mdp_core.methods import REGISTRY
+
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
     p.add_argument(
         "--method",
         default="auto",
         choices=list(METHOD_NAMES),
-        help="auto (default): lp or rowgen from the instance's structure, the choice and reason go into "
-        "solve.json; lp: exact LP; rowgen: exact LP by row generation (dense graphs); colgen: by column "
-        "generation; benders: partition + Benders; exp / laplace / constopt: baselines",
+        help="the solve method (default: auto, which picks lp or rowgen and writes its choice and reason into "
+        "solve.json); its options are in its group below: "
+        + "; ".join(f"{name}: {m.help}" for name, m in REGISTRY.items()),
     )
     p.add_argument("--out", required=True, help="output directory for mechanism.parquet and solve.json")
     p.add_argument("--epsilon", type=_positive_float, default=None, help="override the instance's epsilon")
-    p.add_argument("--partition", default="kmdv", choices=list(PARTITIONERS), help="Benders partitioner")
-    p.add_argument("--subsets", type=int, default=25, metavar="M", help="Benders: number of subsets (default 25)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--gap-abs", type=float, default=0.0, help="benders/colgen: stop when UB - LB <= this (paper: 0.01)")
-    p.add_argument("--gap-rel", type=float, default=1e-6, help="benders/colgen: stop when UB - LB <= this * |UB|")
-    p.add_argument("--max-iterations", type=int, default=1000, help="benders/colgen: iteration limit")
-    _add_solver_args(p)
+    p.set_defaults(method_options=_method_groups(p))
 
 
 def _verify_arguments(p: argparse.ArgumentParser) -> None:
@@ -316,8 +305,8 @@ COMMANDS: tuple[
 
 def build_parser(only: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The command-line parser. ``only``: the commands whose arguments to build (None: all). The others
-    are listed (``--help``) but take no arguments: building ``solve``'s options imports every method's
-    module, which ``mdp-release run`` should not pay for (:func:`main` builds only the command given)."""
+    are listed (``--help``) but take no arguments (:func:`main` builds only the command given: each
+    command's arguments import what they describe)."""
     parser = _Parser(
         prog="mdp-release",
         description="Optimal metric-DP perturbation mechanisms (exact LP / Benders) and reproducible releases.",

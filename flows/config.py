@@ -13,20 +13,19 @@ Example (every key optional; these are the defaults of the built-in release)::
     epsilon = 10.0      # per distance unit (km for geo data)
     eta = 2.0           # neighbour threshold, distance unit
 
-    [partition]
+    [partition]         # mdp_core.methods.PartitionOptions (Benders' partition)
     method = "kmdv"     # kmdv | kmrec | kmadj | bsc
-    subsets = 4
+    subsets = 2
     seed = 0
 
     [solve]
-    method = "lp"       # lp | benders | exp | laplace | constopt
-    solver = "simplex"  # simplex | ipm
+    method = "auto"     # auto | lp | rowgen | colgen | benders | exp | laplace | constopt
+    solver = "simplex"  # simplex | ipm  (every method: mdp_core.solver_options)
     threads = 0
-    time_limit = 600.0  # seconds
+    # time_limit = 600.0  # seconds; unset: none
     max_mix = 0.01      # largest uniform-mixing weight the exact repair may use
-    gap_abs = 0.0       # Benders / colgen stopping: absolute gap (the paper uses 0.01) ...
-    gap_rel = 1e-6      # ... or relative gap
-    max_iterations = 500
+    # gap_rel = 1e-6    # the chosen method's own options (mdp_core.methods), unset: its default;
+    #                   # one it does not take is an error
 
     [release]
     # microdata = "people.csv"   # the agency's secret table (lat, lon | x0.. | record); unset: simulated people
@@ -50,12 +49,14 @@ Example (every key optional; these are the defaults of the built-in release)::
 
 from __future__ import annotations
 
-import ast
+import dataclasses
+import math
 import os
 import tomllib
+import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union, cast
+from typing import TYPE_CHECKING, Any, Literal, Union, cast
 
 from pydantic import (
     BaseModel,
@@ -69,16 +70,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-# Only modules that import no numerical library (a fully cached run never needs numpy, pandas, scipy or
-# HiGHS): the option dataclasses are each option's one default and help text, the dataset loaders'
-# signatures are read from their source (mdp_core.loaders).
-from mdp_core import executor as executor_mod
+# Only the declarations, which import no numerical library (a fully cached run never needs numpy, pandas,
+# scipy or HiGHS): each option's one name, type, default, help text and bounds (mdp_core.options).
 from mdp_core import loaders
-from mdp_core import options as opts
 from mdp_core.errors import InputError
-from mdp_core.methods import METHOD_NAMES, PARTITIONERS
-from mdp_core.result import GapOptions
-from mdp_core.solver_options import SOLVERS, SolverOptions
+from mdp_core.methods import METHOD_NAMES, REGISTRY, PartitionOptions
+from mdp_core.options import REQUIRED, Spec, show, specs
+from mdp_core.solver_options import RepairOptions, SolverOptions
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -89,38 +87,45 @@ StageName = Literal["ingest", "graph", "prior", "partition", "export", "solve", 
 STAGE_NAMES: tuple[str, ...] = typing.get_args(StageName)
 
 
+# ----------------------------------------------------------------------------- declared options as pydantic fields
+def _field_type(s: Spec) -> Any:
+    """The pydantic type of a declared option: its int / float / str / bool (a Literal of its choices), a
+    list of it (TOML arrays), or None."""
+    item: Any = Literal[s.choices] if s.choices else s.base
+    members: list[Any] = [list[item]] if s.many else []
+    if not s.many or (typing.get_origin(s.type) in (Union, types.UnionType) and s.base in typing.get_args(s.type)):
+        members.append(item)  # a scalar too (``words = "king queen"``)
+    if s.optional:
+        members.append(type(None))
+    return Union[tuple(members)] if len(members) > 1 else members[0]  # noqa: UP007  (types built at run time)
+
+
+def _field(s: Spec, default: Any = REQUIRED, description: str | None = None) -> tuple[Any, Any]:
+    """(type, Field) of option ``s`` in a config model: its declared default (infinity: unset, None), bounds
+    and help. ``default``: instead of the declared one."""
+    default = s.default if default is REQUIRED else default
+    kw: dict[str, Any] = {} if s.many else dict(s.bounds)
+    if s.base is float and not s.many:
+        kw["allow_inf_nan"] = False
+    tp = _field_type(s)
+    if isinstance(default, float) and math.isinf(default):
+        default, tp = None, tp | None
+        description = f"{description or s.help}; unset: none"
+    return tp, Field(... if default is REQUIRED else default, description=description or s.help, **kw)
+
+
 # ----------------------------------------------------------------------------- dataset parameters
-# The loaders' parameters per kind as pydantic models, generated from the loaders' signatures
-# (mdp_core.loaders reads them from the source: no loader is imported). Every parameter but epsilon and
-# eta (the [privacy] section's) with its loader's type and default. They validate ``dataset.params`` and
-# make the flow's parameter schema (the Prefect run form) show each kind's real fields.
+# The loaders' parameters per kind as pydantic models, generated from their declarations (mdp_core.loaders):
+# every parameter but epsilon and eta (the [privacy] section's) with its declared type and default. They
+# validate ``dataset.params`` and make the flow's parameter schema (the Prefect run form) show each kind's
+# real fields.
 PRIVACY_PARAMETERS = ("epsilon", "eta")
-_TYPES: dict[str, Any] = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
-
-
-def _annotation_type(text: str | None) -> Any:
-    """A loader annotation as written (``"int | None"``) as the type pydantic checks; ``Any`` for what is
-    not a plain int / float / str / bool / None or a union of those."""
-
-    def convert(node: ast.expr) -> Any:
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-            return Union[convert(node.left), convert(node.right)]  # noqa: UP007  (types built at run time)
-        if isinstance(node, ast.Name):
-            return _TYPES.get(node.id, Any)
-        if isinstance(node, ast.Constant) and node.value is None:
-            return type(None)
-        return Any
-
-    return Any if text is None else convert(ast.parse(text, mode="eval").body)
 
 
 def _params_model(kind: str) -> type[BaseModel]:
     module, _, func = loaders.LOADER_PATHS[kind].partition(":")
-    texts = loaders.parameter_annotations(kind)
     fields: dict[str, Any] = {
-        name: (_annotation_type(texts[name]), ... if default is loaders.REQUIRED else default)
-        for name, default in loaders.parameters(kind).items()
-        if name not in PRIVACY_PARAMETERS
+        s.name: _field(s) for s in specs(loaders.PARAMETERS[kind]) if s.name not in PRIVACY_PARAMETERS
     }
     return create_model(
         f"{kind.capitalize()}Params",
@@ -189,6 +194,10 @@ class DatasetConfig(BaseModel):
                 "{where}: {msg} (kind {kind})",
                 {"where": where, "msg": first["msg"], "kind": repr(kind)},
             ) from None
+        try:
+            loaders.validate(kind, v)
+        except InputError as exc:
+            raise PydanticCustomError("dataset_params", "{msg}", {"msg": str(exc)}) from None
         return v
 
     @classmethod
@@ -207,55 +216,96 @@ class PrivacyConfig(BaseModel):
     eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="neighbour threshold (distance unit)")
 
 
-class PartitionConfig(BaseModel):
-    """Benders' partition (``BendersOptions``: partition, n_subsets, seed). The release uses 4 subsets,
-    not Benders' own 25 (the paper's M): on a small machine M = 2..4 is what pays off (README).
-
-    The default partitioner, seed and help texts are ``BendersOptions``' own, written out: importing
-    mdp_core.benders costs HiGHS, scipy and pandas (0.6 s), which no config and no cached run needs.
-    tests/test_config.py checks they agree."""
-
-    model_config = STRICT
-    method: Literal[PARTITIONERS] = Field(  # type: ignore[valid-type]
-        "kmdv", description="partitioner (mdp_core.partition.PARTITIONERS)"
-    )
-    subsets: int = Field(4, ge=1, le=10_000, description="number of subsets M")
-    seed: int = Field(0, description="partitioner seed")
+# [partition]: Benders' partition options (mdp_core.methods.PartitionOptions), under their config keys.
+PartitionConfig: type[BaseModel] = create_model(
+    "PartitionConfig",
+    __config__=STRICT,
+    __doc__="Benders' partition, also the release's partition stage (mdp_core.methods.PartitionOptions).",
+    **cast(dict[str, Any], {s.key: _field(s) for s in specs(PartitionOptions) if s.exposed}),
+)
+_PARTITION_FIELDS = {s.name for s in specs(PartitionOptions)}  # benders takes them from [partition]
+_COMMON = (SolverOptions, RepairOptions)
 
 
-class SolveConfig(BaseModel):
-    """The [solve] section: the method (``mdp_core.solve.METHODS``), HiGHS settings (``SolverOptions``)
-    and the gap (``GapOptions``) with their defaults and help texts. Two release defaults differ from
-    the methods' own on purpose: time_limit 600 s (a release must end; solvers default to none) and
-    max_iterations 500 (Benders: 1000, colgen: 200)."""
+def method_option_specs(method: str) -> list[Spec]:
+    """The [solve] options of ``method``: its declared options but Benders' partition (in [partition])."""
+    skip = _PARTITION_FIELDS if method == "benders" else set()
+    return [s for s in specs(REGISTRY[method].options) if s.exposed and s.name not in skip]
+
+
+def _method_fields() -> dict[str, tuple[Any, Any]]:
+    """Every method's options as optional [solve] fields (unset: the chosen method's own default); one
+    field for a name several methods declare, its description naming each one's default."""
+    owners: dict[str, list[tuple[str, Spec]]] = {}
+    for name in REGISTRY:
+        for s in method_option_specs(name):
+            owners.setdefault(s.name, []).append((name, s))
+    fields = {}
+    for name, entries in owners.items():
+        first = entries[0][1]
+        text = "; ".join(f"{m}: {s.help} (default {show(s.default)})" for m, s in entries)
+        same = all(s.bounds == first.bounds for _, s in entries)
+        tp, info = _field(first if same else dataclasses.replace(first, bounds={}), None, text)
+        fields[name] = (tp | None, info)
+    return fields
+
+
+class _SolveBase(BaseModel):
+    """The [solve] section: the method, the options every method shares (HiGHS settings, the repair limit:
+    mdp_core.solver_options) with their declared defaults, and every method's options (mdp_core.methods),
+    unset meaning the chosen method's own default. An option the chosen method does not take is an error
+    (as on the command line)."""
 
     model_config = STRICT
     method: Literal[METHOD_NAMES] = Field(  # type: ignore[valid-type]
         "auto", description="auto: lp or rowgen from the instance's structure (mdp_core.auto); or a named method"
     )
-    solver: Literal[SOLVERS] = Field(  # type: ignore[valid-type]
-        opts.default(SolverOptions, "solver"), description=opts.help_text(SolverOptions, "solver")
-    )
-    threads: int = Field(
-        opts.default(SolverOptions, "threads"), ge=0, le=256, description=opts.help_text(SolverOptions, "threads")
-    )
-    time_limit: float = Field(600.0, gt=0, allow_inf_nan=False, description=opts.help_text(SolverOptions, "time_limit"))
-    max_mix: float = Field(
-        0.01, ge=0, le=1, description="largest uniform-mixing weight the exact repair may use (as --max-mix)"
-    )
-    gap_abs: float = Field(opts.default(GapOptions, "gap_abs"), ge=0, description=opts.help_text(GapOptions, "gap_abs"))
-    gap_rel: float = Field(opts.default(GapOptions, "gap_rel"), ge=0, description=opts.help_text(GapOptions, "gap_rel"))
-    max_iterations: int = Field(500, ge=1, description="Benders / colgen: master solves at most")
-    executor: Literal[executor_mod.EXECUTORS] = Field(  # type: ignore[valid-type]
-        "auto",
-        description="where independent solves run (Benders subproblems, colgen pricing): auto, serial, process, dask",
-    )
-    scheduler: str | None = Field(
-        None, description="with executor = dask: a scheduler address (tcp://host:8786); unset: a local Dask cluster"
-    )
+
+    def _given(self, names: typing.Iterable[str]) -> dict[str, Any]:
+        return {n: getattr(self, n) for n in names if getattr(self, n, None) is not None}
+
+    def solver_settings(self) -> dict[str, Any]:
+        """The HiGHS settings given or defaulted here (an unset time limit: none), as ``SolverOptions(**...)`` takes."""
+        return self._given(s.name for s in specs(SolverOptions) if s.exposed)
 
     def solver_options(self) -> SolverOptions:
-        return SolverOptions(solver=self.solver, threads=self.threads, time_limit=self.time_limit)
+        return SolverOptions(**self.solver_settings())
+
+    def repair_settings(self) -> dict[str, Any]:
+        """``{"max_mix": ...}``: how far the exact repair may go (mdp_core.solver_options.RepairOptions)."""
+        return self._given(s.name for s in specs(RepairOptions))
+
+    def method_args(self) -> dict[str, Any]:
+        """The chosen method's options set here (the method's own defaults apply to the others)."""
+        return self._given(s.name for s in method_option_specs(self.method))
+
+    @model_validator(mode="after")
+    def _method_takes(self) -> _SolveBase:
+        takes = {s.name: s for s in method_option_specs(self.method)}
+        common = {s.name for cls in _COMMON for s in specs(cls)}
+        for name in sorted(set(type(self).model_fields) - common - {"method"}):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name not in takes:
+                raise ValueError(f"{name} is not an option of method {self.method!r} (its options: {sorted(takes)})")
+            try:
+                takes[name].check(tuple(value) if isinstance(value, list) else value)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+
+if TYPE_CHECKING:
+    SolveConfig = _SolveBase
+else:
+    SolveConfig = create_model(
+        "SolveConfig",
+        __base__=_SolveBase,
+        __doc__=_SolveBase.__doc__,
+        **{s.name: _field(s) for cls in _COMMON for s in specs(cls) if s.exposed},
+        **_method_fields(),
+    )
 
 
 PRIOR_SOURCES = ("dataset", "uniform", "dp")

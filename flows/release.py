@@ -59,48 +59,21 @@ SOLVE_SUMMARY = ("method", "status", "objective", "lower_bound", "upper_bound", 
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
 
-def solve_method_args(s: SolveConfig) -> dict[str, Any]:
-    """The [solve] settings the chosen method takes (its options dataclass names them): the gap for
-    every method with a bound, max_iterations for benders / colgen, executor / scheduler for benders / colgen.
-    Read from the source (mdp_core.methods.option_names): a cached run imports no solver."""
-    from mdp_core.methods import option_names
-
-    known = set(option_names(s.method) or ())
-    values = {
-        "gap_abs": s.gap_abs,
-        "gap_rel": s.gap_rel,
-        "max_iterations": s.max_iterations,
-        "executor": s.executor,
-        "scheduler": s.scheduler,
-    }
-    return {k: v for k, v in values.items() if k in known and not (k == "scheduler" and v is None)}
-
-
 def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     """Each stage's own parameters (what goes into its cache key besides upstream hashes)."""
     inputs = {str(p): file_sha256(p) for p in loaders.input_files(cfg.dataset.kind, cfg.dataset.params)}
     s = cfg.solve
-    method_args = solve_method_args(s)
+    method_args = s.method_args()  # the options of the chosen method set in [solve] (mdp_core.methods)
     return {
         "ingest": {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs},
         "graph": {"eta": cfg.privacy.eta},
         "partition": cfg.partition.model_dump(),
         "export": {"epsilon": cfg.privacy.epsilon},
-        "solve": {
-            "method": s.method,
-            "solver": {"solver": s.solver, "threads": s.threads, "time_limit": s.time_limit},
-            "max_mix": s.max_mix,
-            "method_args": method_args,
-        },
+        "solve": {"method": s.method, "solver": s.solver_settings(), **s.repair_settings(), "method_args": method_args},
         # the release settings; the flow replaces them with release_params (and adds "prior") once the draw is known
         "postprocess": cfg.release.model_dump(exclude_unset=True),
         "evaluate": cfg.evaluate.model_dump()
-        | {
-            "max_mix": s.max_mix,
-            "method": s.method,
-            "method_args": method_args,
-            "solver": {"solver": s.solver, "threads": s.threads, "time_limit": s.time_limit},
-        },
+        | {"method": s.method, "method_args": method_args, "solver": s.solver_settings(), **s.repair_settings()},
     }
 
 

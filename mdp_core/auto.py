@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,8 @@ from mdp_core import lp, rowgen
 from mdp_core.graph import components
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
-from mdp_core.result import GapOptions, RawSolution
+from mdp_core.methods import AutoOptions, GapOptions
+from mdp_core.result import RawSolution
 
 # the methods auto may pick: (function, options class)
 CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
@@ -44,21 +44,9 @@ CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
     "rowgen": (rowgen.method, rowgen.RowgenOptions),
 }
 
-LP_MAX_ROWS = 8_000_000  # full-LP privacy rows of the largest component solved outright (memory)
-DENSE_DEGREE = 40.0  # mean neighbours per record from which row generation wins
-
-
-@dataclass(frozen=True)
-class AutoOptions(GapOptions):
-    """Options of the "auto" method: the requested gap, passed on to the method it picks."""
-
-    lp_max_rows: int = field(
-        default=LP_MAX_ROWS,
-        metadata={"help": "largest component's full-LP privacy rows up to which a sparse instance goes to lp"},
-    )
-    dense_degree: float = field(
-        default=DENSE_DEGREE, metadata={"help": "mean neighbours per record from which auto picks rowgen"}
-    )
+# the declared defaults (mdp_core.methods.AutoOptions)
+LP_MAX_ROWS: int = AutoOptions.lp_max_rows  # full-LP privacy rows of the largest component solved outright (memory)
+DENSE_DEGREE: float = AutoOptions.dense_degree  # mean neighbours per record from which row generation wins
 
 
 def features(instance: Instance) -> dict[str, Any]:

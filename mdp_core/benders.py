@@ -110,12 +110,12 @@ from mdp_core.highs import LpModel, LpSolution, SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.lp import privacy_rows
 from mdp_core.mechanisms import smooth_to_mdp
+from mdp_core.methods import BendersOptions
 from mdp_core.partition import Partition, balance_stats, from_labels, partition
-from mdp_core.result import BOUND_TOLERANCE, GapOptions, RawSolution, Status, gap_closed
+from mdp_core.result import BOUND_TOLERANCE, RawSolution, Status, gap_closed
 from mdp_core.verify import repair
 
 SLACK_TOL = 1e-9  # total slack (probability units) below which an assembled solution counts as feasible
-RHO0 = 4.0  # initial slack penalty (scaled costs: max p_i c_ik = 1)
 STALL_GAP = 1e-4  # stall detection only applies once the relative gap is this small
 CUT_TOL = 1e-9  # relative violation of w_l below which no optimality cut is added
 PRICE_FLOOR = 1e-10  # smallest slack cost in the heuristic's priced subproblems (scaled)
@@ -468,46 +468,6 @@ def _cut_matrix(rows: list[tuple[np.ndarray, np.ndarray]], n_cols: int) -> sp.cs
 
 
 # ============================================================================ the method
-@dataclass(frozen=True)
-class BendersOptions(GapOptions):
-    """Options of the "benders" method (module docstring); it stops when the gap is closed.
-    Constraints are declared in the metadata (:func:`mdp_core.options.validate`); the partitioner
-    checks ``partition``, ``n_subsets`` and ``labels`` itself."""
-
-    partition: str = field(default="kmdv", metadata={"help": "partitioner (mdp_core.partition.PARTITIONERS)"})
-    n_subsets: int = field(default=25, metadata={"help": "number of subsets M", "metavar": "M"})
-    seed: int = field(default=0, metadata={"help": "partitioner seed"})
-    labels: np.ndarray | None = field(
-        default=None, metadata={"help": "(N,) subset ids; overrides the partitioner", "cli": False}
-    )
-    max_iterations: int = field(default=1000, metadata={"help": "master solves at most", "integer": True, "ge": 1})
-    initial_cuts: bool = field(
-        default=False, metadata={"help": "Property 3.2 rows between non-adjacent boundary records of a subset"}
-    )
-    initial_cut_cap: float = field(default=12.0, metadata={"help": "... only where eps * D <= this", "gt": 0})
-    executor: str | Executor = field(
-        default="auto",
-        metadata={"help": "where subproblems run: auto, serial, process or dask", "choices": executor_mod.EXECUTORS},
-    )
-    scheduler: str | None = field(
-        default=None,
-        metadata={"help": "with executor dask: a scheduler address (tcp://host:8786); none = a local Dask cluster"},
-    )
-    rho0: float = field(default=RHO0, metadata={"help": "initial slack penalty (scaled costs)", "gt": 0})
-    stabilise: float = field(
-        default=0.5, metadata={"help": "weight of the stabilisation centre (0 = plain Benders)", "ge": 0, "lt": 1}
-    )
-    stall_iterations: int = field(
-        default=15,
-        metadata={
-            "help": "stop (feasible) when the gap is below STALL_GAP and no bound moved for this many iterations (0 = never)",
-            "integer": True,
-            "ge": 0,
-        },
-    )
-    heuristic: bool = field(default=True, metadata={"help": "the seed incumbent and the priced closure heuristic"})
-
-
 @dataclass
 class _Problem:
     """What stays fixed during a run: the decomposition, the scaled costs, the master model, the workers."""

@@ -123,10 +123,11 @@ from mdp_core import executor as executor_mod
 from mdp_core.errors import InputError, SolverError
 from mdp_core.executor import Executor
 from mdp_core.graph import Block, component_blocks, path_distances
-from mdp_core.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, SOLVERS, LpModel, LpSolution, SolverOptions
+from mdp_core.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, LpModel, LpSolution, SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.lp import privacy_rows
-from mdp_core.result import LIMITS, GapOptions, RawSolution, Status, gap_closed
+from mdp_core.methods import ColgenOptions
+from mdp_core.result import LIMITS, RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO
 
 SOLVED = frozenset({Status.OPTIMAL, *LIMITS})
@@ -596,53 +597,6 @@ TRACE_COLUMNS = [
     "master_seconds",
     "pricing_seconds",
 ]
-
-
-@dataclass(frozen=True)
-class ColgenOptions(GapOptions):
-    """Options of the "colgen" method (module docstring); a component stops when its gap is closed.
-    Constraints are declared in the metadata (:func:`mdp_core.options.validate`)."""
-
-    max_iterations: int = field(
-        default=200, metadata={"help": "master solves at most (per component)", "integer": True, "ge": 1}
-    )
-    seeds_per_record: int = field(
-        default=3,
-        metadata={"help": "cheapest outputs of each record given its seed column", "integer": True, "ge": 0},
-    )
-    tol: float = field(
-        default=1e-12,
-        metadata={
-            "help": "a column enters when its reduced cost per unit mass is below -max(tol, gap_rel |master| / (100 n))",
-            "ge": 0,
-        },
-    )
-    smoothing: float = field(
-        default=0.5,
-        metadata={
-            "help": "Wentges dual smoothing weight in [0, 1): price at alpha * centre + (1 - alpha) * u (0 = off)",
-            "ge": 0,
-            "lt": 1,
-        },
-    )
-    master_solver: str = field(
-        default="simplex",
-        metadata={
-            "help": "master LP: primal simplex, warm-started (default), or ipm + crossover, cold",
-            "choices": SOLVERS,
-        },
-    )
-    executor: str | Executor = field(
-        default="auto",
-        metadata={
-            "help": "where independent solves run (colgen: pricing LPs; benders: subproblems): auto, serial, process or dask",
-            "choices": executor_mod.EXECUTORS,
-        },
-    )
-    scheduler: str | None = field(
-        default=None,
-        metadata={"help": "with executor dask: a scheduler address (tcp://host:8786); none = a local Dask cluster"},
-    )
 
 
 @dataclass

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,10 +43,11 @@ from mdp_core.graph import path_distances
 from mdp_core.highs import LpModel, SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import record_output_distances
+from mdp_core.methods import ConstoptOptions
 from mdp_core.result import RawSolution, Status
 from mdp_core.verify import objective
 
-LAMBDAS = (0.001, 0.1, 1.0)
+LAMBDAS: tuple[float, ...] = ConstoptOptions.lambdas  # the declared default
 TINY = 1e-12  # coefficients below this (relative, after scaling) are left out of the LP matrix
 
 
@@ -213,12 +213,6 @@ def constopt(
         "objective": "expected loss + lambda * row mass",
     }
     return best[1], info
-
-
-@dataclass(frozen=True)
-class ConstoptOptions:
-    r: int = field(default=10, metadata={"help": "constopt: free LP entries per record (its r nearest outputs)"})
-    lambdas: tuple[float, ...] = field(default=LAMBDAS, metadata={"help": "constopt: row-mass penalties tried"})
 
 
 def method(

@@ -35,7 +35,7 @@ class Instance:
 
     Attributes:
         prior: (N,) float64, non-negative, sums to 1.
-        costs: (N, K) float64, finite utility loss c_ik (any unit; the objective is in that unit).
+        costs: (N, K) float64, finite utility loss c_ik >= 0 (any unit; the objective is in that unit).
         edges: (E, 2) int64, undirected neighbour pairs with i < j, sorted, no duplicates.
         distances: (E,) float64, 0 < d_ij <= eta, in ``distance_unit``.
         epsilon: privacy budget per ``distance_unit`` (> 0).
@@ -109,6 +109,10 @@ class Instance:
         if self.costs.ndim != 2 or self.costs.shape[0] != n or self.costs.shape[1] == 0:
             raise InputError(f"costs must have shape (N={n}, K>=1), got {self.costs.shape}")
         _finite("costs", self.costs)
+        if np.any(self.costs < 0):  # a utility loss: the solvers' bounds and pricing assume c >= 0
+            raise InputError(
+                f"costs must be >= 0 (a utility loss), {int(np.sum(self.costs < 0))} value(s) are negative"
+            )
         e = self.edges
         if e.ndim != 2 or e.shape[1] != 2:
             raise InputError(f"edges must have shape (E, 2), got {e.shape}")

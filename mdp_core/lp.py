@@ -49,7 +49,8 @@ from mdp_core.highs import (  # re-exported: other modules import these names fr
     solve_model,
 )
 from mdp_core.instance import Instance
-from mdp_core.result import GapOptions, RawSolution, Status, gap_closed
+from mdp_core.methods import LpOptions
+from mdp_core.result import RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO
 
 # The PMO LP is feasible (the uniform mechanism) and bounded (rows are distributions): any other status
@@ -74,15 +75,6 @@ __all__ = [
     "solve_lp",
     "solve_model",
 ]
-
-
-@dataclass(frozen=True)
-class LpOptions(GapOptions):
-    """Options of the ``lp`` method (``solve(instance, "lp", gap_rel=...)``).
-
-    The LP itself has no knobs beyond the HiGHS settings (:class:`SolverOptions`); the gap says when
-    its dual (Lagrangian) bound proves the answer "optimal" (:func:`mdp_core.result.honest_status`).
-    """
 
 
 def privacy_rows(

@@ -15,7 +15,6 @@ Every mechanism still goes through :func:`mdp_core.verify.certify` before releas
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +22,7 @@ from scipy.spatial import cKDTree
 
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
+from mdp_core.methods import ExpOptions, LaplaceOptions
 from mdp_core.metrics import EARTH_RADIUS_KM, pairwise
 from mdp_core.result import RawSolution, Status
 
@@ -194,11 +194,6 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
     return cur, max_rounds
 
 
-@dataclass(frozen=True)
-class ExpOptions:
-    """The exponential mechanism has no options."""
-
-
 def exponential_method(
     instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: ExpOptions
 ) -> RawSolution:
@@ -206,13 +201,6 @@ def exponential_method(
     lower bound: computed exactly, but nothing bounds its distance from the PMO optimum."""
     extra = {"computation": "closed form", "optimality": "not proven: a baseline without a lower bound"}
     return RawSolution(exponential(instance), status=Status.FEASIBLE, lower_bound=None, extra=extra)
-
-
-@dataclass(frozen=True)
-class LaplaceOptions:
-    n_samples: int = field(default=20_000, metadata={"help": "laplace: Monte Carlo samples per record"})
-    seed: int = field(default=0, metadata={"help": "random seed"})
-    smooth: bool = field(default=True, metadata={"help": "laplace: pull the estimate onto the constraint set"})
 
 
 def planar_laplace_method(

@@ -22,7 +22,6 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from mdp_core.errors import SolverError
-from mdp_core.options import validate
 
 if TYPE_CHECKING:  # annotations only: the config and the command line import this module, numpy-free
     import numpy as np
@@ -71,21 +70,6 @@ def gap_closed(upper: float, lower: float, gap_abs: float, gap_rel: float) -> bo
     with UB - LB <= gap_abs or <= gap_rel * |UB| (bounds in one cost unit)."""
     gap = upper - lower
     return bool(math.isfinite(upper) and (gap <= gap_abs or gap <= gap_rel * abs(upper)))
-
-
-@dataclass(frozen=True)
-class GapOptions:
-    """The requested gap, shared by every method with a lower bound (their options derive from it):
-    it stops the decomposition methods and decides when "optimal" may be reported (:func:`honest_status`)."""
-
-    gap_abs: float = field(
-        default=0.0, metadata={"help": "optimal when UB - LB <= this (cost unit; paper: 0.01)", "ge": 0}
-    )
-    gap_rel: float = field(default=1e-6, metadata={"help": "... or when UB - LB <= this * |UB|", "ge": 0})
-
-    def __post_init__(self) -> None:
-        """Validate every field of the (derived) options against its declared constraints."""
-        validate(self)
 
 
 def honest_status(

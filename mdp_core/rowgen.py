@@ -53,11 +53,11 @@ import pandas as pd
 import scipy.sparse as sp
 
 from mdp_core import control, highs
-from mdp_core.errors import InputError
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import smooth_to_mdp
-from mdp_core.result import GapOptions, RawSolution, Status, gap_closed
+from mdp_core.methods import RowgenOptions
+from mdp_core.result import RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO, objective
 
 TRACE_COLUMNS = ["iteration", "lower_bound", "upper_bound", "gap", "rows", "rows_added", "lp_seconds", "seconds"]
@@ -66,41 +66,6 @@ CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
 # any status but optimal or a limit is a numerical breakdown, retried with the other algorithm, cold.
 ACCEPT = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT})
 RETRIES = highs.SWITCH_ALGORITHM + highs.COLD_NO_PRESOLVE
-
-
-@dataclass(frozen=True)
-class RowgenOptions(GapOptions):
-    """Options of the "rowgen" method (module docstring)."""
-
-    neighbours: int = field(default=4, metadata={"help": "initial rows: each record's this many shortest edges"})
-    rows_per_round: int = field(
-        default=0, metadata={"help": "violated rows added per round, largest deficit first (0 = max(20000, N K / 2))"}
-    )
-    min_deficit: float = field(
-        default=1e-12,
-        metadata={"help": "a violated row enters only when z_ak / g_ab - z_bk exceeds this (probability mass)"},
-    )
-    max_rounds: int = field(default=100, metadata={"help": "LP solves at most"})
-    lp_solver: str = field(
-        default="ipm",
-        metadata={
-            "help": "each round's LP: interior point without crossover, cold (default), or dual simplex, warm",
-            "choices": highs.SOLVERS,
-        },
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.neighbours < 0:
-            raise InputError(f"neighbours must be >= 0, got {self.neighbours}")
-        if self.rows_per_round < 0:
-            raise InputError(f"rows_per_round must be >= 0, got {self.rows_per_round}")
-        if not self.min_deficit >= 0:
-            raise InputError(f"min_deficit must be >= 0, got {self.min_deficit}")
-        if self.max_rounds < 1:
-            raise InputError(f"max_rounds must be >= 1, got {self.max_rounds}")
-        if self.lp_solver not in highs.SOLVERS:
-            raise InputError(f"lp_solver must be one of {highs.SOLVERS}, got {self.lp_solver!r}")
 
 
 @dataclass

@@ -3,10 +3,10 @@
 ``solve(instance, "lp")`` returns a :class:`Solution` whose ``z`` passed :func:`verify.verify`;
 ``solve_info()`` is what goes into solve.json.
 
-Methods are registered in :data:`METHODS`. A method is a function
-``f(instance, options: SolverOptions, progress, params: XOptions) -> RawSolution`` whose ``params``
-annotation is a dataclass: :func:`solve` builds ``XOptions`` from the keyword arguments it is given
-and rejects unknown keys with an :class:`InputError` naming them and listing the known ones (the
+Methods are declared in :mod:`mdp_core.methods` (:data:`METHODS`, their function imported on first use).
+A method is a function ``f(instance, options: SolverOptions, progress, params: XOptions) -> RawSolution``:
+:func:`solve` builds its declared ``XOptions`` from the keyword arguments it is given (which validates
+them) and rejects unknown keys with an :class:`InputError` naming them and listing the known ones (the
 way scikit-learn validates parameters), so a typo in a config or a command line is never ignored.
 """
 
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -27,8 +26,10 @@ from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
-from mdp_core.methods import BASELINES, REGISTRY
+from mdp_core.methods import BASELINES, REGISTRY, Method
+from mdp_core.options import Options, specs
 from mdp_core.result import RELEASABLE, RawSolution, Status, honest_status
+from mdp_core.solver_options import MAX_MIX
 from mdp_core.verify import Certificate, RepairReport, certify, objective
 
 __all__ = ["METHODS", "BASELINES", "RawSolution", "Solution", "method_options", "options_class", "solve"]
@@ -78,40 +79,35 @@ class Solution:
         }
 
 
-# name -> callable, or the registry's "module:function" until first use
-METHODS: dict[str, Callable[..., RawSolution] | str] = dict(REGISTRY)
+# name -> declaration (mdp_core.methods.REGISTRY); its function is imported on first use
+METHODS: dict[str, Method] = dict(REGISTRY)
 DEFAULT_GAP = (0.0, 1e-6)  # (gap_abs, gap_rel) for methods whose options have no gap
 
 
-def _resolve(method: str) -> Callable[..., RawSolution]:
+def _declared(method: str) -> Method:
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    f = METHODS[method]
-    if isinstance(f, str):
-        module, name = f.split(":")
-        f = getattr(importlib.import_module(module), name)
-        METHODS[method] = f
-    return f
+    return METHODS[method]
 
 
-def options_class(method: str) -> type | None:
-    """The options dataclass of ``method`` (the annotation of its ``params`` argument), or None for
-    a method registered without one (called with its keyword arguments as they are)."""
-    f = _resolve(method)
-    if "params" not in inspect.signature(f).parameters:
-        return None
-    cls = f.__annotations__.get("params")
-    if isinstance(cls, str):  # postponed annotation (from __future__ import annotations)
-        cls = eval(cls, f.__globals__)  # noqa: S307 -- a name in the method's own module
-    return cls if isinstance(cls, type) and dataclasses.is_dataclass(cls) else None
+def _function(method: str) -> Callable[..., RawSolution]:
+    entry = _declared(method)
+    if isinstance(entry.function, str):
+        module, name = entry.function.split(":")
+        entry = dataclasses.replace(entry, function=getattr(importlib.import_module(module), name))
+        METHODS[method] = entry
+    return cast(Callable[..., RawSolution], entry.function)
 
 
-def method_options(method: str, args: dict[str, Any]) -> Any:
-    """``method``'s options dataclass built from ``args``; InputError on an unknown key."""
+def options_class(method: str) -> type[Options]:
+    """The options dataclass of ``method`` (its declaration in mdp_core.methods; no solver is imported)."""
+    return _declared(method).options
+
+
+def method_options(method: str, args: dict[str, Any]) -> Options:
+    """``method``'s options dataclass built from ``args`` (which it validates); InputError on an unknown key."""
     cls = options_class(method)
-    if cls is None:
-        return None
-    known = sorted(f.name for f in dataclasses.fields(cls))
+    known = sorted(s.name for s in specs(cls))
     unknown = sorted(set(args) - set(known))
     if unknown:
         raise InputError(f"method {method!r}: unknown option(s) {unknown}; known options: {known}")
@@ -123,7 +119,7 @@ def solve(
     method: str = "lp",
     options: SolverOptions | None = None,
     progress: Progress | None = None,
-    max_mix: float = 1e-2,
+    max_mix: float = MAX_MIX,
     **method_args: Any,
 ) -> Solution:
     """Solve with ``method`` and certify the result (raises PrivacyError if it cannot be made exact).
@@ -132,13 +128,11 @@ def solve(
     :func:`options_class`); an unknown one is an InputError. Then :func:`honest_status`: "optimal"
     only when the method's own lower bound is within its requested gap of the certified objective.
     """
-    f = _resolve(method)
     params = method_options(method, method_args)
+    f = _function(method)
     options = options or SolverOptions()
     t0 = time.perf_counter()
-    raw = (
-        f(instance, options, progress, params) if params is not None else f(instance, options, progress, **method_args)
-    )
+    raw = f(instance, options, progress, params)
     if raw.status not in RELEASABLE:
         raise SolverError(f"{method}: solver status {raw.status}")
     z, cert, rep = certify(instance, raw.z, max_mix=max_mix)

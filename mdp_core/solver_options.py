@@ -1,22 +1,24 @@
-"""The HiGHS settings (:class:`SolverOptions`) and the algorithms' names: declarations only, importing
-neither highspy nor numpy, so the release config and the command line can read their defaults and help
-texts cheaply. :mod:`mdp_core.highs` (the adapter that applies them) re-exports every name here.
-"""
+"""The options every method shares: the HiGHS settings (:class:`SolverOptions`) and the repair limit
+(:class:`RepairOptions`). Declarations only (:mod:`mdp_core.options`), importing neither highspy nor numpy,
+so the release config and the command line read them cheaply. :mod:`mdp_core.highs` (the adapter that
+applies the HiGHS settings) re-exports every name here.
 
-from __future__ import annotations
+No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.options).
+"""
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from mdp_core.errors import InputError
+from mdp_core.options import Options, option
 
 INF = float("inf")  # HiGHS's kHighsInf is IEEE infinity
 SOLVERS = ("simplex", "ipm")
 
 
 @dataclass(frozen=True)
-class SolverOptions:
+class SolverOptions(Options):
     """HiGHS settings used for every LP this library solves.
 
     ``solver``: "simplex" (dual simplex, default) or "ipm" (interior point with crossover).
@@ -28,31 +30,32 @@ class SolverOptions:
     K=60: 17.6 s vs 18.1 s).
     """
 
-    solver: str = field(
-        default="simplex", metadata={"help": "dual simplex (default) or interior point", "choices": SOLVERS}
-    )
-    threads: int = field(default=0, metadata={"help": "HiGHS threads (0 = HiGHS default)"})
-    time_limit: float = field(default=INF, metadata={"help": "seconds for the whole solve", "metavar": "SECONDS"})
-    primal_tolerance: float = 1e-9
-    dual_tolerance: float = 1e-10
-    presolve: bool = True
+    solver: str = option("simplex", "LP algorithm: dual simplex or interior point", choices=SOLVERS)
+    threads: int = option(0, "HiGHS threads (0 = HiGHS default)", ge=0)
+    time_limit: float = option(INF, "seconds for the whole solve", gt=0, metavar="SECONDS")
+    primal_tolerance: float = option(1e-9, "HiGHS primal feasibility tolerance", gt=0, lt=1e-3, exposed=False)
+    dual_tolerance: float = option(1e-10, "HiGHS dual feasibility tolerance", gt=0, lt=1e-3, exposed=False)
+    presolve: bool = option(True, "HiGHS presolve", exposed=False)
 
     def __post_init__(self) -> None:
-        if self.solver not in SOLVERS:
-            raise InputError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
-        if isinstance(self.threads, bool) or int(self.threads) != self.threads or self.threads < 0:
-            raise InputError(f"threads must be an integer >= 0, got {self.threads!r}")
+        super().__post_init__()
         cores = os.cpu_count() or 1
         if self.threads > cores:  # HiGHS aborts the process (SIGABRT, no message) on absurd thread counts
             raise InputError(f"threads={self.threads} exceeds this machine's {cores} cores (0 = HiGHS default)")
-        if not self.time_limit > 0:
-            raise InputError(f"time_limit must be > 0 seconds, got {self.time_limit}")
-        for name in ("primal_tolerance", "dual_tolerance"):
-            v = getattr(self, name)
-            if not (0 < v < 1e-3):
-                raise InputError(f"{name} must be in (0, 1e-3), got {v}")
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["time_limit"] = None if math.isinf(self.time_limit) else self.time_limit
         return d
+
+
+@dataclass(frozen=True)
+class RepairOptions(Options):
+    """How far :func:`mdp_core.verify.certify` may repair a method's mechanism before refusing it."""
+
+    max_mix: float = option(
+        1e-2, "largest share of uniform noise the exact repair may mix in before refusing", ge=0, le=1
+    )
+
+
+MAX_MIX: float = RepairOptions.max_mix  # the declared default (mdp_core.solve.solve's)

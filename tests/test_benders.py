@@ -206,7 +206,7 @@ def test_labels_and_bad_arguments() -> None:
         run(inst, gap_rel=-1.0)
     with pytest.raises(InputError, match="max_iterations"):
         run(inst, max_iterations=0)
-    with pytest.raises(InputError, match="partitioner"):
+    with pytest.raises(InputError, match="partition must be one of"):
         run(inst, partition="nope")
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from flows.cli import build_parser, main
-from flows.cli_export import OPTIONS, params_from_args
+from flows.cli_export import options, params_from_args
 from mdp_core.datasets import registry
 from mdp_core.errors import InputError
 from mdp_core.io import read_instance
@@ -27,18 +27,52 @@ def parse(*argv: str):
     return build_parser().parse_args(["export", *argv])
 
 
-def test_every_loader_parameter_has_an_option():
-    for kind in registry.LOADERS:
-        missing = set(registry.parameters(kind)) - set(OPTIONS)
-        assert not missing, f"{kind}: no CLI option for {sorted(missing)}"
+def test_every_loader_parameter_is_an_option_typed_by_its_declaration():
+    """Each declared loader parameter (mdp_core.loaders.PARAMETERS, whose defaults the loaders take) is a
+    flag; its values are parsed as declared, and each kind's default is in the help."""
+    from mdp_core import loaders
+    from mdp_core.options import specs
 
-
-def test_option_types_match_loader_defaults():
+    flags = {a.dest: a for a in build_parser(["export"])._subparsers._group_actions[0].choices["export"]._actions}
     for kind, loader in registry.LOADERS.items():
-        for name, p in inspect.signature(loader).parameters.items():
-            typ, nargs, _ = OPTIONS[name]
-            if nargs is None and p.default not in (None, inspect.Parameter.empty):
-                assert isinstance(p.default, typ) or (typ is float and isinstance(p.default, int)), (kind, name)
+        assert set(inspect.signature(loader).parameters) == set(registry.parameters(kind)) <= set(options())
+        for s in specs(loaders.PARAMETERS[kind]):
+            assert f"{kind}" in flags[s.name].help and s.described in flags[s.name].help, (kind, s.name)
+    args = parse("--dataset", "grid", "--out", "x", "--rows", "3", "--cell-km", "2", "--anchor-lat", "41")
+    assert params_from_args(args) == {"rows": 3, "cell_km": 2.0, "anchor_lat": 41.0}
+    assert type(params_from_args(args)["cell_km"]) is float
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--dataset", "grid", "--seed", "-1"], "seed must be >= 0, got -1"),
+        (["--dataset", "synthetic", "--seed", "-3"], "seed must be >= 0, got -3"),
+    ],
+)
+def test_negative_seed_is_one_error_line_and_exit_2(tmp_path, capsys, args, needle):
+    out = tmp_path / "x"
+    assert main(["export", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mdp-release: error:") and needle in err[0], err
+    assert "ValueError" not in err[0] and not out.exists()
+
+
+def test_negative_costs_are_refused_with_one_error_line(tmp_path, capsys):
+    """A cost table with a negative utility loss is bad input (exit 2), not a mechanism."""
+    pts = tmp_path / "pts.csv"
+    pts.write_text("id,x0,x1\na,0,0\nb,1,0\nc,0,1\n")
+    costs = tmp_path / "costs.csv"
+    costs.write_text(
+        "record_id,output_id,cost\n"
+        + "".join(f"{r},{o},{-1.0 if (r, o) == ('b', 'c') else 1.0}\n" for r in "abc" for o in "abc")
+    )
+    out = tmp_path / "inst"
+    args = ["export", "--dataset", "points", "--path", str(pts), "--outputs", str(pts), "--costs", str(costs)]
+    assert main([*args, "--eta", "1.5", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cost" in err[0] and ">= 0" in err[0], err
+    assert not out.exists()
 
 
 def test_list_options_parse():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 import pytest
 
 from flows.config import ReleaseFlowConfig, load_config, parse_config
@@ -141,44 +144,126 @@ def test_every_stage_timeout_is_applied_to_the_task_the_flow_runs(tmp_path):
     assert stage_task("ingest", cfg, store).retries == 2 and stage_task("solve", cfg, store).retries == 0
 
 
-def test_loader_and_method_declarations_read_from_source_match_the_imported_objects():
-    """mdp_core.loaders / mdp_core.methods read signatures and option fields without importing the
-    loaders and solvers (a cached run must not pay for numpy, scipy, HiGHS): they must be what inspect
-    and dataclasses say of the imported objects."""
-    import dataclasses
+def test_declarations_import_no_numerical_library():
+    """The declarations (methods, loaders, solver options) and the config built from them import no
+    numpy, scipy, pandas or HiGHS: a fully cached run reads every option without paying for them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mdp_core.methods, mdp_core.loaders, mdp_core.solver_options, flows.config; "
+        "print(sorted(m for m in ('numpy', 'scipy', 'pandas', 'highspy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def _solve_help_groups() -> dict[str, dict[str, Any]]:
+    """``mdp-release solve``'s argument groups: title -> {flag: action}."""
+    from flows.cli import build_parser
+
+    sub = next(a for a in build_parser(["solve"])._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        g.title: {(a.option_strings or [a.dest])[0]: a for a in g._group_actions}
+        for g in sub.choices["solve"]._action_groups
+    }
+
+
+def test_each_method_option_is_declared_once_and_read_everywhere():
+    """One declaration per option (mdp_core.methods): the method's ``params`` annotation names that class,
+    ``solve --help`` has exactly the declared flags, grouped by method, with the declared defaults, and the
+    config's [solve] fields are the shared options plus every method's (unset: the method's default)."""
+    import importlib
+
+    from flows.config import PartitionConfig, SolveConfig, method_option_specs
+    from mdp_core.methods import REGISTRY, BendersOptions, PartitionOptions
+    from mdp_core.options import show, specs
+    from mdp_core.solve import options_class
+    from mdp_core.solver_options import RepairOptions, SolverOptions
+
+    for name, m in REGISTRY.items():
+        assert options_class(name) is m.options
+        module, _, function = str(m.function).partition(":")
+        mod = importlib.import_module(module)
+        annotation = getattr(mod, function).__annotations__["params"]
+        assert getattr(mod, annotation) is m.options, name  # the method receives the declared class
+
+    common = [s for cls in (SolverOptions, RepairOptions) for s in specs(cls) if s.exposed]
+    owners: dict[str, int] = {}
+    for m in REGISTRY.values():
+        for s in specs(m.options):
+            owners[s.name] = owners.get(s.name, 0) + s.exposed
+    groups = _solve_help_groups()
+    flags = {f for title, g in groups.items() if title not in ("positional arguments", "options") for f in g}
+    assert flags == {s.flag for s in common} | {
+        s.flag for m in REGISTRY.values() for s in specs(m.options) if s.exposed
+    }
+    assert set(groups["solver options (every method)"]) == {s.flag for s in common}
+    for name, m in REGISTRY.items():
+        own = {s.flag: s for s in specs(m.options) if s.exposed and owners[s.name] == 1}
+        group = groups.get(f"--method {name}: {m.help}", {})
+        assert set(group) == set(own), name
+        for flag, s in own.items():
+            assert group[flag].help.endswith(f"(default: {show(s.default)})"), flag
+    several = groups["options of several methods"]
+    assert "colgen: default 200" not in several["--max-iterations"].help  # each method's own text and default
+    assert "benders: master solves at most (default: 1000)" in several["--max-iterations"].help
+
+    fields = SolveConfig.model_fields
+    methods = {s.name for n in REGISTRY for s in method_option_specs(n)}
+    assert set(fields) == {"method"} | {s.name for s in common} | methods
+    for s in common:
+        assert fields[s.name].default == (None if s.default == float("inf") else s.default), s.name
+    assert all(fields[n].default is None for n in methods)  # unset: the chosen method's declared default
+    declared = {s.key: s.default for s in specs(PartitionOptions)}
+    assert declared == {k: f.default for k, f in PartitionConfig.model_fields.items()}
+    assert set(PartitionOptions.__dataclass_fields__) <= set(BendersOptions.__dataclass_fields__)
+
+
+def test_one_default_for_benders_subsets():
+    """Benders' subsets: the same default for the method, the command line, the config and the README."""
+    from pathlib import Path
+
+    from flows.config import PartitionConfig
+    from mdp_core.methods import BendersOptions
+    from mdp_core.options import default
+
+    m = default(BendersOptions, "n_subsets")
+    assert PartitionConfig.model_fields["subsets"].default == m == load_config(None).partition.subsets
+    assert _solve_help_groups()["--method benders: partition + Benders decomposition (Qiu 2024)"][
+        "--subsets"
+    ].help.endswith(f"(default: {m})")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"the default is M = {m}" in readme and f"subsets = {m}  " in readme
+
+
+def test_solve_options_the_method_does_not_take_are_errors_and_the_rest_reach_it():
+    cfg = parse_config({"solve": {"method": "benders", "max_iterations": 5, "executor": "serial", "time_limit": 60}})
+    assert cfg.solve.method_args() == {"max_iterations": 5, "executor": "serial"}
+    assert cfg.solve.solver_settings() == {"solver": "simplex", "threads": 0, "time_limit": 60.0}
+    assert load_config(None).solve.solver_settings() == {"solver": "simplex", "threads": 0}  # no time limit
+    with pytest.raises(InputError, match=r"max_iterations is not an option of method 'lp'"):
+        parse_config({"solve": {"method": "lp", "max_iterations": 5}}, "c")
+    with pytest.raises(InputError, match=r"solve.max_iterations: Input should be greater than or equal to 1"):
+        parse_config({"solve": {"method": "colgen", "max_iterations": 0}}, "c")
+    with pytest.raises(InputError, match=r"lambdas must be >= 0, got -1"):
+        parse_config({"solve": {"method": "constopt", "lambdas": [0.1, -1.0]}}, "c")
+    with pytest.raises(InputError, match=r"dataset.params: seed: Input should be greater than or equal to 0"):
+        parse_config({"dataset": {"kind": "grid", "params": {"seed": -1}}}, "c")
+
+
+def test_loaders_take_their_defaults_from_the_declarations():
     import inspect
 
-    from mdp_core import loaders, methods
+    from mdp_core import loaders
     from mdp_core.datasets import registry
-    from mdp_core.solve import options_class
+    from mdp_core.options import REQUIRED
 
     assert set(loaders.KINDS) == set(registry.LOADERS)
     for kind, loader in registry.LOADERS.items():
         sig = inspect.signature(loader).parameters
-        assert loaders.parameters(kind) == {n: p.default for n, p in sig.items()}, kind
-        assert loaders.parameter_annotations(kind) == {
-            n: None if p.annotation is inspect.Parameter.empty else p.annotation for n, p in sig.items()
-        }, kind
-    for method in methods.REGISTRY:
-        cls = options_class(method)
-        want = None if cls is None else tuple(f.name for f in dataclasses.fields(cls))
-        assert methods.option_names(method) == want, method
-
-
-def test_partition_defaults_are_benders_own():
-    """[partition] writes BendersOptions' defaults and help texts out (importing mdp_core.benders costs
-    HiGHS, scipy and pandas); they must agree."""
-    from flows.config import PartitionConfig
-    from mdp_core import options as opts
-    from mdp_core.benders import BendersOptions
-    from mdp_core.partition import PARTITIONERS
-
-    fields = PartitionConfig.model_fields
-    assert fields["method"].default == opts.default(BendersOptions, "partition")
-    assert fields["seed"].default == opts.default(BendersOptions, "seed")
-    for ours, theirs in (("method", "partition"), ("subsets", "n_subsets"), ("seed", "seed")):
-        assert fields[ours].description == opts.help_text(BendersOptions, theirs)
-    assert set(PARTITIONERS) == set(fields["method"].annotation.__args__)
+        empty = inspect.Parameter.empty
+        assert {n: REQUIRED if p.default is empty else p.default for n, p in sig.items()} == loaders.parameters(kind)
 
 
 def test_dataset_params_are_typed_per_kind_in_config_and_run_form():
@@ -206,7 +291,7 @@ def test_dataset_params_are_typed_per_kind_in_config_and_run_form():
     assert arms == {"GridDataset", "SyntheticDataset", "RoadDataset", "TextDataset", "PointsDataset"}
     assert defs["DatasetConfig"]["discriminator"]["propertyName"] == "kind"
     grid = defs["GridParams"]["properties"]
-    assert grid["rows"] == {"default": 20, "title": "Rows", "type": "integer"}
+    assert grid["rows"] == {"default": 20, "title": "Rows", "type": "integer", "description": "number of cell rows"}
     assert grid["cell_km"]["type"] == "number" and "epsilon" not in grid and "eta" not in grid
     assert defs["PointsParams"]["required"] == ["path"]
     assert set(defs["TextParams"]["properties"]) == set(DATASET_PARAMS["text"].model_fields)

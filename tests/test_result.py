@@ -12,14 +12,15 @@ from mdp_core import lp, mechanisms
 from mdp_core import solve as solve_mod
 from mdp_core.datasets import grid
 from mdp_core.errors import InputError, SolverError
+from mdp_core.methods import Method
 from mdp_core.result import RawSolution, Status, gap_closed, honest_status
 from mdp_core.solve import solve
 
 
 @contextlib.contextmanager
 def registered(name: str, method):
-    """``method`` in the solve registry as ``name`` for the duration of the block."""
-    solve_mod.METHODS[name] = method
+    """``method`` (taking ``params: lp.LpOptions``) in the solve registry as ``name`` for the duration of the block."""
+    solve_mod.METHODS[name] = Method(method, lp.LpOptions, "a test method")
     try:
         yield
     finally:

@@ -22,6 +22,7 @@ from mdp_core.datasets.common import DEFAULT_OUTPUTS, choose_outputs, destinatio
 from mdp_core.datasets.road import RoadGraph, road_graph
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
+from mdp_core.loaders import GridParams
 from mdp_core.metrics import euclidean
 
 ROME_SW = (41.66, 12.24)
@@ -98,21 +99,21 @@ def _destination_distances(
 
 
 def grid(
-    rows: int = 20,
-    cols: int = 25,
-    n_outputs: int | None = None,
-    epsilon: float = 10.0,
-    eta: float = 2.0,
-    cell_km: float = 1.0,
-    n_destinations: int = 100,
-    prior: str = "uniform",
-    seed: int = 0,
-    road_nodes: str | None = None,
-    road_edges: str | None = None,
-    road_osm: str | None = None,
-    road_pbf: str | None = None,
-    anchor_lat: float | None = None,
-    anchor_lon: float | None = None,
+    rows: int = GridParams.rows,
+    cols: int = GridParams.cols,
+    n_outputs: int | None = GridParams.n_outputs,
+    epsilon: float = GridParams.epsilon,
+    eta: float = GridParams.eta,
+    cell_km: float = GridParams.cell_km,
+    n_destinations: int = GridParams.n_destinations,
+    prior: str = GridParams.prior,
+    seed: int = GridParams.seed,
+    road_nodes: str | None = GridParams.road_nodes,
+    road_edges: str | None = GridParams.road_edges,
+    road_osm: str | None = GridParams.road_osm,
+    road_pbf: str | None = GridParams.road_pbf,
+    anchor_lat: float | None = GridParams.anchor_lat,
+    anchor_lon: float | None = GridParams.anchor_lon,
 ) -> Instance:
     """The paper's grid map (default 20 x 25 = 500 cells, K = 100, eta = 2 km, eps = 10 / km).
 

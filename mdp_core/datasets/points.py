@@ -32,6 +32,7 @@ from mdp_core.datasets.common import choose_outputs, coordinate_frame, first_occ
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.io import file_sha256
+from mdp_core.loaders import PointsParams
 from mdp_core.metrics import check_points, haversine_km
 
 RESERVED = ("id", "weight")
@@ -207,13 +208,13 @@ def _points_provenance(
 
 def points(
     path: str,
-    outputs: str | None = None,
-    costs: str | None = None,
-    columns: Any = None,
-    n_outputs: int | None = None,
-    epsilon: float = 10.0,
-    eta: float = 2.0,
-    seed: int = 0,
+    outputs: str | None = PointsParams.outputs,
+    costs: str | None = PointsParams.costs,
+    columns: Any = PointsParams.columns,
+    n_outputs: int | None = PointsParams.n_outputs,
+    epsilon: float = PointsParams.epsilon,
+    eta: float = PointsParams.eta,
+    seed: int = PointsParams.seed,
 ) -> Instance:
     """Instance from a user points table; see the module docstring.
 

@@ -4,8 +4,8 @@ Used by the CLI (``mdp-release export``) and the pipeline's ingest stage (the co
 ``[dataset]`` section), so both accept exactly the same parameters. :func:`input_files` names the
 files a dataset reads, so the pipeline can put their content hash into its cache key.
 
-What needs no loader (the kinds, their parameters and defaults, the file parameters, the input files)
-is in :mod:`mdp_core.loaders`, which imports no loader; this module re-exports it and adds the loaders.
+What needs no loader (the kinds, their declared parameters and defaults, the file parameters, the input
+files) is in :mod:`mdp_core.loaders`, which imports no loader; this module re-exports it and adds the loaders.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mdp_core.datasets.synthetic import synthetic
 from mdp_core.datasets.text import text
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
-from mdp_core.loaders import FILE_PARAMETERS, check, input_files, parameters, resolve
+from mdp_core.loaders import FILE_PARAMETERS, input_files, parameters, resolve, validate
 
 LOADERS: dict[str, Callable[..., Instance]] = {
     "grid": grid,
@@ -34,9 +34,10 @@ __all__ = ["FILE_PARAMETERS", "LOADERS", "input_files", "load", "parameters"]
 
 
 def load(kind: str, params: dict[str, Any] | None = None) -> Instance:
-    """Build an instance of dataset ``kind``; unknown or missing parameters are an InputError."""
+    """Build an instance of dataset ``kind``; unknown, missing or invalid parameters (their declarations in
+    :mod:`mdp_core.loaders`) are an InputError."""
     params = dict(params or {})
-    check(kind, params)
+    validate(kind, params)
     params = {n: resolve(n, v) if n in FILE_PARAMETERS[kind] else v for n, v in params.items()}
     try:
         return LOADERS[kind](**params)

@@ -40,6 +40,7 @@ from mdp_core.datasets.common import choose_outputs, destination_costs, from_poi
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.io import file_sha256
+from mdp_core.loaders import RoadParams
 from mdp_core.metrics import check_points, haversine_km, unit_sphere
 
 ROME_BBOX = (41.66, 12.24, 42.10, 12.81)  # south, west, north, east (Qiu 2024)
@@ -478,23 +479,23 @@ def _road_provenance(g: RoadGraph, scc: RoadGraph, parameters: dict[str, Any], s
 
 
 def road(
-    nodes: str | None = None,
-    edges: str | None = None,
-    osm: str | None = None,
-    pbf: str | None = None,
-    bbox: Any = None,
-    network_type: str = "driving",
-    region_bbox: Any = None,
-    center: Any = None,
-    radius_km: float | None = None,
-    n_records: int = 500,
-    n_outputs: int | None = None,
-    n_destinations: int = 100,
-    destinations: Any = None,
-    destination_weights: Any = None,
-    epsilon: float = 10.0,
-    eta: float = 2.0,
-    seed: int = 0,
+    nodes: str | None = RoadParams.nodes,
+    edges: str | None = RoadParams.edges,
+    osm: str | None = RoadParams.osm,
+    pbf: str | None = RoadParams.pbf,
+    bbox: Any = RoadParams.bbox,
+    network_type: str = RoadParams.network_type,
+    region_bbox: Any = RoadParams.region_bbox,
+    center: Any = RoadParams.center,
+    radius_km: float | None = RoadParams.radius_km,
+    n_records: int = RoadParams.n_records,
+    n_outputs: int | None = RoadParams.n_outputs,
+    n_destinations: int = RoadParams.n_destinations,
+    destinations: Any = RoadParams.destinations,
+    destination_weights: Any = RoadParams.destination_weights,
+    epsilon: float = RoadParams.epsilon,
+    eta: float = RoadParams.eta,
+    seed: int = RoadParams.seed,
 ) -> Instance:
     """Road-network instance (paper defaults: eta = 2 km, eps = 10 per km, 100 destinations).
 

@@ -8,17 +8,18 @@ import numpy as np
 from mdp_core.datasets.common import DEFAULT_OUTPUTS, choose_outputs, from_points
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
+from mdp_core.loaders import SyntheticParams
 from mdp_core.metrics import euclidean
 
 
 def synthetic(
-    n_records: int = 500,
-    n_outputs: int | None = None,
-    dim: int = 3,
-    sigma: float = 1.0,
-    epsilon: float = 10.0,
-    eta: float = 2.0,
-    seed: int = 0,
+    n_records: int = SyntheticParams.n_records,
+    n_outputs: int | None = SyntheticParams.n_outputs,
+    dim: int = SyntheticParams.dim,
+    sigma: float = SyntheticParams.sigma,
+    epsilon: float = SyntheticParams.epsilon,
+    eta: float = SyntheticParams.eta,
+    seed: int = SyntheticParams.seed,
 ) -> Instance:
     """Gaussian points; the paper uses 3-D N(0, 1) with eta = 2 and eps = 10 (its code: sigma = 4)."""
     if n_records < 1 or dim < 1:

@@ -40,6 +40,7 @@ from mdp_core.datasets.common import choose_outputs, first_occurrence_groups, fr
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
 from mdp_core.io import file_sha256
+from mdp_core.loaders import TextParams
 
 GLOVE_PACKAGE = "glove-6b-50d"
 PAPER_EPS_ETA = 2.0 * 10.0
@@ -259,20 +260,20 @@ def _text_provenance(
 
 
 def text(
-    vectors: str | None = None,
-    corpus: str | None = None,
-    words: Any = None,
-    n_records: int = 500,
-    n_outputs: int | None = None,
-    n_neighbours: int = 50,
-    vocab_limit: int | None = None,
-    epsilon: float | None = None,
-    eta: float | None = None,
-    eta_fraction: float = 0.7,
-    vector_size: int = 100,
-    epochs: int = 5,
-    min_count: int = 5,
-    seed: int = 0,
+    vectors: str | None = TextParams.vectors,
+    corpus: str | None = TextParams.corpus,
+    words: Any = TextParams.words,
+    n_records: int = TextParams.n_records,
+    n_outputs: int | None = TextParams.n_outputs,
+    n_neighbours: int = TextParams.n_neighbours,
+    vocab_limit: int | None = TextParams.vocab_limit,
+    epsilon: float | None = TextParams.epsilon,
+    eta: float | None = TextParams.eta,
+    eta_fraction: float = TextParams.eta_fraction,
+    vector_size: int = TextParams.vector_size,
+    epochs: int = TextParams.epochs,
+    min_count: int = TextParams.min_count,
+    seed: int = TextParams.seed,
 ) -> Instance:
     """Text-embedding instance; see the module docstring.
 
