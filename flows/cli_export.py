@@ -9,6 +9,7 @@ parameters take several values: ``--bbox S W N E``, ``--center LAT LON``, ``--wo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from mdp_core import loaders  # the kinds and their parameters, without importing a loader
@@ -17,6 +18,7 @@ from mdp_core.options import Spec, specs
 
 if TYPE_CHECKING:
     from mdp_core.instance import Instance
+
 
 def options() -> dict[str, list[tuple[str, Spec]]]:
     """Every loader parameter, by name: the dataset kinds that take it and their declarations
@@ -41,7 +43,13 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, choices=sorted(loaders.KINDS), help="dataset kind")
     p.add_argument("--out", required=True, help="instance directory to write")
     for entries in options().values():
-        entries[0][1].add_argument(p, help=_help(entries))
+        first = entries[0][1]
+        if any(
+            (s.base, s.many, s.bounds, s.choices) != (first.base, first.many, first.bounds, first.choices)
+            for _, s in entries
+        ):
+            first = dataclasses.replace(first, bounds={}, choices=None)  # the loader's declaration checks it
+        first.add_argument(p, help=_help(entries))
 
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,12 +10,12 @@ The rule (:func:`choose`) looks only at the instance and the machine's CPU count
 deterministic for a given instance and machine setting. It is recorded in ``extra["auto"]``
 (``method``, ``reason`` and the features it used), which goes into solve.json and the manifest.
 
-* Dense graphs (mean degree >= ``DENSE_DEGREE`` = 40: the papers' eps * eta = 20 settings have 218-517
+* Dense graphs (mean degree >= ``AutoOptions.dense_degree`` = 40: the papers' eps * eta = 20 settings have 218-517
   neighbours per record): row generation. It solves the same LP over the rows that bind, a few per
   cent of them there, and keeps a valid lower bound all along; the full LP (11-52 M rows) does not
   finish (bench/README.md: syn500, rome500, syn1000).
 * Sparse graphs (grids, binding road instances, text: degree 10-12): HiGHS solves the full LP
-  outright, up to ``LP_MAX_ROWS`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
+  outright, up to ``AutoOptions.lp_max_rows`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
   LP 33 s against 85 s for row generation; the LP's memory, 9.7 GB at 5.9 M rows, is what caps it).
   Above that, row generation.
 * Benders and column generation are never chosen. Measured on 2 cores (bench/README.md, "Which method
@@ -43,10 +43,6 @@ CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
     "lp": (lp.method, lp.LpOptions),
     "rowgen": (rowgen.method, rowgen.RowgenOptions),
 }
-
-# the declared defaults (mdp_core.methods.AutoOptions)
-LP_MAX_ROWS: int = AutoOptions.lp_max_rows  # full-LP privacy rows of the largest component solved outright (memory)
-DENSE_DEGREE: float = AutoOptions.dense_degree  # mean neighbours per record from which row generation wins
 
 
 def features(instance: Instance) -> dict[str, Any]:

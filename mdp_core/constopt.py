@@ -47,7 +47,6 @@ from mdp_core.methods import ConstoptOptions
 from mdp_core.result import RawSolution, Status
 from mdp_core.verify import objective
 
-LAMBDAS: tuple[float, ...] = ConstoptOptions.lambdas  # the declared default
 TINY = 1e-12  # coefficients below this (relative, after scaling) are left out of the LP matrix
 
 
@@ -154,8 +153,8 @@ def assemble(x: np.ndarray, parts: dict[str, Any]) -> np.ndarray:
 
 def constopt(
     instance: Instance,
-    r: int = 10,
-    lambdas: Sequence[float] = LAMBDAS,
+    r: int = ConstoptOptions.r,
+    lambdas: Sequence[float] = ConstoptOptions.lambdas,
     options: SolverOptions | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:

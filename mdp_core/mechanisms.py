@@ -94,7 +94,10 @@ def laplace_noise(dim: int, epsilon: float, n_samples: int, rng: np.random.Gener
 
 
 def planar_laplace(
-    instance: Instance, n_samples: int = 20_000, seed: int = 0, chunk: int = 1 << 21
+    instance: Instance,
+    n_samples: int = LaplaceOptions.n_samples,
+    seed: int = LaplaceOptions.seed,
+    chunk: int = 1 << 21,
 ) -> tuple[np.ndarray, dict]:
     """Planar (geo-indistinguishable) Laplace mechanism remapped to the nearest output.
 

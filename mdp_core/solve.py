@@ -26,7 +26,7 @@ from mdp_core import highs
 from mdp_core.errors import InputError, SolverError
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
-from mdp_core.methods import BASELINES, REGISTRY, Method
+from mdp_core.methods import BASELINES, REGISTRY, GapOptions, Method
 from mdp_core.options import Options, specs
 from mdp_core.result import RELEASABLE, RawSolution, Status, honest_status
 from mdp_core.solver_options import MAX_MIX
@@ -81,7 +81,7 @@ class Solution:
 
 # name -> declaration (mdp_core.methods.REGISTRY); its function is imported on first use
 METHODS: dict[str, Method] = dict(REGISTRY)
-DEFAULT_GAP = (0.0, 1e-6)  # (gap_abs, gap_rel) for methods whose options have no gap
+DEFAULT_GAP = (GapOptions.gap_abs, GapOptions.gap_rel)  # the declared gap, for methods whose options have none
 
 
 def _declared(method: str) -> Method:

@@ -258,3 +258,41 @@ def test_export_out_is_a_file(tmp_path, capsys):
     assert code == 2
     one_error(err, str(tmp_path / "f"))
     assert (tmp_path / "f").read_text() == "x"
+
+
+def test_solve_help_groups_options_by_method_with_the_defaults_that_apply(capsys):
+    """`solve --help`: one group for the options of every method, one for those several methods share, one
+    per method; each default shown is the declared one of the method it names (Benders: 2 subsets)."""
+    code, out, _ = run(capsys, "solve", "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    for title in (
+        "solver options (every method):",
+        "options of several methods:",
+        "--method benders: partition + Benders decomposition (Qiu 2024):",
+        "--method rowgen: the exact LP by row generation (dense graphs):",
+        "--method exp: exponential mechanism: no options",
+    ):
+        assert title in text, title
+    benders = text.split("--method benders:")[1].split("--method exp:")[0]
+    assert "--subsets M number of subsets M (default: 2)" in benders and "default: 25" not in text
+    assert (
+        "colgen: master solves at most (per component) (default: 200); benders: master solves at most (default: 1000)"
+        in text
+    )
+    assert "--time-limit SECONDS seconds for the whole solve (default: none)" in text
+
+
+def test_solve_option_of_another_method_is_one_error_line(solved, tmp_path, capsys):
+    inst_dir, _ = solved
+    code, _, err = run(
+        capsys, "solve", str(inst_dir), "--method", "exp", "--subsets", "3", "--out", str(tmp_path / "o")
+    )
+    assert code == 2
+    one_error(err, "unknown option(s) ['n_subsets']")
+    assert not (tmp_path / "o").exists()
+    code, _, err = run(
+        capsys, "solve", str(inst_dir), "--method", "benders", "--subsets", "0", "--out", str(tmp_path / "o")
+    )
+    assert code == 2
+    one_error(err, "--subsets", "n_subsets must be >= 1 and <= 10000, got 0")
