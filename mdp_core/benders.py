@@ -530,8 +530,11 @@ class _Problem:
     wlb: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (M',) lower bounds of the w_l
     leq: Any = None  # CSR: the master's "<= 0" rows (privacy, Property 3.2) over its columns
     leq_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their row numbers
-    cuts: Any = None  # CSR: the optimality cuts in the order added (rows master_rows, ...)
+    cuts: list[sp.csr_matrix] = field(default_factory=list)  # optimality cuts, one block per round (rows
+    #                                                            master_rows, ... in the order added)
     cut_lo: np.ndarray = field(default_factory=lambda: np.zeros(0))  # their lower bounds
+    cut_sub: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their subset (w column)
+    cut_w: np.ndarray = field(default_factory=lambda: np.zeros(0))  # their w coefficient (1 / norm)
 
     @property
     def nyk(self) -> int:
@@ -697,7 +700,6 @@ def _build_master(p: _Problem) -> None:
     # the master's "<= 0" rows (privacy, then Property 3.2) and their row numbers, for its bound
     p.leq = sp.vstack([priv, p32]).tocsr()
     p.leq_rows = np.r_[np.arange(n_priv), n_priv + ny + np.arange(p.n_initial)]
-    p.cuts = sp.csr_matrix((0, p.n_cols))
 
 
 def _iteration(p: _Problem, s: _State, progress: Callable[[str], None] | None) -> bool:
@@ -752,13 +754,14 @@ def master_bound(p: _Problem, row_dual: np.ndarray) -> float:
     y = np.asarray(row_dual, dtype=np.float64)
     terms = np.asarray(p.leq.T @ np.maximum(-y[p.leq_rows], 0.0)).ravel()
     bound, s_l = 0.0, np.zeros(p.wlb.size)
-    if p.cuts.shape[0]:
-        nu = np.maximum(y[p.master_rows : p.master_rows + p.cuts.shape[0]], 0.0)
-        wpart = p.cuts[:, p.nyk :].tocsr()  # one w entry per cut (its subset), coefficient 1 / norm
-        sub = wpart.indices[wpart.indptr[:-1]]
-        nu = nu / np.maximum(np.asarray(wpart.T @ nu).ravel(), 1.0)[sub]
-        s_l = np.asarray(wpart.T @ nu).ravel()
-        terms -= np.asarray(p.cuts.T @ nu).ravel()
+    if p.cut_lo.size:
+        nu = np.maximum(y[p.master_rows : p.master_rows + p.cut_lo.size], 0.0)
+        nu /= np.maximum(np.bincount(p.cut_sub, nu * p.cut_w, p.wlb.size), 1.0)[p.cut_sub]
+        s_l = np.bincount(p.cut_sub, nu * p.cut_w, p.wlb.size).astype(np.float64)
+        start = 0
+        for block in p.cuts:  # no copy of the (growing) cut matrix
+            terms -= np.asarray(block.T @ nu[start : start + block.shape[0]]).ravel()
+            start += block.shape[0]
         bound += float(nu @ p.cut_lo)
     bound += float(np.maximum(1.0 - s_l, 0.0) @ p.wlb)
     bound += pr.min_sum(p.c[p.dec.ys], terms[: p.nyk])
@@ -841,7 +844,10 @@ def _add_cuts(p: _Problem, s: _State, rnd: _Round) -> None:
     if rnd.cuts:
         cuts, lo = _cut_matrix(rnd.cuts, p.n_cols), np.array(rnd.cut_lo)
         highs.add_rows(p.master, cuts, lo, np.full(lo.size, INF))
-        p.cuts, p.cut_lo = sp.vstack([p.cuts, cuts]).tocsr(), np.r_[p.cut_lo, lo]
+        wpart = cuts[:, p.nyk :].tocsr()  # one w entry per cut: its subset, coefficient 1 / norm
+        p.cuts.append(cuts)
+        p.cut_lo, p.cut_sub = np.r_[p.cut_lo, lo], np.r_[p.cut_sub, wpart.indices[wpart.indptr[:-1]]]
+        p.cut_w = np.r_[p.cut_w, wpart.data[wpart.indptr[:-1]]]
         s.master_rows += len(rnd.cuts)
 
 

@@ -141,7 +141,7 @@ def dual_terms(a: sp.spmatrix, capped: np.ndarray, row_dual: np.ndarray) -> Term
     """:class:`Terms` of privacy rows ``a`` ((m, n) "<= 0" rows, ``capped`` (m,) bool) from their row
     duals ``row_dual`` (the first m are used): lam = max(-y, 0)."""
     lam = np.maximum(-np.asarray(row_dual[: a.shape[0]], dtype=np.float64), 0.0)
-    at = a.T.tocsr()
+    at = a.T
     on_capped = capped & (lam > 0)
     if not on_capped.any():
         return Terms(np.asarray(at @ lam).ravel())
