@@ -108,10 +108,10 @@ def rows(
     """
     ei, ki = np.asarray(ei, dtype=np.int64), np.asarray(ki, dtype=np.int64)
     g = p.g[ei]
-    s = 1.0 / np.sqrt(g) if balanced else np.ones_like(g)
+    root = np.sqrt(g) if balanced else np.ones_like(g)
     ca, cb = cols[p.a[ei]], cols[p.b[ei]]
     idx = np.c_[ca + ki, cb + ki]
-    val = np.c_[s, -g * s]
+    val = np.c_[1.0 / root, -g / root]
     keep = np.c_[ca >= 0, cb >= 0]
     indptr = np.r_[0, np.cumsum(keep.sum(axis=1))]
     m = sp.csr_matrix((val[keep], idx[keep], indptr), shape=(ei.size, n_cols))
