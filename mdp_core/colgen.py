@@ -279,7 +279,7 @@ class PriceResult:
 class PricingWorker:
     """The executor's worker (:mod:`mdp_core.executor`) for one output of one component: a live HiGHS
     pricing model, warm-started between requests (only its cost vector changes). Requests: a
-    :class:`PriceRequest` -> :class:`PriceResult`; :data:`POLISH` -> (n,) Lagrangian terms from
+    :class:`PriceRequest` -> :class:`PriceResult`; :data:`POLISH` -> (n,) Lagrangian terms (:class:`~mdp_core.privacy_rows.Terms`) from
     :func:`basis_duals`; None -> None (its component is not priced this round). Picklable through
     its arguments; deterministic, so results do not depend on the backend."""
 
