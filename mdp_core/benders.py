@@ -17,7 +17,8 @@ the LP separates into one subproblem per subset over z_{X_l}.
 Master (one HiGHS model, kept alive; cuts are appended as rows):
 
     min  c_Y z_Y + sum_l w_l
-    s.t. privacy rows between two boundary records; unit measure of every boundary row;
+    s.t. privacy rows between two boundary records (balanced, :mod:`mdp_core.privacy_rows`);
+         unit measure of every boundary row;
          w_l >= wlb_l = sum_{x in X_l} min_k c_xk      (valid: rows of z_X are distributions)
          optimality cuts  w_l >= alpha + beta . z_Y  (no feasibility cuts: see below);
          optional Property 3.2 rows (``initial_cuts``).
@@ -47,8 +48,21 @@ kept as simplices): for every z_Y,
 
 because for feasible (z_X, s), y.(A z_X - s - T z_Y) >= 0 and rho s + y.s >= 0. With y = HiGHS's
 row duals clipped into that box this is the usual optimality cut, but its validity does not
-depend on the solver's dual accuracy, so the master optimum (a relaxation of the LP with every
-w_l under-estimating phi_l) is a true lower bound. Right-hand sides are capped at 1
+depend on the solver's dual accuracy. The master (a relaxation of the LP with every w_l
+under-estimating phi_l) is then bounded the same way, from its own duals, not from HiGHS's
+objective (which was "unbounded" or 60 % above the optimum with e^20-e^30 rows): for multipliers
+lam >= 0 of its "<= 0" rows and nu >= 0 of its cuts (scaled so that s_l, the sum over l's cuts of nu
+times their w_l coefficient, is at most 1), every master-feasible (z_Y, w), among them the LP
+optimum's z_Y with w_l = phi_l(z_Y), satisfies
+
+    c_Y z_Y + sum_l w_l >= nu . lo + sum_l (1 - s_l) wlb_l + sum_y min_k (c_Y + A^T lam - C^T nu)_yk,
+
+the Lagrangian bound of :mod:`mdp_core.privacy_rows` with the cuts as extra rows
+(:func:`master_bound`; with exact duals it equals the master optimum). Subproblem rows keep their
+multipliers on capped rows (eps d > 30), so cuts and LB bound the capped LP; the master's bound is
+turned into one on the exact LP by :func:`mdp_core.privacy_rows.uncap` (rule (ii) there; it moves
+LB by about K e^-30 relative). Subproblem rows are *not* balanced: the elastic slack, rho and the
+heuristic's slack prices are in units of z_xk - g z_yk. Right-hand sides are capped at 1
 (z_xk <= g z_yk with g z_yk > 1 is implied by the unit measure), which keeps e^20 bounds out of
 HiGHS; with y <= 0 the cut above stays valid. Cut terms below 1e-11 of the largest are dropped
 by replacing them with their minimum over [0, 1] (:func:`_relax_small`), which keeps the cut valid.
@@ -74,7 +88,7 @@ k at all, while the optimal mechanism carries tiny masses (~e^{-eps d} z_xk) the
 
 ``heuristic=False`` turns both off (extra ``seed_upper_bound`` is then None).
 
-Bounds: LB = master optimum. UB = cost of the best full solution: the heuristic's, or the one
+Bounds: LB = the master's Lagrangian bound (best so far). UB = cost of the best full solution: the heuristic's, or the one
 assembled from the separation point's master and subproblem rows, made exactly feasible by
 :func:`mdp_core.verify.repair` when a subproblem used slack. Stopping: UB - LB <= ``gap_abs`` or
 <= ``gap_rel`` * |UB| (optimal), ``max_iterations`` (iteration_limit), the options' time limit for
@@ -103,17 +117,17 @@ import scipy.sparse as sp
 
 from mdp_core import control, highs
 from mdp_core import executor as executor_mod
+from mdp_core import privacy_rows as pr
 from mdp_core.errors import SolverError
 from mdp_core.executor import Executor
 from mdp_core.graph import path_distances
 from mdp_core.highs import LpModel, LpSolution, SolverOptions
 from mdp_core.instance import Instance
-from mdp_core.lp import privacy_rows
 from mdp_core.mechanisms import smooth_to_mdp
 from mdp_core.methods import BendersOptions
 from mdp_core.partition import Partition, balance_stats, from_labels, partition
-from mdp_core.result import BOUND_TOLERANCE, RawSolution, Status, gap_closed
-from mdp_core.verify import repair
+from mdp_core.result import RawSolution, Status, gap_closed
+from mdp_core.verify import MAX_LOG_RATIO, repair
 
 SLACK_TOL = 1e-9  # total slack (probability units) below which an assembled solution counts as feasible
 STALL_GAP = 1e-4  # stall detection only applies once the relative gap is this small
@@ -248,10 +262,10 @@ class SubSolver:
         if sol.status != Status.OPTIMAL:
             raise SolverError(f"subproblem {spec.index}: HiGHS status {sol.describe()}")
         p, nx = spec.a_priv.shape[0], spec.n_x * spec.k
-        y = np.minimum(sol.row_dual[:p], 0.0)
-        y[self.dep32] = np.maximum(y[self.dep32], -floor)  # dual feasibility of the slack columns
-        r = (spec.c - self.a_t @ y).reshape(spec.n_x, spec.k)
-        const, coef = float(r.min(axis=1).sum()), np.asarray(spec.t.T @ y).ravel()
+        lam = np.maximum(-np.asarray(sol.row_dual[:p], dtype=np.float64), 0.0)  # multipliers of A z_X - s <= U
+        lam[self.dep32] = np.minimum(lam[self.dep32], floor)  # dual feasibility of the slack columns
+        const = pr.min_sum(spec.c.reshape(spec.n_x, spec.k), self.a_t @ lam)
+        coef = -np.asarray(spec.t.T @ lam).ravel()
         x = sol.x[:nx]
         s = np.maximum(sol.x[nx:], 0.0)
         slack = float(s.sum())
@@ -352,26 +366,25 @@ def sub_specs(instance: Instance, dec: Decomposition, c: np.ndarray) -> list[tup
         xmap[xs] = np.arange(xs.size) * k
         ymap = np.full(n, -1, dtype=np.int64)
         ymap[yl] = np.arange(yl.size) * k
-        p = 2 * el.shape[0] * k
-        ra, ca, va = privacy_rows(el, dl, instance.epsilon, k, xmap, xmap)
-        rt, ct, vt = privacy_rows(el, dl, instance.epsilon, k, ymap, ymap)
-        a_priv = sp.csr_matrix((va, (ra, ca)), shape=(p, xs.size * k))
-        t = sp.csr_matrix((-vt, (rt, ct)), shape=(p, yl.size * k))
-        spec = SubSpec(idx, c[xs].ravel().copy(), a_priv, t, np.unique(rt), int(xs.size), k)
+        # raw rows (not balanced): the elastic slack, rho and the heuristic's slack prices are in the
+        # units of z_xk - g z_yk (module docstring); rows numbered (direction, edge, k) in C order
+        pl = pr.pairs(el, dl, instance.epsilon)
+        ei, ki = np.repeat(np.arange(pl.size), k), np.tile(np.arange(k), pl.size)
+        a_priv = pr.rows(pl, ei, ki, xmap, xs.size * k, balanced=False)
+        t = -pr.rows(pl, ei, ki, ymap, yl.size * k, balanced=False)
+        dep = np.flatnonzero(np.diff(t.indptr) > 0)
+        spec = SubSpec(idx, c[xs].ravel().copy(), a_priv, t, dep, int(xs.size), k)
         ycols = (dec.ypos[yl][:, None] * k + np.arange(k)[None, :]).ravel()
         out.append((spec, ycols))
     return out
 
 
-def property32_rows(
-    instance: Instance, dec: Decomposition, cap: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """COO (row, col, value) of the Property 3.2 rows e^{-eps D} z_yk - z_y'k <= 0 for non-adjacent
-    boundary records y, y' of one subset, D = shortest path inside that subset, eps * D <= ``cap``.
-
-    Rows are divided by e^{eps D} so coefficients lie in [e^{-cap}, 1] (HiGHS failed on raw e^27
-    coefficients); pairs with eps * D > cap are left out (they are weak and badly scaled).
-    Returns (rows, cols, values, n_rows) in master z_Y column numbering.
+def property32_rows(instance: Instance, dec: Decomposition, cap: float, n_cols: int) -> sp.csr_matrix:
+    """The Property 3.2 rows z_yk - e^{eps D} z_y'k <= 0 for non-adjacent boundary records y, y' of
+    one subset, D = shortest path inside that subset, eps * D <= min(``cap``, MAX_LOG_RATIO), balanced
+    (:func:`mdp_core.privacy_rows.rows`; HiGHS failed on raw e^27 coefficients); pairs beyond the cap
+    are left out (weak and badly scaled; and a capped path row would not be implied). Returns an
+    (m, ``n_cols``) CSR matrix in master column numbering (z_Y first).
     """
     k, n = instance.n_outputs, instance.n_records
     e, d = instance.edges, instance.distances
@@ -388,7 +401,7 @@ def property32_rows(
         loc[members] = np.arange(members.size)
         sel = same & (lab[e[:, 0]] == sub)
         dist = path_distances(members.size, loc[e[sel]], d[sel], loc[yb])[:, loc[yb]]
-        i, j = np.nonzero(np.isfinite(dist) & (dist > 0) & (instance.epsilon * dist <= cap))
+        i, j = np.nonzero(np.isfinite(dist) & (dist > 0) & (instance.epsilon * dist <= min(cap, MAX_LOG_RATIO)))
         a, b = yb[i], yb[j]
         key = np.minimum(a, b) * n + np.maximum(a, b)
         keep = ~np.isin(key, adjacent)
@@ -396,15 +409,10 @@ def property32_rows(
         pb.append(b[keep])
         pw.append(dist[i, j][keep])
     if not pa or sum(x.size for x in pa) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), 0
-    a, b, w = np.concatenate(pa), np.concatenate(pb), np.concatenate(pw)
-    ks = np.arange(k)
-    m = a.size * k
-    rows = np.arange(m)
-    ca = (dec.ypos[a][:, None] * k + ks).ravel()
-    cb = (dec.ypos[b][:, None] * k + ks).ravel()
-    va = np.repeat(np.exp(-instance.epsilon * w), k)
-    return np.r_[rows, rows], np.r_[ca, cb], np.r_[va, -np.ones(m)], m
+        return sp.csr_matrix((0, n_cols))
+    pairs = pr.pairs(np.c_[np.concatenate(pa), np.concatenate(pb)], np.concatenate(pw), instance.epsilon, both=False)
+    ei, ki = np.repeat(np.arange(pairs.size), k), np.tile(np.arange(k), pairs.size)
+    return pr.rows(pairs, ei, ki, np.where(dec.ypos >= 0, dec.ypos * k, -1), n_cols)
 
 
 def lift_prices(cy: np.ndarray, zy: np.ndarray) -> np.ndarray:
@@ -437,13 +445,6 @@ def closure(instance: Instance, z: np.ndarray) -> np.ndarray:
     :func:`mdp_core.verify.repair` for whatever tolerance-level violation is left."""
     z, _ = smooth_to_mdp(instance, np.maximum(z, 0.0))
     return repair(instance, z)[0]
-
-
-def _csr_rows(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
-    m = sp.csr_matrix((vals, (rows, cols)), shape=(n_rows, n_cols))
-    m.sum_duplicates()
-    m.sort_indices()
-    return m
 
 
 def _relax_small(const: float, coef: np.ndarray) -> tuple[float, np.ndarray]:
@@ -486,6 +487,14 @@ class _Problem:
     n_cols: int = 0
     n_initial: int = 0  # Property 3.2 rows
     master_rows: int = 0  # rows of the master as built (before any cut)
+    wlb: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (M',) lower bounds of the w_l
+    leq: Any = None  # CSR: the master's "<= 0" rows (privacy, Property 3.2) over its columns
+    leq_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their row numbers
+    cuts: list[sp.csr_matrix] = field(default_factory=list)  # optimality cuts, one block per round (rows
+    #                                                            master_rows, ... in the order added)
+    cut_lo: np.ndarray = field(default_factory=lambda: np.zeros(0))  # their lower bounds
+    cut_sub: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their subset (w column)
+    cut_w: np.ndarray = field(default_factory=lambda: np.zeros(0))  # their w coefficient (1 / norm)
 
     @property
     def nyk(self) -> int:
@@ -620,15 +629,15 @@ def _build_master(p: _Problem) -> None:
     ny, n_w = dec.ys.size, len(p.subs)
     e, d = inst.edges, inst.distances
     bb = dec.part.boundary[e[:, 0]] & dec.part.boundary[e[:, 1]]
-    ystart = np.where(dec.ypos >= 0, dec.ypos * k, -1)
-    r1, c1, v1 = privacy_rows(e[bb], d[bb], inst.epsilon, k, ystart, ystart)
-    n_priv = 2 * int(bb.sum()) * k
     p.n_cols = ny * k + n_w
-    r2 = n_priv + np.repeat(np.arange(ny), k)
-    a = sp.csc_matrix(
-        (np.r_[v1, np.ones(ny * k)], (np.r_[r1, r2], np.r_[c1, np.arange(ny * k)])), shape=(n_priv + ny, p.n_cols)
-    )
+    pairs = pr.pairs(e[bb], d[bb], inst.epsilon)
+    ei, ki = np.repeat(np.arange(pairs.size), k), np.tile(np.arange(k), pairs.size)
+    priv = pr.rows(pairs, ei, ki, np.where(dec.ypos >= 0, dec.ypos * k, -1), p.n_cols)  # balanced
+    n_priv = priv.shape[0]
+    unit = sp.csr_matrix((np.ones(ny * k), np.arange(ny * k), np.arange(ny + 1) * k), shape=(ny, p.n_cols))
+    a = sp.vstack([priv, unit]).tocsc()
     wlb = np.array([p.c[xs].min(axis=1).sum() for _, xs, _ in dec.subs])
+    p.wlb = wlb
     model = LpModel(
         c=np.r_[p.c[dec.ys].ravel(), np.ones(n_w)],
         a=a,
@@ -642,12 +651,15 @@ def _build_master(p: _Problem) -> None:
     # addRows, which made master re-solves ~10x slower (measured: 14 s vs 1.5 s on an 80-record grid).
     highs.set_options(p.master, simplex_dual_edge_weight_strategy=1)
     highs.pass_model(p.master, model)
+    p32 = sp.csr_matrix((0, p.n_cols))
     if p.params.initial_cuts and ny:
-        rr, cc, vv, m = property32_rows(inst, dec, p.params.initial_cut_cap)
-        if m:
-            highs.add_rows(p.master, _csr_rows(rr, cc, vv, m, p.n_cols), np.full(m, -INF), np.zeros(m))
-            p.n_initial = m
+        p32 = property32_rows(inst, dec, p.params.initial_cut_cap, p.n_cols)
+        p.n_initial = m = p32.shape[0]
+        highs.add_rows(p.master, p32, np.full(m, -INF), np.zeros(m))
     p.master_rows = n_priv + ny + p.n_initial
+    # the master's "<= 0" rows (privacy, then Property 3.2) and their row numbers, for its bound
+    p.leq = sp.vstack([priv, p32]).tocsr()
+    p.leq_rows = np.r_[np.arange(n_priv), n_priv + ny + np.arange(p.n_initial)]
 
 
 def _iteration(p: _Problem, s: _State, progress: Callable[[str], None] | None) -> bool:
@@ -675,7 +687,7 @@ def _solve_master(p: _Problem, s: _State) -> _Round | None:
         s.status = Status.TIME_LIMIT
         return None
     highs.set_time_limit(p.master, remaining)
-    ms = _run(p.master)  # the master is feasible and bounded: other statuses are numerical trouble
+    ms = _run(p.master, want_duals=True)  # the master is feasible and bounded: other statuses are numerical trouble
     if ms.status != Status.OPTIMAL:
         if ms.status == Status.TIME_LIMIT:
             s.status = Status.TIME_LIMIT
@@ -685,18 +697,37 @@ def _solve_master(p: _Problem, s: _State) -> _Round | None:
         s.status, s.stop_reason = Status.FEASIBLE, f"master {ms.describe()} at iteration {s.it + 1}"
         return None
     s.it += 1
-    bound = ms.objective * p.scale
-    if bound > s.ub + BOUND_TOLERANCE * max(1.0, abs(s.ub)):
-        # No valid bound exceeds a feasible mechanism's cost: HiGHS's master answer is numerically off
-        # (seen with e^30 ratio rows, eps * d >= 30). Then no master bound of this run can be trusted.
-        s.lb, s.status = -np.inf, Status.FEASIBLE
-        s.stop_reason = (
-            f"master bound {bound:.9g} above the incumbent {s.ub:.9g} at iteration {s.it}: the master "
-            "is numerically unreliable, no lower bound is reported"
-        )
-        return None
-    s.lb = max(s.lb, bound)
+    if ms.row_dual.size:  # HiGHS's objective is not trusted (it was off with e^30 rows): its duals' bound
+        s.lb = max(s.lb, master_bound(p, ms.row_dual))
     return _Round(np.maximum(ms.x[: p.nyk], 0.0), ms.x[p.nyk :], ms.seconds)
+
+
+def master_bound(p: _Problem, row_dual: np.ndarray) -> float:
+    """The master's Lagrangian bound on the PMO optimum (instance unit) from its row duals (module
+    docstring): lam = max(-y, 0) on the "<= 0" rows, nu = max(y, 0) on the cuts, scaled per subset l
+    so that s_l = sum of nu over l's cuts (times their w_l coefficient) is at most 1; then
+
+        LB = nu . lo + sum_l (1 - s_l) wlb_l + sum_y min_k (c_Y + A^T lam - C_Y^T nu)_yk
+
+    (:func:`mdp_core.privacy_rows.min_sum`), undone for capped rows by
+    :func:`mdp_core.privacy_rows.uncap` when the instance has any."""
+    y = np.asarray(row_dual, dtype=np.float64)
+    terms = np.asarray(p.leq.T @ np.maximum(-y[p.leq_rows], 0.0)).ravel()
+    bound, s_l = 0.0, np.zeros(p.wlb.size)
+    if p.cut_lo.size:
+        nu = np.maximum(y[p.master_rows : p.master_rows + p.cut_lo.size], 0.0)
+        nu /= np.maximum(np.bincount(p.cut_sub, nu * p.cut_w, p.wlb.size), 1.0)[p.cut_sub]
+        s_l = np.bincount(p.cut_sub, nu * p.cut_w, p.wlb.size).astype(np.float64)
+        start = 0
+        for block in p.cuts:  # no copy of the (growing) cut matrix
+            terms -= np.asarray(block.T @ nu[start : start + block.shape[0]]).ravel()
+            start += block.shape[0]
+        bound += float(nu @ p.cut_lo)
+    bound += float(np.maximum(1.0 - s_l, 0.0) @ p.wlb)
+    bound += pr.min_sum(p.c[p.dec.ys], terms[: p.nyk])
+    if np.any(p.instance.epsilon * p.instance.distances > MAX_LOG_RATIO):
+        bound = pr.uncap(bound, p.c)
+    return bound * p.scale
 
 
 def _heuristic_due(p: _Problem, s: _State) -> bool:
@@ -771,7 +802,12 @@ def _add_cuts(p: _Problem, s: _State, rnd: _Round) -> None:
     s.core = 0.5 * s.core + 0.5 * rnd.zy
     s.n_opt += len(rnd.cuts)
     if rnd.cuts:
-        highs.add_rows(p.master, _cut_matrix(rnd.cuts, p.n_cols), np.array(rnd.cut_lo), np.full(len(rnd.cut_lo), INF))
+        cuts, lo = _cut_matrix(rnd.cuts, p.n_cols), np.array(rnd.cut_lo)
+        highs.add_rows(p.master, cuts, lo, np.full(lo.size, INF))
+        wpart = cuts[:, p.nyk :].tocsr()  # one w entry per cut: its subset, coefficient 1 / norm
+        p.cuts.append(cuts)
+        p.cut_lo, p.cut_sub = np.r_[p.cut_lo, lo], np.r_[p.cut_sub, wpart.indices[wpart.indptr[:-1]]]
+        p.cut_w = np.r_[p.cut_w, wpart.data[wpart.indptr[:-1]]]
         s.master_rows += len(rnd.cuts)
 
 

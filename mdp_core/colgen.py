@@ -72,8 +72,9 @@ Bounds. UB = cost of the assembled Z. Two lower bounds, both per component:
 
   With exact pricing duals, c_k + A^T lam_k >= u + mu_k 1 (pricing dual feasibility, mu_k the
   sum-row dual = m_k), so this is >= 1 . u + n min_k mu_k: never weaker than the pricing bound.
-  lam_k = max(-y_k, 0) from pricing k's row duals y_k, 0 on capped rows (so the bound holds for
-  the uncapped LP too, as :func:`mdp_core.lp.lagrangian_bound`). When the pricing bound says the
+  lam_k = max(-y_k, 0) from pricing k's row duals y_k; capped rows and the left-out implied rows
+  are handled by :func:`mdp_core.privacy_rows.lagrangian_bound` (its docstring proves the rule), so
+  the bound holds for the uncapped LP too. When the pricing bound says the
   gap is closed but this one does not, and at the end, y_k is recomputed in float64 from each
   pricing worker's basis (:func:`basis_duals`, request :data:`POLISH`): HiGHS's duals are off by
   ~1e-14 on rows with e^20 coefficients, which moves this bound by ~1e-5.
@@ -120,12 +121,12 @@ import scipy.sparse.linalg as spla
 
 from mdp_core import control, highs
 from mdp_core import executor as executor_mod
+from mdp_core import privacy_rows as pr
 from mdp_core.errors import InputError, SolverError
 from mdp_core.executor import Executor
 from mdp_core.graph import Block, component_blocks, path_distances
 from mdp_core.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, LpModel, LpSolution, SolverOptions
 from mdp_core.instance import Instance
-from mdp_core.lp import privacy_rows
 from mdp_core.methods import ColgenOptions
 from mdp_core.result import LIMITS, RawSolution, Status, gap_closed
 from mdp_core.verify import MAX_LOG_RATIO
@@ -139,25 +140,6 @@ PROCESS_MIN_WORK = 5_000_000  # K x pricing rows' nonzeros (all components) befo
 
 
 # --------------------------------------------------------------------------- cone helpers
-def cone_rows(n: int, edges: np.ndarray, distances: np.ndarray, epsilon: float) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Privacy rows x_a - g_ab x_b <= 0 of the cone C for both edge directions, each divided by
-    sqrt(g_ab) (coefficients e^{-+eps d / 2}: HiGHS's pricing LPs broke down, "unbounded", on raw rows
-    at eps d >= 20; a positive multiple of a row defines the same cone and any multipliers of it
-    still give a valid Lagrangian bound).
-
-    Args:
-        n: number of records (columns); edges (E, 2) local indices; distances (E,) in the instance unit.
-    Returns:
-        A (2E, n) CSR matrix, and a (2E,) bool mask of the rows whose ratio was capped at e^MAX_LOG_RATIO.
-    """
-    ids = np.arange(n, dtype=np.int64)
-    r, c, v = privacy_rows(edges, distances, epsilon, 1, ids, ids)
-    root = np.sqrt(np.exp(np.minimum(np.r_[distances, distances] * epsilon, MAX_LOG_RATIO)))
-    a = sp.csr_matrix((v / root[r], (r, c)), shape=(2 * edges.shape[0], n))
-    capped = np.r_[distances, distances] * epsilon > MAX_LOG_RATIO
-    return a, capped
-
-
 def capped_path_distances(n: int, edges: np.ndarray, distances: np.ndarray, epsilon: float) -> np.ndarray:
     """(n, n) shortest-path distances D' with edge lengths capped at MAX_LOG_RATIO / eps (one component)."""
     d = path_distances(n, edges, np.minimum(distances, MAX_LOG_RATIO / epsilon))
@@ -221,17 +203,6 @@ def seed_columns(costs: np.ndarray, decay: np.ndarray, seeds_per_record: int) ->
     return np.concatenate(cols, axis=1), np.concatenate(owner)
 
 
-def lagrangian_terms(a: sp.csr_matrix, capped: np.ndarray, row_dual: np.ndarray) -> np.ndarray:
-    """(n,) A^T lam with lam = max(-y, 0) on the privacy rows (0 on capped rows), y the row duals.
-
-    For any lam >= 0 and x in C, lam . A x <= 0, so c . x >= (c + A^T lam) . x: the terms of the
-    Lagrangian bound (module docstring).
-    """
-    lam = np.maximum(-np.asarray(row_dual[: a.shape[0]], dtype=np.float64), 0.0)
-    lam[capped] = 0.0
-    return np.asarray(a.T @ lam).ravel()
-
-
 def basis_duals(h: Any, p: sp.csr_matrix, r: np.ndarray) -> np.ndarray | None:
     """Row duals y recomputed in float64 from HiGHS's final basis: P_N^T y_N = r_B, y_B = 0.
 
@@ -262,7 +233,7 @@ class Cone:
     """The pricing rows of one component, shared by its K :class:`PricingSpec` (pickle keeps one copy
     of an object that several specs of a worker group reference)."""
 
-    a: sp.csr_matrix  # (2E', n) cone rows kept in pricing (:func:`cone_rows`, implied edges left out)
+    a: sp.csr_matrix  # (2E', n) balanced cone rows kept in pricing (implied edges left out)
     capped: np.ndarray  # (2E',) rows whose ratio was capped (multiplier 0 in the Lagrangian bound)
     p: sp.csr_matrix  # (2E' + 1, n) pricing rows: a, then the sum row
     decay: np.ndarray  # (n, n) exp(-eps D') (:func:`close`)
@@ -301,7 +272,7 @@ class PriceResult:
 
     status: Status  # OPTIMAL or a limit
     objective: float
-    terms: np.ndarray | None
+    terms: pr.Terms | None
     column: np.ndarray | None
     seconds: float
 
@@ -309,7 +280,7 @@ class PriceResult:
 class PricingWorker:
     """The executor's worker (:mod:`mdp_core.executor`) for one output of one component: a live HiGHS
     pricing model, warm-started between requests (only its cost vector changes). Requests: a
-    :class:`PriceRequest` -> :class:`PriceResult`; :data:`POLISH` -> (n,) Lagrangian terms from
+    :class:`PriceRequest` -> :class:`PriceResult`; :data:`POLISH` -> (n,) Lagrangian terms (:class:`~mdp_core.privacy_rows.Terms`) from
     :func:`basis_duals`; None -> None (its component is not priced this round). Picklable through
     its arguments; deterministic, so results do not depend on the backend."""
 
@@ -332,7 +303,7 @@ class PricingWorker:
             ),
         )
 
-    def __call__(self, req: PriceRequest | str | None) -> PriceResult | np.ndarray | None:
+    def __call__(self, req: PriceRequest | str | None) -> PriceResult | pr.Terms | None:
         if req is None:
             return None
         if isinstance(req, str):
@@ -356,7 +327,7 @@ class PricingWorker:
             if ps.status in LIMITS:
                 return PriceResult(ps.status, np.nan, None, None, ps.seconds)
             raise SolverError(f"colgen pricing (output {spec.output}): HiGHS status {ps.describe()}")
-        terms = lagrangian_terms(spec.cone.a, spec.cone.capped, ps.row_dual) if ps.row_dual.size else None
+        terms = pr.dual_terms(spec.cone.a, spec.cone.capped, ps.row_dual) if ps.row_dual.size else None
         column = None
         if ps.x.size and ps.x.max() > 0:
             x = close(ps.x, spec.cone.decay)
@@ -364,14 +335,14 @@ class PricingWorker:
                 column = x
         return PriceResult(Status.OPTIMAL, ps.objective, terms, column, ps.seconds)
 
-    def polish(self) -> np.ndarray:
+    def polish(self) -> pr.Terms:
         """(n,) A^T lam from the row duals recomputed exactly on the current basis (:func:`basis_duals`;
         HiGHS's own duals when the basis system is singular)."""
         cone = self.spec.cone
         y = basis_duals(self.h, cone.p, highs.costs(self.h))
         if y is None:
             y = highs.row_duals(self.h)
-        return lagrangian_terms(cone.a, cone.capped, y)
+        return pr.dual_terms(cone.a, cone.capped, y)
 
 
 def make_executor(executor: str | Executor, work: int, n_workers: int, scheduler: str | None = None) -> Executor:
@@ -413,9 +384,9 @@ class _Component:
         s = sp.csr_matrix((lam, (np.arange(m), self.owner)), shape=(m, k))
         return np.asarray((s.T @ self.cols.T).T)
 
-    def lagrangian(self, terms: np.ndarray) -> float:
-        """sum_i min_k (c_ik + terms_ik) in the original unit (a valid bound for any lam >= 0)."""
-        return self.scale * float(np.sum(np.min(self.c + terms, axis=1)))
+    def lagrangian(self, terms: pr.Terms) -> float:
+        """:func:`mdp_core.privacy_rows.lagrangian_bound` of (n, K) terms, in the original unit."""
+        return self.scale * pr.lagrangian_bound(self.c, terms)
 
     def specs(self) -> list[PricingSpec]:
         """One pricing spec per output, in output order."""
@@ -439,7 +410,7 @@ def _new_component(
     paths = capped_path_distances(n, edges, dist, instance.epsilon)
     decay = np.exp(-instance.epsilon * paths)  # row s = seed column v_s (before the floor)
     keep = ~implied_edges(edges, dist, paths, instance.epsilon)
-    a, capped = cone_rows(n, edges[keep], dist[keep], instance.epsilon)
+    a, capped = pr.all_rows(pr.pairs(edges[keep], dist[keep], instance.epsilon), n, 1)  # balanced cone rows
     cols, owner = seed_columns(c, decay, params.seeds_per_record)
     master = highs.new_highs(options)
     _configure(master, MASTER_STRATEGY)
@@ -539,14 +510,13 @@ def _absorb(comp: _Component, step: _Step, results: Sequence[PriceResult]) -> No
     new_cols: list[np.ndarray] = []
     new_owner: list[int] = []
     m_k: list[float] = []
-    terms = np.zeros((n, k))
+    terms: list[pr.Terms] = []
     for kk, r in enumerate(results):
         if r.status != Status.OPTIMAL:
             step.status = r.status
             break
         m_k.append(r.objective)
-        if r.terms is not None:  # else lam = 0, still valid
-            terms[:, kk] = r.terms
+        terms.append(r.terms or pr.Terms(np.zeros(n)))  # no duals: lam = 0, still valid
         if r.column is not None:
             new_cols.append(r.column)
             new_owner.append(kk)
@@ -556,7 +526,7 @@ def _absorb(comp: _Component, step: _Step, results: Sequence[PriceResult]) -> No
         if lb > comp.center_lb:
             comp.center, comp.center_lb = u.copy(), lb
         comp.pricing_lb = max(comp.pricing_lb, comp.scale * lb)
-        comp.lower = max(comp.lower, comp.lagrangian(terms))
+        comp.lower = max(comp.lower, comp.lagrangian(pr.stack(terms)))
     comp.cold_next = False
     # a smoothed point that yields no improving column is a mis-pricing: price at the master's duals next
     step.mispriced = step.smoothed and not new_cols and step.status == Status.OPTIMAL
@@ -582,8 +552,7 @@ def _polish(run: _Run, comps: list[_Component]) -> None:
         reqs[comp.first : comp.first + k] = [POLISH] * k
     results = run.ex.solve(reqs)
     for comp in comps:
-        terms = np.column_stack(results[comp.first : comp.first + k])
-        comp.lower = max(comp.lower, comp.lagrangian(terms))
+        comp.lower = max(comp.lower, comp.lagrangian(pr.stack(results[comp.first : comp.first + k])))
 
 
 # --------------------------------------------------------------------------- the method

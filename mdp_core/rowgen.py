@@ -28,14 +28,11 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    mass the closure must add to z_bk; rows with e^20 ratios and tiny z_ak cost nothing to repair
    and are not worth a row), at most ``rows_per_round`` of them, and go to 2.
 
-Why the lower bound is valid. Let A z <= 0 be *all* privacy rows of the full LP and lambda >= 0 any
-multipliers, zero outside R. For every z feasible for the full LP, c.z >= c.z + lambda.(A z) =
-(c + A^T lambda).z >= sum_i min_k (c + A^T lambda)_ik, because A z <= 0 and each row z_i is a
-probability distribution. With lambda = max(-y, 0) from LP_R's row duals y (HiGHS's duals of
-"<= 0" rows are <= 0) the bound is valid whatever HiGHS's tolerances were and tight when y is
-optimal for LP_R and LP_R's optimum is the full LP's. Rows whose ratio is capped at
-exp(MAX_LOG_RATIO) (tighter than the exact row) get lambda = 0, so the bound holds for the exact
-LP. The bound is computed in float64 from the model's own arrays (no HiGHS objective is trusted).
+Why the lower bound is valid: :mod:`mdp_core.privacy_rows` (the Lagrangian bound, rule for capped
+rows) with multipliers lam = max(-y, 0) from LP_R's row duals y and 0 on the rows outside R; it
+bounds the full LP whatever HiGHS's tolerances were, tight when y is optimal for LP_R and LP_R's
+optimum is the full LP's. It is computed in float64 from the rows' own arrays (no HiGHS objective
+is trusted).
 
 Memory: the model holds N K columns and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense); violation
 checks stream over the 2 E K (edge, output) pairs in chunks.
@@ -53,12 +50,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 from mdp_core import control, highs
+from mdp_core import privacy_rows as pr
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import smooth_to_mdp
 from mdp_core.methods import RowgenOptions
 from mdp_core.result import RawSolution, Status, gap_closed
-from mdp_core.verify import MAX_LOG_RATIO, objective
+from mdp_core.verify import objective
 
 TRACE_COLUMNS = ["iteration", "lower_bound", "upper_bound", "gap", "rows", "rows_added", "lp_seconds", "seconds"]
 CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
@@ -72,62 +70,48 @@ RETRIES = highs.SWITCH_ALGORITHM + highs.COLD_NO_PRESOLVE
 class _Rows:
     """The directed edges of the mDP graph and which (edge, output) rows the model holds."""
 
-    a: np.ndarray  # (2E,) head record of each directed edge
-    b: np.ndarray  # (2E,) tail record
-    g: np.ndarray  # (2E,) ratio exp(min(eps d, MAX_LOG_RATIO))
-    exact: np.ndarray  # (2E,) bool: the ratio is not capped (lambda may be > 0)
+    pairs: pr.Pairs  # (2E,) directed edges: edges as given, then reversed
     active: np.ndarray  # (2E, K) bool: row in the model
     edge: list[np.ndarray] = field(default_factory=list)  # per block of added rows: directed edge ids
     out: list[np.ndarray] = field(default_factory=list)  # ... and their outputs
 
     @classmethod
     def of(cls, instance: Instance) -> _Rows:
-        e, d = instance.edges, instance.distances
-        a, b = np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]]
-        logr = instance.epsilon * np.r_[d, d]
-        return cls(
-            a,
-            b,
-            np.exp(np.minimum(logr, MAX_LOG_RATIO)),
-            logr < MAX_LOG_RATIO,
-            np.zeros((a.size, instance.n_outputs), dtype=bool),
-        )
+        p = pr.pairs(instance.edges, instance.distances, instance.epsilon)
+        return cls(p, np.zeros((p.size, instance.n_outputs), dtype=bool))
 
     @property
     def count(self) -> int:
         return int(sum(x.size for x in self.edge))
 
+    def matrix(self, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> sp.csr_matrix:
+        """The balanced rows of the (directed edge, output) pairs (ei, ki) over the N K columns."""
+        return pr.rows(self.pairs, ei, ki, np.arange(n, dtype=np.int64) * k, n * k)
+
 
 def initial_rows(rows: _Rows, distances: np.ndarray, neighbours: int) -> np.ndarray:
     """Directed edge ids: for every head record its ``neighbours`` shortest edges."""
     dd = np.r_[distances, distances]
-    order = np.lexsort((dd, rows.a))
-    _, starts, counts = np.unique(rows.a[order], return_index=True, return_counts=True)
+    a = rows.pairs.a
+    order = np.lexsort((dd, a))
+    _, starts, counts = np.unique(a[order], return_index=True, return_counts=True)
     rank = np.arange(order.size) - np.repeat(starts, counts)
     return np.sort(order[rank < neighbours])
 
 
 def _add(h: Any, rows: _Rows, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> None:
-    """Append rows (z_{a,k} - g z_{b,k}) / sqrt(g) <= 0 for the (directed edge, output) pairs (ei, ki).
-
-    Dividing by sqrt(g) balances the two coefficients (e^{+-15} instead of 1 and e^30 at the cap),
-    which interior point needs on eps * d >= 20 rows; :func:`lower_bound` converts the duals back."""
-    m = ei.size
-    if m == 0:
+    """Append the balanced privacy rows (:func:`mdp_core.privacy_rows.rows`) of the (directed edge,
+    output) pairs (ei, ki) to the model."""
+    if ei.size == 0:
         return
-    cols = np.c_[rows.a[ei] * k + ki, rows.b[ei] * k + ki].ravel()
-    root = np.sqrt(rows.g[ei])  # the row divided by sqrt(g): coefficients 1/sqrt(g) and sqrt(g)
-    vals = np.c_[1.0 / root, -root].ravel()
-    mat = sp.csr_matrix((vals, cols, np.arange(0, 2 * m + 1, 2)), shape=(m, n * k))
-    highs.add_rows(h, mat, np.full(m, -highs.INF), np.zeros(m))
+    highs.add_rows(h, rows.matrix(ei, ki, n, k), np.full(ei.size, -highs.INF), np.zeros(ei.size))
     rows.active[ei, ki] = True
     rows.edge.append(ei)
     rows.out.append(ki)
 
 
 def lower_bound(c: np.ndarray, rows: _Rows, priv_dual: np.ndarray, k: int) -> float:
-    """sum_i min_k (c + A_R^T lambda)_ik with lambda = max(-y, 0) / sqrt(g) (the model's rows are the
-    privacy rows divided by sqrt(g)), 0 on capped rows (module docstring).
+    """:func:`mdp_core.privacy_rows.lagrangian_bound` of the model's rows (multipliers 0 outside R).
 
     Args:
         c: (N K,) scaled weighted costs p_i c_ik / s; priv_dual: duals of the privacy rows in the
@@ -135,10 +119,9 @@ def lower_bound(c: np.ndarray, rows: _Rows, priv_dual: np.ndarray, k: int) -> fl
     """
     ei = np.concatenate(rows.edge) if rows.edge else np.zeros(0, np.int64)
     ki = np.concatenate(rows.out) if rows.out else np.zeros(0, np.int64)
-    lam = np.maximum(-priv_dual, 0.0) / np.sqrt(rows.g[ei]) * rows.exact[ei]  # rows were divided by sqrt(g)
-    n = c.size
-    r = c + np.bincount(rows.a[ei] * k + ki, lam, n) - np.bincount(rows.b[ei] * k + ki, lam * rows.g[ei], n)
-    return float(r.reshape(-1, k).min(axis=1).sum())
+    n = c.size // k
+    terms = pr.dual_terms(rows.matrix(ei, ki, n, k), rows.pairs.capped[ei], priv_dual)
+    return pr.lagrangian_bound(c.reshape(n, k), terms)
 
 
 def violated(z: np.ndarray, rows: _Rows, min_deficit: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,10 +131,11 @@ def violated(z: np.ndarray, rows: _Rows, min_deficit: float, limit: int) -> tupl
     step = max(1, CHUNK // max(k, 1))
     empty = np.zeros(0, np.int64)
     found_e, found_k, found_s = [empty], [empty], [np.zeros(0)]
-    for s in range(0, rows.a.size, step):
+    p = rows.pairs
+    for s in range(0, p.size, step):
         control.check("rowgen's search for violated rows")  # a long scan at N = 2,000 (2 E K pairs)
         sl = slice(s, s + step)
-        deficit = z[rows.a[sl]] / rows.g[sl, None] - z[rows.b[sl]]
+        deficit = z[p.a[sl]] / p.g[sl, None] - z[p.b[sl]]
         deficit[rows.active[sl]] = 0.0
         e, kk = np.nonzero(deficit > min_deficit)
         found_e.append(e + s)

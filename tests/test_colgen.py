@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mdp_core import colgen, lp
+from mdp_core import privacy_rows as pr
 from mdp_core.datasets import grid, synthetic
 from mdp_core.errors import InputError
 from mdp_core.executor import ProcessExecutor
@@ -116,7 +117,7 @@ def test_columns_are_exactly_in_the_cone():
     cols, owner = colgen.seed_columns(inst.costs, decay, 2)
     rng = np.random.default_rng(0)
     closed = np.column_stack([colgen.close(rng.exponential(size=n) * (rng.random(n) < 0.3), decay) for _ in range(5)])
-    a, _ = colgen.cone_rows(n, inst.edges, inst.distances, inst.epsilon)
+    a, _ = pr.all_rows(pr.pairs(inst.edges, inst.distances, inst.epsilon), n, 1)
     for v in (cols, closed):
         assert np.all(v > 0)
         lhs = a @ v  # x_a - g x_b: must be <= 0 up to round-off

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mdp_core import lp
+from mdp_core import privacy_rows as pr
 from mdp_core.datasets import from_points, grid, synthetic
 from mdp_core.errors import InputError, SolverError
 from mdp_core.instance import Instance
@@ -175,17 +176,19 @@ def test_default_tolerances_reach_the_optimum():
 
 
 def test_lower_bound_holds_for_any_duals(grid_small):
-    """lagrangian_bound is a bound for every lambda >= 0, e.g. zero or random duals (weak but valid)."""
+    """The Lagrangian bound of build_pmo's rows holds for every lambda >= 0, e.g. zero or random duals."""
     inst = grid_small
-    model = lp.build_pmo(inst.prior[:, None] * inst.costs, inst.edges, inst.distances, inst.epsilon)
+    weighted = inst.prior[:, None] * inst.costs
+    model = lp.build_pmo(weighted, inst.edges, inst.distances, inst.epsilon)
     n_priv = 2 * inst.n_edges * inst.n_outputs
+    priv, capped = model.a[:n_priv], np.zeros(n_priv, dtype=bool)
     opt = qif_optimum(inst)
-    assert lp.lagrangian_bound(model, n_priv, np.zeros(n_priv)) == pytest.approx(
-        float(np.sum(np.min(inst.prior[:, None] * inst.costs, axis=1)))
+    assert pr.lagrangian_bound(weighted, pr.dual_terms(priv, capped, np.zeros(n_priv))) == pytest.approx(
+        float(np.sum(np.min(weighted, axis=1)))
     )
     for seed in range(3):
         y = -np.random.default_rng(seed).exponential(1e-3, n_priv)
-        assert lp.lagrangian_bound(model, n_priv, y) <= opt + 1e-12
+        assert pr.lagrangian_bound(weighted, pr.dual_terms(priv, capped, y)) <= opt + 1e-12
 
 
 def test_ipm_and_simplex_agree(grid_small):
