@@ -1,10 +1,12 @@
 """``mdp-release serve`` and ``mdp-release deploy``: scheduled releases.
 
-* ``serve`` -- a long-running process (``flow.serve`` underneath) that creates a deployment with a
-  schedule on the Prefect server and runs its flow runs itself. Stop it with Ctrl-C.
-* ``deploy --pool NAME`` -- a deployment on a *work pool* (created as a ``process`` pool if absent);
-  a ``prefect worker start --pool NAME`` process (any machine that has this checkout) runs it.
-  ``prefect.yaml`` in the repository root is the same route for ``prefect deploy``.
+* ``serve`` -- a long-running process (a Prefect ``Runner``, what ``flow.serve`` uses) that creates the
+  deployment ``<release name>-serve`` with a schedule on the Prefect server and runs its flow runs
+  itself. Ctrl-C or SIGTERM stops it: schedule paused, the runs still scheduled deleted.
+* ``deploy --pool NAME`` -- the deployment ``<release name>-<pool>`` on a *work pool* (created as a
+  ``process`` pool if absent); a ``prefect worker start --pool NAME`` process (any machine that has this
+  checkout and ``PREFECT_API_URL``) runs it. ``prefect.yaml`` in the repository root is the same route
+  for ``prefect deploy``.
 
 The config's paths were made absolute when it was read (see :func:`flows.config.load_config`) and the
 whole config is the deployment's parameter, so a scheduled run writes to the same store as
