@@ -1,6 +1,6 @@
 """Prefect flows composing the tasks in ``tasks/`` (and the ``mdp-release`` CLI).
 
-Importing ``flows`` changes nothing in the process: no environment variables, no ``sys.modules``
+Importing ``flows`` changes nothing in the process: no environment variables, no module table
 entries. Prefect's settings come from where Prefect documents them (environment, profile,
 ``prefect.toml``); the ``mdp-release`` command sets its quiet defaults in its own environment before it
 imports Prefect (:func:`flows.run.quiet_defaults`).

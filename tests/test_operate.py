@@ -141,7 +141,8 @@ def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_se
     script.write_text(
         textwrap.dedent(f"""
         from flows.release import release_flow
-        release_flow.serve(name="sched-python", interval=30, parameters={{"config": {py_config!r}}})
+        if __name__ == "__main__":
+            release_flow.serve(name="sched-python", interval=30, parameters={{"config": {py_config!r}}})
     """)
     )
     deployed = subprocess.run(
@@ -266,6 +267,7 @@ def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, 
     assert reason.startswith("release: ") and ("timed out" in reason.lower() or "timeout" in reason.lower()), reason
 
 
+@pytest.mark.filterwarnings("ignore:Artifact creation outside of a flow or task run:FutureWarning")
 def test_a_crash_without_a_message_still_records_its_stage_and_a_reason(prefect_server, tmp_path):
     """A crash after publication (the flow cancelled by its runtime: ``CancelledError()``, whose text is
     empty) records the stage it was at and the state's message, never an empty reason."""
@@ -431,12 +433,14 @@ def test_deploy_with_cron_and_run_now(prefect_server, tmp_path):
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    dep = [d for d in _api(prefect_server, "/deployments/filter", {}) if d["name"] == "cron-release"][0]
+    dep = [d for d in _api(prefect_server, "/deployments/filter", {}) if d["name"] == "cron-release-releases"][0]
     assert [s["schedule"]["cron"] for s in dep["schedules"]] == ["0 3 * * *"]
     assert dep["parameters"]["config"]["store"] == str(tmp_path / "st") and dep["work_pool_name"] == "releases"
-    now = _run([sys.executable, "-m", "prefect", "deployment", "run", "mdp-release/cron-release"], tmp_path, env, 120)
+    now = _run(
+        [sys.executable, "-m", "prefect", "deployment", "run", "mdp-release/cron-release-releases"], tmp_path, env, 120
+    )
     assert now.returncode == 0, now.stdout[-2000:] + now.stderr[-2000:]
-    assert _runs_of(prefect_server, "cron-release"), "no flow run created"
+    assert _runs_of(prefect_server, "cron-release-releases"), "no flow run created"
 
 
 def _readme_operations() -> tuple[list[str], str]:
@@ -545,7 +549,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-PRIVATE = ("PREFECT__", "os._exit", "sys.modules[", "sys.argv[0]", "SubprocessASGIServer", "drain_all", "prefect._")
+PRIVATE = ("PREFECT__", "os._exit", "sys.modules", "sys.argv[0]", "SubprocessASGIServer", "drain_all", "prefect._")
 
 
 def test_no_private_prefect_names_and_no_process_hacks_in_the_code():
@@ -561,3 +565,36 @@ def test_no_private_prefect_names_and_no_process_hacks_in_the_code():
         if any(name in line for name in PRIVATE)
     ]
     assert found == []
+
+
+def _first_stderr_line(args: list[str], cwd: Path, env: dict) -> tuple[float, str, subprocess.Popen]:
+    """Start ``args``; seconds until its first line on stderr, the line, and the process (still running)."""
+    import threading
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    got: list[tuple[float, str]] = []
+    assert proc.stderr is not None
+    reader = threading.Thread(target=lambda: got.append((time.monotonic() - t0, proc.stderr.readline())))
+    reader.start()
+    reader.join(timeout=60)
+    assert got, f"no line on stderr within 60 s: {args}"
+    return got[0][0], got[0][1], proc
+
+
+def test_every_long_command_shows_a_first_line_within_5_s(prefect_server, tmp_path):
+    """`run`, `export`, `solve` (the slow starters): a first line on stderr within 5 s of starting (or done)."""
+    env = _env(prefect_server, tmp_path)
+    cfg = _write_config(tmp_path, "first-line", str(tmp_path / "st"))
+    inst = tmp_path / "inst"
+    cases = [
+        [MDP, "run", "--config", str(cfg)],
+        [MDP, "export", "--dataset", "grid", "--rows", "20", "--cols", "25", "--n-outputs", "100", "--out", str(inst)],
+        [MDP, "solve", str(inst), "--method", "lp", "--out", str(tmp_path / "sol")],
+    ]
+    for args in cases:
+        seconds, line, proc = _first_stderr_line(args, tmp_path, env)
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (args, line, err[-2000:])
+        # a line, or done already (stderr closed: "" read) -- within 5 s either way
+        assert seconds < 5.0 and (line == "" or line.startswith(("mdp-release ", "solving "))), (args, seconds, line)
