@@ -618,7 +618,7 @@ TIMED = {"evaluation.parquet", "trace.parquet"}
 
 
 def _released_bytes(store: Path, manifest: dict) -> dict[str, bytes | pd.DataFrame]:
-    run = Path(manifest["run_dir"])
+    run = Path(manifest["run_dir"]) if "run_dir" in manifest else store / "runs" / manifest["run_name"]
     out: dict[str, bytes | pd.DataFrame] = {}
     for p in sorted(run.rglob("*.parquet")):
         name = str(p.relative_to(run))
