@@ -108,9 +108,9 @@ def stop_server() -> bool:
         return False
     STATE_FILE.unlink(missing_ok=True)
     if state.get("profile"):  # we wrote the profile's PREFECT_API_URL: take it back if it is still ours
-        from prefect.settings import load_current_profile
+        from prefect.settings import PREFECT_API_URL, load_current_profile
 
-        if str(load_current_profile().settings.get(_api_url_setting(), "")) == state.get("api_url"):
+        if str(load_current_profile().settings.get(PREFECT_API_URL, "")) == state.get("api_url"):
             set_profile_api_url(None)
     if state.get("pid") is None:
         return False  # a server someone else started: forget it, leave it running
@@ -119,12 +119,6 @@ def stop_server() -> bool:
     except (ProcessLookupError, KeyError, ValueError, PermissionError, TypeError):
         pass
     return True
-
-
-def _api_url_setting() -> Any:
-    from prefect.settings import PREFECT_API_URL
-
-    return PREFECT_API_URL
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:
