@@ -475,6 +475,70 @@ class Store:
             raise
         return final
 
+    # --------------------------------------------------------------- releases
+    def releases(self) -> list[Path]:
+        """The published release folders under ``runs/`` (those holding a manifest.json), oldest first:
+        by name, which starts with the UTC time of the run. Not ``latest``, failure records or debris."""
+        runs = self.root / "runs"
+        try:
+            with os.scandir(runs) as it:
+                names = [e.name for e in it if e.is_dir(follow_symlinks=False) and not _is_debris(e.name)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [runs / n for n in sorted(names) if not n.endswith("-failed") and (runs / n / "manifest.json").is_file()]
+
+    def latest(self) -> Path | None:
+        """The release folder ``runs/latest`` points to, or None."""
+        link = self.root / "runs" / "latest"
+        try:
+            target = link.parent / os.readlink(link)
+        except OSError:
+            return None
+        return target if target.is_dir() else None
+
+    def same_release(
+        self, released: dict[str, str], match: Callable[[dict[str, Any]], bool] = lambda manifest: True
+    ) -> Path | None:
+        """A published release with exactly these released files ({name: sha256}), whose manifest
+        satisfies ``match`` (e.g. the same config) and whose files still hash to what it lists; None when
+        there is none. ``runs/latest`` is looked at first, then the others, newest first."""
+        latest = self.latest()
+        folders = self.releases()[::-1]
+        for folder in ([latest] if latest is not None else []) + [f for f in folders if f != latest]:
+            try:
+                other = json.loads((folder / "manifest.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(other, dict) or other.get("released_files") != released:
+                continue
+            if not match(other) or any(
+                file_sha256(folder / name) != digest if (folder / name).is_file() else True
+                for name, digest in released.items()
+            ):
+                continue
+            return folder
+        return None
+
+    def prune_releases(self, keep: int) -> list[Path]:
+        """Keep the newest ``keep`` release folders and the one ``runs/latest`` points to (and as many
+        failure records); the older ones are renamed to trash (readers keep working) and deleted by a
+        later :meth:`clean_debris`. Returns the folders removed."""
+        runs = self.root / "runs"
+        latest = self.latest()
+        failed = sorted(p for p in runs.glob("*-failed") if p.is_dir() and not p.is_symlink())
+        removed: list[Path] = []
+        for group in (self.releases(), failed):
+            for folder in group[: max(len(group) - keep, 0)]:
+                if latest is not None and folder.resolve() == latest.resolve():
+                    continue
+                trash = runs / f".{folder.name}.trash-{int(time.time())}-{os.urandom(4).hex()}"
+                try:
+                    os.replace(folder, trash)
+                except OSError:
+                    continue
+                removed.append(folder)
+        return removed
+
 
 class ObjectWriter:
     """Collects the files of one stage output inside its temp directory."""

@@ -9,15 +9,62 @@ No ``from __future__ import annotations`` (see flows/release.py: a served flow m
 from typing import Any
 
 from prefect import flow
+from prefect.context import FlowRunContext
 
-from flows.config import ReleaseFlowConfig, StageName, as_config
-from flows.release import release_flow
+from flows import operate_ui
+from flows.config import ReleaseFlowConfig, StageName, as_config, release_name
+from flows.release import release_flow, run_stamp, run_tags
 
 
-@flow(name="mdp-release-batch", description="Several releases as one flow run; common stages computed once")
+def _names(configs: Any) -> list[str]:
+    return sorted({release_name(as_config(c)) for c in configs or []})
+
+
+def _batch_run_name() -> str:
+    """``batch-<n>-<release names>-<UTC time>-<id4>``, e.g. batch-2-grid-eps10-lp+road-eps5-lp-20260101-030000-1a2b."""
+    from prefect.runtime import flow_run
+
+    try:
+        configs = flow_run.parameters.get("configs") or []
+        names = "+".join(_names(configs))[:80]
+        return f"batch-{len(configs)}-{names}-{run_stamp()}"
+    except Exception:  # never let naming fail a run
+        return f"batch-{run_stamp()}"
+
+
+def batch_markdown(manifests: list[dict[str, Any]]) -> str:
+    rows = ["# Batch of releases", "", "| release | run | folder | privacy check |", "|---|---|---|---|"]
+    for m in manifests:
+        name = release_name(as_config(m["config"]))
+        same = f" (same as {m['same_as']})" if m.get("same_as") else ""
+        passed = "PASS" if m["privacy"]["certificate"].get("passed") else "FAIL"
+        rows.append(f"| {name} | {m['run_name']} | `{m['run_dir']}`{same} | {passed} |")
+    return "\n".join(rows) + "\n"
+
+
+@flow(
+    name="mdp-release-batch",
+    description="Several releases as one flow run; common stages computed once",
+    flow_run_name=_batch_run_name,
+)
 def batch_flow(
     configs: list[ReleaseFlowConfig], refresh_from: StageName | None = None, new_draw: bool = False
 ) -> list[dict[str, Any]]:
     """Run ``release_flow`` for each config (as subflow runs of this one), one after the other: stages
-    the configs have in common (same key) are computed by the first and served from cache to the rest."""
-    return [release_flow(config=as_config(c), refresh_from=refresh_from, new_draw=new_draw) for c in configs]
+    the configs have in common (same key) are computed by the first and served from cache to the rest.
+    The batch run is tagged ``batch`` plus every release's tags and gets a ``mdp-release-batch``
+    artifact: each release's run, folder and privacy check."""
+    cfgs = [as_config(c) for c in configs]
+    operate_ui.tag_flow_run(FlowRunContext.get(), ["batch", *sorted({t for c in cfgs for t in run_tags(c)})])
+    manifests = [release_flow(config=c, refresh_from=refresh_from, new_draw=new_draw) for c in cfgs]
+    try:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(
+            key="mdp-release-batch",
+            markdown=batch_markdown(manifests),
+            description=f"mdp-release batch of {len(cfgs)}: where each release went",
+        )
+    except Exception as exc:  # cosmetic: never fail a batch for it
+        operate_ui.log.warning("could not publish the batch artifact: %s", exc)
+    return manifests

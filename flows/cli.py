@@ -163,12 +163,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from flows.run import prepare_environment, wait_for_server
+    from flows.run import prepare_environment
 
-    where = prepare_environment()  # before Prefect is imported (a temporary server starts in parallel)
+    where = prepare_environment()  # before Prefect is imported
     from flows.reproduce.flow import reproduce_from_cli
 
-    wait_for_server()
     return reproduce_from_cli(args, where)
 
 
@@ -347,10 +346,19 @@ def _fail(message: object, code: int, debug: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
     command = _command(args_in)
+    # Still silent after 2.5 s (building the options, imports, reading input): one line, so no command looks
+    # hung (run, serve, deploy and server print their own first line at once).
+    import threading
+
+    notice = threading.Timer(2.5, lambda: print(f"mdp-release {command}: working...", file=sys.stderr, flush=True))
+    notice.daemon = True
+    if command in ("solve", "verify", "audit", "export", "reproduce"):
+        notice.start()
     parser = build_parser(only=[command] if command else [])
     try:
         args = parser.parse_args(args_in)
     except SystemExit as exc:  # a bad option (one line printed by _Parser.error) or --help
+        notice.cancel()
         return exc.code if isinstance(exc.code, int) else 2
     debug = bool(getattr(args, "debug", False))
     t0 = time.perf_counter()
@@ -369,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # anything unforeseen (inside the flow too): one line, traceback with --debug
         return _fail(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)", 1, debug)
+    finally:
+        notice.cancel()
     if getattr(args, "verbose", False):
         print(f"done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return code

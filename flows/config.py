@@ -409,6 +409,9 @@ class RunConfig(BaseModel):
     dask_address: str = Field("", description="tcp://host:port of a Dask scheduler; empty: a local Dask cluster")
     max_workers: int = Field(2, ge=1, le=256, description="threads, or workers of a local Dask cluster")
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    keep_releases: int | None = Field(
+        None, ge=1, description="keep the newest N release folders of the store (and runs/latest's); unset: all"
+    )
 
 
 class ReleaseFlowConfig(BaseModel):

@@ -5,7 +5,7 @@ flows, so both write the same manifest shape).
 A manifest holds ``format``, ``version``, ``run_name``, ``flow_run_id``, ``created_at``, ``config``
 (the flow's pydantic config as JSON), ``stages`` (:func:`stage_entry` per stage), ``code_versions``,
 the flow's own fields, ``released_files`` ({file: sha256}) and ``run_dir`` (and ``out_dir`` when the
-run was also copied to a folder).
+run was also copied to a folder; ``same_as`` when nothing new was published, see :func:`publish_run`).
 """
 
 from __future__ import annotations
@@ -85,6 +85,13 @@ def new_manifest(
 Publisher = Callable[[str, Released, dict[str, Any]], str | Path]
 
 
+def _identity(manifest: dict[str, Any]) -> tuple[Any, Any]:
+    """What makes two runs with the same released bytes the same release: the manifest format and the
+    config, apart from ``[run]`` (how it ran: task runner, timeouts, retention)."""
+    config = manifest.get("config")
+    return manifest.get("format"), {k: v for k, v in config.items() if k != "run"} if isinstance(config, dict) else None
+
+
 def publish_run(
     store: Store,
     manifest: dict[str, Any],
@@ -95,9 +102,17 @@ def publish_run(
     """Record ``released_files`` ({file: sha256}) in ``manifest``, publish the files and ``manifest.json``
     to ``runs/<run_name>/`` with ``publish(run_name, released, manifest)`` (default
     :meth:`Store.publish`; the release flow passes its verifying publisher) and, when ``out`` is
-    given, copy them there too. Returns the manifest with ``run_dir`` (and ``out_dir``)."""
+    given, copy them there too. Returns the manifest with ``run_dir`` (and ``out_dir``).
+
+    A run whose released files are byte for byte those of a published release of the same config (a
+    fully cached re-run) publishes nothing: ``run_dir`` is that release's folder and ``same_as`` its name."""
     manifest["released_files"] = {file: ref.files[src] for file, (ref, src) in released.items()}
-    run_dir = Path((publish or store.publish)(manifest["run_name"], released, manifest))
+    same = store.same_release(manifest["released_files"], lambda other: _identity(other) == _identity(manifest))
+    if same is not None:  # these exact bytes, from this config, are published already: nothing new
+        run_dir = same
+        manifest["same_as"] = same.name
+    else:
+        run_dir = Path((publish or store.publish)(manifest["run_name"], released, manifest))
     manifest["run_dir"] = str(run_dir)
     if out is not None:
         folder = Path(out)

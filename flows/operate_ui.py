@@ -109,7 +109,10 @@ def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str) -> str:
     mpath = run_dir / "manifest.json"
     mhash = hashlib.sha256(mpath.read_bytes()).hexdigest() if mpath.is_file() else "-"
     rows = [
-        ("release folder", f"`{run_dir}`"),
+        (
+            "release folder",
+            f"`{run_dir}`" + (" (same bytes as before: nothing new published)" if manifest.get("same_as") else ""),
+        ),
         ("manifest", f"`manifest.json` sha256 `{mhash}`"),
         ("privacy check", "**PASS**" if cert.get("passed") else "**FAIL**"),
         (
@@ -167,23 +170,35 @@ def after_release(store: Any, run_dir: Path, manifest: dict[str, Any], name: str
         log.warning("could not publish the release artifact: %s", exc)
 
 
+_STAGES: dict[str, str] = {}  # flow run id -> the stage it is at (this process's runs)
+
+
+def at_stage(run_id: str, stage: str) -> None:
+    """Record that flow run ``run_id`` (of this process) is now at ``stage``: the failure record names it."""
+    _STAGES[str(run_id)] = stage
+
+
 def one_line_reason(state: Any) -> str:
+    """``<exception type>: <message>`` of a failed or crashed state, never empty: an exception without a
+    message (a crash: ``CancelledError``) gets the state's message instead."""
+    message = str(getattr(state, "message", None) or "").strip()
     try:
         state.result(raise_on_failure=True)
     except BaseException as exc:  # the exception the flow failed with
-        text = f"{type(exc).__name__}: {exc}"
+        text = f"{type(exc).__name__}: {str(exc).strip() or message or 'no message'}"
     else:
-        text = str(getattr(state, "message", None) or "failed")
+        text = message or "failed"
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "failed")
     return first[:500]
 
 
 def record_failure(flow_run: Any, state: Any) -> Path | None:
-    """The on-failure hook's work: ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (the one-line reason
-    and the run's name) and a markdown artifact ``<name>-failure`` on the run."""
+    """The on-failure hook's work: ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (first line: the stage
+    and the one-line reason; then the run's name) and a markdown artifact ``<name>-failure`` on the run."""
     from flows.config import as_config, release_name, store_root
 
-    reason = one_line_reason(state)
+    stage = _STAGES.pop(str(flow_run.id), "before the first stage")
+    reason = f"{stage}: {one_line_reason(state)}"
     try:
         cfg = as_config((flow_run.parameters or {}).get("config"))
     except Exception:

@@ -161,13 +161,23 @@ def run_tags(config: ReleaseFlowConfig) -> list[str]:
     ]
 
 
+def run_stamp() -> str:
+    """What makes a flow run's name unique: the UTC time it started and the last 4 hex digits of its id,
+    e.g. ``20260101-030000-1a2b`` (two runs started in one second differ in their ids)."""
+    from prefect.runtime import flow_run
+
+    return f"{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}-{str(flow_run.id or '')[-4:] or 'local'}"
+
+
 def _flow_run_name() -> str:
+    """``<release name>-<config hash8>-<UTC time>-<id4>``, e.g. grid-eps10-lp-1a2b3c4d-20260101-030000-9f3e."""
     from prefect.runtime import flow_run
 
     try:
-        return run_title(as_config(flow_run.parameters.get("config")))
+        title = run_title(as_config(flow_run.parameters.get("config")))
     except Exception:  # never let naming fail a run
-        return "mdp-release"
+        title = "mdp-release"
+    return f"{title}-{run_stamp()}"
 
 
 def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -235,6 +245,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
 
     def run(stage: str, **upstream: Any) -> ArtifactRef:
         control.check(stage)  # stopped (Cancel, SIGTERM): no further stage starts
+        operate_ui.at_stage(run_id, stage)
         t0 = time.perf_counter()
         task = stage_task(stage, config, store, STAGES.index(stage) >= first_refresh)
         with tags(*run_tags(config)):
@@ -243,6 +254,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         return ref
 
     def secret(table_desc: dict[str, Any]) -> Draw:
+        operate_ui.at_stage(run_id, "postprocess (the secret draw)")
         d = postprocess.secret_draw(store, postprocess.table_id(config.release.microdata, table_desc), new_draw, draw)
         params.update(release_params(config, d))
         return d
@@ -256,6 +268,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     if the_draw is None:  # simulated individuals: the table is defined by the instance and n
         the_draw = secret({"instance": inst.content_hash, "n": config.release.n_individuals})
     else:  # a bad row of the agency's table is an error now, not after the solve
+        operate_ui.at_stage(run_id, "postprocess (checking the microdata)")
         postprocess.check_microdata(store, params["postprocess"], inst)
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
@@ -293,7 +306,9 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields
     )
     control.check("release")  # a stop requested meanwhile: nothing is published
-    # The door: staged, re-verified from the exact bytes (mdp_core.audit), published only if it checks out.
+    operate_ui.at_stage(run_id, "release")
+    # The door: staged, re-verified from the exact bytes (mdp_core.audit), published only if it checks out;
+    # the exact bytes of a release already published from this config: nothing new (mf.publish_run).
     manifest = mf.publish_run(
         store,
         manifest,
@@ -301,5 +316,8 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         publish=lambda name, files, m: stage_task("release", config, store)(str(store.root), name, files, m),
     )
     run_dir = manifest["run_dir"]
+    operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
     operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
+    if config.run.keep_releases is not None:
+        store.prune_releases(config.run.keep_releases)
     return manifest

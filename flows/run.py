@@ -1,17 +1,17 @@
 """``mdp-release run`` and ``mdp-release server``: run the release flow, with or without a Prefect server.
 
 Where the flow runs (decided before Prefect is imported):
-  1. ``PREFECT_API_URL`` set -> that server (e.g. a ``prefect server start`` you run yourself);
+  1. ``PREFECT_API_URL`` set in the environment -> that server (e.g. a ``prefect server start`` of yours);
   2. else a server started by ``mdp-release server start`` that is still healthy -> that server;
-  3. else Prefect's ephemeral mode: a temporary local server for this run (:class:`TemporaryServer`,
-     5-8 s of start-up on a small machine, every run).
-The quiet-offline settings (no telemetry) are applied unless you set them yourself.
+  3. else whatever your Prefect profile says: its ``PREFECT_API_URL`` (``server start --set-profile``
+     writes it there), or none -- Prefect's ephemeral mode, a temporary local server started by Prefect
+     for the length of the run (several seconds of start-up, every run).
+The quiet-offline settings (no telemetry) are applied unless you set them yourself (:func:`quiet_defaults`).
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import json
 import logging
@@ -24,9 +24,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from flows import QUIET_ENV
-
 STATE_FILE = Path(os.environ.get("MDP_RELEASE_HOME", Path.home() / ".mdp-release")) / "server.json"
+QUIET_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
 
 
 # ----------------------------------------------------------------------------- server
@@ -38,26 +41,36 @@ def healthy(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def saved_server() -> str | None:
-    """The API URL of a server started by ``mdp-release server start`` that still answers."""
+def _state() -> dict[str, Any]:
     try:
         state = json.loads(STATE_FILE.read_text())
     except (OSError, ValueError):
-        return None
-    url = state.get("api_url")
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def saved_server() -> str | None:
+    """The API URL of a server started by ``mdp-release server start`` that still answers."""
+    url = _state().get("api_url")
     return url if url and healthy(url) else None
+
+
+def _save(state: dict[str, Any]) -> None:
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps(state))
 
 
 def start_server(host: str, port: int, timeout: float = 180.0) -> str:
     url = f"http://{host}:{port}/api"
-    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
     if healthy(url):  # already up (yours, or ours): remember it, but never stop a server we did not start
         if saved_server() != url:
-            STATE_FILE.write_text(json.dumps({"api_url": url, "pid": None}))
+            _save({"api_url": url, "pid": None})
         return url
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
     log = open(STATE_FILE.with_suffix(".log"), "ab")
     # the UI calls this server's API, also on a port other than 4200
     env = QUIET_ENV | {"PREFECT_UI_API_URL": url, "PREFECT_SERVER_UI_API_URL": url} | os.environ
+    env.pop("PREFECT_API_URL", None)  # a server needs none (a profile's or yours pointing elsewhere is not it)
     proc = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
         stdout=log,
@@ -73,19 +86,32 @@ def start_server(host: str, port: int, timeout: float = 180.0) -> str:
                 f"prefect server exited with code {proc.returncode}; see {STATE_FILE.with_suffix('.log')}"
             )
         if healthy(url):
-            STATE_FILE.write_text(json.dumps({"api_url": url, "pid": proc.pid}))
+            _save({"api_url": url, "pid": proc.pid})
             return url
         time.sleep(0.5)
     proc.terminate()
     raise RuntimeError(f"prefect server did not answer at {url} within {timeout:.0f}s")
 
 
+def set_profile_api_url(url: str | None) -> str:
+    """Write ``PREFECT_API_URL = url`` into the active Prefect profile (None: remove it) -- what ``prefect
+    config set`` / ``unset`` do, through Prefect's public ``update_current_profile``. Returns the
+    profile's name."""
+    from prefect.settings import PREFECT_API_URL, update_current_profile
+
+    return update_current_profile({PREFECT_API_URL: url}).name
+
+
 def stop_server() -> bool:
-    try:
-        state = json.loads(STATE_FILE.read_text())
-    except (OSError, ValueError):
+    state = _state()
+    if not state:
         return False
     STATE_FILE.unlink(missing_ok=True)
+    if state.get("profile"):  # we wrote the profile's PREFECT_API_URL: take it back if it is still ours
+        from prefect.settings import PREFECT_API_URL, load_current_profile
+
+        if str(load_current_profile().settings.get(PREFECT_API_URL, "")) == state.get("api_url"):
+            set_profile_api_url(None)
     if state.get("pid") is None:
         return False  # a server someone else started: forget it, leave it running
     try:
@@ -99,18 +125,41 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=4200)
+    p.add_argument(
+        "--set-profile",
+        action="store_true",
+        help="start: also write PREFECT_API_URL into your active Prefect profile (as `prefect config set` "
+        "does), so `prefect worker`, `prefect deploy` and the Python API find the server in every shell; "
+        "`server stop` removes it again",
+    )
 
 
 def server_from_cli(args: argparse.Namespace) -> int:
     if args.action == "start":
+        quiet_defaults()
         url = start_server(args.host, args.port)
-        print(f"Prefect server up at {url.removesuffix('/api')} (UI) -- mdp-release run will use it")
+        where = ""
+        if args.set_profile:
+            os.environ.pop("PREFECT_API_URL", None)  # the profile, not this shell's variable, gets written
+            name = set_profile_api_url(url)
+            _save(_state() | {"profile": name})
+            where = f"; written to Prefect profile {name!r} (`mdp-release server stop` removes it)"
+        print(
+            f"Prefect server up at {url.removesuffix('/api')} (UI); mdp-release commands use it{where}", file=sys.stderr
+        )
+        if not args.set_profile:
+            print(
+                "prefect commands and the Python API need PREFECT_API_URL: eval the line below "
+                '(`eval "$(mdp-release server start)"`) or use --set-profile',
+                file=sys.stderr,
+            )
+        print(f"export PREFECT_API_URL={url}", flush=True)
         return 0
     if args.action == "stop":
         print("stopped" if stop_server() else "no server started by mdp-release")
         return 0
     found = os.environ.get("PREFECT_API_URL") or saved_server()
-    print(f"server: {found}" if found else "no server: runs use Prefect's ephemeral mode (5-8 s start-up)")
+    print(f"server: {found}" if found else "no server: runs use Prefect's ephemeral mode (slower start-up)")
     return 0 if found else 1
 
 
@@ -151,120 +200,28 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
 
-def prepare_environment() -> str:
-    """Apply quiet defaults and pick the Prefect API; returns a description of where the flow runs."""
+def quiet_defaults() -> None:
+    """The ``mdp-release`` command's Prefect defaults, in its own environment and before it imports Prefect
+    (Prefect reads its settings from the environment, documented in its settings reference), unless you
+    set them yourself (environment or Prefect profile win): no analytics, no telemetry, and a 120 s
+    ephemeral-server start-up timeout (a first start on a fresh ``PREFECT_HOME`` exceeds the 20 s default).
+    The Python API (``from flows.release import release_flow``) changes no setting."""
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
+
+
+def prepare_environment() -> str:
+    """Apply the quiet defaults and pick the Prefect API; returns a description of where the flow runs."""
+    quiet_defaults()
     if os.environ.get("PREFECT_API_URL"):
         return f"Prefect server {os.environ['PREFECT_API_URL']}"
     url = saved_server()
     if url:
         os.environ["PREFECT_API_URL"] = url
         return f"Prefect server {url} (started by mdp-release server start)"
-    TemporaryServer.current().start()
-    return "Prefect ephemeral mode (temporary local server, 5-8 s start-up; `mdp-release server start` avoids it)"
-
-
-class TemporaryServer:
-    """Prefect's ephemeral mode, started before Prefect is imported.
-
-    Without ``PREFECT_API_URL`` Prefect starts a temporary server on the first API call: it imports its
-    whole server package in *this* process (2.9 s measured) only to spawn a subprocess that imports it
-    again and serves (4-5 s), one after the other. This starts that same subprocess -- Prefect's own
-    command (``SubprocessASGIServer`` in ``prefect.server.api.server``, prefect 3.8.8): uvicorn, the
-    ephemeral app factory, the SQLite database under ``PREFECT_HOME``, no UI -- as the first thing
-    ``mdp-release run`` does, and points ``PREFECT_API_URL`` at it. Its start-up then overlaps this
-    process's imports, and this process never imports the server. :meth:`wait` blocks until it answers
-    (``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``); :meth:`stop` (at exit) ends it, after Prefect
-    has flushed its logs and events to it.
-    """
-
-    _current: TemporaryServer | None = None
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.url: str | None = None
-
-    @classmethod
-    def current(cls) -> TemporaryServer:
-        if cls._current is None:
-            cls._current = cls()
-        return cls._current
-
-    @staticmethod
-    def _free_port() -> int:
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
-
-    def _spawn(self) -> None:
-        import importlib.util
-
-        spec = importlib.util.find_spec("prefect")  # where it is, without running its __init__ (1 s)
-        if spec is None or spec.origin is None:
-            raise RuntimeError("prefect is not installed")
-        self.port = self._free_port()
-        env = os.environ | {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-        env.pop("PREFECT_API_URL", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(spec.origin).parents[1])]
-            + ["--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port)]
-            + ["--log-level", "error", "--lifespan", "on"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def start(self) -> str:
-        """Spawn the server (once) and point ``PREFECT_API_URL`` at it; returns the API URL."""
-        if self.url is None:
-            self._spawn()
-            self.url = f"http://127.0.0.1:{self.port}/api"
-            os.environ["PREFECT_API_URL"] = self.url
-            os.environ.setdefault("PREFECT_UI_URL", "")  # it serves no UI: no "View at" links to nowhere
-            atexit.register(self.stop)  # registered before Prefect's exit handlers: runs after them
-        return self.url
-
-    def wait(self) -> None:
-        """Block until the server answers /health (a new port if it could not bind its own)."""
-        if self.proc is None:
-            return
-        timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS") or 120)
-        t0, attempts = time.monotonic(), 1
-        while not healthy(f"http://127.0.0.1:{self.port}/api", timeout=2.0):
-            code = self.proc.poll()
-            if code is not None:  # it exited: the port was taken meanwhile, or a real failure
-                if attempts >= 3:
-                    raise RuntimeError(f"the temporary Prefect server exited with code {code}")
-                attempts += 1
-                self._spawn()
-                self.url = os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{self.port}/api"
-            elif time.monotonic() - t0 > timeout:
-                self.stop()
-                raise RuntimeError(
-                    f"the temporary Prefect server did not answer within {timeout:.0f} s "
-                    "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)"
-                )
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_for_server() -> None:
-    """Before the first Prefect API call: wait for the temporary server, if this process started one."""
-    if TemporaryServer._current is not None:
-        TemporaryServer._current.wait()
+    return (
+        "Prefect's ephemeral mode or your profile's PREFECT_API_URL (`mdp-release server start` makes re-runs faster)"
+    )
 
 
 class _NoErrorsOnConsole(logging.Filter):
@@ -310,13 +267,12 @@ def run_from_cli(args: argparse.Namespace) -> int:
         from mdp_core.errors import InputError
 
         raise InputError("--new-draw makes a new release: not with --from-manifest, which reproduces one")
-    where = prepare_environment()  # before Prefect is imported (a temporary server starts now, in parallel)
+    where = prepare_environment()  # before Prefect is imported
+    stores = sorted({str(store_root(c)) for c in cfgs})
+    print(f"mdp-release run: {where}; store {', '.join(stores)}", file=sys.stderr, flush=True)
     from flows.release import release_flow
 
     quiet_console_errors(getattr(args, "debug", False))
-    stores = sorted({str(store_root(c)) for c in cfgs})
-    print(f"mdp-release run: {where}; store {', '.join(stores)}", file=sys.stderr, flush=True)
-    wait_for_server()
     from mdp_core.control import install_signal_handlers
 
     install_signal_handlers()  # SIGTERM / Ctrl-C: the running solve stops within seconds, nothing is published
@@ -341,7 +297,6 @@ def run_from_cli(args: argparse.Namespace) -> int:
         return 0
     _print_manifest(manifest)
     print(f"  flow wall time {wall:.1f}s")
-    exit_fast_after_success()
     return 0
 
 
@@ -361,38 +316,12 @@ def no_flow_heartbeat() -> contextlib.AbstractContextManager[Any]:
     return temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
-def exit_fast_after_success() -> None:
-    """After a successful ``mdp-release run`` against a server: at exit, drain Prefect's log and event
-    workers (so the UI has every line), stop the temporary server if this run started one, and end the
-    process at once. Python's ordinary teardown of Prefect's background threads and clients costs about
-    1 s (measured), a third of a cached re-run. Only as the command itself (never inside another program,
-    e.g. pytest); MDP_RELEASE_SLOW_EXIT=1 turns it off."""
-    if not os.environ.get("PREFECT_API_URL") or os.environ.get("MDP_RELEASE_SLOW_EXIT"):
-        return
-    if Path(sys.argv[0]).name not in ("mdp-release", "cli.py"):
-        return
-
-    def _exit() -> None:
-        try:
-            from prefect.events.worker import EventsWorker
-            from prefect.logging.handlers import APILogWorker
-
-            APILogWorker.drain_all(timeout=10)
-            EventsWorker.drain_all(timeout=10)
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:
-            return  # the ordinary teardown will do it
-        if TemporaryServer._current is not None:
-            TemporaryServer._current.stop()  # after the drain: the logs and events reached it
-        os._exit(0)
-
-    atexit.register(_exit)  # runs before Prefect's own exit handlers (last registered, first run)
-
-
 def _print_manifest(manifest: dict) -> None:
     cert = manifest["privacy"]["certificate"]
-    print(f"release {manifest['run_name']} -> {manifest['run_dir']}")
+    same = (
+        f": the same bytes as release {manifest['same_as']}, nothing new published" if manifest.get("same_as") else ""
+    )
+    print(f"release {manifest['run_name']}{same} -> {manifest['run_dir']}")
     for name, st in manifest["stages"].items():
         print(
             f"  {name:<12} {'cached ' if st['cache_hit'] else 'ran    '} {st['wall_seconds']:>8.2f}s  {st['cache_key'][:12]}"

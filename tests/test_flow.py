@@ -54,19 +54,18 @@ baselines = ["exp"]
 def _run(server, tmp_path: Path, store: Path, *extra: str, **cfg) -> dict:
     values = {"store": store, "epsilon": 10.0, "partition": "kmdv", "method": "benders"} | cfg
     path = tmp_path / f"cfg-{time.monotonic_ns()}.toml"
-    path.write_text(CONFIG.format(**values))
+    path.write_text(CONFIG.format(**values) + values.get("tail", ""))
     env = (
         os.environ
         | QUIET
         | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
     )
-    args = [sys.executable, "-m", "flows.cli", "run", *extra]
+    args = [sys.executable, "-m", "flows.cli", "run", "--json", *extra]
     if "--from-manifest" not in extra:
         args += ["--config", str(path)]
     proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    manifests = sorted((store / "runs").glob("*/manifest.json"), key=lambda p: p.stat().st_mtime_ns)
-    return json.loads(manifests[-1].read_text())
+    return json.loads(proc.stdout)  # this run's manifest (a run that published nothing new has no file of its own)
 
 
 def _executed(manifest: dict) -> set[str]:
@@ -107,6 +106,21 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
     assert {s: e["cache_key"] for s, e in second["stages"].items()} == {
         s: e["cache_key"] for s, e in first["stages"].items()
     }
+    # Two fully cached re-runs: the same bytes, so nothing new is published; latest is the first release.
+    third = _run(prefect_server, tmp_path, store)
+    assert second["released_files"] == third["released_files"] == first["released_files"]
+    assert second["same_as"] == third["same_as"] == run_dir.name
+    assert Path(second["run_dir"]) == Path(third["run_dir"]) == run_dir
+    assert [p.name for p in (store / "runs").iterdir() if p.name != "latest"] == [run_dir.name]
+    assert (store / "runs" / "latest").resolve() == run_dir.resolve()
+    # ... but every run has a name of its own (release name, config hash, UTC time, id)
+    body = json.dumps({"flow_runs": {"id": {"any_": [m["flow_run_id"] for m in (first, second, third)]}}}).encode()
+    req = urllib.request.Request(
+        prefect_server["url"] + "/flow_runs/filter", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        names = [f["name"] for f in json.load(r)]
+    assert len(set(names)) == 3 and all(n.startswith(f"{name}-") for n in names), names
 
     eps = _run(prefect_server, tmp_path, store, epsilon=5.0)
     assert _executed(eps) == {"export", "solve", "postprocess", "evaluate"}
@@ -125,6 +139,21 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
 
     refreshed = _run(prefect_server, tmp_path, store, "--refresh-from", "solve")
     assert _executed(refreshed) == {"solve", "postprocess", "evaluate"}
+
+
+def test_keep_releases_keeps_the_newest_n_and_latest(prefect_server, tmp_path):
+    """``[run] keep_releases = 2``: three different releases of one config (a fresh secret draw each:
+    cached solve, new microdata) leave the newest two; ``latest`` points at the newest."""
+    store = tmp_path / "store"
+    dirs = []
+    for extra in ([], ["--new-draw"], ["--new-draw"]):
+        m = _run(prefect_server, tmp_path, store, *extra, method="lp", tail="[run]\nkeep_releases = 2\n")
+        assert "same_as" not in m
+        dirs.append(Path(m["run_dir"]))
+    assert len(set(dirs)) == 3
+    left = sorted(p.name for p in (store / "runs").iterdir() if p.name != "latest" and not p.name.startswith("."))
+    assert left == sorted(d.name for d in dirs[1:])
+    assert (store / "runs" / "latest").resolve() == dirs[2].resolve()
 
 
 def test_rerun_from_manifest_reproduces_parquet_bytes(prefect_server, tmp_path):
@@ -219,7 +248,7 @@ def test_dask_task_runner_gives_the_serial_release_bytes_and_batch_shares_stages
         (b,) = _cli(prefect_server, tmp_path, dask)
     # each baseline and sweep point was its own cached task run: 2 baselines at eps + 3 mechanisms at eps/2
     assert len(list((tmp_path / "s2" / "objects" / "evaluate_point").glob("*/ref.json"))) == 5
-    _same_release(tmp_path / "s1" / "runs" / a["run_name"], tmp_path / "s2" / "runs" / b["run_name"])
+    _same_release(Path(a["run_dir"]), Path(b["run_dir"]))
 
     # Two configs, one flow: the second shares ingest/graph/partition with the first (cached).
     other = tmp_path / "other.toml"
@@ -227,3 +256,18 @@ def test_dask_task_runner_gives_the_serial_release_bytes_and_batch_shares_stages
     first, second = _cli(prefect_server, tmp_path, serial, other)
     assert {"ingest", "graph", "partition"}.isdisjoint(_executed(second)) and "solve" in _executed(second)
     assert second["privacy"]["mechanism_epsilon"] == 5.0 and first["privacy"]["mechanism_epsilon"] == 10.0
+    # The batch parent: named after its releases, tagged, with an artifact saying where each went.
+    batch = _api(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["batch"]}}})
+    batch = [f for f in batch if f["name"].startswith("batch-2-grid-")]
+    assert batch and {"batch", "dataset:grid", "method:benders", "eps:10", "eps:5"} <= set(batch[0]["tags"])
+    arts = _api(prefect_server, "/artifacts/filter", {"flow_runs": {"id": {"any_": [batch[0]["id"]]}}})
+    table = [a for a in arts if a["key"] == "mdp-release-batch"]
+    assert table and all(m["run_dir"] in table[0]["data"] for m in (first, second))
+
+
+def _api(server, path: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(
+        server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)

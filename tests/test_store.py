@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -165,3 +166,41 @@ def test_failed_first_write_leaves_no_empty_stage_folder(tmp_path):
         with s.writer("fresh", "k"):
             raise ValueError("bad input")
     assert not (tmp_path / "objects").exists()
+
+
+def _release(s: Store, name: str, payload: bytes, config: dict) -> None:
+    ref = _write(s, payload.hex()[:16], payload)
+    s.publish(name, {"a.bin": (ref, "a.bin")}, {"released_files": {"a.bin": ref.files["a.bin"]}, "config": config})
+
+
+def test_same_release_finds_identical_bytes_of_the_same_config_only(tmp_path):
+    s = Store(tmp_path)
+    _release(s, "20260101-000000-aaaa", b"one", {"name": "x"})
+    _release(s, "20260102-000000-bbbb", b"two", {"name": "x"})
+    one = {
+        "a.bin": json.loads((tmp_path / "runs" / "20260101-000000-aaaa" / "manifest.json").read_text())[
+            "released_files"
+        ]["a.bin"]
+    }
+    same_config = lambda m: m["config"] == {"name": "x"}  # noqa: E731
+    assert s.same_release(one, same_config) == tmp_path / "runs" / "20260101-000000-aaaa"
+    assert s.same_release(one, lambda m: m["config"] == {"name": "y"}) is None  # another config
+    assert s.same_release({"a.bin": "0" * 64}, same_config) is None  # other bytes
+    (tmp_path / "runs" / "20260101-000000-aaaa" / "a.bin").chmod(0o644)
+    (tmp_path / "runs" / "20260101-000000-aaaa" / "a.bin").write_bytes(b"tampered")
+    assert s.same_release(one, same_config) is None  # the folder no longer holds those bytes
+
+
+def test_prune_releases_keeps_the_newest_and_latest(tmp_path):
+    s = Store(tmp_path)
+    names = [f"2026010{i}-000000-{i:04d}" for i in range(1, 6)]
+    for i, name in enumerate(names):
+        _release(s, name, bytes([i]) * 4, {})
+    (tmp_path / "runs" / "20260101-000000-0009-failed").mkdir()
+    (tmp_path / "runs" / "latest").symlink_to(names[0])  # latest points at the oldest (a re-run of it)
+    removed = s.prune_releases(2)
+    assert sorted(p.name for p in removed) == names[1:3]
+    assert [p.name for p in s.releases()] == [names[0], *names[3:]]
+    assert s.latest() == tmp_path / "runs" / names[0]
+    assert (tmp_path / "runs" / "20260101-000000-0009-failed").is_dir()  # failure records: their own count
+    assert s.prune_releases(5) == []
