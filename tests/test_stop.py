@@ -1,0 +1,145 @@
+"""Stopping a dense solve that HiGHS cannot interrupt itself: the solve runs in a killable child process
+(mdp_core.isolate), so a stage timeout, a stop request and SIGTERM end it within seconds, even while
+HiGHS is in its presolve (no interrupt check there).
+
+The instance: the full LP of 300 Gaussian records (3-D N(0, 1), eta 2, eps 10), K = 100: 4,048,900
+rows (4,048,600 privacy rows), one component. Dual simplex's first interrupt check comes 33 s into HiGHS's run(), and
+the LP did not finish in 90 s (HiGHS 1.15.1, 2 shared cores; reproduce the phases with
+``python scratch/phases.py 300 100 simplex 90 on``, a script that logs HiGHS's messages with timestamps,
+described in the report of the branch ``stop``). Before the fix a SIGTERM took 38-41 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mdp_core import control
+from mdp_core.datasets import synthetic
+from mdp_core.errors import Interrupted, StageTimeout
+from mdp_core.io import write_instance
+from mdp_core.solve import ISOLATE_MIN_ROWS, solve
+
+STOP_WITHIN = 10.0  # seconds from the signal / deadline to the end (generous: 2 shared cores)
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def dense():
+    inst = synthetic(n_records=300, n_outputs=100, epsilon=10.0, seed=0)
+    assert 2 * inst.n_edges * inst.n_outputs == 4_048_600 > ISOLATE_MIN_ROWS
+    return inst
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant of ``pid`` (Linux /proc), but multiprocessing's resource tracker (one per process
+    that used spawn, alive until that process ends)."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = {int(x) for x in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo += sorted(kids - out)
+            out |= kids
+    return {p for p in out if b"resource_tracker" not in _cmdline(p)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _wait_gone(pids: set[int], within: float) -> set[int]:
+    end = time.monotonic() + within
+    while time.monotonic() < end and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    return {p for p in pids if _alive(p)}
+
+
+@pytest.mark.slow
+def test_a_stage_timeout_ends_a_dense_solve_inside_presolve(dense):
+    """5 s into the solve HiGHS is still in its preamble (first interrupt check at 33 s): the child
+    process is killed, the stage raises StageTimeout within seconds, and no process is left."""
+    before = _children(os.getpid())
+    t0 = time.monotonic()
+    with control.scope(timeout=5.0, label="solve"), pytest.raises(StageTimeout) as info:
+        solve(dense, "lp")
+    took = time.monotonic() - t0
+    assert 5.0 <= took < 5.0 + STOP_WITHIN, took
+    assert "solve exceeded its timeout of 5 s" in str(info.value) and info.value.stage == "solve"
+    assert not _wait_gone(_children(os.getpid()) - before, 5.0)
+
+
+@pytest.mark.slow
+def test_a_stop_request_from_another_thread_ends_a_dense_solve(dense):
+    """The flow's UI-cancel watcher and the signal relay stop from another thread."""
+    lines: list[str] = []
+    asked: list[float] = []
+
+    def stop() -> None:
+        asked.append(time.monotonic())
+        control.request_stop("operator pressed stop")
+
+    timer = threading.Timer(8.0, stop)
+    timer.start()
+    try:
+        with control.scope(label="solve") as token, pytest.raises(Interrupted) as info:
+            solve(dense, "lp", progress=lines.append)
+    finally:
+        timer.cancel()
+        control.clear_stop()
+    assert time.monotonic() - asked[0] < STOP_WITHIN
+    assert not isinstance(info.value, StageTimeout) and info.value.reason == "operator pressed stop"
+    assert token.activity == "" or "lp component" in token.activity  # relayed from the child, if HiGHS got there
+
+
+@pytest.mark.slow
+def test_sigterm_ends_mdp_release_solve_and_its_solver_process(tmp_path, dense):
+    """``mdp-release solve`` on the dense instance: SIGTERM 8 s in (the solver process is in HiGHS's
+    preamble) ends the command and its solver process within seconds, and writes nothing."""
+    write_instance(dense, tmp_path / "inst")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "solve", str(tmp_path / "inst"), "--method", "lp", "--out", str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "solving" in proc.stderr.readline()  # the instance is read; the solve starts
+        time.sleep(8.0)
+        workers = _children(proc.pid)
+        assert workers, "the solve runs in a child process"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOP_WITHIN)
+        assert time.monotonic() - t0 < STOP_WITHIN
+        assert not _wait_gone(workers, STOP_WITHIN), "the solver process outlived the command"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not out.exists() or not any(out.iterdir())
