@@ -11,11 +11,15 @@ Stopping: ``compute`` runs under a stop token (:func:`mdp_core.control.scope`) a
 ``timeout_seconds``, so a solver deep inside HiGHS stops itself at the deadline (HiGHS's interrupt
 callback) and the stage raises :class:`~mdp_core.errors.StageTimeout` (a ``TimeoutError``: Prefect
 records TimedOut); :func:`mdp_core.control.request_stop` (SIGTERM, UI Cancel) raises
-:class:`~mdp_core.errors.Interrupted`. Either way the private directory is deleted: nothing is written.
+:class:`~mdp_core.errors.Interrupted`. When Prefect's own timeout of the task (the same ``timeout_seconds``)
+lands first, it is turned into the same :class:`~mdp_core.errors.StageTimeout`, so the record names the
+stage. Either way the private directory is deleted: nothing is written. Large solves run in a killable
+child process (:mod:`mdp_core.isolate`), so the stop takes seconds even inside HiGHS's presolve.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,7 +29,7 @@ from prefect.context import FlowRunContext, TaskRunContext
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core import control
-from mdp_core.errors import Interrupted, MdpError
+from mdp_core.errors import Interrupted, MdpError, StageTimeout
 from tasks.cache import stage_key
 from tasks.progress import Heartbeat, note
 
@@ -85,6 +89,7 @@ def run_stage(
                 f"{stage}: upstream artifact {name} ({ref.path}) is missing or corrupt; run again to recompute it"
             )
     t0 = time.perf_counter()
+    token = control.current()
     try:
         with (
             s.writer(stage, key, force=force) as w,
@@ -102,6 +107,15 @@ def run_stage(
     except Interrupted as exc:
         logger().error("%s; nothing was written", exc)
         raise
+    except asyncio.CancelledError as exc:  # Prefect's own task timeout, raised into this thread at the deadline
+        limit = stage_timeout()
+        if limit is None or time.perf_counter() - t0 < limit - 1.0:
+            raise
+        reason = f"{stage} exceeded its timeout of {limit:g} s"
+        last = token.latest()
+        err = StageTimeout(f"{stage} stopped: {reason}" + (f"; last: {last}" if last else ""), stage, reason, last)
+        logger().error("%s; nothing was written", err)
+        raise err from exc  # a TimeoutError: Prefect records TimedOut, with this message naming the stage
     assert w.ref is not None
     logger().info("%s: computed in %.2fs -> %s", stage, time.perf_counter() - t0, w.ref.path)
     return w.ref

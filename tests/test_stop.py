@@ -143,3 +143,115 @@ def test_sigterm_ends_mdp_release_solve_and_its_solver_process(tmp_path, dense):
             proc.kill()
             proc.wait()
     assert not out.exists() or not any(out.iterdir())
+
+
+RUN_CONFIG = """
+store = "{store}"
+[dataset]
+kind = "synthetic"
+params = {{ n_records = 300, n_outputs = 100, seed = 0 }}
+[privacy]
+epsilon = 10.0
+eta = 2.0
+[solve]
+method = "lp"
+[release]
+n_individuals = 300
+[evaluate]
+baselines = []
+eps_factors = [1.0]
+{extra}
+"""
+
+
+def _run_until_solving(server, tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen, list[str], float]:
+    """``mdp-release run`` on the dense instance; returns once the solve stage has started (its first
+    log line), with the stderr lines collected by a thread and the time the solve started."""
+    cfg = tmp_path / "dense.toml"
+    cfg.write_text(RUN_CONFIG.format(store=tmp_path / "store", extra=extra))
+    env = os.environ | {
+        "PREFECT_API_URL": server["url"],
+        "PREFECT_HOME": str(server["home"]),
+        "MDP_RELEASE_HOME": str(tmp_path),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "MPLBACKEND": "Agg",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for ln in proc.stderr:
+            lines.append(ln)
+            if "solve[lp]: N=300" in ln:
+                started.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not started.wait(120):
+        proc.kill()
+        raise AssertionError("the solve stage did not start:\n" + "".join(lines[-30:]))
+    return proc, lines, time.monotonic()
+
+
+def _nothing_published(store: Path) -> None:
+    runs = [p.name for p in (store / "runs").iterdir()] if (store / "runs").exists() else []
+    assert all(n.endswith("-failed") for n in runs), runs
+    solve_dir = store / "objects" / "solve"
+    assert not solve_dir.exists() or not any(solve_dir.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.flow
+def test_sigterm_ends_a_release_run_within_seconds(prefect_server, tmp_path):
+    """SIGTERM to ``mdp-release run`` 6 s into the dense solve: the run ends within seconds with a
+    record naming the stage, its solver process is gone and nothing is published."""
+    proc, lines, _ = _run_until_solving(prefect_server, tmp_path)
+    try:
+        time.sleep(6.0)
+        workers = _children(proc.pid)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOP_WITHIN)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines)
+    assert took < STOP_WITHIN, (took, text[-3000:])
+    assert proc.returncode != 0
+    assert "solve stopped: SIGTERM received" in text, text[-3000:]
+    assert not _wait_gone(workers, STOP_WITHIN)
+    _nothing_published(tmp_path / "store")
+
+
+@pytest.mark.slow
+@pytest.mark.flow
+def test_a_stage_timeout_ends_a_release_run_within_seconds(prefect_server, tmp_path):
+    """``[run.timeouts] solve = 5``: the dense solve (> 90 s) ends TimedOut about 5 s after it started;
+    the failure record names the stage; nothing is published."""
+    proc, lines, started = _run_until_solving(prefect_server, tmp_path, "[run.timeouts]\nsolve = 5\n")
+    try:
+        proc.wait(timeout=5.0 + STOP_WITHIN + 10.0)  # + the run's own teardown (failure hook, logs)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines)
+    assert proc.returncode == 1, text[-3000:]
+    stopped = [ln for ln in lines if "solve exceeded its timeout of 5 s" in ln]
+    assert stopped, text[-3000:]
+    records = list((tmp_path / "store" / "runs").glob("*-failed/FAILED.txt"))
+    assert len(records) == 1
+    record = records[0].read_text()
+    assert "solve exceeded its timeout of 5 s" in record, record
+    _nothing_published(tmp_path / "store")
