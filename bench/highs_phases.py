@@ -10,8 +10,8 @@ seconds into ``run()`` at which presolve started and ended and the algorithm sta
 log lines), ``first_check`` (the first interrupt callback: until then a stop request cannot reach
 HiGHS), ``largest_gap`` between two checks after that, and the number of checks. Measured here (2
 shared cores, HiGHS 1.15.1, dual simplex): 0.37 M rows first check at 1.1 s; 1.70 M at 11.9 s; 4.05 M at
-33.1 s (presolve 5.6-22.0 s, removing nothing); interior point at 4.05 M: 11.2 s; afterwards checks
-every iteration (largest gap < 1 s). That is why :mod:`mdp_core.isolate` exists.
+33.1 s on a busy machine (presolve 5.6-22.0 s, removing nothing) and 15.6 s on a quieter one (largest
+gap between checks afterwards 1.7 s); interior point at 4.05 M: 11.2 s. That is why :mod:`mdp_core.isolate` exists.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ interior-point iterations. Before the first iteration -- its model checks, preso
 algorithm -- nothing can stop it, and a thread cannot be stopped from outside. Measured with HiGHS
 1.15.1 on the full LP of a dense synthetic instance (N = 300, K = 100, eps 10, eta 2: 4.05 M rows, 8.1 M
 non-zeros, 2 shared cores; ``python bench/highs_phases.py``): dual simplex's
-first interrupt check came 33.1 s into ``run()`` (5.6 s of checks, then presolve 16 s -- it removed
-nothing --, then 11 s of simplex set-up), interior point's 11.2 s; after that the checks came every
-0.1 s or faster. That preamble is where a SIGTERM waited 38-41 s.
+first interrupt check came 33.1 s into ``run()`` on a busy machine (5.6 s of checks, then presolve 16 s
+-- it removed nothing --, then 11 s of simplex set-up) and 15.6 s on a quieter one; interior point's
+11.2 s; after that the checks came at least every 1.7 s. That preamble is where a SIGTERM waited 38-41 s.
 
 :func:`run_killable` runs ``fn(*args, progress=..., **kwargs)`` in a spawned child process, in its own
 process group, and waits for it while checking the caller's stop token (:mod:`mdp_core.control`) every

@@ -20,8 +20,10 @@ child process (:mod:`mdp_core.isolate`), so the stop takes seconds even inside H
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prefect import get_run_logger
@@ -60,6 +62,9 @@ def stage_timeout() -> float | None:
 
 
 def logger():
+    forwarder = sys.modules.get("tasks.dask_logs")  # on a Dask worker whose lines go to a remote terminal
+    if forwarder is not None:
+        forwarder.reattach()
     try:
         return get_run_logger()
     except Exception:  # called through .fn outside a run (tests)
@@ -165,3 +170,18 @@ class Throttled:
         if speak:
             self.last = now
             self.log.info("%s: %s", self.prefix, line)
+
+
+@contextlib.contextmanager
+def dask_logs_in_terminal(address: str | None, stream: Any = None) -> Iterator[None]:
+    """While the block runs, print on ``stream`` (default stderr) the log lines that Prefect task runs
+    write on the Dask workers of the scheduler at ``address`` (:mod:`tasks.dask_logs`): a remote
+    cluster, whose workers' terminals are not this one. ``None``: nothing to do (a local cluster's
+    workers inherit this terminal)."""
+    if not address:
+        yield
+        return
+    from tasks.dask_logs import forwarded_task_logs  # imports distributed: only for a Dask task runner
+
+    with forwarded_task_logs(address, stream if stream is not None else sys.stderr):
+        yield

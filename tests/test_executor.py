@@ -153,3 +153,60 @@ def test_dask_task_runner_and_dask_executor_share_one_single_thread_cluster(pref
             got = both()
         assert time.monotonic() - t0 < 60.0
     assert got == [want, want]
+
+
+REMOTE_RUN = """
+store = "{store}"
+[dataset]
+kind = "grid"
+params = {{ rows = 4, cols = 5, n_outputs = 8, seed = 1 }}
+[privacy]
+epsilon = 10.0
+eta = 2.0
+[solve]
+method = "lp"
+[release]
+n_individuals = 100
+[evaluate]
+baselines = ["exp"]
+eps_factors = [1.0, 2.0]
+[run]
+task_runner = "dask"
+dask_address = "{address}"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.flow
+def test_the_log_lines_of_a_remote_clusters_workers_reach_the_run_terminal(prefect_server, tmp_path):
+    """``mdp-release run`` with ``[run] dask_address`` of a cluster that is not its child (started here,
+    its workers print to this process): the evaluate-point task runs' lines appear in the run's
+    stderr, forwarded through the scheduler (tasks.common.dask_logs_in_terminal)."""
+    distributed = pytest.importorskip("distributed")
+    import subprocess
+    import sys
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        cfg = tmp_path / "remote.toml"
+        cfg.write_text(REMOTE_RUN.format(store=tmp_path / "st", address=c.scheduler_address))
+        env = os.environ | {
+            "PREFECT_API_URL": prefect_server["url"],
+            "PREFECT_HOME": str(prefect_server["home"]),
+            "MDP_RELEASE_HOME": str(tmp_path),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "MPLBACKEND": "Agg",
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    forwarded = [
+        ln for ln in proc.stderr.splitlines() if "Task run 'evaluate-point" in ln and "evaluate: solving" in ln
+    ]
+    assert len(forwarded) >= 3, proc.stderr[-3000:]  # exp at eps, lp and exp at 2 eps

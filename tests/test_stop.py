@@ -3,7 +3,7 @@
 HiGHS is in its presolve (no interrupt check there).
 
 The instance: the full LP of 300 Gaussian records (3-D N(0, 1), eta 2, eps 10), K = 100: 4,048,900
-rows (4,048,600 privacy rows), one component. Dual simplex's first interrupt check comes 33 s into HiGHS's run(), and
+rows (4,048,600 privacy rows), one component. Dual simplex's first interrupt check comes 16-33 s into HiGHS's run(), and
 the LP did not finish in 90 s (HiGHS 1.15.1, 2 shared cores; ``python bench/highs_phases.py`` measures
 the phases). Before the fix a SIGTERM took 38-41 s.
 """
