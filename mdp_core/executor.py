@@ -271,15 +271,12 @@ class DaskExecutor:
     A lost worker (killed, out of memory) loses its actor: the group is rebuilt on a surviving worker
     from its specs and every request it had answered is replayed (deadlines lifted: they were met the
     first time), so its state, and the result, are the same as without the loss; then the request is
-    sent again. Up to :attr:`retries` rebuilds per :meth:`solve`. Log records of the
-    ``mdp_release`` / ``mdp_core`` loggers on the workers are forwarded to this process
-    (:meth:`distributed.Client.forward_logging`).
+    sent again. Up to :attr:`retries` rebuilds per :meth:`solve`.
     """
 
     name = "dask"
     in_process = False
     retries = 3  # worker losses survived per solve call
-    FORWARDED = ("mdp_release", "mdp_core")  # worker loggers shown in this process
 
     def __init__(self, scheduler: str | None = None, processes: int | None = None, timeout: float = 20.0) -> None:
         self.scheduler, self.processes, self.timeout = scheduler, processes, timeout
@@ -318,9 +315,6 @@ class DaskExecutor:
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
             )
             self.client = distributed.Client(self.cluster)
-        if self.own_client:
-            for name in self.FORWARDED:
-                self.client.forward_logging(name)
 
     def _workers(self) -> list[str]:
         return sorted(self.client.scheduler_info()["workers"])
