@@ -81,11 +81,11 @@ class Solution:
 
 # name -> callable, or the registry's "module:function" until first use
 METHODS: dict[str, Callable[..., RawSolution] | str] = dict(REGISTRY)
-DEFAULT_GAP = (0.0, 1e-6)
+DEFAULT_GAP = (0.0, 1e-6)  # (gap_abs, gap_rel) for methods whose options have no gap
 # From this many full-LP privacy rows (2 E K) a solve runs in a killable child process. HiGHS's preamble
 # before its first interrupt check (dual simplex, dense synthetic instances, mdp_core.isolate): 1.1 s at
-# 0.37 M rows, 11.9 s at 1.70 M, 33 s at 4.05 M; the child costs about 2 s (start-up and imports).
-ISOLATE_MIN_ROWS = 300_000  # (gap_abs, gap_rel) for methods whose options have no gap
+# 0.37 M rows, 11.9 s at 1.70 M, 16-33 s at 4.05 M; the child costs about 2 s (start-up and imports).
+ISOLATE_MIN_ROWS = 300_000
 
 
 def _resolve(method: str) -> Callable[..., RawSolution]:
@@ -145,7 +145,7 @@ def solve(
     f = _resolve(method)
     params = method_options(method, method_args)
     if isolate is None:
-        isolate = 2 * instance.n_edges * instance.n_outputs >= ISOLATE_MIN_ROWS and isolate_mod.available()
+        isolate = 2 * instance.n_edges * instance.n_outputs >= ISOLATE_MIN_ROWS
     if isolate and isolate_mod.available() and all(_picklable(v) for v in method_args.values()):
         return isolate_mod.run_killable(
             solve,
