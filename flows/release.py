@@ -42,6 +42,7 @@ from mdp_core.files import file_sha256, read_json
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
+from tasks.common import dask_logs_in_terminal
 from tasks.progress import watch_cancellation
 
 STAGES = ("ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate")
@@ -273,7 +274,8 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
     point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)
-    with operate_ui.task_runner(config.run) as runner, tags(*run_tags(config)):
+    remote = config.run.dask_address if config.run.task_runner == "dask" else None  # its workers' logs: here too
+    with operate_ui.task_runner(config.run) as runner, dask_logs_in_terminal(remote), tags(*run_tags(config)):
         futures = [
             runner.submit(
                 point_task,

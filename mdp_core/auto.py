@@ -6,8 +6,8 @@ Privacy contract
     holds by:   the certify gate (:func:`mdp_core.verify.certify`).
     reference:  bench/README.md (the measurements behind the rule).
 
-The rule (:func:`choose`) looks only at the instance and the machine's CPU count, so the choice is
-deterministic for a given instance and machine setting. It is recorded in ``extra["auto"]``
+The rule (:func:`choose`) looks only at the instance, the machine's CPU count and memory and the configured
+cluster, so the choice is deterministic for a given instance and machine setting. It is recorded in ``extra["auto"]``
 (``method``, ``reason`` and the features it used), which goes into solve.json and the manifest.
 
 * Dense graphs (mean degree >= ``AutoOptions.dense_degree`` = 40: the papers' eps * eta = 20 settings have 218-517
@@ -18,9 +18,21 @@ deterministic for a given instance and machine setting. It is recorded in ``extr
   outright, up to ``AutoOptions.lp_max_rows`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
   LP 33 s against 85 s for row generation; the LP's memory, 9.7 GB at 5.9 M rows, is what caps it).
   Above that, row generation.
-* Benders and column generation are never chosen. Measured on 2 cores (bench/README.md, "Which method
-  wins"): Benders beats neither on any class; colgen beats the LP only on small sparse grids (N <= 500,
-  where both take seconds) and loses from N = 1,000 on and on binding road instances.
+* Benders is never chosen, and column generation only as the distributed path below. Measured on 2
+  cores (bench/README.md, "Which method wins"): Benders beats neither on any class; colgen beats the LP
+  only on small sparse grids (N <= 500, where both take seconds) and loses from N = 1,000 on and on
+  binding road instances.
+* The distributed path: column generation with its pricing LPs on a Dask cluster (``executor="dask"``),
+  when a cluster is configured (``scheduler``, a ``tcp://`` address) *and* the method picked above
+  would not fit in this machine's memory: its estimated peak (:func:`memory_estimate`) exceeds
+  ``memory_limit`` GB (default: 80 % of this machine's physical memory). The estimate is linear in the
+  full LP's privacy rows, from peaks measured here: the full LP 9.7 GB at 5.9 M rows (grid N = 5,000:
+  about 1,650 bytes per row); row generation 3.6 GB at 172 M rows (synthetic N = 2,000) and 1.3 GB at
+  52.7 M rows (Rome N = 1,000): about 25 bytes per row (the E x K masks and edge arrays grow with the
+  full LP, the LPs it solves do not). Colgen is the method whose work splits by output: each worker
+  holds the pricing LPs of its outputs, the client only the master. It is picked because it fits, not
+  because it was measured faster: no distributed run of this size has been timed (without a cluster,
+  or within the budget, the single-machine choice stands).
 """
 
 from __future__ import annotations
@@ -31,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from mdp_core import lp, rowgen
+from mdp_core import colgen, lp, rowgen
 from mdp_core.graph import components
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
@@ -42,7 +54,11 @@ from mdp_core.result import RawSolution
 CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
     "lp": (lp.method, lp.LpOptions),
     "rowgen": (rowgen.method, rowgen.RowgenOptions),
+    "colgen": (colgen.method, colgen.ColgenOptions),  # only with executor="dask": the distributed path
 }
+
+BYTES_PER_ROW = {"lp": 1650.0, "rowgen": 25.0}  # measured peak memory per full-LP privacy row (docstring)
+MEMORY_SHARE = 0.8  # of this machine's physical memory: the default budget of one machine
 
 
 def features(instance: Instance) -> dict[str, Any]:
@@ -63,9 +79,43 @@ def features(instance: Instance) -> dict[str, Any]:
     }
 
 
+def machine_memory() -> float:
+    """This machine's physical memory in GB (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 0.0
+
+
+def memory_estimate(method: str, f: dict[str, Any]) -> float:
+    """Estimated peak GB of ``method`` ("lp" or "rowgen") on an instance with features ``f``: measured
+    bytes per full-LP privacy row (module docstring) times its rows (the largest component's for lp,
+    which solves one component at a time; all of them for rowgen)."""
+    rows = f["largest_component_rows"] if method == "lp" else 2 * f["n_edges"] * f["n_outputs"]
+    return BYTES_PER_ROW[method] * rows / 1e9
+
+
 def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str, Any]]:
     """(method, reason, features) for ``instance`` (module docstring)."""
     f = features(instance)
+    name, reason = _one_machine(f, params)
+    need = memory_estimate(name, f)
+    budget = params.memory_limit or MEMORY_SHARE * machine_memory()
+    f |= {"memory_estimate_gb": float(f"{need:.4g}"), "memory_budget_gb": float(f"{budget:.4g}")}
+    if params.scheduler and budget > 0 and need > budget:
+        return (
+            "colgen",
+            (
+                f"{name} would need about {need:.3g} GB (> {budget:.3g} GB on this machine): column generation with "
+                f"its pricing LPs on the Dask cluster at {params.scheduler}"
+            ),
+            f,
+        )
+    return name, reason, f
+
+
+def _one_machine(f: dict[str, Any], params: AutoOptions) -> tuple[str, str]:
+    """The single-machine choice: (method, reason)."""
     rows, degree = f["largest_component_rows"], f["mean_degree"]
     if degree >= params.dense_degree:
         return (
@@ -74,7 +124,6 @@ def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str,
                 f"dense mDP graph (mean degree {degree:g} >= {params.dense_degree:g}; full LP {rows:,} privacy rows): "
                 "row generation solves it over the rows that bind"
             ),
-            f,
         )
     if rows > params.lp_max_rows:
         return (
@@ -83,7 +132,6 @@ def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str,
                 f"largest component's full LP has {rows:,} privacy rows (> {params.lp_max_rows:,}): too large to "
                 "hold; row generation solves it over the rows that bind"
             ),
-            f,
         )
     return (
         "lp",
@@ -91,7 +139,6 @@ def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str,
             f"sparse mDP graph (mean degree {degree:g}), largest component's full LP {rows:,} privacy rows "
             f"(<= {params.lp_max_rows:,}): HiGHS solves it outright"
         ),
-        f,
     )
 
 
@@ -103,6 +150,7 @@ def method(
     if progress:
         progress(f"auto: {name} ({reason})")
     f, cls = CHOICES[name]
-    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel))
+    extra: dict[str, Any] = {"executor": "dask", "scheduler": params.scheduler} if name == "colgen" else {}
+    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel, **extra))
     raw.extra = {"auto": {"method": name, "reason": reason, "features": feats}} | raw.extra
     return raw

@@ -29,6 +29,8 @@ raised. :meth:`cancel` does the same from any thread.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import multiprocessing as mp
 import os
 import threading
@@ -256,66 +258,150 @@ class DaskExecutor:
 
     ``scheduler``: a scheduler address (``tcp://host:8786``) to use an existing cluster; None starts
     a :class:`distributed.LocalCluster` with ``processes`` single-threaded worker processes (default:
-    the CPU count) and stops it on :meth:`close`. Groups are balanced by weight exactly like
+    the CPU count) and stops it on :meth:`close` -- or, when this runs inside a task on a Dask worker,
+    uses that worker's own cluster. Groups are balanced by weight exactly like
     :class:`ProcessExecutor`'s, so results do not depend on the backend.
+
+    Inside a Dask task (the flow's Dask task runner) the executor *secedes* its thread from the
+    worker's thread pool while it waits for its actors (:func:`distributed.secede`; it rejoins on
+    :meth:`close`): the actors, queued on the same workers, get the slot the waiting task would
+    otherwise hold. Without it a cluster of single-threaded workers deadlocks (every thread waiting
+    for actors that cannot start; reproduced with 2 workers and 2 tasks).
+
+    A lost worker (killed, out of memory) loses its actor: the group is rebuilt on a surviving worker
+    from its specs and every request it had answered is replayed (deadlines lifted: they were met the
+    first time), so its state, and the result, are the same as without the loss; then the request is
+    sent again. Up to :attr:`retries` rebuilds per :meth:`solve`.
     """
 
     name = "dask"
     in_process = False
+    retries = 3  # worker losses survived per solve call
 
     def __init__(self, scheduler: str | None = None, processes: int | None = None, timeout: float = 20.0) -> None:
         self.scheduler, self.processes, self.timeout = scheduler, processes, timeout
         self.client: Any = None
         self.cluster: Any = None
+        self.own_client = True  # False: the Dask worker's client (not ours to close)
+        self.seceded = False
+        self.factory: Factory | None = None
+        self.specs: list[Any] = []
         self.groups: list[list[int]] = []
         self.actors: list[Any] = []
         self.futures: list[Any] = []
+        self.history: list[list[list[Any]]] = []  # per group: the request lists it answered, in order
+        self.placed: list[str] = []  # per group: the address of its worker
+        self.rebuilt = 0  # groups rebuilt after a lost worker, over this executor's life
 
     def _connect(self) -> None:
         try:
-            from distributed import Client, LocalCluster
+            import distributed
         except ImportError:  # pragma: no cover - dask is a dependency
             raise InputError("executor 'dask' needs dask.distributed: pip install 'dask[distributed]'") from None
-        if self.scheduler:
+        worker = _dask_worker()
+        if worker is not None:  # inside a Dask task: free this thread's slot while waiting (class docstring)
+            distributed.secede()
+            self.seceded = True
+        if worker is not None and (not self.scheduler or self.scheduler == worker.scheduler.address):
+            self.client, self.own_client = distributed.get_client(), False
+        elif self.scheduler:
             try:
-                self.client = Client(self.scheduler, timeout=f"{self.timeout}s")
+                self.client = distributed.Client(self.scheduler, timeout=f"{self.timeout}s")
             except OSError as e:
                 raise InputError(f"cannot reach the Dask scheduler {self.scheduler}: {e}") from None
         else:
             n = self.processes or max(1, os.cpu_count() or 1)
-            self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-            self.client = Client(self.cluster)
+            self.cluster = distributed.LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+            )
+            self.client = distributed.Client(self.cluster)
+
+    def _workers(self) -> list[str]:
+        return sorted(self.client.scheduler_info()["workers"])
+
+    def _place(self, g: int, addr: str) -> Any:
+        assert self.factory is not None
+        if g < len(self.placed):
+            self.placed[g] = addr
+        else:
+            self.placed.append(addr)
+        return self.client.submit(
+            _Group, self.factory, [self.specs[i] for i in self.groups[g]], actor=True, workers=[addr], pure=False
+        )
 
     def start(self, factory: Factory, specs: Sequence[Any], weights: Sequence[float] | None = None) -> None:
         self._connect()
-        addresses = sorted(self.client.scheduler_info()["workers"])
+        addresses = self._workers()
         if not addresses:
             raise SolverError(f"the Dask cluster at {self.scheduler} has no workers")
+        self.factory, self.specs = factory, list(specs)
         w = [1.0] * len(specs) if weights is None else weights
         self.groups = balanced_groups(w, min(len(addresses), len(specs)))
-        futures = [
-            self.client.submit(_Group, factory, [specs[i] for i in g], actor=True, workers=[addr], pure=False)
-            for g, addr in zip(self.groups, addresses, strict=False)
-        ]
-        self.futures = futures
-        self.actors = [f.result() for f in futures]
+        self.placed = []
+        self.futures = [self._place(g, addr) for g, addr in enumerate(addresses[: len(self.groups)])]
+        self.actors = [self._wait(f, "starting Dask actors") for f in self.futures]
+        self.history = [[] for _ in self.groups]
 
-    def solve(self, requests: Sequence[Any]) -> list[Any]:
-        pending = [a.solve([requests[i] for i in g]) for a, g in zip(self.actors, self.groups, strict=True)]
+    def _wait(self, fut: Any, what: str, group: int | None = None) -> Any:
+        """``fut.result()``, checking the stop token meanwhile (cancel and raise when stopped) and, for a
+        ``group``'s request, that its worker is still there (an actor call on a killed worker never
+        answers): :class:`_WorkerLost` when it is gone."""
         token = control.current()
-        while not all(f.done() for f in pending):
+        checked = time.monotonic()
+        while not fut.done():
             if token.reason() is not None:
                 self.cancel(token.reason() or "stopped")
-                token.check("waiting for Dask workers")
+                token.check(what)
+            if group is not None and time.monotonic() - checked >= 1.0:
+                checked = time.monotonic()
+                if self.placed[group] not in self._workers():
+                    raise _WorkerLost(self.placed[group])
             time.sleep(control.POLL)
+        return fut.result()
+
+    def _lost(self, g: int) -> bool:
+        """True when group ``g``'s worker left the cluster (waits up to 10 s for the scheduler to notice)."""
+        end = time.monotonic() + 10.0
+        while time.monotonic() < end:
+            if self.placed[g] not in self._workers():
+                return True
+            time.sleep(0.5)
+        return False
+
+    def _rebuild(self, g: int) -> None:
+        """Group ``g`` again on a surviving worker: its specs, then every request it had answered."""
+        addresses = self._workers()
+        if not addresses:
+            raise SolverError("every Dask worker was lost")
+        addr = addresses[g % len(addresses)]
+        self.futures[g] = self._place(g, addr)
+        self.actors[g] = self._wait(self.futures[g], "rebuilding a lost Dask worker's actor")
+        for requests in self.history[g]:
+            self._wait(self.actors[g].solve([_no_deadline(r) for r in requests]), "replaying a lost worker's requests")
+
+    def solve(self, requests: Sequence[Any]) -> list[Any]:
+        parts = [[requests[i] for i in g] for g in self.groups]
+        pending = [a.solve(p) for a, p in zip(self.actors, parts, strict=True)]
         out: list[Any] = [None] * len(requests)
-        for g, fut in zip(self.groups, pending, strict=True):
-            try:
-                got = fut.result()
-            except Exception as e:  # a worker's exception, re-raised here
-                raise SolverError(f"dask worker error: {type(e).__name__}: {e}") from None
-            for i, r in zip(g, got, strict=True):
+        rebuilt = 0
+        for g, group in enumerate(self.groups):
+            while True:
+                try:
+                    got = self._wait(pending[g], "waiting for Dask workers", g)
+                    break
+                except Interrupted:
+                    raise
+                except Exception as e:  # a worker's exception, or its loss
+                    if rebuilt >= self.retries or not (isinstance(e, _WorkerLost) or self._lost(g)):
+                        raise SolverError(f"dask worker error: {type(e).__name__}: {e}") from None
+                    rebuilt += 1
+                    self.rebuilt += 1
+                    self._rebuild(g)
+                    pending[g] = self.actors[g].solve(parts[g])
+            for i, r in zip(group, got, strict=True):
                 out[i] = r
+        for g, p in enumerate(parts):
+            self.history[g].append(p)
         return out
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -341,12 +427,43 @@ class DaskExecutor:
     def close(self) -> None:
         if self.actors and control.current().reason() is not None:
             self.cancel(control.current().reason() or "stopped")
-        self.actors, self.futures = [], []
-        if self.client is not None:
+        if self.client is not None and self.futures and not self.own_client:  # release the actors on a shared cluster
+            try:
+                self.client.cancel(self.futures, force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        self.actors, self.futures, self.history = [], [], []
+        if self.client is not None and self.own_client:
             self.client.close()
         if self.cluster is not None:
             self.cluster.close()
         self.client = self.cluster = None
+        if self.seceded:
+            import distributed
+
+            distributed.rejoin()
+            self.seceded = False
+
+
+class _WorkerLost(Exception):
+    """The Dask worker holding a group's actor left the cluster."""
+
+
+def _dask_worker() -> Any:
+    """The Dask worker this code runs on (inside one of its tasks), or None."""
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def _no_deadline(request: Any) -> Any:
+    """``request`` with its ``deadline`` field (if it has one) lifted, for a replay."""
+    if dataclasses.is_dataclass(request) and not isinstance(request, type) and hasattr(request, "deadline"):
+        return dataclasses.replace(request, deadline=math.inf)
+    return request
 
 
 def make_executor(executor: str | Executor, parallel_pays: bool = False, scheduler: str | None = None) -> Executor:

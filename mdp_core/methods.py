@@ -69,6 +69,14 @@ class AutoOptions(GapOptions):
         8_000_000, "largest component's full-LP privacy rows up to which a sparse instance goes to lp", ge=1
     )
     dense_degree: float = option(40.0, "mean neighbours per record from which auto picks rowgen", gt=0)
+    scheduler: str | None = option(
+        None,
+        "a Dask scheduler (tcp://host:8786): where executor dask runs; auto sends instances too large for "
+        "this machine there",
+    )
+    memory_limit: float = option(
+        0.0, "GB one machine may use (0: 80 percent of its memory); above it auto uses the scheduler", ge=0
+    )
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,19 @@ Stopping: ``compute`` runs under a stop token (:func:`mdp_core.control.scope`) a
 ``timeout_seconds``, so a solver deep inside HiGHS stops itself at the deadline (HiGHS's interrupt
 callback) and the stage raises :class:`~mdp_core.errors.StageTimeout` (a ``TimeoutError``: Prefect
 records TimedOut); :func:`mdp_core.control.request_stop` (SIGTERM, UI Cancel) raises
-:class:`~mdp_core.errors.Interrupted`. Either way the private directory is deleted: nothing is written.
+:class:`~mdp_core.errors.Interrupted`. When Prefect's own timeout of the task (the same ``timeout_seconds``)
+lands first, it is turned into the same :class:`~mdp_core.errors.StageTimeout`, so the record names the
+stage. Either way the private directory is deleted: nothing is written. Large solves run in a killable
+child process (:mod:`mdp_core.isolate`), so the stop takes seconds even inside HiGHS's presolve.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prefect import get_run_logger
@@ -25,7 +31,7 @@ from prefect.context import FlowRunContext, TaskRunContext
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core import control
-from mdp_core.errors import Interrupted, MdpError
+from mdp_core.errors import Interrupted, MdpError, StageTimeout
 from tasks.cache import stage_key
 from tasks.progress import Heartbeat, note
 
@@ -56,6 +62,9 @@ def stage_timeout() -> float | None:
 
 
 def logger():
+    forwarder = sys.modules.get("tasks.dask_logs")  # on a Dask worker whose lines go to a remote terminal
+    if forwarder is not None:
+        forwarder.reattach()
     try:
         return get_run_logger()
     except Exception:  # called through .fn outside a run (tests)
@@ -85,6 +94,7 @@ def run_stage(
                 f"{stage}: upstream artifact {name} ({ref.path}) is missing or corrupt; run again to recompute it"
             )
     t0 = time.perf_counter()
+    token = control.current()
     try:
         with (
             s.writer(stage, key, force=force) as w,
@@ -102,6 +112,15 @@ def run_stage(
     except Interrupted as exc:
         logger().error("%s; nothing was written", exc)
         raise
+    except asyncio.CancelledError as exc:  # Prefect's own task timeout, raised into this thread at the deadline
+        limit = stage_timeout()
+        if limit is None or time.perf_counter() - t0 < limit - 1.0:
+            raise
+        reason = f"{stage} exceeded its timeout of {limit:g} s"
+        last = token.latest()
+        err = StageTimeout(f"{stage} stopped: {reason}" + (f"; last: {last}" if last else ""), stage, reason, last)
+        logger().error("%s; nothing was written", err)
+        raise err from exc  # a TimeoutError: Prefect records TimedOut, with this message naming the stage
     assert w.ref is not None
     logger().info("%s: computed in %.2fs -> %s", stage, time.perf_counter() - t0, w.ref.path)
     return w.ref
@@ -151,3 +170,18 @@ class Throttled:
         if speak:
             self.last = now
             self.log.info("%s: %s", self.prefix, line)
+
+
+@contextlib.contextmanager
+def dask_logs_in_terminal(address: str | None, stream: Any = None) -> Iterator[None]:
+    """While the block runs, print on ``stream`` (default stderr) the log lines that Prefect task runs
+    write on the Dask workers of the scheduler at ``address`` (:mod:`tasks.dask_logs`): a remote
+    cluster, whose workers' terminals are not this one. ``None``: nothing to do (a local cluster's
+    workers inherit this terminal)."""
+    if not address:
+        yield
+        return
+    from tasks.dask_logs import forwarded_task_logs  # imports distributed: only for a Dask task runner
+
+    with forwarded_task_logs(address, stream if stream is not None else sys.stderr):
+        yield

@@ -6,6 +6,11 @@ point Benders at its scheduler address, the way a user points a solve at a remot
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -79,3 +84,129 @@ def test_benders_bit_identical_on_every_backend(dask_cluster):
         np.testing.assert_array_equal(sol.z, ref.z, err_msg=name)
         assert sol.objective == ref.objective
         assert sol.lower_bound == ref.lower_bound
+
+
+class _KillsAWorker(DaskExecutor):
+    """A DaskExecutor whose third ``solve`` call kill -9s one worker process while its requests run."""
+
+    def __init__(self, scheduler: str, victim: int) -> None:
+        super().__init__(scheduler)
+        self.victim, self.calls = victim, 0
+
+    def solve(self, requests):
+        self.calls += 1
+        if self.calls == 3:
+            threading.Timer(0.2, os.kill, args=(self.victim, signal.SIGKILL)).start()
+        return super().solve(requests)
+
+
+@pytest.mark.slow
+def test_a_solve_survives_losing_one_of_two_workers():
+    """Colgen's pricing on a 2-worker cluster; one worker is killed (kill -9) in the middle of the third
+    pricing round: its actor is rebuilt on the other worker, its past requests replayed, and the
+    result is bit-identical to the serial solve."""
+    distributed = pytest.importorskip("distributed")
+    inst = grid(20, 25, 200, 10.0, 2.0, seed=1)
+    ref = solve(inst, "colgen", executor="serial")
+    assert ref.iterations >= 4  # pricing rounds after the kill
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        pids = client.run(os.getpid)
+        ex = _KillsAWorker(cluster.scheduler_address, victim=min(pids.values()))
+        sol = solve(inst, "colgen", executor=ex)
+    assert ex.calls > 3 and ex.rebuilt >= 1
+    np.testing.assert_array_equal(sol.z, ref.z)
+    assert sol.objective == ref.objective and sol.lower_bound == ref.lower_bound
+
+
+def _benders_on_the_cluster(address: str) -> float:
+    return solve(
+        grid(6, 8, 20, 10.0, 2.0, seed=1), "benders", n_subsets=3, executor="dask", scheduler=address
+    ).objective
+
+
+@pytest.mark.slow
+@pytest.mark.flow
+def test_dask_task_runner_and_dask_executor_share_one_single_thread_cluster(prefect_server):
+    """The flow's Dask task runner and ``executor = "dask"`` on ONE cluster of single-threaded workers:
+    two tasks hold both threads while their Benders subproblems need actors on the same workers. The
+    executor secedes while it waits, so both complete (before: a deadlock)."""
+    distributed = pytest.importorskip("distributed")
+    from prefect import flow, task
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect_dask import DaskTaskRunner
+
+    want = solve(grid(6, 8, 20, 10.0, 2.0, seed=1), "benders", n_subsets=3).objective
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        solve_task = task(_benders_on_the_cluster, name="benders-on-the-cluster")
+
+        @flow(task_runner=DaskTaskRunner(address=address))
+        def both() -> list[float]:
+            futures = [solve_task.submit(address), solve_task.submit(address)]
+            return [f.result() for f in futures]
+
+        t0 = time.monotonic()
+        with temporary_settings(updates={PREFECT_API_URL: prefect_server["url"]}):
+            got = both()
+        assert time.monotonic() - t0 < 60.0
+    assert got == [want, want]
+
+
+REMOTE_RUN = """
+store = "{store}"
+[dataset]
+kind = "grid"
+params = {{ rows = 4, cols = 5, n_outputs = 8, seed = 1 }}
+[privacy]
+epsilon = 10.0
+eta = 2.0
+[solve]
+method = "lp"
+[release]
+n_individuals = 100
+[evaluate]
+baselines = ["exp"]
+eps_factors = [1.0, 2.0]
+[run]
+task_runner = "dask"
+dask_address = "{address}"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.flow
+def test_the_log_lines_of_a_remote_clusters_workers_reach_the_run_terminal(prefect_server, tmp_path):
+    """``mdp-release run`` with ``[run] dask_address`` of a cluster that is not its child (started here,
+    its workers print to this process): the evaluate-point task runs' lines appear in the run's
+    stderr, forwarded through the scheduler (tasks.common.dask_logs_in_terminal)."""
+    distributed = pytest.importorskip("distributed")
+    import subprocess
+    import sys
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        cfg = tmp_path / "remote.toml"
+        cfg.write_text(REMOTE_RUN.format(store=tmp_path / "st", address=c.scheduler_address))
+        env = os.environ | {
+            "PREFECT_API_URL": prefect_server["url"],
+            "PREFECT_HOME": str(prefect_server["home"]),
+            "MDP_RELEASE_HOME": str(tmp_path),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "MPLBACKEND": "Agg",
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    forwarded = [
+        ln for ln in proc.stderr.splitlines() if "Task run 'evaluate-point" in ln and "evaluate: solving" in ln
+    ]
+    assert len(forwarded) >= 3, proc.stderr[-3000:]  # exp at eps, lp and exp at 2 eps
