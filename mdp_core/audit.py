@@ -58,6 +58,7 @@ from typing import Any
 
 from mdp_core.errors import MdpError, PrivacyError
 from mdp_core.files import file_sha256, write_json
+from mdp_core.methods import GapOptions
 from mdp_core.result import BOUND_TOLERANCE, gap_closed
 
 # Step 2 imports numpy, pandas and pyarrow (mdp_core.io, mdp_core.verify) when it runs, not here: a
@@ -166,7 +167,7 @@ CLAIM_KEYS = frozenset(
 )
 PRIOR_SOURCES = frozenset({"dataset", "uniform", "dp", "file"})
 MICRODATA_SOURCES = frozenset({"file", "simulated"})
-DEFAULT_GAP = (0.0, 1e-6)  # mdp_core.solve.DEFAULT_GAP: (gap_abs, gap_rel) when solve.json records none
+DEFAULT_GAP = (GapOptions.gap_abs, GapOptions.gap_rel)  # the declared gap, when solve.json records none
 EXACT = 1e-12  # relative: the same number written twice (a copy, or the same computation on the same bytes)
 RECOMPUTED = 1e-9  # relative: a figure recomputed from the released files (sums in another order)
 TINY = 1e-14  # absolute floor for certificate evidence near 0 (max_abs_violation, max_row_sum_error)

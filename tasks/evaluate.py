@@ -23,6 +23,7 @@ from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import MdpError
+from mdp_core.solver_options import MAX_MIX
 from tasks.common import Throttled, instance_of, logger, output_zones, run_stage
 from tasks.progress import note
 
@@ -47,7 +48,7 @@ def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None,
             inst,
             method,
             SolverOptions(**params.get("solver", {})),
-            max_mix=float(params.get("max_mix", 1e-2)),
+            max_mix=float(params.get("max_mix", MAX_MIX)),
             progress=Throttled(f"evaluate[{method} eps={inst.epsilon:g}]"),
             **args,
         )
@@ -80,7 +81,7 @@ def point_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
             "factor": float(f),
             "released": m == released,
             "solver": params.get("solver", {}),
-            "max_mix": float(params.get("max_mix", 1e-2)),
+            "max_mix": float(params.get("max_mix", MAX_MIX)),
             "method_args": params.get("method_args", {}) if m == released else {},
         }
         for m, f in pairs
@@ -96,7 +97,7 @@ def _point(inst, spec: dict[str, Any], labels: np.ndarray | None, step: str = ""
         "method": spec["method"] if spec.get("released") else None,
         "method_args": spec.get("method_args", {}),
         "solver": spec.get("solver", {}),
-        "max_mix": spec.get("max_mix", 1e-2),
+        "max_mix": spec.get("max_mix", MAX_MIX),
     }
     sol = _solve(scaled, spec["method"], solve_params, labels, step)
     entry = {

@@ -12,6 +12,7 @@ from typing import Any
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.solver_options import MAX_MIX
 from tasks.common import Throttled, instance_of, logger, run_stage, stage_timeout
 from tasks.progress import ProgressArtifact, note, release_key
 
@@ -58,7 +59,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         method,
         SolverOptions(**params.get("solver", {})),
         progress=progress,
-        max_mix=float(params.get("max_mix", 1e-2)),
+        max_mix=float(params.get("max_mix", MAX_MIX)),
         **method_args,
     )
     info = sol.solve_info()
