@@ -87,6 +87,17 @@ def _solver_options(args: argparse.Namespace):
     return SolverOptions(**{s.name: getattr(args, s.name) for s in specs(SolverOptions) if hasattr(args, s.name)})
 
 
+def _check_method_flags(method: str, given: dict) -> None:
+    """InputError naming the flags among ``given`` (option names) that ``method`` does not take."""
+    from mdp_core.methods import REGISTRY
+    from mdp_core.options import specs
+
+    flags = {s.name: s.flag for m in REGISTRY.values() for s in specs(m.options)}
+    unknown = sorted(flags[n] for n in set(given) - {s.name for s in specs(REGISTRY[method].options)})
+    if unknown:
+        raise InputError(f"--method {method} does not take {', '.join(unknown)} (solve --help lists its options)")
+
+
 def _progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
@@ -97,9 +108,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise InputError(f"--out {args.out}: exists and is not a directory")
-    inst = read_instance(args.instance, epsilon=args.epsilon)
-    # only the method options given on the command line (solve() rejects one the method does not take)
+    # only the method options given on the command line; one the method does not take is an error at once
     method_args = {name: getattr(args, name) for name in args.method_options if hasattr(args, name)}
+    _check_method_flags(args.method, method_args)
+    inst = read_instance(args.instance, epsilon=args.epsilon)
     print(
         f"solving {args.instance}: N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}, "
         f"eps={inst.epsilon:g}, method={args.method}",
