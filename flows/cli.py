@@ -111,6 +111,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     # only the method options given on the command line; one the method does not take is an error at once
     method_args = {name: getattr(args, name) for name in args.method_options if hasattr(args, name)}
     _check_method_flags(args.method, method_args)
+    options = _solver_options(args)
     inst = read_instance(args.instance, epsilon=args.epsilon)
     print(
         f"solving {args.instance}: N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}, "
@@ -118,7 +119,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     repair = {"max_mix": args.max_mix} if hasattr(args, "max_mix") else {}
-    sol = solve(inst, args.method, _solver_options(args), progress=_progress, **repair, **method_args)
+    sol = solve(inst, args.method, options, progress=_progress, **repair, **method_args)
     info = write_mechanism(inst, sol.z, args.out, sol.solve_info())
     if sol.trace is not None:
         write_table(Path(args.out) / "trace.parquet", {c: sol.trace[c].to_numpy() for c in sol.trace.columns})

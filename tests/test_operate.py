@@ -403,6 +403,8 @@ def test_server_command_reuses_a_running_server_and_reports_status(prefect_serve
     assert started.returncode == 0 and started.stdout == f"export PREFECT_API_URL={prefect_server['url']}\n"
     status = cli("status")
     assert status.returncode == 0 and prefect_server["url"] in status.stdout
+    second = cli("start", "--port", str(_free_port()))  # would orphan the first: refused, nothing started
+    assert second.returncode == 2 and "already running at " + prefect_server["url"] in second.stderr, second.stderr
     assert cli("stop").returncode == 0
     assert cli("status").returncode == 1
     with urllib.request.urlopen(prefect_server["url"] + "/health", timeout=30) as r:
