@@ -174,8 +174,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--config",
         default=None,
         action="append",
-        help="TOML config (default: the built-in default release); repeat it to run several releases "
-        "as one flow (batch) that shares their common cached stages",
+        help="TOML config (default: the built-in default release; examples in flows/examples/); repeat it to "
+        "run several releases as one flow (batch) that shares their common cached stages",
     )
     p.add_argument(
         "--from-manifest",
