@@ -225,7 +225,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="tiny sizes (about a minute), for tests / CI")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds), for tests / CI")
     p.add_argument("--store", default="artifacts/store", help="artifact store root")
     p.add_argument("--out", default=None, help="also copy the report, tables and PNGs to this folder")
     p.add_argument("--seed", type=int, default=0)
