@@ -87,6 +87,17 @@ def _solver_options(args: argparse.Namespace):
     return SolverOptions(**{s.name: getattr(args, s.name) for s in specs(SolverOptions) if hasattr(args, s.name)})
 
 
+def _check_method_flags(method: str, given: dict) -> None:
+    """InputError naming the flags among ``given`` (option names) that ``method`` does not take."""
+    from mdp_core.methods import REGISTRY
+    from mdp_core.options import specs
+
+    flags = {s.name: s.flag for m in REGISTRY.values() for s in specs(m.options)}
+    unknown = sorted(flags[n] for n in set(given) - {s.name for s in specs(REGISTRY[method].options)})
+    if unknown:
+        raise InputError(f"--method {method} does not take {', '.join(unknown)} (solve --help lists its options)")
+
+
 def _progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
@@ -97,16 +108,18 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise InputError(f"--out {args.out}: exists and is not a directory")
-    inst = read_instance(args.instance, epsilon=args.epsilon)
-    # only the method options given on the command line (solve() rejects one the method does not take)
+    # only the method options given on the command line; one the method does not take is an error at once
     method_args = {name: getattr(args, name) for name in args.method_options if hasattr(args, name)}
+    _check_method_flags(args.method, method_args)
+    options = _solver_options(args)
+    inst = read_instance(args.instance, epsilon=args.epsilon)
     print(
         f"solving {args.instance}: N={inst.n_records}, K={inst.n_outputs}, |E|={inst.n_edges}, "
         f"eps={inst.epsilon:g}, method={args.method}",
         file=sys.stderr,
     )
     repair = {"max_mix": args.max_mix} if hasattr(args, "max_mix") else {}
-    sol = solve(inst, args.method, _solver_options(args), progress=_progress, **repair, **method_args)
+    sol = solve(inst, args.method, options, progress=_progress, **repair, **method_args)
     info = write_mechanism(inst, sol.z, args.out, sol.solve_info())
     if sol.trace is not None:
         write_table(Path(args.out) / "trace.parquet", {c: sol.trace[c].to_numpy() for c in sol.trace.columns})
@@ -212,7 +225,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="tiny sizes (about a minute), for tests / CI")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds), for tests / CI")
     p.add_argument("--store", default="artifacts/store", help="artifact store root")
     p.add_argument("--out", default=None, help="also copy the report, tables and PNGs to this folder")
     p.add_argument("--seed", type=int, default=0)

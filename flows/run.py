@@ -62,6 +62,11 @@ def _save(state: dict[str, Any]) -> None:
 
 def start_server(host: str, port: int, timeout: float = 180.0) -> str:
     url = f"http://{host}:{port}/api"
+    running = saved_server()
+    if running and running != url:  # a second one would orphan it: `server stop` stops only the one it recorded
+        from mdp_core.errors import InputError
+
+        raise InputError(f"a server is already running at {running}: `mdp-release server stop` it first")
     if healthy(url):  # already up (yours, or ours): remember it, but never stop a server we did not start
         if saved_server() != url:
             _save({"api_url": url, "pid": None})
@@ -169,8 +174,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--config",
         default=None,
         action="append",
-        help="TOML config (default: the built-in default release); repeat it to run several releases "
-        "as one flow (batch) that shares their common cached stages",
+        help="TOML config (default: the built-in default release; examples in flows/examples/); repeat it to "
+        "run several releases as one flow (batch) that shares their common cached stages",
     )
     p.add_argument(
         "--from-manifest",

@@ -301,3 +301,18 @@ def test_dataset_params_are_typed_per_kind_in_config_and_run_form():
     assert validate({"config": road.model_dump(mode="json")}, schema) == []
     assert validate({"config": {"dataset": {"kind": "road", "params": {"rows": 3}}}}, schema)
     assert validate({"config": {"dataset": {"kind": "grid", "params": {"rows": "x"}}}}, schema)
+
+
+def test_shipped_example_configs_load_and_are_the_ones_the_readme_runs():
+    """flows/examples/*.toml (package data) are valid configs, and every ``--config X.toml`` the README runs
+    is one of them (a.toml / b.toml: the batch placeholders)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = sorted((root / "flows" / "examples").glob("*.toml"))
+    assert {p.name for p in shipped} >= {"grid-release.toml", "helsinki-release.toml"}
+    for path in shipped:
+        assert load_config(str(path)).name, path
+    named = set(re.findall(r"--config (\S+\.toml)", (root / "README.md").read_text())) - {"a.toml", "b.toml"}
+    assert named == {f"flows/examples/{p.name}" for p in shipped}

@@ -403,6 +403,8 @@ def test_server_command_reuses_a_running_server_and_reports_status(prefect_serve
     assert started.returncode == 0 and started.stdout == f"export PREFECT_API_URL={prefect_server['url']}\n"
     status = cli("status")
     assert status.returncode == 0 and prefect_server["url"] in status.stdout
+    second = cli("start", "--port", str(_free_port()))  # would orphan the first: refused, nothing started
+    assert second.returncode == 2 and "already running at " + prefect_server["url"] in second.stderr, second.stderr
     assert cli("stop").returncode == 0
     assert cli("status").returncode == 1
     with urllib.request.urlopen(prefect_server["url"] + "/health", timeout=30) as r:
@@ -465,18 +467,21 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
     """Every command of README's "Operate it", in order, in a fresh Prefect home with no PREFECT_API_URL:
     ``mdp-release server start --set-profile`` (on a free port, the one change) and then ``serve``,
     the Python ``release_flow.serve`` example, ``deploy``, ``prefect deployment ls``, ``prefect worker
-    start``, ``prefect deployment run`` exactly as written (``release.toml``: a small release in the
-    working directory; ``<release name>``: its name). Long-running ones run in the background until the
-    runs they should make have completed, then get SIGTERM. Then ``server stop`` takes the profile
-    setting back."""
+    start``, ``prefect deployment run`` exactly as written, from the repository root (the shipped
+    ``flows/examples/grid-release.toml``; its store, unset, is ``$MDP_RELEASE_STORE``: a temporary folder).
+    Long-running ones run in the background until the runs they should make have completed, then get
+    SIGTERM. Then ``server stop`` takes the profile setting back."""
     commands, python = _readme_operations()
     assert commands[0] == "mdp-release server start --set-profile", commands
     assert any(c.startswith("prefect worker start") for c in commands), commands
-    work = tmp_path / "work"
-    _write_config(work, "release", "store").rename(work / "release.toml")
-    (work / "release.toml").write_text((work / "release.toml").read_text().replace('"release"', '"ops-readme"', 1))
+    import tomllib
+
+    assert all("release.toml" not in c or "flows/examples/grid-release.toml" in c for c in commands), commands
+    name = tomllib.loads((REPO / "flows/examples/grid-release.toml").read_text())["name"]
+    work, store = REPO, tmp_path / "store"
     home = tmp_path / "prefect-home"
     env = os.environ | QUIET | {"PREFECT_HOME": str(home), "MDP_RELEASE_HOME": str(tmp_path / "mdp-home")}
+    env |= {"MDP_RELEASE_STORE": str(store)}
     env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env |= {"PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
     env |= {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5"}  # for the server `server start` starts
@@ -487,7 +492,6 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
     background: dict[str, subprocess.Popen] = {}
     try:
         for i, command in enumerate(commands):
-            command = command.replace("<release name>", "ops-readme")
             if i == 0:
                 command += f" --port {port}"
             if command.startswith(("mdp-release serve ", "prefect worker start ")):
@@ -499,11 +503,11 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
                 assert proc.stdout == f"export PREFECT_API_URL={url}\n", proc.stdout
                 background["python"] = _start([sys.executable, "-c", python], work, env, tmp_path / "python.log")
             if command.startswith("prefect deployment ls"):
-                assert "ops-readme-releases" in proc.stdout, proc.stdout[-2000:]  # it talks to that server
+                assert f"{name}-releases" in proc.stdout, proc.stdout[-2000:]  # it talks to that server
         server = {"url": url}
         t0, done = time.monotonic(), {}
         while time.monotonic() - t0 < 300 and len(done) < 2:
-            for dep in ("ops-readme-serve", "ops-readme-releases"):
+            for dep in (f"{name}-serve", f"{name}-releases"):
                 runs = _runs_of(server, dep)
                 failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
                 assert not failed, f"{dep}: {failed[0]['state']['message']}"
@@ -511,9 +515,9 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
                     done[dep] = True
             time.sleep(3)
         logs = {p.name: p.read_text(errors="replace")[-2000:] for p in tmp_path.glob("*.log")}
-        assert set(done) == {"ops-readme-serve", "ops-readme-releases"}, logs
+        assert set(done) == {f"{name}-serve", f"{name}-releases"}, logs
         deployments = {d["name"] for d in _api(server, "/deployments/filter", {})}
-        assert {"ops-readme-serve", "ops-readme-releases", "nightly"} <= deployments  # the Python API found it
+        assert {f"{name}-serve", f"{name}-releases", "nightly"} <= deployments  # the Python API found it
     except BaseException:  # stop the server anyway (it runs in a session of its own)
         _run(["bash", "-c", "mdp-release server stop"], work, env, 120)
         raise
@@ -523,8 +527,8 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
     [(i, serve)] = [(i, background[c]) for i, c in enumerate(commands) if c.startswith("mdp-release serve ")]
     serve_log = (tmp_path / f"bg{i}.log").read_text(errors="replace")
     assert serve.returncode == 0 and "never awaited" not in serve_log, serve_log[-2000:]
-    assert not [r for r in _runs_of(server, "ops-readme-serve") if r["state_type"] == "SCHEDULED"]
-    releases = [p for p in (work / "store" / "runs").iterdir() if p.name != "latest"]
+    assert not [r for r in _runs_of(server, f"{name}-serve") if r["state_type"] == "SCHEDULED"]
+    releases = [p for p in (store / "runs").iterdir() if p.name != "latest"]
     assert releases and all((p / "manifest.json").is_file() for p in releases)
     stopped = _run(["bash", "-c", "mdp-release server stop"], work, env, 120)
     assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped"

@@ -119,7 +119,10 @@ def test_cli_method_options_come_from_the_dataclasses(tmp_path, capsys) -> None:
     write_instance(grid(3, 4, n_outputs=5, epsilon=10.0, eta=2.0, seed=0), tmp_path / "inst")
     code = main(["solve", str(tmp_path / "inst"), "--method", "lp", "--rho0", "3", "--out", str(tmp_path / "a")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and "unknown option(s) ['rho0']" in err[-1] and not (tmp_path / "a").exists()
+    assert code == 2 and err == [
+        "mdp-release: error: --method lp does not take --rho0 (solve --help lists its options)"
+    ]
+    assert not (tmp_path / "a").exists()
     code = main(
         [
             "solve",
@@ -133,7 +136,7 @@ def test_cli_method_options_come_from_the_dataclasses(tmp_path, capsys) -> None:
             str(tmp_path / "b"),
         ]
     )
-    assert code == 2 and "['heuristic']" in capsys.readouterr().err
+    assert code == 2 and "does not take --heuristic" in capsys.readouterr().err
     assert (
         main(
             [
