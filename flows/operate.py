@@ -171,9 +171,13 @@ async def drop_scheduled_runs(deployment_id: Any) -> int:
     )
     from prefect.client.schemas.objects import StateType
 
-    deleted = 0
+    deleted, quiet = 0, 0
     async with get_client() as client:
-        while True:
+        # Paused here too (the runner pauses on shutdown, but not when it was stopped during start-up), so
+        # the server's scheduler adds no more; an insertion it had already begun can land after the first
+        # sweep: sweep until two reads a second apart find nothing.
+        await client.pause_deployment(deployment_id)
+        while quiet < 2:
             runs = await client.read_flow_runs(
                 deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
                 flow_run_filter=FlowRunFilter(
@@ -181,11 +185,13 @@ async def drop_scheduled_runs(deployment_id: Any) -> int:
                 ),
                 limit=200,
             )
-            if not runs:
-                return deleted
+            quiet = 0 if runs else quiet + 1
             for run in runs:
                 await client.delete_flow_run(run.id)
                 deleted += 1
+            if quiet < 2:
+                await asyncio.sleep(1.0)
+    return deleted
 
 
 def ensure_pool(name: str, limit: int | None = 1) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -61,15 +62,24 @@ def stage_timeout() -> float | None:
     return float(t) if t else None
 
 
+# Handlers that must stay on a logger although Prefect re-configures logging when a task run starts on a
+# Dask worker: (logger name, handler). ``tasks.dask_logs``' worker plugin registers its forwarder here.
+LOG_FORWARDERS: list[tuple[str, logging.Handler]] = []
+
+
+def reattach_log_forwarders() -> None:
+    """Put every registered forwarding handler back on its logger (a no-op when none is registered)."""
+    for name, handler in LOG_FORWARDERS:
+        lg = logging.getLogger(name)
+        if handler not in lg.handlers:
+            lg.addHandler(handler)
+
+
 def logger():
-    forwarder = sys.modules.get("tasks.dask_logs")  # on a Dask worker whose lines go to a remote terminal
-    if forwarder is not None:
-        forwarder.reattach()
+    reattach_log_forwarders()  # on a Dask worker whose lines go to a remote terminal
     try:
         return get_run_logger()
     except Exception:  # called through .fn outside a run (tests)
-        import logging
-
         return logging.getLogger("mdp_release")
 
 

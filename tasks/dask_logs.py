@@ -6,7 +6,7 @@ worker plugin: a logging handler on ``prefect.task_runs``, level INFO and above)
 topic: each record travels as plain fields (time, level, task run name, message, worker) through the
 scheduler's event stream and is printed here in Prefect's console format. Prefect configures its
 logging again when a task run starts on a worker, removing the handler: every stage task puts it
-back (:func:`reattach`, called by :func:`tasks.common.logger`). The lines are printed, not
+back (:func:`tasks.common.reattach_log_forwarders`, called by :func:`tasks.common.logger`). The lines are printed, not
 logged again, so the UI keeps exactly the copy the worker sent. (Distributed's own
 ``Client.forward_logging`` cannot carry Prefect's records: their UUID fields are not msgpack-serialisable.)
 """
@@ -23,9 +23,10 @@ from typing import Any, TextIO
 import distributed
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from tasks.common import LOG_FORWARDERS, reattach_log_forwarders
+
 TOPIC = "mdp-release-task-logs"
 LOGGER = "prefect.task_runs"
-_ACTIVE: list[logging.Handler] = []  # this worker's forwarding handler(s), while the plugin is registered
 
 
 class _Forward(logging.Handler):
@@ -59,23 +60,13 @@ class TaskLogForwarder(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         self.handler = _Forward(worker)
-        _ACTIVE.append(self.handler)
-        reattach()
+        LOG_FORWARDERS.append((LOGGER, self.handler))
+        reattach_log_forwarders()
 
     def teardown(self, worker: Any) -> None:
         if self.handler is not None:
             logging.getLogger(LOGGER).removeHandler(self.handler)
-            _ACTIVE.remove(self.handler)
-
-
-def reattach() -> None:
-    """Put the forwarding handler back on ``LOGGER``: Prefect configures its logging again when a task
-    run starts on a worker (replacing the logger's handlers), so :func:`tasks.common.logger` calls this
-    in every stage task (a no-op unless the plugin is registered in this process)."""
-    lg = logging.getLogger(LOGGER)
-    for h in _ACTIVE:
-        if h not in lg.handlers:
-            lg.addHandler(h)
+            LOG_FORWARDERS.remove((LOGGER, self.handler))
 
 
 def format_line(fields: dict[str, Any]) -> str:
