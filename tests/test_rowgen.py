@@ -154,3 +154,15 @@ def test_interior_point_stops_at_a_tenth_of_the_requested_gap_and_the_bound_stay
     got = h.getOptionValue("ipm_optimality_tolerance")
     assert (got[1] if isinstance(got, tuple) else got) == pytest.approx(1e-4)
     check_against_lp(inst, gap_rel=1e-3)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hard_instances())
+def test_property_loose_interior_point_bound_is_below_every_certified_mechanism(inst):
+    """gap_rel 1e-3 (interior point at 1e-4) on eps * d up to 30: the bound stays valid."""
+    sol = solve(inst, "rowgen", gap_rel=1e-3)
+    ref = solve(inst, "lp")
+    assert verify(inst, sol.z).passed
+    assert sol.lower_bound is not None
+    best = min(sol.objective, ref.objective)
+    assert sol.lower_bound <= best + slack(best)
