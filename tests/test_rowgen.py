@@ -16,6 +16,7 @@ from mdp_core import auto, rowgen
 from mdp_core.datasets import grid, synthetic
 from mdp_core.datasets.common import from_points
 from mdp_core.errors import InputError
+from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.metrics import euclidean
 from mdp_core.result import Status
@@ -141,3 +142,27 @@ def test_large_eps_d_is_solved_not_broken(eps):
     assert sol.lower_bound is not None
     assert sol.lower_bound <= ref.objective + slack(ref.objective)
     assert abs(sol.objective - ref.objective) <= 1e-8
+
+
+def test_interior_point_stops_at_a_tenth_of_the_requested_gap_and_the_bound_stays_valid():
+    """gap_rel 1e-3: interior point at 1e-4 (HiGHS's default 1e-8 for tight targets); the looser LPs
+    still give a bound below the exact optimum and a certified mechanism within the target."""
+    assert rowgen.ipm_tolerance(1e-3) == pytest.approx(1e-4)
+    assert rowgen.ipm_tolerance(1e-12) == 1e-8 and rowgen.ipm_tolerance(0.5) == 1e-3
+    inst = synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=1)
+    h, *_ = rowgen.new_model(inst, SolverOptions(), rowgen.RowgenOptions(gap_rel=1e-3))
+    got = h.getOptionValue("ipm_optimality_tolerance")
+    assert (got[1] if isinstance(got, tuple) else got) == pytest.approx(1e-4)
+    check_against_lp(inst, gap_rel=1e-3)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hard_instances())
+def test_property_loose_interior_point_bound_is_below_every_certified_mechanism(inst):
+    """gap_rel 1e-3 (interior point at 1e-4) on eps * d up to 30: the bound stays valid."""
+    sol = solve(inst, "rowgen", gap_rel=1e-3)
+    ref = solve(inst, "lp")
+    assert verify(inst, sol.z).passed
+    assert sol.lower_bound is not None
+    best = min(sol.objective, ref.objective)
+    assert sol.lower_bound <= best + slack(best)
