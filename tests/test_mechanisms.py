@@ -163,6 +163,9 @@ def test_property_column_majorant_is_the_path_distance_closure(n, k, eta, eps, s
     want = np.max(z[None, :, :] * np.exp(-eps * dist)[:, :, None], axis=1)
     got = column_majorant(inst, z)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    # blocks of a few (edge, output) entries: the same bytes as one block per sweep
+    np.testing.assert_array_equal(column_majorant(inst, z, chunk=max(k, 3)), got)
+    np.testing.assert_array_equal(column_majorant(inst, z, chunk=1 << 40), got)
     assert verify(inst, got).n_violations == 0  # every ratio holds (rows no longer sum to 1)
 
 
