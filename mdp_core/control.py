@@ -22,6 +22,7 @@ This module imports nothing heavy (no numpy, no highspy).
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import signal
@@ -29,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from mdp_core.errors import Interrupted, StageTimeout
 
@@ -169,6 +170,45 @@ def scope(timeout: float | None = None, label: str = "", token: StopToken | None
         yield token
     finally:
         stack.pop()
+
+
+T = TypeVar("T")
+
+
+class Background(Generic[T]):
+    """``fn()`` computed in a daemon thread under the starting thread's current token (or ``token``):
+    HiGHS runs in it obey that token, :func:`check` and :func:`report` in it see it. Context variables
+    (a Prefect run's logger) are copied. :meth:`result` waits, checking the *waiting* thread's token.
+
+    A daemon thread, so a process that stops does not wait for it (a stopped HiGHS run in it ends at
+    its next interrupt check; numpy work runs to its end unless the process exits)."""
+
+    def __init__(self, fn: Callable[[], T], token: StopToken | None = None, name: str = "mdp-background") -> None:
+        self.token = token if token is not None else current()
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        ctx = contextvars.copy_context()
+
+        def target() -> None:
+            _local.stack = [self.token]
+            try:
+                self._value = ctx.run(fn)
+            except BaseException as exc:  # noqa: BLE001 -- re-raised by result() in the waiting thread
+                self._error = exc
+            finally:
+                self._done.set()
+
+        threading.Thread(target=target, name=name, daemon=True).start()
+
+    def result(self, where: str = "") -> T:
+        """Wait for ``fn``'s value (re-raising its exception); raise :class:`Interrupted` when the waiting
+        thread's token stops first."""
+        while not self._done.wait(POLL):
+            check(where)
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
 
 
 def check(where: str = "") -> None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,7 @@ import scipy.sparse as sp
 
 from mdp_core import control, highs
 from mdp_core import privacy_rows as pr
+from mdp_core.errors import Interrupted
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import smooth_to_mdp
@@ -183,10 +185,31 @@ def new_model(
     return h, rows, c, scale
 
 
+def _closure(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, float]:
+    """The upper bound of one round: the closure of the LP point z (N, K) and its cost."""
+    cz, _ = smooth_to_mdp(instance, np.maximum(z, 0.0))
+    return cz, objective(instance, cz)
+
+
+def _discard(lp: control.Background[highs.LpSolution], token: control.StopToken, why: str) -> None:
+    """Stop a round's LP that is no longer needed and wait for it (it ends at HiGHS's next interrupt
+    check); a stop of the stage itself still raises."""
+    token.request(why)
+    try:
+        lp.result()
+    except Interrupted:
+        control.check("rowgen")
+
+
 def method(
     instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: RowgenOptions
 ) -> RawSolution:
-    """The "rowgen" entry of :data:`mdp_core.solve.METHODS` (module docstring)."""
+    """The "rowgen" entry of :data:`mdp_core.solve.METHODS` (module docstring).
+
+    Rounds overlap on two threads: round r's closure (the upper bound) runs while round r + 1's LP,
+    whose rows depend only on round r's LP point, is already being solved; when the closure closes
+    the gap, that LP is stopped and discarded. The result, the trace and every bound are those of the
+    same rounds run one after the other (only the seconds differ)."""
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit
     n, k = instance.n_records, instance.n_outputs
@@ -194,51 +217,40 @@ def method(
     limit = params.rows_per_round or max(20_000, n * k // 2)
     best_z, best_ub, lb = np.full((n, k), 1.0 / k), np.inf, -np.inf
     trace: list[dict] = []
-    status = Status.ITERATION_LIMIT
-    for it in range(1, params.max_rounds + 1):
-        if deadline - time.perf_counter() <= 0:
-            status = Status.TIME_LIMIT
-            break
+    status = Status.TIME_LIMIT
+
+    def solve_lp(it: int) -> highs.LpSolution:
         highs.set_time_limit(h, deadline - time.perf_counter())
         if params.lp_solver == "ipm":
             highs.clear_solver(h)
-        sol = highs.run_robust(
-            h,
-            RETRIES,
-            want_duals=True,
-            accept=ACCEPT,
-            solver=params.lp_solver,
-            deadline=deadline,
-            what=f"rowgen round {it} LP ({rows.count} rows)",
+        what = f"rowgen round {it} LP ({rows.count} rows)"
+        return highs.run_robust(
+            h, RETRIES, want_duals=True, accept=ACCEPT, solver=params.lp_solver, deadline=deadline, what=what
         )
+
+    it, held = 1, rows.count
+    sol = solve_lp(1) if deadline > time.perf_counter() else None
+    while sol is not None:
         if sol.x.size == 0:
             status = Status.TIME_LIMIT if sol.status in (Status.TIME_LIMIT, Status.INTERRUPTED) else sol.status
             break
         z = sol.x.reshape(n, k)
         lb = max(lb, scale * lower_bound(c, rows, sol.row_dual[n:], k))
-        cz, _ = smooth_to_mdp(instance, np.maximum(z, 0.0))
-        if (ub := objective(instance, cz)) < best_ub:
+        upper = control.Background(partial(_closure, instance, z), name="rowgen-closure")
+        ei, ki = violated(z, rows, params.min_deficit, limit)  # while the closure runs
+        held = rows.count
+        more = ei.size > 0 and it < params.max_rounds and deadline > time.perf_counter()
+        if more:  # round it + 1's LP starts now, beside the closure
+            _add(h, rows, ei, ki, n, k)
+            spec = control.StopToken(parent=control.current())
+            nxt = control.Background(partial(solve_lp, it + 1), token=spec, name="rowgen-lp")
+        cz, ub = upper.result(f"rowgen round {it} closure")
+        if ub < best_ub:
             best_z, best_ub = cz, ub
         closed = gap_closed(best_ub, lb, params.gap_abs, params.gap_rel)
-        ei, ki = (np.zeros(0, np.int64),) * 2 if closed else violated(z, rows, params.min_deficit, limit)
-        trace.append(
-            dict(
-                zip(
-                    TRACE_COLUMNS,
-                    (
-                        it,
-                        lb,
-                        best_ub,
-                        best_ub - lb,
-                        rows.count,
-                        int(ei.size),
-                        round(sol.seconds, 3),
-                        round(time.perf_counter() - t0, 3),
-                    ),
-                    strict=True,
-                )
-            )
-        )
+        added = 0 if closed else int(ei.size)
+        values = (it, lb, best_ub, best_ub - lb, held, added, round(sol.seconds, 3), round(time.perf_counter() - t0, 3))
+        trace.append(dict(zip(TRACE_COLUMNS, values, strict=True)))
         line = control.Progress(
             "rowgen",
             f"round {it}",
@@ -248,15 +260,21 @@ def method(
             gap_rel=params.gap_rel,
             elapsed=time.perf_counter() - t0,
             time_limit=options.time_limit,
-            detail=f"{rows.count} rows (+{ei.size}), LP {sol.seconds:.1f}s{' ' + sol.fallback if sol.fallback else ''}",
+            detail=f"{held} rows (+{added}), LP {sol.seconds:.1f}s{' ' + sol.fallback if sol.fallback else ''}",
         )
         control.report(progress, line)
-        if closed or ei.size == 0:  # no row left worth adding: the bound cannot improve by adding rows
-            status = Status.OPTIMAL if closed else Status.FEASIBLE
+        if closed or not more:  # no row left worth adding: the bound cannot improve by adding rows
+            if more:
+                _discard(nxt, spec, f"round {it} closed the gap")
+            if closed or ei.size == 0:
+                status = Status.OPTIMAL if closed else Status.FEASIBLE
+            else:
+                status = Status.ITERATION_LIMIT if it >= params.max_rounds else Status.TIME_LIMIT
             break
-        _add(h, rows, ei, ki, n, k)
+        sol = nxt.result(f"rowgen round {it + 1} LP")
+        it += 1
     extra = {
-        "rows": rows.count,
+        "rows": held,
         "full_rows": int(rows.active.size),
         "lower_bound": lb,
         "upper_bound": best_ub,
