@@ -228,9 +228,10 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
       entries at their root's scale instead of scaling them down with their own row, which on LP
       points gives a lower cost too.
     * Plain step: M with its rows normalised (s_i >= 1; it breaks an edge only by the factor
-      s_j / s_i, which the next majorant absorbs). Taken when A is singular (a record with no own
-      entry that is no entry's root), when c is not positive, and from the first round whose largest
-      row-sum error |s_i - 1| is not below the previous round's on: from there on this is the plain
+      s_j / s_i, which the next majorant absorbs) and the pinnings forgotten. Taken when the largest
+      row-sum error max |s_i - 1| is not below the previous round's (a Newton step that did not
+      help: on random inputs Newton alone sometimes cycles), when A is singular (a record with no
+      own entry that is no entry's root) or when c is not positive. Only plain steps is the old
       alternation of majorant and normalisation.
 
     Feasibility holds by verification, not by construction: Z is returned only when ``passes``
@@ -244,12 +245,12 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
 
     from mdp_core.verify import passes  # verify imports nothing from here, but keep imports light
 
-    cur = np.asarray(z, dtype=np.float64)
+    z = cur = np.asarray(z, dtype=np.float64)
     n, k = cur.shape
     own = np.arange(n)[:, None]
     cols = np.arange(k)[None, :]
     root = np.broadcast_to(own, cur.shape)  # root[i, k]: the record whose entry (i, k) is pinned to
-    newton, last, out = True, np.inf, cur
+    newton, last, stalls, out = True, np.inf, 0, cur
     for r in range(1, max_rounds + 1):
         m, src = _majorant(instance, cur, roots=newton)
         s = m.sum(axis=1)
@@ -257,9 +258,12 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
         if passes(instance, out):
             return out, r
         err = float(np.max(np.abs(s - 1.0)))
-        newton, last = newton and err < last, err
+        stalls, last = (stalls + 1 if err >= last else 0), err
+        if newton and stalls >= 2:  # stuck: start again from the input, plain steps only
+            newton, cur = False, z
+            continue
         c: np.ndarray | None = None
-        if newton and src is not None:
+        if newton and stalls == 0 and src is not None:
             root = np.where(src != own, src, src[root, cols])
             a = csc_matrix((m.ravel(), (np.repeat(np.arange(n), k), root.ravel())), shape=(n, n))
             try:
