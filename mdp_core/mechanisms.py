@@ -205,6 +205,9 @@ def _majorant(
     return np.where(logz > start, np.exp(logz), z), src  # untouched entries keep their exact value
 
 
+NEWTON_ROUNDS = 10  # smooth_to_mdp's rounds with Newton steps at most, before the plain alternation from the input
+
+
 def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tuple[np.ndarray, int]:
     """Pull a noisy estimate of an mDP mechanism onto the constraint set, keeping it close.
 
@@ -212,31 +215,36 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
     cone (:func:`column_majorant`) and Z row-stochastic. Each round takes the majorant M of the
     current point and returns M with its rows normalised (row i divided by its sum s_i) as soon as
     that passes :func:`mdp_core.verify.passes` (the test of :func:`mdp_core.verify.verify` without
-    the evidence); otherwise it moves to a new point by one of two steps:
+    the evidence); otherwise it moves to a new point by one of two steps.
 
-    * Newton step (default). Every entry of M is either its own (not raised) or pinned to a root
-      entry (r, k) it was raised from: m_ik = m_rk exp(-eps D_ir). ``root`` remembers the pinnings
-      across rounds (an entry pinned earlier and not raised now keeps its root, updated if that root
-      was raised in turn). Scaling every entry by its root's factor c_r keeps every pinned chain
-      exactly as tight as it is, and the rows of M o c[root] sum to (A c)_i, A_ir = sum of row i's
-      entries rooted at r (an N x N sparse matrix, own entries on the diagonal). So the next point is
-      M o c[root] with c solving A c = 1 (sparse LU): rows sum to 1, and it is the fixed point
-      if the pinning structure did not change; where an edge between two different roots' entries
-      breaks, the next majorant re-pins it and the next step solves the new structure. This is
-      Newton's method on the piecewise-linear row-sum equation, converging in a few rounds (4-5 on
-      row generation's LP points against 29-33 for the plain step; bench/README.md). It keeps pinned
-      entries at their root's scale instead of scaling them down with their own row, which on LP
-      points gives a lower cost too.
-    * Plain step: M with its rows normalised (s_i >= 1; it breaks an edge only by the factor
-      s_j / s_i, which the next majorant absorbs) and the pinnings forgotten. Taken when the largest
-      row-sum error max |s_i - 1| is not below the previous round's (a Newton step that did not
-      help: on random inputs Newton alone sometimes cycles), when A is singular (a record with no
-      own entry that is no entry's root) or when c is not positive. Only plain steps is the old
-      alternation of majorant and normalisation.
+    Newton step. Every entry of M is either its own (not raised) or pinned to a root entry (r, k)
+    it was raised from: m_ik = m_rk exp(-eps D_ir) along a chain of tight edges. ``root`` keeps the
+    pinnings across rounds (an entry pinned earlier and not raised now keeps its root, or its root's
+    root if that root was raised in turn). Scaling every entry by its root's factor c_r leaves every
+    chain exactly as tight as it was, and the rows of M o c[root] sum to (A c)_i, where
+    A_ir = sum of row i's entries rooted at r (N x N, sparse, own entries on the diagonal). So the
+    next point is M o c[root] with A c = 1 (sparse LU): its rows sum to 1, and if no edge between
+    entries of different roots breaks under the new factors it is the fixed point itself (the next
+    majorant changes nothing). Where one breaks, the next majorant pins it and the next step solves
+    the new structure: Newton's method on the piecewise-linear equation "rows of the majorant sum
+    to 1". On row generation's LP points it needs 4-5 rounds where the plain alternation needs
+    29-33, and its cost is lower (bench/README.md): pinned entries stay at their root's scale
+    instead of being scaled down with their own row and raised again.
 
-    Feasibility holds by verification, not by construction: Z is returned only when ``passes``
-    accepts it, or unverified after ``max_rounds`` rounds. Meant for Monte Carlo estimates of
-    mechanisms that are mDP in truth, whose violations are sampling noise, and for LP points
+    Plain step: M with its rows normalised and the pinnings forgotten (s_i >= 1; it breaks an edge
+    only by the factor s_j / s_i, which the next majorant absorbs). Taken instead of a Newton step
+    when the largest row-sum error max |s_i - 1| did not fall below the previous round's, when A is
+    singular (a record with no own entry that is no entry's root) or when c is not positive.
+
+    Fallback. After two rounds in a row without a lower row-sum error, or after ``NEWTON_ROUNDS``
+    rounds, it starts again from the input with plain steps only: the former alternation of
+    majorant and normalisation, step for step. So whenever that alternation passes within
+    ``max_rounds - NEWTON_ROUNDS`` rounds, so does this (random, noisy inputs can trap both: a record
+    whose every entry is pinned, with sum > 1, to roots whose rows no longer change).
+
+    Feasibility holds by verification, not by construction: Z is returned when ``passes`` accepts
+    it, or unverified after ``max_rounds`` rounds. Meant for Monte Carlo estimates of mechanisms
+    that are mDP in truth, whose violations are sampling noise, and for LP points
     (:mod:`mdp_core.rowgen`); the result still goes through ``certify``. Deterministic: the same
     input gives the same bytes (single-threaded sparse LU, ties broken by index). Returns (Z, rounds).
     """
@@ -259,7 +267,7 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
             return out, r
         err = float(np.max(np.abs(s - 1.0)))
         stalls, last = (stalls + 1 if err >= last else 0), err
-        if newton and stalls >= 2:  # stuck: start again from the input, plain steps only
+        if newton and (stalls >= 2 or r >= NEWTON_ROUNDS):  # stuck: start again from the input, plain steps only
             newton, cur = False, z
             continue
         c: np.ndarray | None = None
