@@ -205,10 +205,12 @@ def _majorant(
     return np.where(logz > start, np.exp(logz), z), src  # untouched entries keep their exact value
 
 
-NEWTON_ROUNDS = 10  # smooth_to_mdp's rounds with Newton steps at most, before the plain alternation from the input
+NEWTON_ROUNDS = 10  # smooth_to_mdp's default rounds with Newton steps at most
 
 
-def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tuple[np.ndarray, int]:
+def smooth_to_mdp(
+    instance: Instance, z: np.ndarray, max_rounds: int = 50, newton_rounds: int = NEWTON_ROUNDS
+) -> tuple[np.ndarray, int]:
     """Pull a noisy estimate of an mDP mechanism onto the constraint set, keeping it close.
 
     The target is a fixed point Z = majorant(Z) with rows summing to 1: every column in the privacy
@@ -236,11 +238,12 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
     when the largest row-sum error max |s_i - 1| did not fall below the previous round's, when A is
     singular (a record with no own entry that is no entry's root) or when c is not positive.
 
-    Fallback. After two rounds in a row without a lower row-sum error, or after ``NEWTON_ROUNDS``
+    Fallback. After two rounds in a row without a lower row-sum error, or after ``newton_rounds``
     rounds, it starts again from the input with plain steps only: the former alternation of
-    majorant and normalisation, step for step. So whenever that alternation passes within
-    ``max_rounds - NEWTON_ROUNDS`` rounds, so does this (random, noisy inputs can trap both: a record
-    whose every entry is pinned, with sum > 1, to roots whose rows no longer change).
+    majorant and normalisation, step for step (``newton_rounds=0``: that alternation alone). So
+    whenever the alternation passes within ``max_rounds - newton_rounds`` rounds, so does this
+    (random, noisy inputs can trap both: a record whose every entry is pinned, with sum > 1, to
+    roots whose rows no longer change).
 
     Feasibility holds by verification, not by construction: Z is returned when ``passes`` accepts
     it, or unverified after ``max_rounds`` rounds. Meant for Monte Carlo estimates of mechanisms
@@ -258,7 +261,7 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
     own = np.arange(n)[:, None]
     cols = np.arange(k)[None, :]
     root = np.broadcast_to(own, cur.shape)  # root[i, k]: the record whose entry (i, k) is pinned to
-    newton, last, stalls, out = True, np.inf, 0, cur
+    newton, last, stalls, out = newton_rounds > 0, np.inf, 0, cur
     for r in range(1, max_rounds + 1):
         m, src = _majorant(instance, cur, roots=newton)
         s = m.sum(axis=1)
@@ -267,7 +270,7 @@ def smooth_to_mdp(instance: Instance, z: np.ndarray, max_rounds: int = 50) -> tu
             return out, r
         err = float(np.max(np.abs(s - 1.0)))
         stalls, last = (stalls + 1 if err >= last else 0), err
-        if newton and (stalls >= 2 or r >= NEWTON_ROUNDS):  # stuck: start again from the input, plain steps only
+        if newton and (stalls >= 2 or r >= newton_rounds):  # stuck: start again from the input, plain steps only
             newton, cur = False, z
             continue
         c: np.ndarray | None = None

@@ -239,6 +239,8 @@ def test_property_smooth_to_mdp_is_row_stochastic_deterministic_and_converges_wh
     plain, plain_rounds = plain_alternation(inst, z, 50 - NEWTON_ROUNDS)
     if passes(inst, plain):
         assert cert.passed, (plain_rounds, cert.summary())
+    replay, replay_rounds = smooth_to_mdp(inst, z, 50 - NEWTON_ROUNDS, newton_rounds=0)
+    assert replay_rounds == plain_rounds and replay.tobytes() == plain.tobytes()
 
 
 @pytest.mark.parametrize(
