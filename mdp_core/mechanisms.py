@@ -205,7 +205,7 @@ def _majorant(
     return np.where(logz > start, np.exp(logz), z), src  # untouched entries keep their exact value
 
 
-NEWTON_ROUNDS = 10  # smooth_to_mdp's default rounds with Newton steps at most
+NEWTON_ROUNDS = 20  # smooth_to_mdp's default rounds with Newton steps at most
 
 
 def smooth_to_mdp(
