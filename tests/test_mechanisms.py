@@ -12,10 +12,10 @@ from scipy.spatial.distance import cdist
 from mdp_core.datasets import from_points, grid, synthetic
 from mdp_core.errors import InputError
 from mdp_core.instance import Instance
-from mdp_core.mechanisms import exponential, record_output_distances
-from mdp_core.metrics import haversine_km
+from mdp_core.mechanisms import NEWTON_ROUNDS, column_majorant, exponential, record_output_distances, smooth_to_mdp
+from mdp_core.metrics import euclidean, haversine_km
 from mdp_core.solve import solve
-from mdp_core.verify import objective, verify
+from mdp_core.verify import objective, passes, verify
 
 
 def reference_em(eps: float, d: np.ndarray) -> np.ndarray:
@@ -167,6 +167,17 @@ def test_property_column_majorant_is_the_path_distance_closure(n, k, eta, eps, s
     np.testing.assert_array_equal(column_majorant(inst, z, chunk=max(k, 3)), got)
     np.testing.assert_array_equal(column_majorant(inst, z, chunk=1 << 40), got)
     assert verify(inst, got).n_violations == 0  # every ratio holds (rows no longer sum to 1)
+    # with roots: the same bytes, and every entry is its root's entry times exp(-eps D)
+    from mdp_core.mechanisms import _majorant
+
+    same, root = _majorant(inst, z, roots=True)
+    np.testing.assert_array_equal(same, got)
+    assert root is not None
+    cols = np.arange(k)[None, :]
+    raised = got > np.maximum(z, 0.0)
+    np.testing.assert_array_equal(root[~raised], np.broadcast_to(np.arange(n)[:, None], z.shape)[~raised])
+    assert not np.any(raised[root, cols])  # a root's entry was not raised
+    np.testing.assert_allclose(got, got[root, cols] * np.exp(-eps * dist[np.arange(n)[:, None], root]), rtol=1e-12)
 
 
 def test_planar_laplace_reports_feasible_without_a_bound():
@@ -175,3 +186,86 @@ def test_planar_laplace_reports_feasible_without_a_bound():
     assert sol.status == "feasible" and sol.lower_bound is None
     assert sol.extra["computation"].startswith("Monte Carlo estimate")
     assert "status_downgraded" not in sol.extra
+
+
+def plain_alternation(inst: Instance, z: np.ndarray, max_rounds: int) -> tuple[np.ndarray, int]:
+    """The former smooth_to_mdp: column_majorant and row normalisation until ``passes``."""
+    cur = np.asarray(z, dtype=np.float64)
+    for r in range(1, max_rounds + 1):
+        m = column_majorant(inst, cur)
+        cur = m / m.sum(axis=1, keepdims=True)
+        if passes(inst, cur):
+            return cur, r
+    return cur, max_rounds
+
+
+@st.composite
+def noisy_mechanisms(draw) -> tuple[Instance, np.ndarray]:
+    """Random point sets (near-duplicates, eps * eta from 1 to 30) and a mechanism estimate: the
+    exponential mechanism with lognormal noise and zeros (as Monte Carlo estimates have), or each
+    record's cheapest output (row generation's LP point before any privacy row)."""
+    n = draw(st.integers(2, 25))
+    k = draw(st.integers(1, min(6, n)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    pts = rng.random((n, 2))
+    if draw(st.booleans()) and n >= 3:
+        pts[1] = pts[0] + draw(st.sampled_from([1e-6, 1e-4, 1e-2]))
+    eta = draw(st.floats(0.3, 1.5))
+    eps = draw(st.floats(1.0, 30.0)) / eta
+    outs = np.sort(rng.choice(n, size=k, replace=False))
+    inst = from_points(pts, "euclidean", eta, eps, euclidean(pts, pts[outs]), output_record_ids=outs)
+    if draw(st.booleans()):
+        z = np.eye(k)[inst.costs.argmin(axis=1)]
+    else:
+        z = exponential(inst) * rng.lognormal(0.0, draw(st.floats(0.0, 0.5)), (n, k))
+        z[rng.random((n, k)) < draw(st.floats(0.0, 0.2))] = 0.0
+        z[z.sum(axis=1) == 0] = 1.0
+    return inst, z / z.sum(axis=1, keepdims=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(noisy_mechanisms())
+def test_property_smooth_to_mdp_is_row_stochastic_deterministic_and_converges_where_the_alternation_does(case):
+    """Rows sum to 1 and entries are >= 0 whatever happens; the same input gives the same bytes; the
+    result passes verify whenever it is returned early, and whenever the former plain alternation
+    passes within max_rounds - NEWTON_ROUNDS rounds (the fallback replays it step for step)."""
+    inst, z = case
+    out, rounds = smooth_to_mdp(inst, z)
+    assert 1 <= rounds <= 50 and np.all(out >= 0) and np.max(np.abs(out.sum(axis=1) - 1.0)) <= 1e-12
+    again, rounds2 = smooth_to_mdp(inst, z)
+    assert rounds2 == rounds and again.tobytes() == out.tobytes()
+    cert = verify(inst, out)
+    assert cert.passed or rounds == 50, cert.summary()
+    plain, plain_rounds = plain_alternation(inst, z, 50 - NEWTON_ROUNDS)
+    if passes(inst, plain):
+        assert cert.passed, (plain_rounds, cert.summary())
+    replay, replay_rounds = smooth_to_mdp(inst, z, 50 - NEWTON_ROUNDS, newton_rounds=0)
+    assert replay_rounds == plain_rounds and replay.tobytes() == plain.tobytes()
+
+
+@pytest.mark.parametrize(
+    "inst",
+    [
+        synthetic(n_records=120, n_outputs=30, epsilon=10.0, seed=1),
+        synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0),
+        grid(6, 8, n_outputs=20, epsilon=10.0),
+    ],
+    ids=["synthetic120", "synthetic60", "grid6x8"],
+)
+def test_closure_of_an_lp_point_takes_fewer_rounds_and_costs_no_more_than_the_alternation(inst):
+    """Row generation's first LP point without privacy rows (each record's cheapest output): the
+    Newton closure passes verify in fewer rounds than the plain alternation, at no higher cost."""
+    z = np.eye(inst.n_outputs)[inst.costs.argmin(axis=1)]
+    out, rounds = smooth_to_mdp(inst, z)
+    plain, plain_rounds = plain_alternation(inst, z, 50)
+    assert verify(inst, out).passed and passes(inst, plain)
+    assert rounds < plain_rounds
+    assert objective(inst, out) <= objective(inst, plain) * (1 + 1e-12)
+
+
+def test_smooth_to_mdp_returns_a_feasible_mechanism_in_one_round():
+    inst = synthetic(n_records=40, n_outputs=10, epsilon=5.0, seed=4)
+    z = exponential(inst)
+    out, rounds = smooth_to_mdp(inst, z)
+    assert rounds == 1 and verify(inst, out).passed
+    np.testing.assert_allclose(out, z, rtol=1e-14, atol=0)
