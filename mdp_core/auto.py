@@ -27,9 +27,10 @@ cluster, so the choice is deterministic for a given instance and machine setting
   would not fit in this machine's memory: its estimated peak (:func:`memory_estimate`) exceeds
   ``memory_limit`` GB (default: 80 % of this machine's physical memory). The estimate is linear in the
   full LP's privacy rows, from peaks measured here: the full LP 9.7 GB at 5.9 M rows (grid N = 5,000:
-  about 1,650 bytes per row); row generation 3.6 GB at 172 M rows (synthetic N = 2,000) and 1.3 GB at
-  52.7 M rows (Rome N = 1,000): about 25 bytes per row (the E x K masks and edge arrays grow with the
-  full LP, the LPs it solves do not). Colgen is the method whose work splits by output: each worker
+  about 1,650 bytes per row); row generation 1.33 GB at 169 M rows (synthetic N = 2,000, 7.9 bytes per
+  row) and 0.75 GB at 52.5 M rows (Rome N = 1,000, 14.3 bytes per row; 2026-11-24, with the closure's
+  blocked sweeps): at most 16 bytes per row (the E x K masks and edge arrays grow with the full LP, the
+  LPs it solves do not). Colgen is the method whose work splits by output: each worker
   holds the pricing LPs of its outputs, the client only the master. It is picked because it fits, not
   because it was measured faster: no distributed run of this size has been timed (without a cluster,
   or within the budget, the single-machine choice stands).
@@ -57,7 +58,7 @@ CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
     "colgen": (colgen.method, colgen.ColgenOptions),  # only with executor="dask": the distributed path
 }
 
-BYTES_PER_ROW = {"lp": 1650.0, "rowgen": 25.0}  # measured peak memory per full-LP privacy row (docstring)
+BYTES_PER_ROW = {"lp": 1650.0, "rowgen": 16.0}  # measured peak memory per full-LP privacy row (docstring)
 MEMORY_SHARE = 0.8  # of this machine's physical memory: the default budget of one machine
 
 

@@ -23,7 +23,8 @@ Algorithm (one HiGHS model, every record and output; connected components need n
 4. Upper bound: the cost of the *closure* of LP_R's point z: every column raised to its smallest
    majorant in the privacy cone (z'_ik = max_j z_jk e^{-eps D_ij}, D = graph path distance), rows
    renormalised, repeated until the mechanism passes :func:`mdp_core.verify.verify`
-   (:func:`mdp_core.mechanisms.smooth_to_mdp`; 3-6 rounds here). The best closure is returned.
+   (:func:`mdp_core.mechanisms.smooth_to_mdp`, Newton steps: 4-5 sub-rounds here). The best closure
+   is returned. It runs in a second thread beside the next round's LP (see :func:`method`).
 5. Stop when UB - LB is within the requested gap. Otherwise add the violated rows
    z_ak - g_ab z_bk > 0 (g_ab = exp(eps d_ab)) with the largest *deficit* (z_ak / g_ab - z_bk: the
    mass the closure must add to z_bk; rows with e^20 ratios and tiny z_ak cost nothing to repair

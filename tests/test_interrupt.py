@@ -238,3 +238,23 @@ def test_a_flow_run_times_out_or_is_cancelled_within_seconds(prefect_server, tmp
     assert at - seen["cancel_at"] < STOP_WITHIN
     solve_dir = tmp_path / "objects" / "solve"
     assert not solve_dir.exists() or not any(solve_dir.iterdir())
+
+
+def test_background_work_obeys_the_starting_threads_token_and_re_raises_its_errors(long_lp):
+    from mdp_core import highs, lp
+
+    def boom() -> None:
+        raise ValueError("from the thread")
+
+    with pytest.raises(ValueError, match="from the thread"):
+        control.Background(boom).result()
+    model = lp.build_pmo(long_lp.prior[:, None] * long_lp.costs, long_lp.edges, long_lp.distances, long_lp.epsilon)
+    with control.scope(label="solve") as tok:
+        job = control.Background(lambda: highs.solve_model(model, highs.SolverOptions()))
+        threading.Timer(2.0, tok.request, args=("operator pressed stop",)).start()
+        with pytest.raises(Interrupted, match="operator pressed stop"):
+            job.result()  # the waiting thread's token
+    t0 = time.monotonic()
+    with pytest.raises(Interrupted, match="operator pressed stop"):  # the HiGHS run in the thread stopped too
+        job.result()
+    assert time.monotonic() - t0 < STOP_WITHIN

@@ -166,3 +166,34 @@ def test_property_loose_interior_point_bound_is_below_every_certified_mechanism(
     assert sol.lower_bound is not None
     best = min(sol.objective, ref.objective)
     assert sol.lower_bound <= best + slack(best)
+
+
+def test_overlapped_rounds_report_the_rows_of_the_rounds_they_solved():
+    """Round r's closure runs beside round r + 1's LP; a round that closes the gap discards that LP: the
+    trace and ``extra["rows"]`` count only the rows of LPs whose answers were used."""
+    inst = synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0)
+    sol = solve(inst, "rowgen", neighbours=1, rows_per_round=300, gap_rel=1e-6)
+    tr = sol.trace
+    assert sol.status == Status.OPTIMAL and len(tr) >= 3
+    assert list(np.diff(tr.rows)) == list(tr.rows_added[:-1])  # each round holds the last one's rows plus its own
+    assert tr.rows_added.iloc[-1] == 0 and sol.extra["rows"] == tr.rows.iloc[-1]
+
+
+def test_a_stop_during_overlapped_rounds_ends_the_solve_within_seconds():
+    import threading
+    import time
+
+    from mdp_core import control
+    from mdp_core.errors import Interrupted
+
+    inst = synthetic(n_records=150, n_outputs=40, epsilon=10.0, seed=0)
+    timer = threading.Timer(3.0, control.request_stop, args=("operator pressed stop",))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with control.scope(label="solve"), pytest.raises(Interrupted, match="operator pressed stop"):
+            solve(inst, "rowgen", neighbours=1, rows_per_round=500, gap_rel=1e-9)
+    finally:
+        timer.cancel()
+        control.clear_stop()
+    assert time.monotonic() - t0 < 3.0 + 10.0
