@@ -22,7 +22,11 @@ def test_the_memory_estimate_follows_the_measured_bytes_per_row(dense):
     assert auto.memory_estimate("lp", f) == pytest.approx(1650.0 * f["largest_component_rows"] / 1e9)
     # the measurements behind the numbers: rowgen at most 0.75 GB at 52.5 M rows and 1.33 GB at 169 M rows,
     # the full LP 9.7 GB at 5.9 M rows
-    assert 16.0 * 52.5e6 / 1e9 >= 0.75 and 16.0 * 169e6 / 1e9 >= 1.33 and 1650.0 * 5.9e6 / 1e9 == pytest.approx(9.7, rel=0.05)
+    assert (
+        16.0 * 52.5e6 / 1e9 >= 0.75
+        and 16.0 * 169e6 / 1e9 >= 1.33
+        and 1650.0 * 5.9e6 / 1e9 == pytest.approx(9.7, rel=0.05)
+    )
 
 
 def test_auto_goes_to_the_cluster_only_with_one_and_only_when_the_machine_is_too_small(dense):
