@@ -54,7 +54,6 @@ import scipy.sparse as sp
 
 from mdp_core import control, highs
 from mdp_core import privacy_rows as pr
-from mdp_core.errors import Interrupted
 from mdp_core.highs import SolverOptions
 from mdp_core.instance import Instance
 from mdp_core.mechanisms import smooth_to_mdp
@@ -198,7 +197,7 @@ def _discard(lp: control.Background[highs.LpSolution], token: control.StopToken,
     token.request(why)
     try:
         lp.result()
-    except Interrupted:
+    except Exception:  # noqa: BLE001 -- its answer is not needed: only a stop of the stage itself matters
         control.check("rowgen")
 
 
@@ -245,7 +244,12 @@ def method(
             _add(h, rows, ei, ki, n, k)
             spec = control.StopToken(parent=control.current())
             nxt = control.Background(partial(solve_lp, it + 1), token=spec, name="rowgen-lp")
-        cz, ub = upper.result(f"rowgen round {it} closure")
+        try:
+            cz, ub = upper.result(f"rowgen round {it} closure")
+        except BaseException:
+            if more:  # leave no HiGHS run behind in this process
+                spec.request("rowgen stopped")
+            raise
         if ub < best_ub:
             best_z, best_ub = cz, ub
         closed = gap_closed(best_ub, lb, params.gap_abs, params.gap_rel)
@@ -264,7 +268,7 @@ def method(
             detail=f"{held} rows (+{added}), LP {sol.seconds:.1f}s{' ' + sol.fallback if sol.fallback else ''}",
         )
         control.report(progress, line)
-        if closed or not more:  # no row left worth adding: the bound cannot improve by adding rows
+        if closed or not more:  # closed, no row left worth adding, the round limit or the time limit
             if more:
                 _discard(nxt, spec, f"round {it} closed the gap")
             if closed or ei.size == 0:
