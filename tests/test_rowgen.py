@@ -177,6 +177,12 @@ def test_overlapped_rounds_report_the_rows_of_the_rounds_they_solved():
     assert sol.status == Status.OPTIMAL and len(tr) >= 3
     assert list(np.diff(tr.rows)) == list(tr.rows_added[:-1])  # each round holds the last one's rows plus its own
     assert tr.rows_added.iloc[-1] == 0 and sol.extra["rows"] == tr.rows.iloc[-1]
+    # a run stopped after two rounds saw the same two rounds: the LP started beside round 2's closure
+    # and dropped changes nothing
+    two = solve(inst, "rowgen", neighbours=1, rows_per_round=300, gap_rel=1e-6, max_rounds=2)
+    assert two.status == Status.ITERATION_LIMIT and two.extra["rows"] == tr.rows.iloc[1]
+    cols = ["lower_bound", "upper_bound", "rows", "rows_added"]
+    assert two.trace[cols].equals(tr[cols].iloc[:2])
 
 
 def test_a_stop_during_overlapped_rounds_ends_the_solve_within_seconds():
