@@ -54,9 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     from mdp_core.mechanisms import smooth_to_mdp
     from mdp_core.verify import objective, verify
 
-    if a.rome:
-        suite.ROME = Path(a.rome)
-    inst = suite.load(a.instance)
+    inst = suite.load(a.instance, a.rome)
     points = Path(a.points)
     files = sorted(points.glob(f"{a.instance}_r*.npy"), key=lambda p: int(p.stem.rsplit("_r", 1)[1]))
     if not files:
@@ -77,10 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     for f in files:
         z = np.load(f)
         row: dict[str, Any] = {"instance": a.instance, "point": f.name, "N": inst.n_records, "K": inst.n_outputs}
-        for name, kw in (("newton", {}), ("plain", {"newton_rounds": 0})):
-            c = time.process_time()
-            out, rounds = smooth_to_mdp(inst, z, **kw)
-            cpu = time.process_time() - c
+        for name, (out, rounds, cpu) in both(inst, z).items():
             row[name] = {
                 "rounds": rounds,
                 "cpu_seconds": round(cpu, 2),
@@ -91,6 +86,19 @@ def main(argv: list[str] | None = None) -> None:
                 row["same_bytes"] = smooth_to_mdp(inst, z)[0].tobytes() == out.tobytes()
         row["relative_objective_change"] = row["newton"]["objective"] / row["plain"]["objective"] - 1.0
         print(json.dumps(row), flush=True)
+
+
+def both(inst: Any, z: Any) -> dict[str, tuple[Any, int, float]]:
+    """``smooth_to_mdp`` with Newton steps (the default) and without (``newton_rounds=0``, the former
+    alternation): name -> (closure, sub-rounds, CPU seconds)."""
+    from mdp_core.mechanisms import smooth_to_mdp
+
+    got = {}
+    for name, kw in (("newton", {}), ("plain", {"newton_rounds": 0})):
+        c = time.process_time()
+        out, rounds = smooth_to_mdp(inst, z, **kw)
+        got[name] = (out, rounds, time.process_time() - c)
+    return got
 
 
 def random_inputs(kind: str, cases: int) -> None:
@@ -128,10 +136,8 @@ def random_inputs(kind: str, cases: int) -> None:
             z[z.sum(axis=1) == 0] = 1.0
             z /= z.sum(axis=1, keepdims=True)
         got = {}
-        for name, kw in (("newton", {}), ("plain", {"newton_rounds": 0})):
-            c = time.process_time()
-            out, rounds = mech.smooth_to_mdp(inst, z, **kw)
-            got[name] = (bool(passes(inst, out)), rounds, time.process_time() - c, objective(inst, out))
+        for name, (out, rounds, cpu) in both(inst, z).items():
+            got[name] = (bool(passes(inst, out)), rounds, cpu, objective(inst, out))
             res[name].append(got[name])
         if got["newton"][0] and got["plain"][0]:
             rel.append(got["newton"][3] / got["plain"][3] - 1.0)

@@ -65,15 +65,17 @@ INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
 DEFAULT = "grid500,syn500,rome500,text500,romeB300,gridKN300,disc210"
 
 
-def load(name: str):
+def load(name: str, rome: str | Path | None = None):
+    """The instance ``name``; road instances read the Rome tables from ``rome`` (default: :data:`ROME`)."""
     from mdp_core.datasets import registry
 
     _, kind, params = INSTANCES[name]
     params = dict(params)
     if kind == "road":
-        if not ROME.is_dir():
-            raise FileNotFoundError(f"{ROME} is absent")
-        params |= {"nodes": str(ROME / "nodes.csv"), "edges": str(ROME / "edges.csv")}
+        where = Path(rome) if rome else ROME
+        if not where.is_dir():
+            raise FileNotFoundError(f"{where} is absent")
+        params |= {"nodes": str(where / "nodes.csv"), "edges": str(where / "edges.csv")}
     return registry.load(kind, params)
 
 
