@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--time-limit", type=float, default=1800.0)
     ap.add_argument("--ipm-tol", type=float, default=None, help="interior point relative gap tolerance (override)")
     ap.add_argument("--rome", default=None, help="directory of the Rome node/edge tables (default: suite's)")
+    ap.add_argument("--threads", type=int, default=1, help="HiGHS threads (HiPO, with highspy-extras, uses them)")
     ap.add_argument("--options", default="{}", help="further RowgenOptions as JSON, e.g. '{\"neighbours\": 3}'")
     a = ap.parse_args(argv)
 
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
 
     params = rowgen.RowgenOptions(gap_rel=a.gap_rel, **json.loads(a.options))
     c0 = time.process_time()
-    raw = rowgen.method(inst, SolverOptions(time_limit=a.time_limit, threads=1), progress, params)
+    raw = rowgen.method(inst, SolverOptions(time_limit=a.time_limit, threads=a.threads), progress, params)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     obj, tr = objective(inst, raw.z), raw.trace
     lb = raw.lower_bound if raw.lower_bound is not None else float("-inf")
