@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         "edges": int(inst.n_edges),
         "ipm_tol": a.ipm_tol if a.ipm_tol is not None else rowgen.ipm_tolerance(a.gap_rel),
         "options": json.loads(a.options),
+        "threads": a.threads,
         "status": str(raw.status),
         "rounds": len(tr),
         "seconds": round(seconds, 1),
