@@ -31,9 +31,11 @@ cluster, so the choice is deterministic for a given instance and machine setting
   row) and 0.75 GB at 52.5 M rows (Rome N = 1,000, 14.3 bytes per row; 2026-11-24, with the closure's
   blocked sweeps): at most 16 bytes per row (the E x K masks and edge arrays grow with the full LP, the
   LPs it solves do not). Colgen is the method whose work splits by output: each worker
-  holds the pricing LPs of its outputs, the client only the master. It is picked because it fits, not
-  because it was measured faster: no distributed run of this size has been timed (without a cluster,
-  or within the budget, the single-machine choice stands).
+  holds the pricing LPs of its outputs (each with only its generated rows, a few times n of them), the
+  client only the master (n x columns, dense). It is picked because it fits, not because it was
+  measured faster: no distributed run of this size has been timed, and on dense syn1000 its master
+  already takes most of the time (bench/README.md, session 9). Without a cluster, or within the
+  budget, the single-machine choice stands.
 """
 
 from __future__ import annotations

@@ -26,17 +26,23 @@ each tied to one output k,
 
 Its solution gives z_k = sum_j lambda_kj v_kj; a sum of cone members is in C, so the assembled Z
 is feasible up to the master's row tolerance (every v_kj is exactly in C, see :func:`close`).
+Columns are dense (a member of C is positive on its whole component), so the master's size is
+n x (columns): a generated column at lambda = 0 in :data:`PURGE_AFTER` master solves in a row is
+deleted (:meth:`_Component.purge`; the all-ones columns stay, so the master stays feasible).
 
 Pricing for output k with master duals u (n,): m_k = min (c_k - u) . x  s.t.  x in C, 1 . x = 1
-(n variables, 2E' + 1 rows). Rows of edges implied by a path through another record
+(n variables, up to 2E' + 1 rows). Rows of edges implied by a path through another record
 (:func:`implied_edges`, e.g. the 2 km edges of the grid) are left out: the cone is unchanged, and
-leaving a row out could only relax pricing. The column x* is made exactly conic by :func:`close`
-and enters when its reduced cost per unit mass is below -``tol``.
+leaving a row out could only relax pricing. Of the rest each pricing model holds only rows its
+solutions violated (lazily generated, at most n of the most violated per re-solve,
+:class:`PricingWorker`): on the dense syn1000 2,547 of 427,918 rows and 0.1 s, against 1.1 s over
+every row (bench/README.md, session 9). The column x* is made exactly conic by :func:`close` and
+enters when its reduced cost per unit mass is below -``tol``.
 
 The K pricing LPs of every component run through :mod:`mdp_core.executor`, one stateful
 :class:`PricingWorker` per (component, output), built from a :class:`PricingSpec` (the component's
-cone rows, capped mask and decay matrix, shared by its K specs, and the output's cost column). Each
-worker keeps its HiGHS model alive; only its cost vector changes between iterations, so each re-solve
+cone pairs and rows and decay matrix, shared by its K specs, and the output's cost column). Each
+worker keeps its HiGHS model alive; only its cost vector and held rows change, so each re-solve
 warm-starts from its previous basis (dual simplex: its duals are far more accurate for the bound below
 than primal simplex's). Each round solves every unfinished component's master, then sends all their
 pricing requests in one ``solve`` call (duals u, master duals, entry threshold, wall-clock deadline,
@@ -101,9 +107,11 @@ differ from the master's by at most (number of positive lambdas) * 1e-12 * max l
 Costs are divided by max |p_i c_ik| per component before they reach HiGHS; bounds and objectives
 are reported in the instance's cost unit. Connected components are independent (Property 3.1)
 and iterate in lockstep, so every trace row bounds the whole instance; isolated records take
-their cheapest output. Memory: an (n, n) path-distance (decay) matrix per component, and one
-pricing model per output; with worker processes (or Dask workers) every process holding an output of
-a component also holds a copy of that component's decay matrix and cone rows (n = 5,000: 200 MB each).
+their cheapest output. Memory: an (n, n) path-distance (decay) matrix per component, its cone pairs
+(25 bytes per directed pair), and one pricing model per output holding only its generated rows; with
+worker processes (or Dask workers) every process holding an output of a component also holds a copy of
+that component's decay matrix and pairs (n = 5,000 dense: 200 MB and about 270 MB). The master, in the
+calling process, is n x (columns) and dense: on dense instances it is what limits the size (bench/README.md).
 """
 
 from __future__ import annotations
@@ -136,6 +144,9 @@ FLOOR = 1e-13  # smallest column entry relative to the column's maximum (see mod
 MASTER_STRATEGY = PRIMAL_SIMPLEX
 PRICING_STRATEGY = DUAL_SIMPLEX
 SMALL_MATRIX_VALUE = 1e-12  # HiGHS drops |a_ij| below this (default 1e-9 would drop real entries)
+PURGE_AFTER = 5  # master solves at lambda = 0 before a generated column is deleted
+ROWS_PER_SOLVE = 1.0  # rows added per pricing re-solve, at most, times n (the most violated first)
+VIOLATION = 1e-9  # a pricing solution violates a pair's row when x_a / g - x_b > this times max(x)
 PROCESS_MIN_WORK = 5_000_000  # K x pricing rows' nonzeros (all components) before "auto" uses processes
 
 
@@ -233,10 +244,16 @@ class Cone:
     """The pricing rows of one component, shared by its K :class:`PricingSpec` (pickle keeps one copy
     of an object that several specs of a worker group reference)."""
 
-    a: sp.csr_matrix  # (2E', n) balanced cone rows kept in pricing (implied edges left out)
-    capped: np.ndarray  # (2E',) rows whose ratio was capped (multiplier 0 in the Lagrangian bound)
-    p: sp.csr_matrix  # (2E' + 1, n) pricing rows: a, then the sum row
+    pairs: pr.Pairs  # (2E',) directed pairs kept in pricing (implied edges left out), local record ids
     decay: np.ndarray  # (n, n) exp(-eps D') (:func:`close`)
+
+    @property
+    def n(self) -> int:
+        return int(self.decay.shape[0])
+
+    def rows(self, which: np.ndarray) -> sp.csr_matrix:
+        """(len(which), n) balanced cone rows of the pairs ``which``."""
+        return pr.rows(self.pairs, which, np.zeros_like(which), np.arange(self.n, dtype=np.int64), self.n)
 
 
 @dataclass
@@ -279,25 +296,34 @@ class PriceResult:
 
 class PricingWorker:
     """The executor's worker (:mod:`mdp_core.executor`) for one output of one component: a live HiGHS
-    pricing model, warm-started between requests (only its cost vector changes). Requests: a
-    :class:`PriceRequest` -> :class:`PriceResult`; :data:`POLISH` -> (n,) Lagrangian terms (:class:`~mdp_core.privacy_rows.Terms`) from
+    pricing model over lazily generated cone rows, warm-started between requests (only its cost vector
+    changes, and rows are appended). Requests: a :class:`PriceRequest` -> :class:`PriceResult`;
+    :data:`POLISH` -> (n,) Lagrangian terms (:class:`~mdp_core.privacy_rows.Terms`) from
     :func:`basis_duals`; None -> None (its component is not priced this round). Picklable through
-    its arguments; deterministic, so results do not depend on the backend."""
+    its arguments; deterministic, so results do not depend on the backend.
+
+    Rows: the model starts with the sum row alone (row 0); after each solve the pairs the solution
+    violates (:meth:`_violated`) are appended, and it is solved again from its basis, until none is
+    violated. Rows stay for later requests. A relaxation can only lower the
+    pricing optimum, so both bounds stay valid at any point (module docstring); the column is closed
+    into C whatever rows were held."""
 
     def __init__(self, spec: PricingSpec, options: SolverOptions) -> None:
         self.spec = spec
-        cone = spec.cone
-        n, n_priv = cone.p.shape[1], cone.a.shape[0]
+        n = spec.cone.n
         self.idx = np.arange(n)
+        self.held = np.zeros(spec.cone.pairs.size, dtype=bool)
+        self.order = np.zeros(0, dtype=np.int64)  # pair of each model row after the sum row
+        self.rows = sp.csr_matrix((0, n))  # their balanced rows
         self.h = highs.new_highs(options)
         _configure(self.h, PRICING_STRATEGY)
         highs.pass_model(
             self.h,
             LpModel(
                 c=np.zeros(n),
-                a=cone.p.tocsc(),
-                row_lower=np.r_[np.full(n_priv, -np.inf), 1.0],
-                row_upper=np.r_[np.zeros(n_priv), 1.0],
+                a=sp.csc_matrix(np.ones((1, n))),
+                row_lower=np.ones(1),
+                row_upper=np.ones(1),
                 col_lower=np.zeros(n),
                 col_upper=np.full(n, np.inf),
             ),
@@ -312,37 +338,65 @@ class PricingWorker:
             return self.polish()
         return self.price(req)
 
+    def _violated(self, x: np.ndarray) -> np.ndarray:
+        """Pairs not held whose row ``x`` violates (x_a / g_ab - x_b > VIOLATION max x): the
+        ROWS_PER_SOLVE n with the largest deficit, ascending pair order."""
+        p = self.spec.cone.pairs
+        deficit = x[p.a] / p.g - x[p.b]
+        deficit[self.held] = 0.0
+        new = np.flatnonzero(deficit > VIOLATION * x.max())
+        limit = max(1, int(ROWS_PER_SOLVE * self.idx.shape[0]))
+        if new.size > limit:
+            new = np.sort(new[np.argpartition(-deficit[new], limit - 1)[:limit]])
+        return new
+
+    def _terms(self, row_dual: np.ndarray) -> pr.Terms:
+        """A^T lam over the held rows from the model's row duals (sum row first)."""
+        return pr.dual_terms(self.rows, self.spec.cone.pairs.capped[self.order], row_dual[1:])
+
     def price(self, req: PriceRequest) -> PriceResult:
         """m_k = min (c_k - u) . x over the cone's simplex, from the previous basis unless ``cold``."""
         spec, h = self.spec, self.h
         highs.change_costs(h, self.idx, spec.cost - req.u)
         if req.cold:
             highs.clear_solver(h)
-        remaining = req.deadline - time.time()
-        if remaining <= 0:
-            return PriceResult(Status.TIME_LIMIT, np.nan, None, None, 0.0)
-        highs.set_time_limit(h, remaining)
-        ps = _run_robust(h, PRICING_STRATEGY)
-        if ps.status != Status.OPTIMAL:
-            if ps.status in LIMITS:
-                return PriceResult(ps.status, np.nan, None, None, ps.seconds)
-            raise SolverError(f"colgen pricing (output {spec.output}): HiGHS status {ps.describe()}")
-        terms = pr.dual_terms(spec.cone.a, spec.cone.capped, ps.row_dual) if ps.row_dual.size else None
+        seconds = 0.0
+        while True:
+            remaining = req.deadline - time.time()
+            if remaining <= 0:
+                return PriceResult(Status.TIME_LIMIT, np.nan, None, None, seconds)
+            highs.set_time_limit(h, remaining)
+            ps = _run_robust(h, PRICING_STRATEGY)
+            seconds += ps.seconds
+            if ps.status != Status.OPTIMAL:
+                if ps.status in LIMITS:
+                    return PriceResult(ps.status, np.nan, None, None, seconds)
+                raise SolverError(f"colgen pricing (output {spec.output}): HiGHS status {ps.describe()}")
+            new = self._violated(ps.x) if ps.x.size and ps.x.max() > 0 else np.zeros(0, dtype=np.int64)
+            if new.size == 0:
+                break
+            rows = spec.cone.rows(new)
+            self.held[new] = True
+            self.order = np.r_[self.order, new]
+            self.rows = sp.vstack([self.rows, rows]).tocsr()
+            highs.add_rows(h, rows, np.full(new.size, -np.inf), np.zeros(new.size))
+        terms = self._terms(ps.row_dual) if ps.row_dual.size else None
         column = None
         if ps.x.size and ps.x.max() > 0:
             x = close(ps.x, spec.cone.decay)
             if (spec.cost - req.u_master) @ x / x.sum() < -req.threshold:  # improves the master
                 column = x
-        return PriceResult(Status.OPTIMAL, ps.objective, terms, column, ps.seconds)
+        return PriceResult(Status.OPTIMAL, ps.objective, terms, column, seconds)
 
     def polish(self) -> pr.Terms:
         """(n,) A^T lam from the row duals recomputed exactly on the current basis (:func:`basis_duals`;
         HiGHS's own duals when the basis system is singular)."""
-        cone = self.spec.cone
-        y = basis_duals(self.h, cone.p, highs.costs(self.h))
+        n = self.idx.shape[0]
+        p = sp.vstack([sp.csr_matrix(np.ones((1, n))), self.rows]).tocsr()
+        y = basis_duals(self.h, p, highs.costs(self.h))
         if y is None:
             y = highs.row_duals(self.h)
-        return pr.dual_terms(cone.a, cone.capped, y)
+        return self._terms(y)
 
 
 def make_executor(executor: str | Executor, work: int, n_workers: int, scheduler: str | None = None) -> Executor:
@@ -376,6 +430,24 @@ class _Component:
     smooth: bool = True  # price at the smoothed point this iteration (off after a mis-pricing)
     cold_next: bool = False  # solve every pricing LP from scratch this iteration (see colgen)
     cold_checks: int = 0
+    master_ipm: bool = False  # the master is solved by interior point (``master_solver="ipm"``)
+    idle: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (m,) master solves at lambda 0
+
+    def purge(self) -> int:
+        """Delete the columns (not the K all-ones ones) at lambda = 0 in the last :data:`PURGE_AFTER`
+        master solves; returns how many. The current solution keeps every positive lambda, so the
+        master's optimum cannot rise; a column that is needed again prices out again."""
+        m, k = self.cols.shape[1], self.c.shape[1]
+        idle = np.r_[self.idle, np.zeros(m - self.idle.shape[0], dtype=np.int64)]
+        idle[: self.lam.shape[0]] = np.where(self.lam > 0, 0, idle[: self.lam.shape[0]] + 1)
+        drop = np.flatnonzero(idle >= PURGE_AFTER)
+        drop = drop[drop >= k]
+        keep = np.ones(m, dtype=bool)
+        keep[drop] = False
+        highs.delete_cols(self.master, drop)
+        self.cols, self.owner, self.idle = self.cols[:, keep], self.owner[keep], idle[keep]
+        self.lam = self.lam[keep[: self.lam.shape[0]]]
+        return int(drop.size)
 
     def z(self) -> np.ndarray:
         """(n, K) assembled mechanism rows sum_j lambda_kj v_kj."""
@@ -410,7 +482,7 @@ def _new_component(
     paths = capped_path_distances(n, edges, dist, instance.epsilon)
     decay = np.exp(-instance.epsilon * paths)  # row s = seed column v_s (before the floor)
     keep = ~implied_edges(edges, dist, paths, instance.epsilon)
-    a, capped = pr.all_rows(pr.pairs(edges[keep], dist[keep], instance.epsilon), n, 1)  # balanced cone rows
+    pairs = pr.pairs(edges[keep], dist[keep], instance.epsilon)
     cols, owner = seed_columns(c, decay, params.seeds_per_record)
     master = highs.new_highs(options)
     _configure(master, MASTER_STRATEGY)
@@ -427,15 +499,20 @@ def _new_component(
             col_upper=np.full(cols.shape[1], np.inf),
         ),
     )
-    p = sp.vstack([a, sp.csr_matrix(np.ones((1, n)))]).tocsr()
-    return _Component(members, c, scale, w, Cone(a, capped, p, decay), master, cols, owner)
+    return _Component(
+        members, c, scale, w, Cone(pairs, decay), master, cols, owner, master_ipm=params.master_solver == "ipm"
+    )
 
 
-def _run_robust(h: Any, strategy: int) -> LpSolution:
+def _run_robust(h: Any, strategy: int, ipm: bool = False) -> LpSolution:
     """Solve with simplex ``strategy`` from the current basis; on a HiGHS error the other strategy,
-    then both from scratch (:func:`mdp_core.highs.strategy_ladder`)."""
+    then both from scratch (:func:`mdp_core.highs.strategy_ladder`). ``ipm``: the model is set to
+    interior point; on an error simplex cold first (seen once on syn500's master, "unknown")."""
     # master and pricing LPs are feasible and bounded: any other status is a breakdown to retry
-    return highs.run_robust(h, highs.strategy_ladder(strategy) + highs.COLD_NO_PRESOLVE, want_duals=True, accept=SOLVED)
+    ladder = highs.strategy_ladder(strategy) + highs.COLD_NO_PRESOLVE
+    if ipm:
+        return highs.run_robust(h, highs.SWITCH_ALGORITHM + ladder, want_duals=True, accept=SOLVED, solver="ipm")
+    return highs.run_robust(h, ladder, want_duals=True, accept=SOLVED)
 
 
 @dataclass
@@ -464,11 +541,13 @@ def _master(comp: _Component, deadline: float, tol: float, alpha: float, gap_rel
     if deadline - t0 <= 0:
         return _Step(status=Status.TIME_LIMIT)
     highs.set_time_limit(comp.master, deadline - t0)
-    sol = _run_robust(comp.master, MASTER_STRATEGY)
+    sol = _run_robust(comp.master, MASTER_STRATEGY, comp.master_ipm)
     step = _Step(master_s=time.perf_counter() - t0)
     if sol.x.shape[0]:
         comp.lam = np.maximum(sol.x, 0.0)
         comp.upper = float(np.sum(comp.weighted * comp.z()))
+        if sol.status == Status.OPTIMAL:
+            comp.purge()
     if sol.status != Status.OPTIMAL or sol.x.shape[0] == 0:
         if sol.status in LIMITS:
             step.status = sol.status
@@ -641,11 +720,11 @@ def colgen(
         comp.first = len(specs)
         specs += comp.specs()
     run.n_workers = len(specs)
-    work = instance.n_outputs * sum(c.cone.p.nnz for c in run.comps)
+    work = instance.n_outputs * sum(2 * c.cone.pairs.size for c in run.comps)
     run.ex = make_executor(params.executor, work, len(specs), params.scheduler)
     try:
         if specs:
-            highs.start_workers(run.ex, PricingWorker, specs, options, [s.cone.p.nnz for s in specs])
+            highs.start_workers(run.ex, PricingWorker, specs, options, [2 * s.cone.pairs.size for s in specs])
         setup_s = time.perf_counter() - t0
         status, it = Status.OPTIMAL, 0
         while any(not c.done for c in run.comps):
@@ -675,7 +754,7 @@ def colgen(
         "n_components": int(count),
         "largest_component": int(sizes.max()),
         "columns": int(sum(c.cols.shape[1] for c in run.comps)),
-        "pricing_rows": int(sum(c.cone.a.shape[0] for c in run.comps)),
+        "pricing_rows": int(sum(c.cone.pairs.size for c in run.comps)),
         "seeds_per_record": params.seeds_per_record,
         "executor": getattr(run.ex, "name", type(run.ex).__name__),
         "pricing_workers": run.n_workers,

@@ -255,6 +255,13 @@ def add_cols(h: highspy.Highs, cost: np.ndarray, cols: sp.csc_matrix) -> None:
     )
 
 
+def delete_cols(h: highspy.Highs, cols: np.ndarray) -> None:
+    """Delete columns ``cols`` (indices); later columns move down, keeping their order."""
+    cols = np.asarray(cols, dtype=np.int32)
+    if cols.size:
+        h.deleteCols(cols.size, cols)
+
+
 def change_costs(h: highspy.Highs, cols: np.ndarray, cost: np.ndarray | float) -> None:
     cols = np.asarray(cols, dtype=np.int32)
     h.changeColsCost(cols.size, cols, np.broadcast_to(np.asarray(cost, np.float64), cols.shape).copy())
@@ -326,13 +333,18 @@ def run(h: highspy.Highs, want_duals: bool = False, what: str = "") -> LpSolutio
     x = np.zeros(0)
     duals = np.zeros(0)
     objective = float("nan")
+    detail = h.modelStatusToString(model_status)
+    if status == Status.OPTIMAL and info.primal_solution_status != 2:
+        # seen on colgen's warm-started master after columns were deleted: "Optimal" with a primal
+        # point HiGHS itself calls infeasible. No caller can use it: a breakdown, for the retry ladder.
+        status, detail = Status.ERROR, f"{detail} without a feasible primal solution"
     if status in _WITH_SOLUTION and info.primal_solution_status == 2:
         sol = h.getSolution()
         x = np.asarray(sol.col_value, dtype=np.float64)
         if want_duals:
             duals = np.asarray(sol.row_dual, dtype=np.float64)
         objective = float(info.objective_function_value)
-    return LpSolution(status, x, objective, iterations, seconds, duals, detail=h.modelStatusToString(model_status))
+    return LpSolution(status, x, objective, iterations, seconds, duals, detail=detail)
 
 
 @dataclass(frozen=True)
