@@ -304,9 +304,9 @@ class PricingWorker:
 
     Rows: the model starts with the sum row alone (row 0); after each solve the pairs the solution
     violates (:meth:`_violated`) are appended, and it is solved again from its basis, until none is
-    violated. Rows stay for later requests. A relaxation can only lower the
-    pricing optimum, so both bounds stay valid at any point (module docstring); the column is closed
-    into C whatever rows were held."""
+    violated. Rows stay for later requests. A relaxation can only lower the pricing optimum, so both
+    bounds stay valid at any point (module docstring); the column is closed into C whatever rows were
+    held."""
 
     def __init__(self, spec: PricingSpec, options: SolverOptions) -> None:
         self.spec = spec
@@ -433,9 +433,9 @@ class _Component:
     master_ipm: bool = False  # the master is solved by interior point (``master_solver="ipm"``)
     idle: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (m,) master solves at lambda 0
 
-    def purge(self) -> int:
+    def purge(self) -> None:
         """Delete the columns (not the K all-ones ones) at lambda = 0 in the last :data:`PURGE_AFTER`
-        master solves; returns how many. The current solution keeps every positive lambda, so the
+        master solves. The current solution keeps every positive lambda, so the
         master's optimum cannot rise; a column that is needed again prices out again."""
         m, k = self.cols.shape[1], self.c.shape[1]
         idle = np.r_[self.idle, np.zeros(m - self.idle.shape[0], dtype=np.int64)]
@@ -447,7 +447,6 @@ class _Component:
         highs.delete_cols(self.master, drop)
         self.cols, self.owner, self.idle = self.cols[:, keep], self.owner[keep], idle[keep]
         self.lam = self.lam[keep[: self.lam.shape[0]]]
-        return int(drop.size)
 
     def z(self) -> np.ndarray:
         """(n, K) assembled mechanism rows sum_j lambda_kj v_kj."""
