@@ -3,12 +3,18 @@
     python bench/suite.py                                   # the default set (see SETS), 2 methods each
     python bench/suite.py --instances syn500,rome500 --methods rowgen,colgen,lp --time-limit 900
     python bench/suite.py --list                            # instance names and what they are
+    python bench/suite.py --instances syn5000 --methods colgen --cluster 2            # a 2-worker LocalCluster
+    python bench/suite.py --instances syn5000 --methods colgen --scheduler tcp://head:8786   # a real cluster
 
 Prints one JSON line per (instance, method): instance, N, K, edges, rows (full-LP privacy rows),
 method, executor, workers, status, seconds, objective, lower_bound, gap, relative_gap, peak_rss_mb,
-and auto's choice when the method is auto. Each run is a fresh process (so peak RSS is that run's
-own high-water mark, and one run's crash or memory cannot touch another); runs of one instance are
-consecutive, so compare ratios within one invocation: the machines are noisy.
+and auto's choice when the method is auto; with ``--cluster N`` or ``--scheduler ADDRESS`` also the Dask
+workers' count and peak RSS (``worker_peak_rss_mb``, one per worker in address order: on a fresh
+LocalCluster that run's own peaks, on a remote cluster each worker process's peak since it started).
+Each run is a fresh process (so peak RSS is that run's own high-water
+mark, its isolated solve's included but not its cluster's workers, and one run's crash or memory cannot
+touch another); runs of one instance are consecutive, so compare ratios within one invocation: the
+machines are noisy.
 
 Instances come from the project's own exporters (``mdp_core.datasets``); the road ones read
 ``../shared/data/rome_center`` and are skipped (with a JSON line saying so) when it is absent.
@@ -17,12 +23,14 @@ Instances come from the project's own exporters (``mdp_core.datasets``); the roa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,8 @@ INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gridKN300": ("grid 15x20, K = N = 300, eps 10/km", "grid", dict(rows=15, cols=20, n_outputs=300)),
     "syn500": ("synthetic 3-D N(0,1), eta 2, eps 10 (paper)", "synthetic", dict(n_records=500, n_outputs=100)),
     "syn1000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 1000", "synthetic", dict(n_records=1000, n_outputs=100)),
+    "syn2000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 2000", "synthetic", dict(n_records=2000, n_outputs=100)),
+    "syn5000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 5000", "synthetic", dict(n_records=5000, n_outputs=100)),
     "disc210": (
         "disconnected 4-D N(0, 4^2), eta 2, eps 10",
         "synthetic",
@@ -62,6 +72,7 @@ INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
     ),
     "text500": ("GloVe 50-d words, eps * eta = 20", "text", dict(vectors="glove-6b-50d", n_records=500, n_outputs=100)),
 }
+DISTRIBUTED = ("colgen", "benders")  # methods with an executor (--cluster / --scheduler: executor dask)
 DEFAULT = "grid500,syn500,rome500,text500,romeB300,gridKN300,disc210"
 
 
@@ -85,18 +96,52 @@ def _progress(name: str, method: str):
     return lambda line: print(f"[{name} {method} {time.perf_counter() - t0:7.1f}s] {line}", file=sys.stderr, flush=True)
 
 
-def _run(name: str, method: str, args: dict[str, Any], time_limit: float, out: Any) -> None:
-    """Child process: solve once, send one result dict."""
+@contextlib.contextmanager
+def _cluster(workers: int, scheduler: str | None) -> Iterator[str | None]:
+    """The Dask scheduler address of this run: ``scheduler``, or a fresh LocalCluster of ``workers``
+    single-threaded worker processes (stopped afterwards), or None (no cluster)."""
+    if scheduler or not workers:
+        yield scheduler
+        return
+    import distributed
+
+    with distributed.LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit=0
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+def _worker_peaks(address: str) -> list[float]:
+    """Peak RSS (MB) of every worker process of the cluster at ``address``, in address order."""
+    import distributed
+
+    with distributed.Client(address) as client:
+        usage = client.run(resource.getrusage, resource.RUSAGE_SELF)
+    return [round(usage[w].ru_maxrss / 1024, 1) for w in sorted(usage)]
+
+
+def _run(
+    name: str, method: str, args: dict[str, Any], time_limit: float, out: Any, workers: int, scheduler: str | None
+) -> None:
+    """Child process: solve once (on a Dask cluster when ``workers`` or ``scheduler``), send one result dict."""
     from mdp_core.highs import SolverOptions
     from mdp_core.solve import solve
 
     try:
         inst = load(name)
-        t0 = time.perf_counter()
-        sol = solve(inst, method, SolverOptions(time_limit=time_limit), progress=_progress(name, method), **args)
+        with _cluster(workers, scheduler) as address:
+            if address and method in DISTRIBUTED:
+                args = args | {"executor": "dask", "scheduler": address}
+            elif address and method == "auto":
+                args = args | {"scheduler": address}
+            t0 = time.perf_counter()
+            sol = solve(inst, method, SolverOptions(time_limit=time_limit), progress=_progress(name, method), **args)
+            seconds = time.perf_counter() - t0
+            driver_kb = _peak_kb()  # before the cluster's workers end (they would count as children)
+            peaks = _worker_peaks(address) if address else None
         row: dict[str, Any] = {
             "status": str(sol.status),
-            "seconds": round(time.perf_counter() - t0, 2),
+            "seconds": round(seconds, 2),
             "objective": sol.objective,
             "lower_bound": sol.lower_bound,
             "gap": sol.gap,
@@ -107,9 +152,11 @@ def _run(name: str, method: str, args: dict[str, Any], time_limit: float, out: A
         }
         if "auto" in sol.extra:
             row["auto"] = sol.extra["auto"]["method"]
+        if peaks is not None:
+            row |= {"cluster_workers": len(peaks), "worker_peak_rss_mb": peaks}
+        row["peak_rss_mb"] = round(driver_kb / 1024, 1)
     except Exception as e:  # a failed run is a result too
-        row = {"status": "error", "error": f"{type(e).__name__}: {e}"}
-    row["peak_rss_mb"] = round(_peak_kb() / 1024, 1)
+        row = {"status": "error", "error": f"{type(e).__name__}: {e}", "peak_rss_mb": round(_peak_kb() / 1024, 1)}
     out.send(row)
 
 
@@ -135,6 +182,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gap-rel", type=float, default=1e-6)
     ap.add_argument("--subsets", type=int, default=2, help="Benders subsets M")
     ap.add_argument("--executor", default="auto", help="Benders executor: auto, serial, process, dask")
+    ap.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run colgen / benders / auto on a fresh N-worker LocalCluster",
+    )
+    ap.add_argument("--scheduler", help="run colgen / benders / auto on the Dask cluster at this address (tcp://...)")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args(argv)
     if a.list:
@@ -155,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             if method == "benders":
                 args |= {"n_subsets": a.subsets, "executor": a.executor}
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_run, args=(name, method, args, a.time_limit, child))
+            p = ctx.Process(target=_run, args=(name, method, args, a.time_limit, child, a.cluster, a.scheduler))
             p.start()
             child.close()
             try:

@@ -325,9 +325,10 @@ class DaskExecutor:
             self.placed[g] = addr
         else:
             self.placed.append(addr)
-        return self.client.submit(
-            _Group, self.factory, [self.specs[i] for i in self.groups[g]], actor=True, workers=[addr], pure=False
-        )
+        # the specs go straight to their worker, not through the scheduler inside the task graph (at
+        # N = 5,000 dense one group's specs are 450 MB; Dask warns of a "large graph" from a few MB)
+        [specs] = self.client.scatter([[self.specs[i] for i in self.groups[g]]], workers=[addr], hash=False)
+        return self.client.submit(_Group, self.factory, specs, actor=True, workers=[addr], pure=False)
 
     def start(self, factory: Factory, specs: Sequence[Any], weights: Sequence[float] | None = None) -> None:
         self._connect()
