@@ -106,7 +106,7 @@ def _cluster(workers: int, scheduler: str | None) -> Iterator[str | None]:
     import distributed
 
     with distributed.LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit=0
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0
     ) as cluster:
         yield cluster.scheduler_address
 

@@ -311,8 +311,8 @@ class DaskExecutor:
                 raise InputError(f"cannot reach the Dask scheduler {self.scheduler}: {e}") from None
         else:
             n = self.processes or max(1, os.cpu_count() or 1)
-            self.cluster = distributed.LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+            self.cluster = distributed.LocalCluster(  # dashboard on any free port: no clash on 8787
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
             )
             self.client = distributed.Client(self.cluster)
 

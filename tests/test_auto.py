@@ -43,7 +43,7 @@ def test_auto_goes_to_the_cluster_only_with_one_and_only_when_the_machine_is_too
 def test_auto_solves_on_the_cluster_and_agrees_with_one_machine(dense):
     distributed = pytest.importorskip("distributed")
     here = solve(dense, "auto")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
         there = solve(dense, "auto", scheduler=c.scheduler_address, memory_limit=1e-6)
     assert there.extra["auto"]["method"] == "colgen" and there.extra.get("executor") == "dask"
     assert here.extra["auto"]["method"] in ("lp", "rowgen")

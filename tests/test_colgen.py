@@ -269,7 +269,7 @@ def test_dask_executor_is_bit_identical_to_serial():
     distributed = pytest.importorskip("distributed")
     inst = grid(6, 8, 20, 10.0, 2.0, seed=1)
     ref = colgen.colgen(inst, executor="serial")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     try:
         sol = solve(inst, "colgen", executor="dask", scheduler=cluster.scheduler_address)
         got = colgen.colgen(inst, executor="dask", scheduler=cluster.scheduler_address)

@@ -42,7 +42,7 @@ def _requests(ex) -> list[list[tuple[int, int, int]]]:
 @pytest.fixture(scope="module")
 def dask_cluster():
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     try:
         yield cluster
     finally:
@@ -110,7 +110,7 @@ def test_a_solve_survives_losing_one_of_two_workers():
     ref = solve(inst, "colgen", executor="serial")
     assert ref.iterations >= 4  # pricing rounds after the kill
     with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
         distributed.Client(cluster) as client,
     ):
         pids = client.run(os.getpid)
@@ -139,7 +139,7 @@ def test_dask_task_runner_and_dask_executor_share_one_single_thread_cluster(pref
     from prefect_dask import DaskTaskRunner
 
     want = solve(grid(6, 8, 20, 10.0, 2.0, seed=1), "benders", n_subsets=3).objective
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         address = cluster.scheduler_address
         solve_task = task(_benders_on_the_cluster, name="benders-on-the-cluster")
 
@@ -186,7 +186,7 @@ def test_the_log_lines_of_a_remote_clusters_workers_reach_the_run_terminal(prefe
     import subprocess
     import sys
 
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
         cfg = tmp_path / "remote.toml"
         cfg.write_text(REMOTE_RUN.format(store=tmp_path / "st", address=c.scheduler_address))
         env = os.environ | {

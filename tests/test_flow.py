@@ -240,7 +240,7 @@ def test_dask_task_runner_gives_the_serial_release_bytes_and_batch_shares_stages
     serial.write_text(SWEEP.format(store=tmp_path / "s1", epsilon=10.0, runner="thread", workers=1))
     (a,) = _cli(prefect_server, tmp_path, serial)
     # A running Dask cluster (2 worker processes) that the flow reaches through `dask_address`.
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         dask.write_text(
             SWEEP.format(store=tmp_path / "s2", epsilon=10.0, runner="dask", workers=2)
             + f'dask_address = "{cluster.scheduler_address}"\n'
