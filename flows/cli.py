@@ -98,13 +98,25 @@ def _check_method_flags(method: str, given: dict) -> None:
         raise InputError(f"--method {method} does not take {', '.join(unknown)} (solve --help lists its options)")
 
 
+SOLVE_HEARTBEAT = 30.0  # seconds of silence before `solve` says what the solver is doing
+
+
 def _progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
 
+class _StderrLog:
+    """The heartbeat's log: indented lines on stderr, like the progress lines."""
+
+    def info(self, fmt: str, *args: Any) -> None:
+        _progress(fmt % args)
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
+    from mdp_core import control
     from mdp_core.io import read_instance, write_mechanism, write_table
     from mdp_core.solve import solve
+    from tasks.progress import Heartbeat
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise InputError(f"--out {args.out}: exists and is not a directory")
@@ -119,7 +131,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     repair = {"max_mix": args.max_mix} if hasattr(args, "max_mix") else {}
-    sol = solve(inst, args.method, options, progress=_progress, **repair, **method_args)
+    # a long LP reports nothing for minutes: after SOLVE_HEARTBEAT s of silence, say what HiGHS is doing
+    with control.scope(label="solve") as token, Heartbeat("solve", _StderrLog(), SOLVE_HEARTBEAT, token) as beat:
+
+        def progress(line: str) -> None:
+            _progress(line)
+            beat.note(line)
+
+        sol = solve(inst, args.method, options, progress=progress, **repair, **method_args)
     info = write_mechanism(inst, sol.z, args.out, sol.solve_info())
     if sol.trace is not None:
         write_table(Path(args.out) / "trace.parquet", {c: sol.trace[c].to_numpy() for c in sol.trace.columns})

@@ -296,3 +296,17 @@ def test_solve_option_of_another_method_is_one_error_line(solved, tmp_path, caps
     )
     assert code == 2
     one_error(err, "--subsets", "n_subsets must be >= 1 and <= 10000, got 0")
+
+
+def test_solve_heartbeat_says_what_highs_is_doing_during_a_silent_lp(tmp_path, capsys, monkeypatch):
+    """A long LP prints no progress line of its own; after SOLVE_HEARTBEAT s of silence `solve` says what
+    HiGHS is doing (the full LP of a dense instance: seconds of dual simplex, no rounds to report)."""
+    import flows.cli as cli
+
+    monkeypatch.setattr(cli, "SOLVE_HEARTBEAT", 0.2)
+    inst = tmp_path / "inst"
+    assert main([*"export --dataset synthetic --n-records 120 --n-outputs 20 --out".split(), str(inst)]) == 0
+    code, _, err = run(capsys, "solve", str(inst), "--method", "lp", "--out", str(tmp_path / "out"))
+    assert code == 0
+    beats = [ln for ln in err.splitlines() if ln.startswith("  solve: running, ")]
+    assert any("now: lp component 1/1: HiGHS simplex iteration" in ln for ln in beats), err
