@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scheduler", help="run colgen / benders / auto on the Dask cluster at this address (tcp://...)")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args(argv)
+    if a.cluster < 0 or (a.cluster and a.scheduler):
+        ap.error("--cluster takes a worker count >= 1, and not together with --scheduler")
     if a.list:
         for name, (text, kind, params) in INSTANCES.items():
             print(f"{name:10s} {kind:9s} {text}  {params}")

@@ -26,16 +26,20 @@ cluster, so the choice is deterministic for a given instance and machine setting
   when a cluster is configured (``scheduler``, a ``tcp://`` address) *and* the method picked above
   would not fit in this machine's memory: its estimated peak (:func:`memory_estimate`) exceeds
   ``memory_limit`` GB (default: 80 % of this machine's physical memory). The estimate is linear in the
-  full LP's privacy rows, from peaks measured here: the full LP 9.7 GB at 5.9 M rows (grid N = 5,000:
-  about 1,650 bytes per row); row generation 1.33 GB at 169 M rows (synthetic N = 2,000, 7.9 bytes per
-  row) and 0.75 GB at 52.5 M rows (Rome N = 1,000, 14.3 bytes per row; 2026-11-24, with the closure's
-  blocked sweeps): at most 16 bytes per row (the E x K masks and edge arrays grow with the full LP, the
-  LPs it solves do not). Colgen is the method whose work splits by output: each worker
-  holds the pricing LPs of its outputs (each with only its generated rows, a few times n of them), the
-  client only the master (n x columns, dense). It is picked because it fits, not because it was
-  measured faster: no distributed run of this size has been timed, and on dense syn1000 its master
-  already takes most of the time (bench/README.md, session 9). Without a cluster, or within the
-  budget, the single-machine choice stands.
+  full LP's privacy rows (:data:`MEMORY_MODEL`), a line above every peak measured here: the full LP
+  9.7 GB at 5.9 M rows (grid N = 5,000: about 1,650 bytes per row); row generation 0.75 GB at 52.5 M
+  rows (Rome N = 1,000), 1.29-1.33 GB at 169 M (synthetic N = 2,000) and 3.2 GB at 1,065 M
+  (synthetic N = 5,000, session 10), so 0.7 GB + 4 bytes per row (it was 16 bytes per row, from the two
+  smaller runs: 17 GB for N = 5,000, which would have sent it to a cluster it does not need). Per row
+  it falls with size: the (2E x K) mask of rows held takes 1 byte a row and the pair arrays 25 bytes a
+  pair (0.25 a row at K = 100), while the LPs it solves grow far more slowly than the full LP. Colgen
+  is the method whose work splits by output: each worker holds the pricing LPs of its outputs (each
+  with only its generated rows, a few times n of them), the client only the master (n x columns,
+  dense). It is picked because it fits, not because it was measured faster: on dense syn1000 its
+  master takes most of the time (gap 0.60 % after 1,200 s on a 2-worker cluster, where rowgen
+  certifies in 306 s), and on dense syn5000 its first master had not finished after 4.5 minutes, with
+  the client at 7.8 GB (bench/README.md, sessions 9 and 10). Without a cluster, or within the budget,
+  the single-machine choice stands.
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
     "colgen": (colgen.method, colgen.ColgenOptions),  # only with executor="dask": the distributed path
 }
 
-BYTES_PER_ROW = {"lp": 1650.0, "rowgen": 16.0}  # measured peak memory per full-LP privacy row (docstring)
+# peak memory: (GB, bytes per full-LP privacy row), an upper line through the peaks measured here (docstring)
+MEMORY_MODEL = {"lp": (0.0, 1650.0), "rowgen": (0.7, 4.0)}
 MEMORY_SHARE = 0.8  # of this machine's physical memory: the default budget of one machine
 
 
@@ -91,11 +96,12 @@ def machine_memory() -> float:
 
 
 def memory_estimate(method: str, f: dict[str, Any]) -> float:
-    """Estimated peak GB of ``method`` ("lp" or "rowgen") on an instance with features ``f``: measured
-    bytes per full-LP privacy row (module docstring) times its rows (the largest component's for lp,
-    which solves one component at a time; all of them for rowgen)."""
+    """Estimated peak GB of ``method`` ("lp" or "rowgen") on an instance with features ``f``:
+    :data:`MEMORY_MODEL`'s GB plus its bytes per full-LP privacy row times the rows (the largest
+    component's for lp, which solves one component at a time; all of them for rowgen)."""
     rows = f["largest_component_rows"] if method == "lp" else 2 * f["n_edges"] * f["n_outputs"]
-    return BYTES_PER_ROW[method] * rows / 1e9
+    fixed, per_row = MEMORY_MODEL[method]
+    return fixed + per_row * rows / 1e9
 
 
 def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str, Any]]:
