@@ -28,7 +28,7 @@ cluster, so the choice is deterministic for a given instance and machine setting
   ``memory_limit`` GB (default: 80 % of this machine's physical memory). The estimate is linear in the
   full LP's privacy rows (:data:`MEMORY_MODEL`), a line above every peak measured here: the full LP
   9.7 GB at 5.9 M rows (grid N = 5,000: about 1,650 bytes per row); row generation 0.75 GB at 52.5 M
-  rows (Rome N = 1,000), 1.29-1.33 GB at 169 M (synthetic N = 2,000) and 3.2 GB at 1,065 M
+  rows (Rome N = 1,000), 1.29-1.33 GB at 169 M (synthetic N = 2,000) and 3.6 GB at 1,065 M
   (synthetic N = 5,000, session 10), so 0.7 GB + 4 bytes per row (it was 16 bytes per row, from the two
   smaller runs: 17 GB for N = 5,000, which would have sent it to a cluster it does not need). Per row
   it falls with size: the (2E x K) mask of rows held takes 1 byte a row and the pair arrays 25 bytes a
