@@ -11,10 +11,9 @@ method, executor, workers, status, seconds, objective, lower_bound, gap, relativ
 and auto's choice when the method is auto; with ``--cluster N`` or ``--scheduler ADDRESS`` also the Dask
 workers' count and peak RSS (``worker_peak_rss_mb``, one per worker in address order: on a fresh
 LocalCluster that run's own peaks, on a remote cluster each worker process's peak since it started).
-Each run is a fresh process (so peak RSS is that run's own high-water
-mark, its isolated solve's included but not its cluster's workers, and one run's crash or memory cannot
-touch another); runs of one instance are consecutive, so compare ratios within one invocation: the
-machines are noisy.
+Each run is a fresh process (so peak RSS is that run's own high-water mark, its isolated solve's included
+but not its cluster's workers, and one run's crash or memory cannot touch another); runs of one instance
+are consecutive, so compare ratios within one invocation: the machines are noisy.
 
 Instances come from the project's own exporters (``mdp_core.datasets``); the road ones read
 ``../shared/data/rome_center`` and are skipped (with a JSON line saying so) when it is absent.
