@@ -56,6 +56,7 @@ _TASKS: dict[str, Any] = {
     "postprocess": postprocess.postprocess,
     "evaluate": evaluate.evaluate,
 }
+SIMULATED_DEFAULT = 10_000  # simulated individuals of a simulated release that does not say how many
 SOLVE_SUMMARY = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
@@ -72,7 +73,7 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
         "export": {"epsilon": cfg.privacy.epsilon},
         "solve": {"method": s.method, "solver": s.solver_settings(), **s.repair_settings(), "method_args": method_args},
         # the release settings; the flow replaces them with release_params (and adds "prior") once the draw is known
-        "postprocess": cfg.release.model_dump(exclude_unset=True),
+        "postprocess": cfg.release.model_dump(mode="json", exclude_unset=True),
         "evaluate": cfg.evaluate.model_dump()
         | {"method": s.method, "method_args": method_args, "solver": s.solver_settings(), **s.repair_settings()},
     }
@@ -80,22 +81,29 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
 
 def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, Any]]:
     """The ``prior`` (when not the dataset's) and ``postprocess`` stages' parameters: the release settings,
-    the draw's public commitment and the secret table's HMAC under the draw (never its hash)."""
-    r = cfg.release
+    the population, the draw's public commitment and the secret table's HMAC under the draw (never its hash),
+    and what the ledger needs (the cap the config asks for, whether the population must have one)."""
+    r, p = cfg.release, cfg.privacy
     secret = {
         "microdata": r.microdata,
-        "table_tag": draw.tag(draw.table),
+        "population": draw.population,
+        "table_tag": draw.tag(draw.version),
         "draw": draw.commitment,
         "max_distance": r.max_distance,
+        "max_total_epsilon": r.max_total_epsilon,
+        "require_cap": r.microdata is not None,  # real people: a population's first release sets its cap
+        "release_key": release_key(cfg),
     }
     out: dict[str, dict[str, Any]] = {
         "postprocess": secret
         | {
-            "n_individuals": r.n_individuals if r.microdata is None else None,
+            "n_individuals": simulated_n(cfg),
             "eps_counts": r.eps_counts,
             "eps_prior": r.eps_prior,
             "prior_source": r.prior_source,
-            "max_total_epsilon": r.max_total_epsilon,
+            "protection_radius": p.protection_radius,
+            "max_stretch": p.max_stretch,
+            "allow_unprotected": p.allow_unprotected,
         }
     }
     if r.prior_source == "file":
@@ -105,6 +113,35 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, An
     elif r.prior_source == "uniform":
         out["prior"] = {"source": "uniform"}
     return out
+
+
+def release_key(cfg: ReleaseFlowConfig) -> str:
+    """What identifies a release of a draw for the budget's early check: the config without the parts that
+    cannot change what is measured (run, name, store, evaluate)."""
+    import hashlib
+    import json
+
+    data = cfg.model_dump(mode="json", exclude={"run", "name", "store", "evaluate"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def simulated_n(cfg: ReleaseFlowConfig) -> int | None:
+    """How many simulated individuals a simulated release draws (None with microdata)."""
+    if cfg.release.microdata is not None:
+        return None
+    return cfg.release.n_individuals if cfg.release.n_individuals is not None else SIMULATED_DEFAULT
+
+
+def planned_spend(cfg: ReleaseFlowConfig, protection: dict[str, Any], epsilon: float, eta: float) -> dict[str, float]:
+    """What the release will charge, by kind, before anything is measured (the early check of the budget)."""
+    radius = cfg.privacy.protection_radius or eta
+    plan = {
+        "perturb": postprocess.mechanism_charge(epsilon, protection, radius),
+        "counts": cfg.release.eps_counts,
+    }
+    if cfg.release.prior_source == "dp":
+        plan["prior"] = cfg.release.eps_prior
+    return plan
 
 
 def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: dict[str, Any]) -> dict[str, Any]:
@@ -254,20 +291,28 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
         return ref
 
-    def secret(table_desc: dict[str, Any]) -> Draw:
+    def secret(population: str, version: str) -> Draw:
         operate_ui.at_stage(run_id, "postprocess (the secret draw)")
-        d = postprocess.secret_draw(store, postprocess.table_id(config.release.microdata, table_desc), new_draw, draw)
+        d = postprocess.secret_draw(store, population, version, new_draw, draw)
         params.update(release_params(config, d))
         return d
 
     ds = run("ingest")
     g = run("graph", dataset=ds)
-    the_draw = secret({}) if config.release.microdata is not None else None
+    protection = read_json(store.path(g, "graph.json"))["protection"]
+    postprocess.check_protection(protection, config.privacy.max_stretch, config.privacy.allow_unprotected)
+    the_draw = None
+    if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
+        population = cast(str, config.release.population)
+        the_draw = secret(population, postprocess.table_version(config.release.microdata))
+        eps = effective_epsilon(config) or float(read_json(store.path(ds, "instance.json"))["epsilon"])
+        eta = float(read_json(store.path(g, "graph.json"))["eta"])
+        postprocess.precheck_release(store, the_draw, params["postprocess"], planned_spend(config, protection, eps, eta))
     prior_ref = run("prior", dataset=ds, graph=g) if config.release.prior_source != "dataset" else None
     part = run("partition", dataset=ds, graph=g)
     inst = run("export", dataset=ds, graph=g, prior=prior_ref)
     if the_draw is None:  # simulated individuals: the table is defined by the instance and n
-        the_draw = secret({"instance": inst.content_hash, "n": config.release.n_individuals})
+        the_draw = secret(*postprocess.simulated_table({"instance": inst.content_hash, "n": simulated_n(config)}))
     else:  # a bad row of the agency's table is an error now, not after the solve
         operate_ui.at_stage(run_id, "postprocess (checking the microdata)")
         postprocess.check_microdata(store, params["postprocess"], inst)
@@ -289,7 +334,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
             for spec in evaluate.point_specs(params["evaluate"])
         ]
         sol = run("solve", instance=inst, partition=part if config.solve.method == "benders" else None)
-        post = run("postprocess", instance=inst, mechanism=sol, partition=part)
+        post = run("postprocess", instance=inst, mechanism=sol, graph=g, partition=part)
         points = [f.result() for f in futures]
     ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post, points=points)
     evaluate.publish_report(str(store.root), ev, key=rname)
@@ -321,5 +366,5 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
     operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
     if config.run.keep_releases is not None:
-        store.prune_releases(config.run.keep_releases)
+        store.prune_releases(config.run.keep_releases, rname)
     return manifest

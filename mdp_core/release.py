@@ -70,15 +70,18 @@ def perturb(z: np.ndarray, record_ids: np.ndarray, rng: np.random.Generator) -> 
 def perturbed_microdata(instance: Instance, output_ids: np.ndarray) -> pd.DataFrame:
     """The table meant to leave the agency: one row per individual with its perturbed output.
 
-    Columns: ``individual`` (0..n-1, in input order), ``output_id`` and, when the instance has
-    output coordinates, those coordinates (``lat, lon`` or ``x0..``) plus ``output_record_id``
-    when outputs are records (and then ``lat, lon`` too if the records have them). Secret record
-    ids are deliberately not included.
+    Columns: ``output_id`` and, when the instance has output coordinates, those coordinates (``lat,
+    lon`` or ``x0..``) plus ``output_record_id`` when outputs are records (and then ``lat, lon`` too
+    if the records have them). Rows are sorted by ``output_id``: every column is a function of the
+    output, so the table is the multiset of outputs and nothing in it -- neither a row's position nor
+    any column -- depends on the input file's order (a table sorted by latitude once leaked it).
+    Secret record ids are deliberately not included.
     """
     out = np.asarray(output_ids, dtype=np.int64)
     if out.ndim != 1 or (out.size and (out.min() < 0 or out.max() >= instance.n_outputs)):
         raise InputError(f"output_ids must be a 1-D array of integers in 0..{instance.n_outputs - 1}")
-    df = pd.DataFrame({"individual": np.arange(out.size, dtype=np.int64), "output_id": out})
+    out = np.sort(out, kind="stable")
+    df = pd.DataFrame({"output_id": out})
     if instance.outputs is not None and "record_id" in instance.outputs:
         rid = instance.outputs["record_id"].to_numpy(dtype=np.int64)[out]
         df["output_record_id"] = rid

@@ -90,7 +90,11 @@ def run_stage(
     params: dict[str, Any],
     upstream: dict[str, ArtifactRef | None],
     compute: Compute,
+    private: bool = False,
 ) -> ArtifactRef:
+    """Run ``compute`` for ``stage`` unless a valid output of its key is stored (module docstring).
+    ``private``: the output is derived from the secret table and stays owner-only (0700 / 0600) in the store
+    until the release stage publishes copies of it."""
     key = stage_key(stage, module, params, upstream)
     s = Store(store)
     force = _refreshing()
@@ -107,7 +111,7 @@ def run_stage(
     token = control.current()
     try:
         with (
-            s.writer(stage, key, force=force) as w,
+            s.writer(stage, key, force=force, private=private) as w,
             control.scope(stage_timeout(), label=stage) as token,  # the solver stops itself at the deadline
             Heartbeat(stage, logger(), token=token),  # a line at least every 5 s
         ):

@@ -1,97 +1,189 @@
 """Stage ``postprocess``: perturb each individual of the secret microdata, and publish DP counts of the
 true data made consistent by CBDP.
 
-params: {"microdata": path | None, "table_tag": hex, "draw": commitment, "max_distance": float | None,
-"n_individuals": int (simulated only), "eps_counts": float, "eps_prior": float, "prior_source": str,
-"max_total_epsilon": float | None, "epsilon": float | None}.
+params: {"microdata": path | None, "population": str, "table_tag": hex, "draw": commitment,
+"max_distance": float | None, "n_individuals": int (simulated only), "eps_counts": float, "eps_prior": float,
+"prior_source": str, "max_total_epsilon": float | None, "require_cap": bool, "protection_radius": float | None}.
+Upstream: the instance, the mechanism, the partition and the graph (its ``protection``: the stretch).
 
 Individuals: the agency's microdata file mapped to records (:mod:`mdp_core.microdata`), or -- without
 one, a demo -- ``n_individuals`` simulated from the prior. Every draw that protects them comes from
 the store's secret draw (:class:`artifacts.private.Draw`, OS entropy; ``params["draw"]`` is only its
-public commitment): each individual's output from its record's row of the verified mechanism, and
-the exact discrete Laplace noise (OpenDP) of the true-data counts per output cell / zone (the total
-is n, public), which is kept in the private store so a re-run reproduces it. The cache key holds the
-table's HMAC under the secret, never its hash. The release's spend is recorded in the private ledger
-(once per distinct released content: a cached or forced re-run of the same release spends nothing) and
-refused above ``max_total_epsilon``.
+public commitment): each individual's output from its record's row of the mechanism, and the exact
+discrete Laplace noise (OpenDP) of the true-data counts per output cell / zone (the total is n, public),
+kept in the private store so a re-run reproduces it. The cache key holds the table's HMAC under the
+secret, never its hash.
 
-Files (all public): microdata.parquet (individual, output_id, output coordinates), aggregates.parquet
-(:data:`mdp_core.postprocess.AGGREGATE_COLUMNS`), release_provenance.json (sha256 of the mechanism and
-instance.json they were drawn from and of the two tables, the guarantee, the ledger, the draw's
-commitment; checked at publication and by ``mdp-release audit``). No true record, true count or
-secret is written outside ``<store>/private/``.
+Order, so that nothing is measured before the budget accepts it:
+  1. the mechanism is certified from its bytes (:func:`mdp_core.verify.verify`, exact tolerance,
+     graph against the metric): a mechanism planted in the store is never drawn from;
+  2. the release's two measurements -- the perturbation (charge key: draw, mechanism sha256) and the
+     counts (charge key: draw, instance, zones, eps_counts) -- are charged to the population's ledger
+     (:meth:`artifacts.private.PrivateStore.charge`, refused above the population's cap);
+  3. only then are the outputs drawn and the counts measured.
+The object is private (0700 / 0600) until the release stage publishes copies.
+
+Files: microdata.parquet (output_id and the output's public coordinates, sorted by output: no row
+order), aggregates.parquet (:data:`mdp_core.postprocess.AGGREGATE_COLUMNS`), release_provenance.json
+(sha256 of the mechanism and instance.json they were drawn from and of the two tables, the population,
+the protection the mDP graph gives, the guarantee, the ledger, the draw's commitment; checked at
+publication and by ``mdp-release audit``). No true record, true count or secret is written outside
+``<store>/private/``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 from prefect import task
 
-from artifacts.private import Draw, PrivateStore
+from artifacts.private import Budget, Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.errors import InputError
+from mdp_core.errors import InputError, PrivacyError
 from tasks.common import instance_of, output_zones, run_stage
 
-PROVENANCE_VERSION = 2
+PROVENANCE_VERSION = 3
+SIMULATED_PREFIX = "simulated-"
 
 
-def table_id(microdata: str | None, simulated: dict[str, Any]) -> str:
-    """The private id of the secret table: sha256 of the microdata file, or of the simulated table's
-    description. Never published (only :meth:`Draw.tag` of it reaches a cache key)."""
-    from mdp_core.files import file_sha256
+def table_version(microdata: str) -> str:
+    """The private id of one version of the secret table: sha256 of the file's bytes (a regular file only:
+    a FIFO or a device is refused before it is opened). Never published (only :meth:`Draw.tag` of it
+    reaches a cache key)."""
+    from mdp_core.microdata import regular_file_sha256
 
-    if microdata is not None:
-        try:
-            return file_sha256(microdata)
-        except OSError as exc:
-            raise InputError(f"microdata file {microdata} is unreadable: {exc.strerror or exc}") from None
-    return hashlib.sha256(json.dumps(["simulated", simulated], sort_keys=True).encode()).hexdigest()
+    return regular_file_sha256(microdata)
 
 
-def secret_draw(store: Store, table: str, new: bool = False, commitment: str | None = None) -> Draw:
-    """The draw protecting ``table``: the one with ``commitment`` (a re-run of a published release), else
-    the table's current draw (made from OS entropy on first use, or anew when ``new``)."""
+def simulated_table(description: dict[str, Any]) -> tuple[str, str]:
+    """(population, version) of a simulated table: its id from the description (instance, n)."""
+    version = hashlib.sha256(json.dumps(["simulated", description], sort_keys=True).encode()).hexdigest()
+    return SIMULATED_PREFIX + version[:16], version
+
+
+def secret_draw(store: Store, population: str, version: str, new: bool = False, commitment: str | None = None) -> Draw:
+    """The draw protecting this version of the population's table: the one with ``commitment`` (a re-run of a
+    published release), else the version's current draw (made from OS entropy on first use, or anew when
+    ``new``). Refuses (LedgerError) when the store's published releases of the population are not all on
+    record in its private ledger (a deleted or rolled-back private part)."""
+    from artifacts.private import published_heads
+
     private = PrivateStore(store.root)
+    private.check_published(population, published_heads(store.root, population))
     if commitment is None:
-        return private.draw(table, new=new)[0]
+        return private.draw(population, version, new=new)[0]
     try:
         draw = private.load(commitment)
     except (KeyError, ValueError) as exc:
         raise InputError(str(exc).strip("'\"")) from None
-    if draw.table != table:
+    if draw.population != population or draw.version != version:
         raise InputError(
-            f"draw {commitment[:12]} belongs to another table: the microdata file changed since that release"
+            f"draw {commitment[:12]} belongs to another version of the table: the microdata file changed since "
+            "that release"
         )
     return draw
 
 
-def _digest(obj: Any) -> str:
+def digest(obj: Any) -> str:
+    """sha256 (64 hex) of the canonical JSON of ``obj``: a charge key or a measurement name."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def kept_measure(private: PrivateStore, draw: Draw, purpose: str):
+def charge_key(kind: str, draw: Draw, *determinants: Any) -> str:
+    """The ledger key of one measurement of the secret table: ``<kind>:<digest>``, where the digest covers
+    everything that determines the measurement's output (the draw -- hence the table version -- and the
+    public inputs). The same key means the same output, kept in the private store: charged once."""
+    return f"{kind}:{digest([kind, draw.commitment, *determinants])}"
+
+
+def kept_measure(private: PrivateStore, draw: Draw, name: str):
     """A ``measure(true, sensitivity, eps)`` for :func:`mdp_core.postprocess.release_counts` that makes the
-    OpenDP measurement once per (draw, purpose, true values, budget) and keeps it in the private store."""
+    OpenDP measurement once per (draw, ``name``) and keeps it in the private store. ``name`` must be the
+    measurement's charge key, charged before this is called."""
     import numpy as np
 
     from mdp_core.noise import Measurement, discrete_laplace
 
     def measure(true: np.ndarray, sensitivity: int, eps: float) -> Measurement:
-        name = _digest([purpose, np.asarray(true).tolist(), sensitivity, eps])
-        stored = private.measurement(draw, name)
+        kept = name.rpartition(":")[2]  # the digest: a hex id, as the private store's file names must be
+        stored = private.measurement(draw, kept)
         if stored is None:
             m = discrete_laplace(true, sensitivity, eps)
             stored = private.keep_measurement(
-                draw, name, {"values": m.values.tolist(), "scale": m.scale, "epsilon": m.epsilon}
+                draw, kept, {"values": m.values.tolist(), "scale": m.scale, "epsilon": m.epsilon}
             )
         return Measurement(
             np.asarray(stored["values"], dtype=np.int64), stored["scale"], sensitivity, stored["epsilon"]
         )
 
     return measure
+
+
+def charge_all(
+    private: PrivateStore, draw: Draw, params: dict[str, Any], charges: dict[str, float]
+) -> tuple[Budget, float]:
+    """Check that all ``charges`` (key -> epsilon) fit the population's cap, then record each; returns the
+    budget after them and what this call added (0 for a re-run: every key already charged). Refused
+    (BudgetRefused) before anything is recorded when they do not fit."""
+    cap, require = params.get("max_total_epsilon"), bool(params.get("require_cap"))
+    budget = private.precheck(draw.population, charges, cap, require)
+    added = 0.0
+    for key, eps in charges.items():
+        detail = {"kind": key.partition(":")[0], "draw": draw.commitment, "release": params.get("release_key")}
+        budget, new = private.charge(draw.population, key, eps, detail, cap, require)
+        added += eps if new else 0.0
+    return budget, added
+
+
+def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dict[str, float]) -> Budget:
+    """The early door: refuse (BudgetRefused) before anything is measured when the release's planned charges
+    (kind -> epsilon: "perturb", "counts", "prior") would exceed the population's cap. A kind this release
+    (same draw, same config: ``params["release_key"]``) has already charged counts 0, so a cached re-run
+    near the cap is not refused; the exact charges are checked again when they are made."""
+    private = PrivateStore(store.root)
+    paid = {
+        (c["detail"].get("kind"), c["detail"].get("release"), c["detail"].get("draw"))
+        for c in private.charges(draw.population)
+    }
+    planned = {
+        f"plan-{kind}:{digest([params.get('release_key'), draw.commitment, kind])}": eps
+        for kind, eps in plan.items()
+        if (kind, params.get("release_key"), draw.commitment) not in paid
+    }
+    return private.precheck(
+        draw.population, planned, params.get("max_total_epsilon"), bool(params.get("require_cap"))
+    )
+
+
+def check_protection(protection: dict[str, Any], max_stretch: float, allow_unprotected: bool) -> None:
+    """Refuse (PrivacyError) a release whose mDP graph leaves records unprotected from each other -- more than
+    one component, or a stretch above ``max_stretch`` -- unless the config says ``allow_unprotected = true``
+    (the officer's summary then names who is unprotected). ``protection``: the graph stage's
+    :meth:`mdp_core.protection.Protection.as_dict`."""
+    n_comp = int(protection["n_components"])
+    stretch = float(protection["stretch"])
+    problems = []
+    if n_comp > 1:
+        sizes = protection.get("component_sizes") or []
+        problems.append(
+            f"the mDP graph has {n_comp} components (sizes {sizes[:6]}{'...' if len(sizes) > 6 else ''}): records "
+            "in different components are not protected from each other"
+        )
+    if stretch > max_stretch:
+        problems.append(
+            f"its stretch (path distance over metric distance, worst pair) is {stretch:.4g} > max_stretch = "
+            f"{max_stretch:g}: the guarantee in the data's metric would be {stretch:.4g} times weaker than epsilon"
+        )
+    if problems and not allow_unprotected:
+        raise PrivacyError(
+            "release refused: "
+            + "; ".join(problems)
+            + ". Raise eta (or choose records closer together: `mdp-release check` suggests an eta that connects "
+            "them), or set [privacy] allow_unprotected = true to release anyway with this stated in the report"
+        )
 
 
 def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 record ids
@@ -101,8 +193,8 @@ def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 reco
     path = params.get("microdata")
     if path is None:
         return release.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals"))
-    if draw.tag(table_id(path, {})) != params["table_tag"]:
-        raise InputError(f"microdata file {path} changed during the run; run again")
+    if draw.tag(table_version(path)) != params["table_tag"]:
+        raise InputError("the microdata file changed during the run; run again")
     limit = params.get("max_distance")
     return microdata.map_individuals(
         microdata.read_microdata(path), inst, inst.eta if limit is None else limit
@@ -118,72 +210,118 @@ def check_microdata(store: Store, params: dict[str, Any], instance: ArtifactRef)
     return int(individuals(params, inst, PrivateStore(store.root).load(params["draw"])).shape[0])
 
 
+def mechanism_charge(epsilon: float, protection: dict[str, Any], radius: float) -> float:
+    """The ledger charge of a perturbation: eps (per unit) x stretch x protection radius (design: the metric
+    guarantee e^(eps stretch d) evaluated at d = the radius the agency protects people within)."""
+    stretch = float(protection["stretch"])
+    if not math.isfinite(stretch) or stretch < 1.0:
+        raise PrivacyError(f"the mDP graph's stretch {stretch!r} is not a finite number >= 1")
+    return float(epsilon) * stretch * float(radius)
+
+
+def guarantee(inst, protection: dict[str, Any], radius: float, additive: float, with_prior: bool) -> dict[str, Any]:
+    """The provenance's ``guarantee`` block: the statement in the data's own metric (every pair of records in
+    one component of the mDP graph; the records of other components are named in ``protection``)."""
+    stretch = float(protection["stretch"])
+    metric_eps = inst.epsilon * stretch
+    unit = inst.distance_unit
+    cross = (
+        ""
+        if protection.get("connected", protection.get("n_components", 1) == 1)
+        else f" Records in different components of the mDP graph ({protection['n_components']} components) are NOT "
+        "protected from each other: the release may reveal which component an individual is in."
+    )
+    return {
+        "epsilon_per_unit": inst.epsilon,
+        "stretch": stretch,
+        "metric_epsilon_per_unit": metric_eps,
+        "protection_radius": float(radius),
+        "additive_epsilon": additive,
+        "distance_unit": unit,
+        "statement": (
+            f"For any individual and any two locations r, r' (records of the instance) they could hold, at distance "
+            f"d(r, r') in {unit} in the data's own metric, the probability of every possible release (microdata, "
+            f"counts{', prior' if with_prior else ''}) changes by at most a factor exp({metric_eps:g} * d(r, r') + "
+            f"{additive:g}): the mechanism is {inst.epsilon:g}-mDP along the mDP graph (certified), the graph's "
+            f"stretch (path distance over metric distance, Bordenabe et al. 2014) is {stretch:.6g}, and the counts"
+            f"{' and prior' if with_prior else ''} are {additive:g}-DP when one individual moves, composed "
+            "sequentially (Dwork and Roth 2014, Thm 3.16). Individuals are the neighbours: one person's location "
+            "changes, the number of people n is public." + cross
+        ),
+    }
+
+
+def _certified(inst, z) -> None:
+    """Certify the mechanism from the bytes about to be drawn from (exact tolerance, graph vs metric)."""
+    from mdp_core.verify import verify
+
+    cert = verify(inst, z)
+    if not cert.passed:
+        raise PrivacyError(
+            "the mechanism stored for this release fails its mDP certificate at the moment of drawing "
+            f"({cert.n_violations} violation(s), max row-sum error {cert.max_row_sum_error:.3g}); nothing is drawn"
+        )
+
+
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
 
     from mdp_core import audit, release
     from mdp_core import postprocess as pp
-    from mdp_core.io import read_mechanism, read_table, write_frame, write_json
+    from mdp_core.io import read_json, read_mechanism, read_table, write_frame, write_json
     from mdp_core.microdata import cell_of_record
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
+    _certified(inst, z)
+    protection = dict(read_json(store.path(upstream["graph"], "graph.json"))["protection"])
+    radius = float(params.get("protection_radius") or inst.eta)
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
     records = individuals(params, inst, draw)
-    # A stream per mechanism: two releases of the same draw through different mechanisms must not share
-    # their uniforms (the pair of inverse-CDF outputs would pin u down and break composition); the same
-    # mechanism and draw give the same outputs, which reveal nothing new.
-    mech_sha = upstream["mechanism"].files["mechanism.parquet"]
-    outputs = release.perturb(z, records, draw.rng(f"perturb:{mech_sha}"))
-    write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
     labels = None
     if upstream.get("partition") is not None:
         labels = read_table(store.path(upstream["partition"], "partition.parquet"), required={"subset": "int64"})[
             "subset"
         ].to_numpy()
     zone = output_zones(inst, labels)
-    cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
     eps_counts = float(params["eps_counts"])
-    table, meas = pp.release_counts(cells, zone, eps_counts, kept_measure(private, draw, "counts"))
+    mech_sha = upstream["mechanism"].files["mechanism.parquet"]
+    inst_sha = upstream["instance"].files["instance.json"]
+    perturb_key = charge_key("perturb", draw, mech_sha, params.get("max_distance"))
+    counts_key = charge_key("counts", draw, inst_sha, zone.tolist(), eps_counts, params.get("max_distance"))
+    mech_eps = mechanism_charge(inst.epsilon, protection, radius)
+    budget, new_spend = charge_all(private, draw, params, {perturb_key: mech_eps, counts_key: eps_counts})
+    # The door is open: draw. A stream per mechanism: two releases of the same draw through different
+    # mechanisms must not share their uniforms (the pair of inverse-CDF outputs would pin u down); they are
+    # two charges, and the same mechanism and draw give the same outputs, which reveal nothing new.
+    outputs = release.perturb(z, records, draw.rng(f"perturb:{mech_sha}"))
+    write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
+    cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
+    table, meas = pp.release_counts(cells, zone, eps_counts, kept_measure(private, draw, counts_key))
     write_frame(w.file("aggregates.parquet"), table)
 
     eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
     additive = eps_counts + eps_prior
-    spend = inst.epsilon * inst.eta + additive
-    # one ledger entry per distinct released content: re-publishing the same bytes (a cached or forced re-run,
-    # or new code that draws the same) reveals nothing new and spends nothing
-    from mdp_core.files import file_sha256
-
-    release_id = _digest(
-        [draw.commitment, *(file_sha256(w.file(f)) for f in ("microdata.parquet", "aggregates.parquet"))]
-    )
-    ledger = private.spend(
-        draw.table,
-        release_id,
-        {
-            "epsilon": spend,
-            "mechanism_epsilon": inst.epsilon,
-            "eta": inst.eta,
-            "additive_epsilon": additive,
-            "draw": draw.commitment,
-        },
-        params.get("max_total_epsilon"),
-    )
-    source = "simulated" if params.get("microdata") is None else "file"
-    guarantee = {
-        "epsilon_per_unit": inst.epsilon,
-        "additive_epsilon": additive,
-        "distance_unit": inst.distance_unit,
-        "statement": (
-            f"for any individual and any two records r, r' it could hold, the probability of every possible "
-            f"release (microdata, counts{', prior' if eps_prior else ''}) changes by at most a factor "
-            f"exp({inst.epsilon:g} * d(r, r') + {additive:g}), d in {inst.distance_unit} along the mDP graph "
-            "(mDP of the mechanism, Chatzikokolakis et al. 2013, composed sequentially with the eps-DP counts"
-            f"{' and prior' if eps_prior else ''}, Dwork and Roth 2014 Thm 3.14)"
-        ),
+    ledger = {
+        "population": draw.population,
+        "this_release": mech_eps + additive,
+        "new_spend": new_spend,
+        "total_so_far": budget.spent,
+        "max_total_epsilon": budget.cap,
+        "left": budget.left,
+        "ledger_seq": budget.seq,
+        "ledger_head": budget.head,
     }
+    source = "simulated" if params.get("microdata") is None else "file"
+    protection |= {
+        "protection_radius": radius,
+        "max_stretch": params.get("max_stretch"),
+        "allow_unprotected": bool(params.get("allow_unprotected")),
+        "max_distance": float(params.get("max_distance") or inst.eta),
+    }
+    promise = guarantee(inst, protection, radius, additive, bool(eps_prior))
     write_json(
         w.file(audit.PROVENANCE),
         audit.provenance(
@@ -195,12 +333,14 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
             version=PROVENANCE_VERSION,
             n_individuals=int(records.shape[0]),
             microdata_source=source,
+            population=draw.population,
             eps_counts=eps_counts,
             counts_sensitivity=int(meas.sensitivity),
             eps_prior=eps_prior,
             prior_source=params["prior_source"],
             draw_commitment=draw.commitment,
-            guarantee=guarantee,
+            protection=protection,
+            guarantee=promise,
             ledger=ledger,
         ),
     )
@@ -209,8 +349,9 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
             "n_individuals": int(records.shape[0]),
             "eps_counts": eps_counts,
             "microdata_source": source,
+            "population": draw.population,
             "ledger": ledger,
-            "guarantee": guarantee,
+            "guarantee": promise,
         }
     )
 
@@ -221,6 +362,7 @@ def postprocess(
     params: dict[str, Any],
     instance: ArtifactRef,
     mechanism: ArtifactRef,
+    graph: ArtifactRef,
     partition: ArtifactRef | None = None,
 ) -> ArtifactRef:
     return run_stage(
@@ -228,6 +370,7 @@ def postprocess(
         __name__,
         store,
         params,
-        {"instance": instance, "mechanism": mechanism, "partition": partition},
+        {"instance": instance, "mechanism": mechanism, "graph": graph, "partition": partition},
         _compute,
+        private=True,
     )

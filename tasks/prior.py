@@ -1,14 +1,17 @@
 """Stage ``prior`` (only when ``[release] prior`` is not "dataset"): the prior the mechanism is optimised for.
 
 params: {"source": "uniform" | "file" | "dp", "file": path, "file_sha256": hex (file), "microdata": path,
-"table_tag": hex, "draw": commitment, "eps_prior": float, "max_distance": float | None (dp)}.
+"population": str, "table_tag": hex, "draw": commitment, "eps_prior": float, "max_distance": float | None,
+"max_total_epsilon": float | None, "require_cap": bool (dp)}.
 
 * ``uniform``: 1 / N;
 * ``file``: a public CSV / Parquet file with a ``prior`` column of N non-negative numbers (record order);
 * ``dp``: a DP histogram of the secret microdata -- exact discrete Laplace noise (OpenDP, L1 sensitivity 2:
   one individual moves) with budget ``eps_prior``, kept in the private store so a re-run reproduces it --
   then max(noisy, 0) + 1 per record, normalised (post-processing). The mechanism, and so the release,
-  depends on it: its ``eps_prior`` joins the release's guarantee and ledger.
+  depends on it: its ``eps_prior`` joins the release's guarantee. It is charged to the population's
+  ledger (key: the draw and the records' dataset, :func:`tasks.postprocess.charge_key`) *before* it is
+  measured, and the object stays private (0700 / 0600) until a release publishes it.
 
 File: prior.parquet (``record_id``, ``prior``; public: a DP output or public data). The export stage puts
 it into the instance it solves.
@@ -24,7 +27,7 @@ from artifacts.private import PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import InputError
 from tasks.common import instance_with_graph, run_stage
-from tasks.postprocess import individuals, kept_measure
+from tasks.postprocess import charge_all, charge_key, individuals, kept_measure
 
 
 def _from_file(path: str, n: int):  # -> (N,) float64
@@ -58,8 +61,11 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     elif source == "dp":
         private = PrivateStore(store.root)
         draw = private.load(params["draw"])
+        eps_prior = float(params["eps_prior"])
+        key = charge_key("prior", draw, upstream["dataset"].content_hash, n, eps_prior, params.get("max_distance"))
+        charge_all(private, draw, params, {key: eps_prior})  # the door: nothing is measured before it
         hist = histogram(individuals(params, inst, draw), n)
-        meas = kept_measure(private, draw, "prior")(hist, MOVE_SENSITIVITY, float(params["eps_prior"]))
+        meas = kept_measure(private, draw, key)(hist, MOVE_SENSITIVITY, eps_prior)
         p = np.maximum(meas.values, 0).astype(np.float64) + 1.0
     else:
         raise InputError(f"unknown prior source {source!r}")
@@ -69,4 +75,5 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
 
 @task(name="prior")
 def prior(store: str, params: dict[str, Any], dataset: ArtifactRef, graph: ArtifactRef) -> ArtifactRef:
-    return run_stage("prior", __name__, store, params, {"dataset": dataset, "graph": graph}, _compute)
+    private = params.get("source") == "dp"  # a DP output: derived from the secret table, owner-only until published
+    return run_stage("prior", __name__, store, params, {"dataset": dataset, "graph": graph}, _compute, private=private)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from mdp_core import release
@@ -52,8 +53,20 @@ def test_release_on_grid_writes_no_secret_ids(tmp_path):
     rec = release.draw_individuals(inst.prior, 500, rng(3))
     out = release.perturb(z, rec, rng(5))
     df = release.perturbed_microdata(inst, out)
-    assert list(df.columns[:3]) == ["individual", "output_id", "output_record_id"]
+    assert list(df.columns[:2]) == ["output_id", "output_record_id"]
     assert {"x0", "x1", "lat", "lon"} <= set(df.columns)
-    assert "record_id" not in df.columns
-    np.testing.assert_array_equal(df.output_record_id, inst.outputs.record_id.to_numpy()[out])
+    assert "record_id" not in df.columns and "individual" not in df.columns
+    np.testing.assert_array_equal(df.output_id, np.sort(out))
+    np.testing.assert_array_equal(df.output_record_id, inst.outputs.record_id.to_numpy()[np.sort(out)])
     df.to_parquet(tmp_path / "microdata.parquet")
+
+
+def test_published_rows_do_not_depend_on_the_input_order():
+    """The released table is the same bytes whatever order the individuals came in (issue 28 item 5): a
+    table sorted by latitude must not leak its order through row positions."""
+    inst = grid(4, 5, n_outputs=6, epsilon=2.0, eta=1.5, seed=0)
+    out = release.perturb(exponential(inst), release.draw_individuals(inst.prior, 300, rng(3)), rng(5))
+    shuffled = rng(7).permutation(out)
+    a, b = release.perturbed_microdata(inst, out), release.perturbed_microdata(inst, shuffled)
+    pd.testing.assert_frame_equal(a, b)
+    assert a.output_id.is_monotonic_increasing
