@@ -165,6 +165,53 @@ def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: 
     return {"privacy": privacy, "solve": solve}
 
 
+def prepare(
+    config: ReleaseFlowConfig,
+    store: Store,
+    params: dict[str, dict[str, Any]],
+    run: Any,
+    note: Any = lambda what: None,
+    new_draw: bool = False,
+    draw: str | None = None,
+) -> tuple[dict[str, ArtifactRef], Draw]:
+    """The stages up to the secret draw, in the order that keeps the door shut until the budget accepts:
+    ingest, graph (its protection checked: :func:`tasks.postprocess.check_protection`), for real people the
+    population's draw for this version of the table (published releases checked against the private
+    ledger) and the early budget check, then prior (a DP prior is charged before it is measured),
+    partition and export; simulated people are drawn once the instance is known. ``run(stage,
+    **upstream)`` runs one stage (the flow: a cached Prefect task; tests: its ``.fn``); ``params`` (from
+    :func:`stage_params`) gains the release's parameters. Returns ({stage: output}, the draw)."""
+
+    def secret(population: str, version: str) -> Draw:
+        note("postprocess (the secret draw)")
+        d = postprocess.secret_draw(store, population, version, new_draw, draw)
+        params.update(release_params(config, d))
+        return d
+
+    refs = {"ingest": run("ingest")}
+    refs["graph"] = g = run("graph", dataset=refs["ingest"])
+    facts = read_json(store.path(g, "graph.json"))
+    protection = facts["protection"]
+    postprocess.check_protection(protection, config.privacy.max_stretch, config.privacy.allow_unprotected)
+    the_draw = None
+    if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
+        the_draw = secret(cast(str, config.release.population), postprocess.table_version(config.release.microdata))
+        eps = effective_epsilon(config) or float(read_json(store.path(refs["ingest"], "instance.json"))["epsilon"])
+        plan = planned_spend(config, protection, eps, float(facts["eta"]))
+        postprocess.precheck_release(store, the_draw, params["postprocess"], plan)
+    if config.release.prior_source != "dataset":
+        refs["prior"] = run("prior", dataset=refs["ingest"], graph=g)
+    refs["partition"] = run("partition", dataset=refs["ingest"], graph=g)
+    refs["export"] = run("export", dataset=refs["ingest"], graph=g, prior=refs.get("prior"))
+    if the_draw is None:  # simulated individuals: the table is defined by the instance and n
+        n = simulated_n(config)
+        the_draw = secret(*postprocess.simulated_table({"instance": refs["export"].content_hash, "n": n}))
+    else:  # a bad row of the agency's table is an error now, not after the solve
+        note("postprocess (checking the microdata)")
+        postprocess.check_microdata(store, params["postprocess"], refs["export"])
+    return refs, the_draw
+
+
 DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release (the flow's default parameter)
 
 
@@ -291,31 +338,11 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
         return ref
 
-    def secret(population: str, version: str) -> Draw:
-        operate_ui.at_stage(run_id, "postprocess (the secret draw)")
-        d = postprocess.secret_draw(store, population, version, new_draw, draw)
-        params.update(release_params(config, d))
-        return d
+    def note(what: str) -> None:
+        operate_ui.at_stage(run_id, what)
 
-    ds = run("ingest")
-    g = run("graph", dataset=ds)
-    protection = read_json(store.path(g, "graph.json"))["protection"]
-    postprocess.check_protection(protection, config.privacy.max_stretch, config.privacy.allow_unprotected)
-    the_draw = None
-    if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
-        population = cast(str, config.release.population)
-        the_draw = secret(population, postprocess.table_version(config.release.microdata))
-        eps = effective_epsilon(config) or float(read_json(store.path(ds, "instance.json"))["epsilon"])
-        eta = float(read_json(store.path(g, "graph.json"))["eta"])
-        postprocess.precheck_release(store, the_draw, params["postprocess"], planned_spend(config, protection, eps, eta))
-    prior_ref = run("prior", dataset=ds, graph=g) if config.release.prior_source != "dataset" else None
-    part = run("partition", dataset=ds, graph=g)
-    inst = run("export", dataset=ds, graph=g, prior=prior_ref)
-    if the_draw is None:  # simulated individuals: the table is defined by the instance and n
-        the_draw = secret(*postprocess.simulated_table({"instance": inst.content_hash, "n": simulated_n(config)}))
-    else:  # a bad row of the agency's table is an error now, not after the solve
-        operate_ui.at_stage(run_id, "postprocess (checking the microdata)")
-        postprocess.check_microdata(store, params["postprocess"], inst)
+    refs, _ = prepare(config, store, params, run, note, new_draw, draw)
+    ds, g, part, inst = refs["ingest"], refs["graph"], refs["partition"], refs["export"]
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
     point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)

@@ -108,40 +108,34 @@ def prefect_server(tmp_path_factory):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run_stages(root, p: dict) -> dict:
-    """Every stage of the release pipeline through ``task.fn`` (no Prefect server) into the store at
-    ``root``, with the stage parameters ``p`` (``flows.release.stage_params``): {stage: ArtifactRef}."""
+def run_stages(root, cfg) -> dict:
+    """Every stage of the release pipeline of config ``cfg`` through ``task.fn`` (no Prefect server) into the
+    store at ``root``, in the flow's own order (:func:`flows.release.prepare` up to the draw): {stage: ArtifactRef}."""
     from artifacts.store import Store
-    from flows.config import ReleaseConfig, ReleaseFlowConfig
-    from flows.release import release_params
-    from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
+    from flows.release import _TASKS, prepare, stage_params
+    from tasks import evaluate
 
     s = str(root)
-    cfg = ReleaseFlowConfig(release=ReleaseConfig.model_validate(p["postprocess"], strict=False))
-    p = dict(p)
+    p = stage_params(cfg)
 
-    def secret(desc: dict) -> None:
-        draw = postprocess.secret_draw(Store(s), postprocess.table_id(cfg.release.microdata, desc))
-        p.update(release_params(cfg, draw))
+    def run(stage: str, **upstream):
+        return _TASKS[stage].fn(s, p[stage], **upstream)
 
-    refs = {"ingest": ingest.ingest.fn(s, p["ingest"])}
-    refs["graph"] = graph.graph.fn(s, p["graph"], refs["ingest"])
-    if cfg.release.microdata is not None:
-        secret({})
-    prior_ref = prior.prior.fn(s, p["prior"], refs["ingest"], refs["graph"]) if "prior" in p else None
-    refs["partition"] = partition.partition.fn(s, p["partition"], refs["ingest"], refs["graph"])
-    refs["export"] = export.export.fn(s, p["export"], refs["ingest"], refs["graph"], prior_ref)
-    if cfg.release.microdata is None:
-        secret({"instance": refs["export"].content_hash, "n": cfg.release.n_individuals})
-    refs["solve"] = solve.solve.fn(s, p["solve"], refs["export"])
-    refs["postprocess"] = postprocess.postprocess.fn(
-        s, p["postprocess"], refs["export"], refs["solve"], refs["partition"]
+    refs, _ = prepare(cfg, Store(s), p, run)
+    refs["solve"] = run("solve", instance=refs["export"], partition=None)
+    refs["postprocess"] = run(
+        "postprocess", instance=refs["export"], mechanism=refs["solve"], graph=refs["graph"], partition=refs["partition"]
     )
     points = [  # the evaluate stage's own solves, as the flow runs them (evaluate-point task runs)
         evaluate.evaluate_point.fn(s, spec, refs["export"], refs["partition"] if spec["method"] == "benders" else None)
         for spec in evaluate.point_specs(p["evaluate"])
     ]
-    refs["evaluate"] = evaluate.evaluate.fn(
-        s, p["evaluate"], refs["export"], refs["solve"], refs["partition"], refs["postprocess"], points
+    refs["evaluate"] = run(
+        "evaluate",
+        instance=refs["export"],
+        mechanism=refs["solve"],
+        partition=refs["partition"],
+        postprocess=refs["postprocess"],
+        points=points,
     )
     return refs

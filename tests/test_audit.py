@@ -41,7 +41,7 @@ def config(root: Path):
 
 
 def build(root: Path) -> tuple[Store, dict]:
-    refs = run_stages(root, stage_params(config(root)))
+    refs = run_stages(root, config(root))
     return Store(root), refs
 
 

@@ -114,7 +114,7 @@ def test_agency_microdata_with_a_dp_prior_and_a_cap_audits_clean(tmp_path):
     table = tmp_path / "people.csv"
     test_real_release.people(table)
     cfg = test_real_release.config(tmp_path / "store", table, prior="dp", eps_prior=0.25, max_total_epsilon=100.0)
-    refs = run_stages(tmp_path / "store", stage_params(cfg))
+    refs = run_stages(tmp_path / "store", cfg)
     run = publish(Store(tmp_path / "store"), refs, cfg=cfg)
     assert audit.audit_release(run) == []
     prov = read(run, audit.PROVENANCE)

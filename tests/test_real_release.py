@@ -64,7 +64,7 @@ def secret_table(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
 def first(tmp_path_factory, secret_table):
     root = tmp_path_factory.mktemp("store-a")
     cfg = config(root, secret_table[0])
-    return root, cfg, run_stages(root, stage_params(cfg))
+    return root, cfg, run_stages(root, cfg)
 
 
 def published(root: Path, refs: dict) -> dict[str, Path]:
@@ -129,13 +129,13 @@ def test_private_part_is_owner_only(first):
 def test_cached_rerun_and_forced_recompute_give_the_same_bytes_and_spend_nothing(first):
     root, cfg, refs = first
     before = {n: p.read_bytes() for n, p in published(root, refs).items()}
-    again = run_stages(root, stage_params(cfg))
+    again = run_stages(root, cfg)
     assert {n: p.read_bytes() for n, p in published(root, again).items()} == before
     # a forced recomputation of the release stage (its object deleted): the same draw, the same stored noise
     import shutil
 
     shutil.rmtree(Store(root).root / refs["postprocess"].path)
-    redo = run_stages(root, stage_params(cfg))
+    redo = run_stages(root, cfg)
     assert {n: p.read_bytes() for n, p in published(root, redo).items()} == before
     prov = read_json(published(root, redo)["release_provenance.json"])
     assert prov["ledger"]["releases_so_far"] == 1 and prov["ledger"]["this_release"] == pytest.approx(2 * 1.5 + 1)
@@ -143,7 +143,7 @@ def test_cached_rerun_and_forced_recompute_give_the_same_bytes_and_spend_nothing
 
 def test_two_stores_draw_independently(first, secret_table, tmp_path):
     root, cfg, refs = first
-    other = run_stages(tmp_path, stage_params(config(tmp_path, secret_table[0])))
+    other = run_stages(tmp_path, config(tmp_path, secret_table[0]))
     a = pd.read_parquet(published(root, refs)["microdata.parquet"])["output_id"].to_numpy()
     b = pd.read_parquet(published(tmp_path, other)["microdata.parquet"])["output_id"].to_numpy()
     assert not np.array_equal(a, b)
@@ -153,18 +153,18 @@ def test_two_stores_draw_independently(first, secret_table, tmp_path):
 
 def test_new_draw_is_recorded_and_the_ledger_limit_refuses(secret_table, tmp_path):
     cfg = config(tmp_path, secret_table[0], max_total_epsilon=9.0)
-    run_stages(tmp_path, stage_params(cfg))
+    run_stages(tmp_path, cfg)
     table = postprocess.table_id(str(secret_table[0]), {})
     store = Store(tmp_path)
     old = postprocess.secret_draw(store, table)
     new = postprocess.secret_draw(store, table, new=True)
     assert new.commitment != old.commitment and new.index == old.index + 1
-    run_stages(tmp_path, stage_params(cfg))  # the current draw is now the new one: a second release, 8 in all
+    run_stages(tmp_path, cfg)  # the current draw is now the new one: a second release, 8 in all
     entries = PrivateStore(tmp_path).entries(table)
     assert len(entries) == 2 and sum(e["epsilon"] for e in entries) == pytest.approx(8.0)
     postprocess.secret_draw(store, table, new=True)
     with pytest.raises(ValueError, match="max_total_epsilon"):
-        run_stages(tmp_path, stage_params(cfg))
+        run_stages(tmp_path, cfg)
     assert len(PrivateStore(tmp_path).entries(table)) == 2  # refused: nothing recorded
 
 
@@ -277,10 +277,10 @@ def test_secret_files_never_under_runs_or_objects(first):
 def test_another_mechanism_on_the_same_draw_is_a_new_accounted_release_with_fresh_uniforms(secret_table, tmp_path):
     """Same people, same draw, another eps: its outputs must not reuse the first release's uniforms
     (two inverse-CDF samples from one u reveal more than both releases' budgets), and it is spent."""
-    run_stages(tmp_path, stage_params(config(tmp_path, secret_table[0])))
+    run_stages(tmp_path, config(tmp_path, secret_table[0]))
     cfg = config(tmp_path, secret_table[0])
     cfg = cfg.model_copy(update={"privacy": cfg.privacy.model_copy(update={"epsilon": 3.0})})
-    refs = run_stages(tmp_path, stage_params(cfg))
+    refs = run_stages(tmp_path, cfg)
     prov = read_json(published(tmp_path, refs)["release_provenance.json"])
     assert prov["ledger"]["releases_so_far"] == 2
     assert prov["ledger"]["total_so_far"] == pytest.approx((2 * 1.5 + 1) + (3 * 1.5 + 1))

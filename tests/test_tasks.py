@@ -29,7 +29,7 @@ def pipeline(tmp_path_factory):
         }
     )
     p = stage_params(cfg)
-    refs = run_stages(root, p)
+    refs = run_stages(root, cfg)
     return Store(root), p, refs
 
 
