@@ -1,0 +1,248 @@
+"""The guarantee in real operation (issue 28): each numbered finding of the hostile tester as a test.
+
+The pipeline runs through the stage tasks' ``.fn`` in the flow's own order (``conftest.run_stages`` ->
+:func:`flows.release.prepare`): real HiGHS, real OpenDP, a real store, no Prefect server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_stages
+
+from artifacts.private import BudgetRefused, LedgerError, PrivateStore
+from artifacts.store import Store
+from flows.config import parse_config
+from mdp_core.datasets import grid
+from mdp_core.errors import PrivacyError
+from mdp_core.io import read_json
+
+N_PEOPLE = 120
+POPULATION = "test-residents"
+
+
+def people(n: int = N_PEOPLE, seed: int = 11) -> pd.DataFrame:
+    """Made-up secret people near the cells of the 4 x 5 grid (lat, lon) with an internal id."""
+    inst = grid(4, 5, n_outputs=None, seed=0)
+    rng = np.random.default_rng(seed)
+    home = rng.integers(0, inst.n_records, size=n)
+    pts = inst.records[["lat", "lon"]].to_numpy()[home] + rng.normal(0, 0.0004, size=(n, 2))
+    return pd.DataFrame({"person": [f"p{k:05d}" for k in range(n)], "lat": pts[:, 0], "lon": pts[:, 1]})
+
+
+def config(root: Path, table: Path, privacy: dict | None = None, **release):
+    return parse_config(
+        {
+            "store": str(root),
+            "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 20, "seed": 0}},
+            "privacy": {"epsilon": 2.0, "eta": 1.5} | (privacy or {}),
+            "release": {"microdata": str(table), "population": POPULATION, "eps_counts": 1.0} | release,
+            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 1},
+        }
+    )
+
+
+def provenance(root: Path, refs: dict) -> dict:
+    return read_json(Store(root).path(refs["postprocess"], "release_provenance.json"))
+
+
+def publish_heads(root: Path, refs: dict, name: str) -> None:
+    """What a publication commits about the ledger (the manifest's privacy.ledger), without the rest."""
+    folder = root / "runs" / name
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"privacy": {"ledger": provenance(root, refs)["ledger"]}}))
+
+
+def versions(folder: Path, df: pd.DataFrame) -> list[Path]:
+    """Five versions of the same people's table: one row changed, reordered, an extra column, no trailing
+    newline, Parquet."""
+    out = []
+    changed = df.copy()
+    changed.loc[3, "lat"] += 0.0002
+    out.append(folder / "v1-changed.csv")
+    changed.to_csv(out[-1], index=False)
+    out.append(folder / "v2-reordered.csv")
+    df.sample(frac=1.0, random_state=3).to_csv(out[-1], index=False)
+    out.append(folder / "v3-extra-column.csv")
+    df.assign(age=np.arange(len(df)) % 90).to_csv(out[-1], index=False)
+    out.append(folder / "v4-no-newline.csv")
+    out[-1].write_text(df.to_csv(index=False).rstrip("\n"))
+    out.append(folder / "v5.parquet")
+    df.to_parquet(out[-1], index=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    folder = tmp_path_factory.mktemp("agency")
+    df = people()
+    df.to_csv(folder / "people.csv", index=False)
+    return folder / "people.csv", df
+
+
+def test_versions_of_a_table_spend_from_one_population_budget(table, tmp_path):
+    """Item 1: a monthly update (any change of the file's bytes) is a new release of the same people."""
+    path, df = table
+    first = run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=1000.0))
+    charge = provenance(tmp_path, first)["ledger"]["this_release"]
+    assert charge > 0
+    for k, version in enumerate(versions(tmp_path / "..", df)[:4], start=2):
+        refs = run_stages(tmp_path, config(tmp_path, version))
+        led = provenance(tmp_path, refs)["ledger"]
+        assert led["population"] == POPULATION and led["new_spend"] == pytest.approx(charge)
+        assert led["total_so_far"] == pytest.approx(k * charge)
+        assert led["max_total_epsilon"] == 1000.0  # the cap kept in the private store, not in this config
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == pytest.approx(5 * charge)
+
+
+def test_the_cap_is_kept_whatever_a_later_config_says(table, tmp_path):
+    """Items 1 and 2: the cap refuses the release that would exceed it, with or without max_total_epsilon."""
+    path, df = table
+    probe = run_stages(tmp_path / "probe", config(tmp_path / "probe", path, max_total_epsilon=1000.0))
+    charge = provenance(tmp_path / "probe", probe)["ledger"]["this_release"]
+    root = tmp_path / "store"
+    cap = 2.5 * charge
+    run_stages(root, config(root, path, max_total_epsilon=cap))
+    v = versions(tmp_path, df)
+    run_stages(root, config(root, v[1]))  # no cap in this config: the stored one holds
+    spent = PrivateStore(root).budget(POPULATION).spent
+    for cfg in (config(root, v[4]), config(root, v[4], max_total_epsilon=100 * cap)):
+        with pytest.raises(BudgetRefused):
+            run_stages(root, cfg)
+    assert PrivateStore(root).budget(POPULATION).spent == pytest.approx(spent)  # refused: nothing charged
+    assert PrivateStore(root).budget(POPULATION).cap == pytest.approx(cap)
+
+
+def test_a_refused_release_measures_nothing(table, tmp_path):
+    """Item 6: a release over the cap has not measured the DP prior (nor anything else) before it is refused."""
+    path, _ = table
+    with pytest.raises(BudgetRefused):
+        run_stages(tmp_path, config(tmp_path, path, prior="dp", eps_prior=0.9, max_total_epsilon=0.5))
+    objects = tmp_path / "objects"
+    assert not (objects / "prior").exists() or not any((objects / "prior").iterdir())
+    assert not (objects / "postprocess").exists() or not any((objects / "postprocess").iterdir())
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == 0.0
+
+
+def test_an_edited_or_rolled_back_ledger_is_a_refusal(table, tmp_path):
+    """Item 2: an edited entry, a deleted entry, a deleted private part with releases on record."""
+    path, df = table
+    refs = run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=1000.0))
+    publish_heads(tmp_path, refs, "release-1")
+    ledger = sorted((tmp_path / "private").rglob("ledger/*.json"))
+    charges = [p for p in ledger if json.loads(p.read_text()).get("kind") == "charge"]
+    entry = json.loads(charges[-1].read_text())
+    saved = charges[-1].read_bytes()
+    charges[-1].write_text(json.dumps(entry | {"epsilon": 0.001}))
+    with pytest.raises(LedgerError):
+        run_stages(tmp_path, config(tmp_path, versions(tmp_path, df)[0]))
+    charges[-1].write_bytes(saved)
+    charges[-1].unlink()  # roll back the newest entry: its head was published
+    with pytest.raises(LedgerError):
+        run_stages(tmp_path, config(tmp_path, path))
+    shutil.rmtree(tmp_path / "private")  # the whole private part: releases of the population are on record
+    with pytest.raises(LedgerError, match="new-budget"):
+        run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=1000.0))
+
+
+def test_loosened_private_permissions_are_repaired(table, tmp_path):
+    path, _ = table
+    run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=1000.0))
+    priv = tmp_path / "private"
+    for p in priv.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    os.chmod(priv, 0o755)
+    PrivateStore(tmp_path)
+    for p in [priv, *priv.rglob("*")]:
+        assert stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600), p
+
+
+def test_a_disconnected_graph_is_refused_unless_allowed(table, tmp_path):
+    """Items 3 and 4: a tiny eta leaves records unprotected from each other (here: no edge at all, every
+    mechanism row deterministic); refused, or with allow_unprotected stated in the provenance."""
+    path, _ = table
+    tiny = {"epsilon": 60.0, "eta": 0.05}
+    with pytest.raises(PrivacyError, match="components"):
+        run_stages(tmp_path, config(tmp_path, path, privacy=tiny, max_total_epsilon=1000.0))
+    assert not (tmp_path / "private").exists() or PrivateStore(tmp_path).populations() == []
+    refs = run_stages(
+        tmp_path, config(tmp_path, path, privacy=tiny | {"allow_unprotected": True}, max_total_epsilon=1000.0)
+    )
+    prov = provenance(tmp_path, refs)
+    assert prov["protection"]["n_components"] == 20 and prov["protection"]["connected"] is False
+    assert "NOT protected" in prov["guarantee"]["statement"]
+
+
+def test_the_guarantee_is_stated_in_the_metric(table, tmp_path):
+    """Item 4: eps x stretch per unit of the data's own metric; the ledger charges eps x stretch x radius."""
+    path, _ = table
+    refs = run_stages(tmp_path, config(tmp_path, path, privacy={"protection_radius": 1.0}, max_total_epsilon=100.0))
+    prov = provenance(tmp_path, refs)
+    g, led = prov["guarantee"], prov["ledger"]
+    assert g["stretch"] >= 1.0 and g["metric_epsilon_per_unit"] == pytest.approx(2.0 * g["stretch"])
+    assert led["this_release"] == pytest.approx(2.0 * g["stretch"] * 1.0 + 1.0)
+
+
+def test_a_planted_mechanism_is_never_drawn_from(table, tmp_path):
+    """Item 6: a mechanism replaced in objects/solve, its hash re-fixed in ref.json, fails the certificate at
+    the moment of drawing: nothing is drawn, nothing charged, no postprocess object is written."""
+    from mdp_core.files import file_sha256
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mdp_core.io import read_mechanism
+
+    path, df = table
+    refs = run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=1000.0))
+    store = Store(tmp_path)
+    mech = store.path(refs["solve"], "mechanism.parquet")
+    meta = read_json(store.path(refs["export"], "instance.json"))
+    z = read_mechanism(mech, int(meta["n_records"]), int(meta["n_outputs"]))
+    planted = np.zeros_like(z)
+    planted[:, 0] = 1.0  # deterministic
+    planted[0] = z[0]
+    n, k = planted.shape
+    cols = {"i": np.repeat(np.arange(n), k), "k": np.tile(np.arange(k), n), "prob": planted.ravel()}
+    pq.write_table(pa.table(cols, schema=pq.read_schema(mech)), mech)  # the forger's bytes, schema kept
+    ref_json = store.root / refs["solve"].path / "ref.json"
+    ref = json.loads(ref_json.read_text())
+    ref["files"]["mechanism.parquet"] = file_sha256(mech)
+    ref_json.write_text(json.dumps(ref))
+    spent = PrivateStore(tmp_path).budget(POPULATION).spent
+    before = set((store.root / "objects" / "postprocess").iterdir())
+    with pytest.raises(PrivacyError, match="certificate"):
+        run_stages(tmp_path, config(tmp_path, versions(tmp_path, df)[0]))
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == pytest.approx(spent)
+    assert set((store.root / "objects" / "postprocess").iterdir()) == before
+
+
+def test_objects_derived_from_secrets_are_owner_only(table, tmp_path):
+    """Item 6: the postprocess object (and a DP prior) are 0700/0600 until published."""
+    path, _ = table
+    refs = run_stages(tmp_path, config(tmp_path, path, prior="dp", eps_prior=0.5, max_total_epsilon=1000.0))
+    store = Store(tmp_path)
+    for stage in ("postprocess", "prior"):
+        folder = store.root / refs[stage].path
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, stage
+        for f in folder.iterdir():
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    public = store.root / refs["solve"].path
+    assert stat.S_IMODE((public / "mechanism.parquet").stat().st_mode) == 0o644
+
+
+def test_published_rows_reveal_no_input_order(table, tmp_path):
+    """Item 5: sorted by latitude, the input order must not show in the released rows."""
+    path, df = table
+    by_lat = tmp_path / "by-lat.csv"
+    df.sort_values("lat").to_csv(by_lat, index=False)
+    refs = run_stages(tmp_path, config(tmp_path, by_lat, max_total_epsilon=1000.0))
+    md = pd.read_parquet(Store(tmp_path).path(refs["postprocess"], "microdata.parquet"))
+    assert "individual" not in md.columns
+    assert md["output_id"].is_monotonic_increasing  # a function of the outputs alone
