@@ -153,9 +153,7 @@ def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dic
         for kind, eps in plan.items()
         if (kind, params.get("release_key"), draw.commitment) not in paid
     }
-    return private.precheck(
-        draw.population, planned, params.get("max_total_epsilon"), bool(params.get("require_cap"))
-    )
+    return private.precheck(draw.population, planned, params.get("max_total_epsilon"), bool(params.get("require_cap")))
 
 
 def check_protection(protection: dict[str, Any], max_stretch: float, allow_unprotected: bool) -> None:

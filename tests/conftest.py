@@ -124,7 +124,11 @@ def run_stages(root, cfg) -> dict:
     refs, _ = prepare(cfg, Store(s), p, run)
     refs["solve"] = run("solve", instance=refs["export"], partition=None)
     refs["postprocess"] = run(
-        "postprocess", instance=refs["export"], mechanism=refs["solve"], graph=refs["graph"], partition=refs["partition"]
+        "postprocess",
+        instance=refs["export"],
+        mechanism=refs["solve"],
+        graph=refs["graph"],
+        partition=refs["partition"],
     )
     points = [  # the evaluate stage's own solves, as the flow runs them (evaluate-point task runs)
         evaluate.evaluate_point.fn(s, spec, refs["export"], refs["partition"] if spec["method"] == "benders" else None)

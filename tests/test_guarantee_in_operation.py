@@ -193,10 +193,10 @@ def test_the_guarantee_is_stated_in_the_metric(table, tmp_path):
 def test_a_planted_mechanism_is_never_drawn_from(table, tmp_path):
     """Item 6: a mechanism replaced in objects/solve, its hash re-fixed in ref.json, fails the certificate at
     the moment of drawing: nothing is drawn, nothing charged, no postprocess object is written."""
-    from mdp_core.files import file_sha256
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from mdp_core.files import file_sha256
     from mdp_core.io import read_mechanism
 
     path, df = table
