@@ -316,7 +316,8 @@ class PrivateStore:
         try:
             os.chmod(path, mode, follow_symlinks=False)
         except (OSError, NotImplementedError) as exc:
-            raise PrivacyError(f"{path}: cannot restrict its permissions to {mode:o} ({exc.strerror})") from None
+            why = exc.strerror if isinstance(exc, OSError) else "not supported"
+            raise PrivacyError(f"{path}: cannot restrict its permissions to {mode:o} ({why})") from None
 
     # ---------------------------------------------------------------------------- draws
     def draw(self, population: str, version: str, new: bool = False) -> tuple[Draw, bool]:
@@ -657,6 +658,10 @@ class PrivateStore:
         charged (nothing written), (budget, True) when charged now. ``detail``: JSON, no secret values."""
         _safe(key)
         epsilon = _check_epsilon(epsilon, "epsilon of a charge")
+        try:
+            _canonical(detail)
+        except (TypeError, ValueError):
+            raise InputError(f"the detail of charge {key[:12]} is not JSON (numbers, strings, lists, dicts)") from None
         if config_cap is not None:
             config_cap = _check_epsilon(config_cap, "max_total_epsilon", positive=True)
         with self._lock(population):
