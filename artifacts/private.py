@@ -551,7 +551,7 @@ class PrivateStore:
         """Append one entry (under the lock, after verification of ``chain``); appends a genesis first
         to an empty chain. Returns the entry; ``chain`` is extended in place."""
         if not chain and kind != "genesis":
-            self._append(population, chain, "genesis", by, "ledger created", None)
+            self._append(population, chain, "genesis", "mdp-release", "ledger created", None)
         state = self._state(population, chain)
         spent = 0.0 if kind == "new-budget" else state.spent + float(fields.get("epsilon", 0.0))
         entry: dict[str, Any] = {

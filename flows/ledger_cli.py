@@ -40,7 +40,11 @@ def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``ledger`` sub-command's arguments and its actions ``cap`` and ``new-budget``."""
     _common(p, suppress=False)
-    sub = p.add_subparsers(dest="ledger_action", metavar="ACTION")
+    sub = p.add_subparsers(
+        dest="ledger_action",
+        metavar="ACTION",
+        help="optional; without one: show the budgets (or --population's entries)",
+    )
     c = sub.add_parser("cap", help="set, lower or (--raise) raise a population's cap")
     _common(c, suppress=True)
     c.add_argument("--set", dest="cap_value", metavar="X", type=float, required=True, help="the new cap (epsilon)")

@@ -130,11 +130,15 @@ def _charge_many(root: str, start: int, barrier, results) -> None:
     priv = PrivateStore(root)
     barrier.wait()
     made = 0
-    for i in range(start, start + 12):
-        try:
-            made += priv.charge(POP, k(i), 1.0, {}, 10.0, True)[1]
-        except BudgetRefused:
-            pass
+    try:
+        for i in range(start, start + 12):
+            try:
+                made += priv.charge(POP, k(i), 1.0, {}, 10.0, True)[1]
+            except BudgetRefused:
+                pass
+    except Exception as exc:  # reported, not a 60 s wait for a dead worker
+        results.put(repr(exc))
+        return
     results.put(made)
 
 
@@ -147,7 +151,7 @@ def test_concurrent_charges_of_two_processes_never_exceed_the_cap(tmp_path):
     made = [results.get(timeout=60) for _ in procs]
     for p in procs:
         p.join(timeout=60)
-    assert all(p.exitcode == 0 for p in procs)
+    assert all(isinstance(m, int) for m in made), made
     b = PrivateStore(tmp_path).budget(POP)
     assert sum(made) == 10 and b.spent == 10.0 and b.n_charges == 10
     assert [e["seq"] for e in PrivateStore(tmp_path).entries(POP)] == list(range(12))  # genesis, cap, 10 charges
