@@ -297,6 +297,18 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     add_serve_arguments(p)
 
 
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from flows.ledger_cli import cmd_ledger as run_ledger
+
+    return run_ledger(args)
+
+
+def _ledger_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.ledger_cli import add_arguments
+
+    add_arguments(p)
+
+
 def _deploy_arguments(p: argparse.ArgumentParser) -> None:
     from flows.operate import add_deploy_arguments
 
@@ -330,6 +342,12 @@ COMMANDS: tuple[
         "deploy scheduled releases to a work pool (run by `prefect worker start`)",
         _deploy_arguments,
         cmd_deploy,
+    ),
+    (
+        "ledger",
+        "show the populations' privacy budgets; set a cap or start a new budget (recorded)",
+        _ledger_arguments,
+        cmd_ledger,
     ),
 )
 
