@@ -459,7 +459,11 @@ def describe(path: str | Path) -> dict[str, Any]:
     ("coordinates" lat/lon, "vector" x0.., "record" ids), ``key_columns``, ``bad_rows`` {"count", "rows":
     the first :data:`SHOWN_ROWS` 1-based data rows with NaN / non-numeric / out-of-range coordinates or
     no key}. InputError (no value in it) for a file that cannot be read or has no recognised header."""
-    t = read_table(path)
+    return describe_table(read_table(path))
+
+
+def describe_table(t: Table) -> dict[str, Any]:
+    """:func:`describe` of a :class:`Table` already read."""
     kind, cols = key_columns(t.frame.columns)
     if kind == "record":
         bad = t.frame["record"].isna().to_numpy()
