@@ -63,7 +63,8 @@ def round_up(x: float, digits: int = 3) -> float:
     if not (math.isfinite(x) and x > 0):
         return x
     step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
-    return round(math.ceil(x * (1 + 1e-12) / step) * step, 12)
+    value = round(math.ceil(x / step - 1e-9) * step, 12)
+    return value if value >= x else round(value + step, 12)
 
 
 def connecting_eta(points: Any, metric: str) -> float:

@@ -78,7 +78,11 @@ def test_devices_are_refused_directly_and_through_a_symlink(tmp_path, target):
         pytest.skip(f"no {target}")
     link = tmp_path / "people.csv"
     link.symlink_to(target)
-    for fn, arg in ((microdata.read_microdata, link), (microdata.open_regular, target), (microdata.sha256_regular, link)):
+    for fn, arg in (
+        (microdata.read_microdata, link),
+        (microdata.open_regular, target),
+        (microdata.sha256_regular, link),
+    ):
         hung, box = within(10, fn, arg)
         assert not hung, f"{fn.__name__} read {target}"
         assert isinstance(box.get("error"), InputError) and "not a regular file" in str(box["error"])
@@ -227,7 +231,9 @@ def test_duplicated_columns(tmp_path):
     path.write_text("41.9,41.9,12.5\n41.8,41.8,12.4\n")  # headerless, the first person repeats a value
     msg = error_of(microdata.read_microdata, path)
     assert "1 duplicated column name(s)" in msg and "41.9" not in msg
-    assert "duplicated" in error_of(microdata.map_individuals, pd.DataFrame([[1, 2, 3]], columns=["lat", "lon", "Lat"]), None, 1.0)
+    assert "duplicated" in error_of(
+        microdata.map_individuals, pd.DataFrame([[1, 2, 3]], columns=["lat", "lon", "Lat"]), None, 1.0
+    )
 
 
 def test_parquet_and_hash_of_the_same_bytes(tmp_path, geo):
