@@ -147,7 +147,9 @@ def run_check(config: str | Path) -> Report:
     allow_unprotected = bool(getattr(cfg.privacy, "allow_unprotected", False))
 
     table = None
-    if r.microdata is not None:
+    if r.microdata is None:
+        rep.sections["simulated"] = {"n_individuals": r.n_individuals}
+    else:
         from mdp_core import microdata
 
         try:
@@ -319,6 +321,8 @@ def render(rep: Report) -> str:
             f"microdata: {md['rows']} rows, {md['format']}{delim}; key {md['key']} ({', '.join(md['key_columns'])}); "
             f"recognised columns {md['columns']}{alias}; {md['other_columns']} other column(s), not used"
         )
+    if "simulated" in s:
+        out.append(f"microdata: none ({s['simulated']['n_individuals']} simulated individuals, a demonstration)")
     if "mapping" in s:
         mp = s["mapping"]
         out.append(

@@ -228,8 +228,11 @@ def _read_parquet(data: bytes, name: str, what: str) -> Table:
         raise
     except Exception as exc:
         raise _parse_error(exc, name, what, "parquet") from None
-    if "record" in frame.columns:
-        frame["record"] = frame["record"].astype("string").astype(object).where(frame["record"].notna(), None)
+    if "record" in frame.columns:  # keys as text, as from a CSV file (whole floats -- ids with gaps -- as ints)
+        keys = frame["record"]
+        if pd.api.types.is_float_dtype(keys) and bool((keys.dropna() % 1 == 0).all()):
+            keys = keys.astype("Int64")
+        frame["record"] = keys.astype("string").astype(object).where(keys.notna(), None)
     return Table(frame, "parquet", None, None, aliases, recognised, n_other)
 
 
