@@ -3,6 +3,7 @@
   mdp-release solve INSTANCE_DIR --method lp --out OUT_DIR
   mdp-release verify INSTANCE_DIR MECHANISM.parquet
   mdp-release audit RUN_DIR
+  mdp-release check --config FILE [--json]
   mdp-release export --dataset grid --out DIR
   mdp-release run [--config FILE] [--refresh | --refresh-from STAGE] [--from-manifest MANIFEST]
   mdp-release reproduce [--quick] [--store DIR] [--out DIR]
@@ -175,6 +176,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from flows.check import check_from_cli
+
+    return check_from_cli(args)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from flows.cli_export import build_from_args
     from mdp_core.io import write_instance
@@ -279,6 +286,12 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a release folder, e.g. artifacts/store/runs/<run>/")
 
 
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.check import add_check_arguments
+
+    add_check_arguments(p)
+
+
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     from flows.cli_export import add_export_arguments
 
@@ -326,6 +339,13 @@ COMMANDS: tuple[
         "re-check a published release from its files alone (exit 1 on any discrepancy)",
         _audit_arguments,
         cmd_audit,
+    ),
+    (
+        "check",
+        "check a release config and its microdata in a second, without Prefect (exit 0: would be accepted, "
+        "2: the reasons; snap-distance aggregates for the terminal only)",
+        _check_arguments,
+        cmd_check,
     ),
     ("export", "build an instance directory from a dataset", _export_arguments, cmd_export),
     ("run", "run the release pipeline (Prefect flow); built-in default without --config", _run_arguments, cmd_run),

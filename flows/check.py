@@ -1,0 +1,393 @@
+"""``mdp-release check --config F [--json]``: would this release be accepted? Answered in about a second,
+without Prefect, a store or a solve.
+
+It validates the config (:func:`flows.config.load_config`), builds the dataset's instance directly (the
+ingest stage's :func:`mdp_core.datasets.registry.load`, then the graph stage's neighbour search at the
+configured eta), and, with ``[release] microdata``, reads the secret table (:func:`mdp_core.microdata.
+read_table`), maps each person to a record as the release will (:func:`mdp_core.microdata.locate`) and
+reports:
+
+* the file: rows, format, delimiter, recognised columns, kind of key, bad rows (row numbers);
+* people farther than ``max_distance`` from every record (count and row numbers, the first 10);
+* snap distances (person to record: mean, 95th percentile, max) -- aggregates of the secret table: they
+  are printed to the operator's terminal only and never written to a file by this command;
+* the mDP graph's components at the configured eta (sizes; people at records outside the largest);
+* a suggested instance: the smallest eta that connects the records (:func:`connecting_eta`) and the
+  smallest max_distance that covers every person, and hints on ``n_records`` / ``n_outputs``.
+
+Exit 0 when the release would be accepted, 2 with the reasons otherwise. Nothing in the output is a
+cell value of the table: counts, row numbers (1-based data rows), column names from the recognised set
+and distance statistics only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mdp_core.errors import InputError
+
+SECRET_NOTE = (
+    "snap-distance statistics are aggregates of the secret table: shown on this terminal only, never "
+    "written to a file (do not redirect this output to a shared place)"
+)
+
+
+@dataclass
+class Report:
+    """What ``check`` found; ``reasons`` non-empty means the release would be refused (exit 2)."""
+
+    config: str
+    reasons: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+    sections: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        return not self.reasons
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "accepted": self.accepted, "reasons": self.reasons, "hints": self.hints} | (
+            self.sections
+        )
+
+
+def round_up(x: float, digits: int = 3) -> float:
+    """``x`` rounded up to ``digits`` significant digits (so a suggestion never falls below the value)."""
+    if not (math.isfinite(x) and x > 0):
+        return x
+    step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    value = round(math.ceil(x / step - 1e-9) * step, 12)
+    return value if value >= x else round(value + step, 12)
+
+
+def connecting_eta(points: Any, metric: str) -> float:
+    """The smallest eta whose mDP graph on the records ``points`` ((N, D); ``lat, lon`` degrees for
+    "haversine", km) is connected: the largest edge b* of a minimum spanning tree (MST) of the complete
+    graph weighted by the metric distance.
+
+    Proof: for eta >= b* the MST is a subgraph of the eta-graph, which is therefore connected; for eta < b*,
+    deleting the MST's heaviest edge e splits the records into two sides, and every pair across that cut
+    is at distance >= w(e) = b* (else swapping it for e would give a lighter spanning tree), hence > eta,
+    so the eta-graph has no edge across the cut and is disconnected.
+
+    Computed exactly without the N^2 matrix: the MST of a connected k-nearest-neighbour graph (k doubled
+    until connected) has a largest edge u >= b*; every edge of the full MST weighs <= b* <= u, so the MST of
+    the graph of all pairs within u (:func:`mdp_core.graph.neighbour_edges`) has the same largest edge b*.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse import csgraph
+    from scipy.spatial import cKDTree
+
+    from mdp_core.graph import neighbour_edges
+    from mdp_core.metrics import EARTH_RADIUS_KM, unit_sphere
+
+    pts = np.asarray(points, dtype=np.float64)
+    n = pts.shape[0]
+    if n <= 1:
+        return 0.0
+    tree_pts = unit_sphere(pts) if metric == "haversine" else pts
+    tree = cKDTree(tree_pts)
+    k = min(n - 1, 8)
+    while True:
+        dist, idx = tree.query(tree_pts, k=k + 1)
+        i, j, w = np.repeat(np.arange(n), k), idx[:, 1:].ravel(), dist[:, 1:].ravel()
+        if metric == "haversine":
+            w = 2 * EARTH_RADIUS_KM * np.arcsin(np.clip(w / (2 * EARTH_RADIUS_KM), 0.0, 1.0))
+        g = sp.csr_matrix((np.maximum(w, 1e-300), (i, j)), shape=(n, n))
+        if csgraph.connected_components(g, directed=False)[0] == 1 or k == n - 1:
+            break
+        k = min(n - 1, 2 * k)
+    upper = float(csgraph.minimum_spanning_tree(g).data.max())
+    edges, d = neighbour_edges(pts, metric, upper * (1 + 1e-9))
+    full = sp.csr_matrix((np.maximum(d, 1e-300), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    return float(csgraph.minimum_spanning_tree(full).data.max())
+
+
+def _edges_connecting_eta(n: int, edges: Any, distances: Any) -> float:
+    """:func:`connecting_eta` for an instance without coordinates: over its own edge list (inf when even
+    all of them leave it disconnected)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse import csgraph
+
+    if n <= 1:
+        return 0.0
+    g = sp.csr_matrix((np.maximum(distances, 1e-300), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    if csgraph.connected_components(g, directed=False)[0] != 1:
+        return math.inf
+    return float(csgraph.minimum_spanning_tree(g).data.max())
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def run_check(config: str | Path) -> Report:
+    """The check of the release configured in ``config`` (see the module docstring)."""
+    import numpy as np
+
+    t0 = time.perf_counter()
+    rep = Report(str(config))
+    from flows.config import load_config
+
+    try:
+        cfg = load_config(config)
+    except InputError as exc:
+        rep.reasons.append(f"config: {exc}")
+        return rep
+    r = cfg.release
+    allow_unprotected = bool(getattr(cfg.privacy, "allow_unprotected", False))
+
+    table = None
+    if r.microdata is None:
+        rep.sections["simulated"] = {"n_individuals": r.n_individuals}
+    else:
+        from mdp_core import microdata
+
+        try:
+            table = microdata.read_table(r.microdata)
+            rep.sections["microdata"] = microdata.describe_table(table)
+        except InputError as exc:
+            rep.reasons.append(str(exc))
+            table = None
+        else:
+            bad = rep.sections["microdata"]["bad_rows"]
+            if bad["count"]:
+                rep.reasons.append(
+                    f"microdata: {bad['count']} row(s) with NaN, non-numeric or out-of-range coordinates or no "
+                    f"key: {microdata.rows_text(np.asarray(bad['rows']) - 1)}"
+                    + (f" ({bad['count']} in all)" if bad["count"] > len(bad["rows"]) else "")
+                )
+
+    # the instance, as the ingest and graph stages build it
+    from mdp_core.datasets import registry
+    from mdp_core.graph import components, neighbour_edges
+    from mdp_core.loaders import parameters
+
+    t1 = time.perf_counter()
+    try:
+        inst = registry.load(cfg.dataset.kind, cfg.dataset.params)
+    except InputError as exc:
+        rep.reasons.append(f"dataset: {exc}")
+        return rep
+    eta = float(cfg.privacy.eta if cfg.privacy.eta is not None else inst.eta)
+    epsilon = float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon)
+    max_distance = float(r.max_distance if r.max_distance is not None else eta)
+    unit = inst.distance_unit
+    coords = bool(inst.coordinate_columns())
+    if coords:
+        pts = inst.record_points()
+        edges, _ = neighbour_edges(pts, inst.metric, eta)
+        b_star = connecting_eta(pts, inst.metric)
+    else:
+        keep = inst.distances <= eta
+        edges = inst.edges[keep]
+        b_star = _edges_connecting_eta(inst.n_records, inst.edges, inst.distances)
+    count, labels = components(inst.n_records, edges)
+    sizes = np.bincount(labels, minlength=count)
+    largest = int(np.argmax(sizes))
+    rep.sections["dataset"] = {
+        "kind": cfg.dataset.kind,
+        "n_records": inst.n_records,
+        "n_outputs": inst.n_outputs,
+        "metric": inst.metric,
+        "distance_unit": unit,
+        "seconds": round(time.perf_counter() - t1, 3),
+    }
+    rep.sections["privacy"] = {
+        "epsilon": epsilon,
+        "eta": eta,
+        "max_distance": max_distance,
+        "max_distance_is_eta": r.max_distance is None,
+    }
+    graph: dict[str, Any] = {
+        "eta": eta,
+        "n_edges": int(edges.shape[0]),
+        "components": int(count),
+        "sizes": sorted((int(s) for s in sizes), reverse=True)[:10],
+        "connecting_eta": b_star,
+    }
+    rep.sections["graph"] = graph
+    if count > 1:
+        why = (
+            f"mDP graph at eta = {eta:g} {unit} has {count} components (largest {int(sizes.max())} of "
+            f"{inst.n_records} records): people in different components are not protected from each other"
+        )
+        (rep.hints if allow_unprotected else rep.reasons).append(
+            why + ("" if not allow_unprotected else " (allowed: [privacy] allow_unprotected = true)")
+        )
+
+    suggested: dict[str, Any] = {"eta": round_up(b_star) if math.isfinite(b_star) else None}
+    if table is not None:
+        from mdp_core import microdata
+
+        try:
+            loc = microdata.locate(table.frame, inst)
+        except InputError as exc:
+            rep.reasons.append(str(exc))
+            loc = None
+        if loc is not None:
+            ok = ~loc.bad
+            d = loc.distances[ok]
+            far = np.flatnonzero(ok & (np.nan_to_num(loc.distances, nan=0.0) > max_distance))
+            mapping: dict[str, Any] = {
+                "by": loc.by,
+                "mapped": int(ok.sum()),
+                "unmappable": {"count": int(loc.bad.sum()), "rows": [int(i) + 1 for i in np.flatnonzero(loc.bad)[:10]]},
+                "far": {"count": int(far.size), "rows": [int(i) + 1 for i in far[:10]]},
+                "records_occupied": int(np.unique(loc.record_ids[ok]).size),
+            }
+            if d.size and not loc.by.startswith("record"):
+                mapping["snap_distance"] = {
+                    "unit": unit,
+                    "mean": float(d.mean()),
+                    "p95": float(np.percentile(d, 95)),
+                    "max": float(d.max()),
+                    "note": SECRET_NOTE,
+                }
+                suggested["max_distance"] = round_up(float(d.max()))
+            if d.size:
+                outside = int((labels[loc.record_ids[ok]] != largest).sum())
+                graph["individuals_outside_largest"] = outside
+            rep.sections["mapping"] = mapping
+            if loc.bad.any() and not rep.sections.get("microdata", {}).get("bad_rows", {}).get("count"):
+                rep.reasons.append(
+                    f"microdata: {int(loc.bad.sum())} individual(s) {loc.bad_reason}: "
+                    f"{microdata.rows_text(np.flatnonzero(loc.bad))}"
+                )
+            if far.size:
+                rep.reasons.append(
+                    f"microdata: {far.size} of {loc.record_ids.size} individual(s) lie farther than max_distance = "
+                    f"{max_distance:g} {unit} from every record: {microdata.rows_text(far)}"
+                )
+    if suggested.get("eta") is not None and r.max_distance is None and "max_distance" in suggested:
+        # max_distance defaults to eta: one eta must both connect the records and cover every person
+        suggested["eta_if_max_distance_unset"] = max(suggested["eta"], suggested["max_distance"])
+    rep.sections["suggested"] = suggested
+    _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
+    rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
+    return rep
+
+
+def _hints(rep: Report, kind: str, given: dict[str, Any], declared: dict[str, Any], inst: Any, unit: str) -> None:
+    m = rep.sections.get("mapping")
+    if "n_records" in declared:
+        n = inst.n_records
+        if m and m["far"]["count"]:
+            rep.hints.append(
+                f"n_records = {n}: more records (dataset.params.n_records) sit closer to the people and shorten "
+                "their snap distances; a larger max_distance accepts them as they are (coarser records)"
+            )
+        elif m:
+            rep.hints.append(f"n_records = {n}: the people occupy {m['records_occupied']} of the {n} records")
+    if "n_outputs" in declared:
+        k = inst.n_outputs
+        rep.hints.append(
+            f"n_outputs = {k}: the LP has N x K = {inst.n_records * k:,} variables; fewer outputs solve faster, "
+            "more give finer released locations"
+        )
+
+
+def render(rep: Report) -> str:
+    """The report as text lines for the terminal."""
+    s = rep.sections
+    out = [f"mdp-release check: {rep.config}"]
+    if "dataset" in s:
+        ds, pv = s["dataset"], s["privacy"]
+        u = ds["distance_unit"]
+        out.append(
+            f"instance: {ds['kind']}, {ds['n_records']} records, {ds['n_outputs']} outputs, {ds['metric']} ({u}); "
+            f"built in {ds['seconds']:.2f} s"
+        )
+        out.append(
+            f"privacy: epsilon = {pv['epsilon']:g} per {u}, eta = {pv['eta']:g} {u}, max_distance = "
+            f"{pv['max_distance']:g} {u}" + (" (unset: eta)" if pv["max_distance_is_eta"] else "")
+        )
+    else:
+        u = ""
+    if "microdata" in s:
+        md = s["microdata"]
+        delim = f", {md['delimiter']}-delimited" if md["delimiter"] else ""
+        alias = f"; aliases {md['aliases']}" if md["aliases"] else ""
+        out.append(
+            f"microdata: {md['rows']} rows, {md['format']}{delim}; key {md['key']} ({', '.join(md['key_columns'])}); "
+            f"recognised columns {md['columns']}{alias}; {md['other_columns']} other column(s), not used"
+        )
+    if "simulated" in s:
+        out.append(f"microdata: none ({s['simulated']['n_individuals']} simulated individuals, a demonstration)")
+    if "mapping" in s:
+        mp = s["mapping"]
+        out.append(
+            f"mapping ({mp['by']}): {mp['mapped']} mapped to {mp['records_occupied']} records; "
+            f"{mp['far']['count']} farther than max_distance"
+            + (f" (data rows {', '.join(map(str, mp['far']['rows']))})" if mp["far"]["count"] else "")
+        )
+        if "snap_distance" in mp:
+            sd = mp["snap_distance"]
+            out.append(
+                f"snap distance ({sd['unit']}): mean {_fmt(sd['mean'])}, 95th pct {_fmt(sd['p95'])}, "
+                f"max {_fmt(sd['max'])}  [{SECRET_NOTE}]"
+            )
+    if "graph" in s:
+        g = s["graph"]
+        extra = (
+            f"; {g['individuals_outside_largest']} individual(s) at records outside the largest"
+            if g["components"] > 1 and "individuals_outside_largest" in g
+            else ""
+        )
+        out.append(
+            f"mDP graph at eta = {g['eta']:g} {u}: {g['n_edges']} edges, {g['components']} component(s) "
+            f"(sizes {g['sizes']}{', ...' if g['components'] > 10 else ''}){extra}"
+        )
+    if "suggested" in s:
+        sg = s["suggested"]
+        parts = []
+        if sg.get("eta") is not None:
+            parts.append(f"eta >= {sg['eta']:g} {u} connects every record (largest MST edge)")
+        if sg.get("max_distance") is not None:
+            parts.append(f"max_distance >= {sg['max_distance']:g} {u} covers every person")
+        if sg.get("eta_if_max_distance_unset") is not None:
+            parts.append(f"with max_distance unset (= eta): eta >= {sg['eta_if_max_distance_unset']:g} {u}")
+        if parts:
+            out.append("suggested: " + "; ".join(parts))
+    out += [f"hint: {h}" for h in rep.hints]
+    if rep.accepted:
+        out.append(f"accepted: this release would be accepted (checked in {s.get('seconds', 0):.2f} s)")
+    else:
+        out += [f"refused: {why}" for why in rep.reasons]
+    return "\n".join(out)
+
+
+CHECK_HELP = (
+    "check a release config (and its microdata) in about a second, without Prefect: exit 0 if the release "
+    "would be accepted, 2 with the reasons. Prints counts, row numbers and snap-distance statistics -- "
+    "aggregates of the secret table, for the operator's terminal only: never redirect them to a file"
+)
+
+
+def add_check_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = CHECK_HELP + "."
+    p.add_argument("--config", required=True, help="the release config (TOML)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report as JSON on stdout (it holds the snap-distance aggregates: terminal only)",
+    )
+
+
+def check_from_cli(args: argparse.Namespace) -> int:
+    rep = run_check(args.config)
+    if args.json:
+        print(json.dumps(rep.as_dict(), indent=2, default=str))
+    else:
+        print(render(rep))
+    sys.stdout.flush()
+    return 0 if rep.accepted else 2

