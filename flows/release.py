@@ -107,7 +107,9 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, An
         }
     }
     if r.prior_source == "file":
-        out["prior"] = {"source": "file", "file": r.prior, "file_sha256": file_sha256(r.prior)}
+        from mdp_core.microdata import sha256_regular  # numpy / pandas: only for a prior file
+
+        out["prior"] = {"source": "file", "file": r.prior, "file_sha256": sha256_regular(r.prior, "prior")}
     elif r.prior_source == "dp":
         out["prior"] = secret | {"source": "dp", "eps_prior": r.eps_prior}
     elif r.prior_source == "uniform":

@@ -53,9 +53,9 @@ def table_version(microdata: str) -> str:
     """The private id of one version of the secret table: sha256 of the file's bytes (a regular file only:
     a FIFO or a device is refused before it is opened). Never published (only :meth:`Draw.tag` of it
     reaches a cache key)."""
-    from mdp_core.microdata import regular_file_sha256
+    from mdp_core.microdata import sha256_regular
 
-    return regular_file_sha256(microdata)
+    return sha256_regular(microdata)
 
 
 def simulated_table(description: dict[str, Any]) -> tuple[str, str]:
@@ -146,7 +146,8 @@ def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dic
     private = PrivateStore(store.root)
     paid = {
         (c["detail"].get("kind"), c["detail"].get("release"), c["detail"].get("draw"))
-        for c in private.charges(draw.population)
+        for c in private.entries(draw.population)
+        if c.get("kind") == "charge"
     }
     planned = {
         f"plan-{kind}:{digest([params.get('release_key'), draw.commitment, kind])}": eps
@@ -191,12 +192,11 @@ def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 reco
     path = params.get("microdata")
     if path is None:
         return release.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals"))
-    if draw.tag(table_version(path)) != params["table_tag"]:
+    frame, version = microdata.read_with_sha256(path)  # the bytes hashed are the bytes read
+    if draw.tag(version) != params["table_tag"]:
         raise InputError("the microdata file changed during the run; run again")
     limit = params.get("max_distance")
-    return microdata.map_individuals(
-        microdata.read_microdata(path), inst, inst.eta if limit is None else limit
-    ).record_ids
+    return microdata.map_individuals(frame, inst, inst.eta if limit is None else limit).record_ids
 
 
 def check_microdata(store: Store, params: dict[str, Any], instance: ArtifactRef) -> int:

@@ -33,9 +33,9 @@ from tasks.postprocess import charge_all, charge_key, individuals, kept_measure
 def _from_file(path: str, n: int):  # -> (N,) float64
     import numpy as np
 
-    from mdp_core.microdata import read_microdata
+    from mdp_core.microdata import read_table
 
-    df = read_microdata(path)  # same reader: .csv / .parquet, clear errors
+    df = read_table(path, "prior").frame  # same reader: .csv / .parquet, special files refused, clear errors
     if "prior" not in df.columns or len(df) != n:
         raise InputError(f"prior file {path}: needs a 'prior' column with one row per record ({n}), got {len(df)} rows")
     p = df["prior"].to_numpy(dtype=np.float64)
