@@ -182,8 +182,19 @@ def _flow_run_name() -> str:
 
 
 def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
-    """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` and the UI."""
-    operate_ui.record_failure(flow_run, state)
+    """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (the release's
+    own store) and the UI."""
+    operate_ui.record_failure(flow_run, state, "failed")
+
+
+def _on_crashed(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """Crash hook: as :func:`_on_failure`."""
+    operate_ui.record_failure(flow_run, state, "crashed")
+
+
+def _on_cancellation(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """Cancellation hook (Cancel in the UI, a stopped serve): the same record, ``cancelled at <stage>``."""
+    operate_ui.record_failure(flow_run, state, "cancelled")
 
 
 @flow(
@@ -191,7 +202,8 @@ def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> 
     description="Optimal mDP mechanism -> verified, reproducible release",
     flow_run_name=_flow_run_name,
     on_failure=[cast(Any, _on_failure)],
-    on_crashed=[cast(Any, _on_failure)],
+    on_crashed=[cast(Any, _on_crashed)],
+    on_cancellation=[cast(Any, _on_cancellation)],
 )
 def release_flow(
     config: ReleaseFlowConfig = DEFAULT_CONFIG,
@@ -320,6 +332,6 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     run_dir = manifest["run_dir"]
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
     operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
-    if config.run.keep_releases is not None:
-        store.prune_releases(config.run.keep_releases)
+    if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
+        store.prune_releases(config.run.keep_releases, rname)
     return manifest
