@@ -425,13 +425,15 @@ class ReleaseConfig(BaseModel):
         if self.microdata is not None and self.population is None:
             raise ValueError(
                 "population is required with microdata: a name for the people whose records the table holds "
-                "(e.g. population = \"rome-residents\"), the same across versions of the table; their privacy "
+                '(e.g. population = "rome-residents"), the same across versions of the table; their privacy '
                 "ledger and cap are this population's"
             )
         if self.simulate and self.population is not None:
             raise ValueError("population is for microdata: simulated people get their own population")
         if self.n_individuals is not None and not self.simulate:
-            raise ValueError("n_individuals is for simulated individuals (simulate = true): with microdata, the file sets n")
+            raise ValueError(
+                "n_individuals is for simulated individuals (simulate = true): with microdata, the file sets n"
+            )
         if self.prior == "dp" and self.microdata is None:
             raise ValueError("prior = 'dp' is a DP histogram of the microdata: set microdata")
         if self.prior not in PRIOR_SOURCES and not self.prior.lower().endswith((".csv", ".parquet", ".pq")):
@@ -583,7 +585,7 @@ def release_name_of(data: Any) -> str | None:
     name = data.get("name")
     if isinstance(name, str) and name:
         return name
-    ds, pv, sv = (data.get(k) if isinstance(data.get(k), dict) else {} for k in ("dataset", "privacy", "solve"))
+    ds, pv, sv = (_section(data, k) for k in ("dataset", "privacy", "solve"))
     kind, method, eps = ds.get("kind", "grid"), sv.get("method", "auto"), pv.get("epsilon")
     if not isinstance(kind, str) or not isinstance(method, str):
         return None
@@ -594,6 +596,11 @@ def release_name_of(data: Any) -> str | None:
             value = None
         eps = float(value) if isinstance(value, int | float) else None
     return _derived_name(kind, eps, method)
+
+
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def is_simulated(cfg: ReleaseFlowConfig) -> bool:
@@ -633,7 +640,7 @@ def to_parameter(cfg: ReleaseFlowConfig) -> dict[str, Any]:
     """``cfg`` as a flow-run parameter (JSON): what was written and nothing else (``exclude_unset``, at every
     level), so the deployment, the run form and a batch show the author's config. :func:`as_config` is the
     way back; ``as_config(to_parameter(cfg)) == cfg`` for every valid config (tests/test_config_routes.py)."""
-    return cast(dict[str, Any], cfg.model_dump(mode="json", exclude_unset=True))
+    return cfg.model_dump(mode="json", exclude_unset=True)
 
 
 # Names a file parameter may take that are not paths (bundled data sets: mdp_core.loaders.BUNDLED; GloVe).
@@ -698,24 +705,18 @@ def _explain(exc: ValidationError, source: str) -> InputError:
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> ReleaseFlowConfig:
-    """Validate a config mapping (a config file's, a manifest's); raises InputError naming the first bad key.
-
-    A written config must say what it releases: without a ``[release]`` section it is an error (the built-in
-    default's simulated people are for ``ReleaseFlowConfig()`` / no ``--config`` only)."""
+    """Validate a config mapping; raises InputError naming the first bad key. A mapping without ``release``
+    takes the built-in default's (simulated people), as ``ReleaseFlowConfig(...)`` does; a config *file*
+    must say what it releases (:func:`load_config`)."""
     try:
-        cfg = ReleaseFlowConfig.model_validate(data)
+        return ReleaseFlowConfig.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc, source) from None
-    if not isinstance(data.get("release"), dict):
-        raise InputError(
-            f"{source}: release: missing: a config says what it releases: [release] microdata = FILE with "
-            "population = NAME (an agency's table), or simulate = true (simulated people, a demo)"
-        )
-    return cfg
 
 
 def load_config(path: str | Path | None) -> ReleaseFlowConfig:
-    """Read a TOML config (None -> the built-in default release)."""
+    """Read a TOML config (None -> the built-in default release, simulated people). A file without a
+    ``[release]`` section is an error: it must set ``microdata`` (with ``population``) or ``simulate = true``."""
     if path is None:
         return ReleaseFlowConfig()
     p = Path(path)
@@ -725,7 +726,13 @@ def load_config(path: str | Path | None) -> ReleaseFlowConfig:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: not valid TOML ({exc})") from None
-    return parse_config(_absolute_paths(data, p.resolve().parent), str(p))
+    cfg = parse_config(_absolute_paths(data, p.resolve().parent), str(p))
+    if not isinstance(data.get("release"), dict):  # forgetting microdata must never publish simulated people
+        raise InputError(
+            f"{p}: release: missing: a config file says what it releases: [release] microdata = FILE with "
+            "population = NAME (an agency's table), or simulate = true (simulated people, a demo)"
+        )
+    return cfg
 
 
 def as_config(value: Any) -> ReleaseFlowConfig:
@@ -769,4 +776,6 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
     return parse_config(data, f"{path}: config")
 
 
-DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release: simulated people (flows.release's default parameter)
+DEFAULT_CONFIG = (
+    ReleaseFlowConfig()
+)  # the built-in default release: simulated people (flows.release's default parameter)
