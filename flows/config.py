@@ -639,8 +639,13 @@ def config_hash(cfg: ReleaseFlowConfig) -> str:
 def to_parameter(cfg: ReleaseFlowConfig) -> dict[str, Any]:
     """``cfg`` as a flow-run parameter (JSON): what was written and nothing else (``exclude_unset``, at every
     level), so the deployment, the run form and a batch show the author's config. :func:`as_config` is the
-    way back; ``as_config(to_parameter(cfg)) == cfg`` for every valid config (tests/test_config_routes.py)."""
-    return cfg.model_dump(mode="json", exclude_unset=True)
+    way back; ``as_config(to_parameter(cfg)) == cfg`` for every valid config (tests/test_config_routes.py).
+    One addition: a ``dataset`` section always carries its ``kind``, the discriminator of the parameter's
+    JSON schema (Prefect checks a deployment's runs against it: ``{}`` matches every kind's arm)."""
+    out: dict[str, Any] = cfg.model_dump(mode="json", exclude_unset=True)
+    if "dataset" in out:
+        out["dataset"] = {"kind": cfg.dataset.kind, **out["dataset"]}
+    return out
 
 
 # Names a file parameter may take that are not paths (bundled data sets: mdp_core.loaders.BUNDLED; GloVe).
