@@ -415,13 +415,23 @@ class ReleaseConfig(BaseModel):
     def _consistent(self) -> ReleaseConfig:
         # Only values, never model_fields_set: a full dump (a manifest, the API's copy of a parameter) and the
         # keys written validate alike.
+        if self.prior == "dp" and self.microdata is None:
+            raise ValueError("prior = 'dp' is a DP histogram of the microdata: set microdata")
+        if self.prior not in PRIOR_SOURCES and not self.prior.lower().endswith((".csv", ".parquet", ".pq")):
+            raise ValueError(
+                f"prior must be one of {list(PRIOR_SOURCES)} or a .csv / .parquet file, got {self.prior!r}"
+            )
+        if self.microdata is not None and self.simulate:
+            raise ValueError("microdata and simulate = true are both set: a release is one or the other")
+        if self.n_individuals is not None and not self.simulate:
+            raise ValueError(
+                "n_individuals is for simulated individuals (set simulate = true); with microdata, the file sets n"
+            )
         if self.microdata is None and not self.simulate:
             raise ValueError(
                 "neither microdata nor simulate is set: set microdata = FILE (the agency's table, with its "
                 "population) or simulate = true (simulated people, a demo)"
             )
-        if self.microdata is not None and self.simulate:
-            raise ValueError("microdata and simulate = true are both set: a release is one or the other")
         if self.microdata is not None and self.population is None:
             raise ValueError(
                 "population is required with microdata: a name for the people whose records the table holds "
@@ -430,16 +440,6 @@ class ReleaseConfig(BaseModel):
             )
         if self.simulate and self.population is not None:
             raise ValueError("population is for microdata: simulated people get their own population")
-        if self.n_individuals is not None and not self.simulate:
-            raise ValueError(
-                "n_individuals is for simulated individuals (simulate = true): with microdata, the file sets n"
-            )
-        if self.prior == "dp" and self.microdata is None:
-            raise ValueError("prior = 'dp' is a DP histogram of the microdata: set microdata")
-        if self.prior not in PRIOR_SOURCES and not self.prior.lower().endswith((".csv", ".parquet", ".pq")):
-            raise ValueError(
-                f"prior must be one of {list(PRIOR_SOURCES)} or a .csv / .parquet file, got {self.prior!r}"
-            )
         return self
 
     @property
