@@ -16,7 +16,14 @@ two runs compute the same key concurrently the first rename wins and the loser d
 (both hold the same bytes: stage outputs are deterministic functions of the key's inputs). A release
 is staged in ``runs/.<run>.tmp-<pid>-<random>/``, checked there (``check``: the door,
 :mod:`mdp_core.audit`) and renamed into place only if the check passes. Stored and released files
-have mode 0644.
+have mode 0644, except objects derived from the secret table (``writer(..., private=True)``: the DP
+prior, the postprocess stage's output), whose folder is 0700 and files 0600 until published: the
+published copies (:meth:`Store.publish`) are 0644.
+
+Retention is per release name (:meth:`Store.prune_releases`): a release folder belongs to the name of
+its manifest's config (:func:`flows.config.release_name_of`), a failure record to its ``record.json``'s
+``release``; one release's ``keep_releases`` never touches another's folders. :meth:`Store.usage` and
+:meth:`Store.prune_objects` are ``mdp-release store`` (flows/store_cli.py).
 
 Replacing an output (``--refresh``, or an invalid leftover) never deletes a folder another run may be
 reading:
@@ -61,6 +68,8 @@ from mdp_core.files import file_sha256, write_json
 REF_SCHEMA_VERSION = 1
 DEFAULT_ROOT = "artifacts/store"
 FILE_MODE = 0o644
+PRIVATE_FILE_MODE = 0o600  # files of an object derived from the secret table (writer(private=True))
+PRIVATE_DIR_MODE = 0o700  # its folder
 STALE_SECONDS = 3600.0  # a temp entry without a pid older than this is a leftover
 TRASH_SECONDS = 900.0  # a replaced object folder stays readable this long before it is deleted
 _SETTLE_SECONDS = 0.2  # how long Store.path waits for an object folder caught between two renames
@@ -363,7 +372,7 @@ class Store:
 
     # ----------------------------------------------------------------- writes
     @contextmanager
-    def writer(self, stage: str, key: str, force: bool = False) -> Iterator[ObjectWriter]:
+    def writer(self, stage: str, key: str, force: bool = False, private: bool = False) -> Iterator[ObjectWriter]:
         """Write a stage output: ``with store.writer(stage, key) as w: ...; ref = w.ref``.
 
         Files go to a private temp directory; on success the directory is renamed into place and
@@ -371,12 +380,16 @@ class Store:
         inputs), that one is kept and returned -- also when ``force`` (a requested recomputation) and
         the new content equals it. A forced, different output, or a fresh one replacing an invalid
         leftover, is swapped in; the old folder goes to trash (module docstring), never deleted at once.
+
+        ``private``: an object derived from the secret table (the DP prior, the postprocess output): its
+        folder is 0700 and its files 0600 (an existing output kept for the key is made so too), readable
+        by the store's owner only until :meth:`publish` copies the released files as 0644.
         """
         final = self.object_dir(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(final.parent)  # leftovers of killed runs of this stage
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-{os.getpid()}-", dir=final.parent))
-        w = ObjectWriter(self, stage, key, tmp)
+        w = ObjectWriter(self, stage, key, tmp, private)
         try:
             yield w
             new = w.finish()
@@ -387,12 +400,16 @@ class Store:
                     # recomputed, same content: keep the folder and its files, record this computation's meta
                     w.ref = replace(existing, meta=new.meta)
                     write_json(final / "ref.json", w.ref.as_dict())
-                    os.chmod(final / "ref.json", FILE_MODE)
+                    os.chmod(final / "ref.json", PRIVATE_FILE_MODE if private else FILE_MODE)
                     shutil.rmtree(tmp, ignore_errors=True)
+                    if private:
+                        _restrict(final)
                     return
                 if existing is not None and not force:
                     shutil.rmtree(tmp, ignore_errors=True)
                     w.ref = existing
+                    if private:
+                        _restrict(final)
                     return
                 if present:  # invalid, or forced with different content: swap ours in, the old one to trash
                     trash = final.with_name(f".{key}.trash-{int(time.time())}-{os.urandom(4).hex()}")
@@ -450,7 +467,8 @@ class Store:
         contain one sub-folder, e.g. ``instance/edges.parquet``) and manifest.json into a staging
         folder, call ``check(staged_dir)`` (it raises to refuse), then rename it to runs/<run_name>/.
 
-        A refused or failed publication leaves nothing under runs/. Files get mode 0644.
+        A refused or failed publication leaves nothing under runs/. Files get mode 0644 (also the copies of
+        a private object's files: publication is what makes them public).
         """
         final = self.run_dir(run_name)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -519,15 +537,46 @@ class Store:
             return folder
         return None
 
-    def prune_releases(self, keep: int) -> list[Path]:
-        """Keep the newest ``keep`` release folders and the one ``runs/latest`` points to (and as many
-        failure records); the older ones are renamed to trash (readers keep working) and deleted by a
-        later :meth:`clean_debris`. Returns the folders removed."""
+    def failure_records(self) -> list[Path]:
+        """The failure records under ``runs/`` (``<time>-<id8>-failed/``), oldest first."""
+        runs = self.root / "runs"
+        return sorted(p for p in runs.glob("*-failed") if p.is_dir() and not p.is_symlink())
+
+    @staticmethod
+    def failure_release(folder: Path) -> str | None:
+        """The release name a failure record belongs to (its ``record.json``), None when it does not say."""
+        try:
+            rec = json.loads((folder / "record.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        name = rec.get("release") if isinstance(rec, dict) else None
+        return name if isinstance(name, str) else None
+
+    def releases_by_name(self, name_of: NameOf | None = None) -> dict[str, list[Path]]:
+        """The release folders (:meth:`releases`, oldest first) grouped by release name: the name of each
+        manifest's config (``name_of``, default :func:`flows.config.release_name_of`); a folder whose
+        manifest names none is under ``"?"``."""
+        name_of = name_of or _default_name_of
+        groups: dict[str, list[Path]] = {}
+        for folder in self.releases():
+            m = _read_manifest(folder)
+            groups.setdefault((name_of(m) if m is not None else None) or "?", []).append(folder)
+        return groups
+
+    def prune_releases(self, keep: int, name: str, name_of: NameOf | None = None) -> list[Path]:
+        """Keep the newest ``keep`` release folders of release ``name`` (and the one ``runs/latest`` points
+        to) and as many of its failure records; its older ones are renamed to trash (readers keep working)
+        and deleted by a later :meth:`clean_debris`. Nothing else is touched: another release's folders
+        and records, records that name no release (older versions), objects, ``private/``, and
+        ``runs/latest`` itself. Returns the folders removed."""
+        if keep < 1:
+            raise InputError(f"keep_releases must be >= 1, got {keep}")
         runs = self.root / "runs"
         latest = self.latest()
-        failed = sorted(p for p in runs.glob("*-failed") if p.is_dir() and not p.is_symlink())
+        mine = self.releases_by_name(name_of).get(name, [])
+        failed = [f for f in self.failure_records() if self.failure_release(f) == name]
         removed: list[Path] = []
-        for group in (self.releases(), failed):
+        for group in (mine, failed):
             for folder in group[: max(len(group) - keep, 0)]:
                 if latest is not None and folder.resolve() == latest.resolve():
                     continue
@@ -539,12 +588,100 @@ class Store:
                 removed.append(folder)
         return removed
 
+    # ------------------------------------------------------------- housekeeping
+    def usage(self, name_of: NameOf | None = None) -> dict[str, Any]:
+        """What the store holds (``mdp-release store``): per release name its release folders (``count``,
+        ``newest`` folder name, ``bytes``) and failure records (``failures``); per stage its objects
+        (``count``, ``bytes``); the bytes of ``private/`` and ``prefect/`` (Prefect's cache records)."""
+        releases: dict[str, dict[str, Any]] = {}
+        for name, folders in self.releases_by_name(name_of).items():
+            releases[name] = {
+                "count": len(folders),
+                "newest": folders[-1].name,
+                "bytes": sum(tree_bytes(f) for f in folders),
+                "failures": 0,
+            }
+        for folder in self.failure_records():
+            name = self.failure_release(folder) or "?"
+            entry = releases.setdefault(name, {"count": 0, "newest": None, "bytes": 0, "failures": 0})
+            entry["failures"] += 1
+        objects: dict[str, dict[str, int]] = {}
+        for stage, folders in sorted(self.object_folders().items()):
+            objects[stage] = {"count": len(folders), "bytes": sum(tree_bytes(f) for f in folders)}
+        latest = self.latest()
+        return {
+            "root": str(self.root),
+            "releases": dict(sorted(releases.items())),
+            "latest": latest.name if latest is not None else None,
+            "objects": objects,
+            "private_bytes": tree_bytes(self.root / "private"),
+            "prefect_bytes": tree_bytes(self.root / "prefect"),
+        }
+
+    def object_folders(self) -> dict[str, list[Path]]:
+        """Every object folder, per stage (no debris)."""
+        out: dict[str, list[Path]] = {}
+        top = self.root / "objects"
+        try:
+            stages = [Path(e.path) for e in os.scandir(top) if e.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return out
+        for stage in stages:
+            if _is_debris(stage.name):
+                continue
+            with os.scandir(stage) as it:
+                out[stage.name] = sorted(
+                    Path(e.path) for e in it if e.is_dir(follow_symlinks=False) and not _is_debris(e.name)
+                )
+        return out
+
+    def referenced_objects(self) -> set[str]:
+        """``objects/<stage>/<key>`` of every stage entry (``artifact``) of every release's manifest."""
+        refs: set[str] = set()
+        for folder in self.releases():
+            m = _read_manifest(folder)
+            stages = m.get("stages") if m is not None else None
+            if not isinstance(stages, dict):
+                continue
+            for entry in stages.values():
+                art = entry.get("artifact") if isinstance(entry, dict) else None
+                if isinstance(art, str):
+                    refs.add(art)
+        return refs
+
+    def prune_objects(self, min_age: float = STALE_SECONDS) -> list[Path]:
+        """Remove the objects no release's manifest references (:meth:`referenced_objects`): each is
+        renamed to trash (a reader keeps working; a later run that wanted it as a cache hit recomputes
+        it) and deleted by :meth:`clean_debris` once stale. Objects written less than ``min_age`` seconds
+        ago are kept (a run in progress has not published its manifest yet). Never touches ``runs/``,
+        ``private/`` or ``prefect/``. Returns the object folders removed."""
+        keep = self.referenced_objects()
+        now = time.time()
+        removed: list[Path] = []
+        for stage, folders in self.object_folders().items():
+            for folder in folders:
+                if f"objects/{stage}/{folder.name}" in keep:
+                    continue
+                try:
+                    if now - folder.lstat().st_mtime < min_age:
+                        continue
+                    trash = folder.with_name(f".{folder.name}.trash-{int(now)}-{os.urandom(4).hex()}")
+                    os.replace(folder, trash)
+                except OSError:
+                    continue
+                removed.append(folder)
+        return removed
+
+
+NameOf = Callable[[dict[str, Any]], str | None]  # a manifest -> its release name
+
 
 class ObjectWriter:
     """Collects the files of one stage output inside its temp directory."""
 
-    def __init__(self, store: Store, stage: str, key: str, tmp: Path) -> None:
+    def __init__(self, store: Store, stage: str, key: str, tmp: Path, private: bool = False) -> None:
         self.store, self.stage, self.key, self.dir = store, stage, key, tmp
+        self.private = private  # 0700 / 0600 (derived from the secret table) instead of 0755 / 0644
         self.meta: dict[str, Any] = {}
         self.ref: ArtifactRef | None = None
 
@@ -567,7 +704,49 @@ class ObjectWriter:
         write_json(self.dir / "ref.json", ref.as_dict())
         for p in self.dir.iterdir():
             if p.is_file():
-                os.chmod(p, FILE_MODE)
-        os.chmod(self.dir, 0o755)
+                os.chmod(p, PRIVATE_FILE_MODE if self.private else FILE_MODE)
+        os.chmod(self.dir, PRIVATE_DIR_MODE if self.private else 0o755)
         self.ref = ref
         return ref
+
+
+def _restrict(folder: Path) -> None:
+    """Make an object folder private: the folder 0700, its regular files 0600 (symlinks untouched)."""
+    try:
+        for p in folder.iterdir():
+            if p.is_file() and not p.is_symlink():
+                os.chmod(p, PRIVATE_FILE_MODE)
+        os.chmod(folder, PRIVATE_DIR_MODE)
+    except OSError:
+        pass
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (symlinks not followed; 0 when absent)."""
+    total = 0
+    if path.is_file() and not path.is_symlink():
+        return path.lstat().st_size
+    for folder, _, names in os.walk(path):
+        for n in names:
+            try:
+                st = os.lstat(os.path.join(folder, n))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+def _read_manifest(folder: Path) -> dict[str, Any] | None:
+    try:
+        m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def _default_name_of(manifest: dict[str, Any]) -> str | None:
+    """The release name of a manifest: its config's (:func:`flows.config.release_name_of`)."""
+    from flows.config import release_name_of  # the config's rules live there (imported late: no cycle)
+
+    return release_name_of(manifest.get("config"))

@@ -12,7 +12,7 @@ from prefect import flow
 from prefect.context import FlowRunContext
 
 from flows import operate_ui
-from flows.config import ReleaseFlowConfig, StageName, as_config, release_name
+from flows.config import ReleaseFlowConfig, StageName, as_config, release_name, release_name_of
 from flows.release import release_flow, run_stamp, run_tags
 
 
@@ -35,7 +35,7 @@ def _batch_run_name() -> str:
 def batch_markdown(manifests: list[dict[str, Any]]) -> str:
     rows = ["# Batch of releases", "", "| release | run | folder | privacy check |", "|---|---|---|---|"]
     for m in manifests:
-        name = release_name(as_config(m["config"]))
+        name = release_name_of(m["config"]) or "?"
         same = f" (same as {m['same_as']})" if m.get("same_as") else ""
         passed = "PASS" if m["privacy"]["certificate"].get("passed") else "FAIL"
         rows.append(f"| {name} | {m['run_name']} | `{m['run_dir']}`{same} | {passed} |")

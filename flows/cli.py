@@ -10,6 +10,7 @@
   mdp-release server start|stop|status
   mdp-release serve --cron EXPR | --interval SECONDS [--config FILE] [--name N]
   mdp-release deploy --pool NAME [--cron EXPR | --interval SECONDS] [--config FILE] [--name N]
+  mdp-release store [--store DIR | --config FILE] [--json] [--prune-objects]
 
 Errors print one line ``mdp-release: error: ...`` and exit with status 2 (bad input) or 1
 (verification failed / refused / solver failure).
@@ -298,6 +299,18 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
     add_export_arguments(p)
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    from flows.store_cli import store_from_cli
+
+    return store_from_cli(args)
+
+
+def _store_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.store_cli import add_store_arguments
+
+    add_store_arguments(p)
+
+
 def _server_arguments(p: argparse.ArgumentParser) -> None:
     from flows.run import add_server_arguments
 
@@ -368,6 +381,12 @@ COMMANDS: tuple[
         "show the populations' privacy budgets; set a cap or start a new budget (recorded)",
         _ledger_arguments,
         cmd_ledger,
+    ),
+    (
+        "store",
+        "what a store holds (releases per name, objects per stage); --prune-objects removes unreferenced objects",
+        _store_arguments,
+        cmd_store,
     ),
 )
 

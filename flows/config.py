@@ -12,6 +12,9 @@ Example (every key optional; these are the defaults of the built-in release)::
     [privacy]           # unset: the dataset's own values (grid: eps = 10 / km, eta = 2 km)
     epsilon = 10.0      # per distance unit (km for geo data)
     eta = 2.0           # neighbour threshold, distance unit
+    # protection_radius = 2.0  # distance (unit) within which two people are promised eps * stretch * d; unset: eta
+    max_stretch = 3.0   # refuse a mechanism whose graph stretches distances more than this (spanner dilation)
+    allow_unprotected = false  # true: release even when the graph is split or over max_stretch (officer told who)
 
     [partition]         # mdp_core.methods.PartitionOptions (Benders' partition)
     method = "kmdv"     # kmdv | kmrec | kmadj | bsc
@@ -27,12 +30,15 @@ Example (every key optional; these are the defaults of the built-in release)::
     # gap_rel = 1e-6    # the chosen method's own options (mdp_core.methods), unset: its default;
     #                   # one it does not take is an error
 
-    [release]
-    # microdata = "people.csv"   # the agency's secret table (lat, lon | x0.. | record); unset: simulated people
-    n_individuals = 10000        # simulated individuals (only without microdata)
+    [release]           # REQUIRED in a config file: microdata + population, or simulate = true
+    # microdata = "people.csv"   # the agency's secret table (lat, lon | x0.. | record)
+    # population = "rome-residents"  # whose records these are, across versions of the table (with microdata)
+    # max_total_epsilon = 30.0   # the population's privacy cap: required by its first release (the ledger
+    #                            # keeps it; a lower value lowers it, a higher one is noted, never applied)
+    simulate = true              # simulated people (a demo); neither this nor microdata is an error
+    # n_individuals = 10000      # how many simulated people (only with simulate; unset: 10,000)
     eps_counts = 1.0             # budget of the released counts of the true data (discrete Laplace + CBDP)
     prior = "dataset"            # dataset | uniform | dp (DP histogram of the microdata, eps_prior) | a file
-    # max_total_epsilon = 30.0   # refuse a release that brings the table's ledger above this
 
     [evaluate]
     baselines = ["exp"]
@@ -45,6 +51,14 @@ Example (every key optional; these are the defaults of the built-in release)::
     dask_address = ""        # tcp://host:8786 of a running Dask scheduler; empty: a local Dask cluster
     max_workers = 2          # threads (thread runner) or local Dask workers
     timeouts = { solve = 3600 }   # per-stage timeout, seconds (unset: none)
+    # keep_releases = 5        # keep the newest 5 release folders of THIS release name (unset: all)
+
+A config is what its author wrote, on every route: a TOML file (:func:`load_config`), a Prefect
+parameter (serve / deploy / batch: :func:`to_parameter`, back with :func:`as_config`), a run manifest
+(:func:`manifest_config`). Validation never depends on which keys were written (pydantic's
+``model_fields_set``), so a full dump (a manifest's ``config``, the API's copy of a parameter) and the
+written keys alone (:func:`to_parameter`) both validate to the same config. :func:`config_hash` is a
+function of the meaning (every default included), never of what was written.
 """
 
 from __future__ import annotations
@@ -207,13 +221,44 @@ class DatasetConfig(BaseModel):
         return schema
 
 
+# The default [privacy] max_stretch: the largest spanner dilation (max over pairs of D_G / d, D_G the
+# shortest path in the mDP graph) accepted without ``allow_unprotected``. A measured value of the shipped
+# datasets' graphs is meant to replace it (mdp_core.protection).
+DEFAULT_MAX_STRETCH = 3.0
+
+
 class PrivacyConfig(BaseModel):
     """eps and eta in the dataset's distance unit; unset (None) = the dataset loader's own value
-    (e.g. the text loader scales eta to the vectors' norms)."""
+    (e.g. the text loader scales eta to the vectors' norms).
+
+    The guarantee in the data's own metric d (Bordenabe, Chatzikokolakis & Palamidessi, CCS 2014): a
+    certified eps-mDP mechanism on the mDP graph gives e^{eps * stretch * d(i, j)} between any two records
+    of one component, stretch = max over pairs of D_G / d. ``protection_radius`` is the distance within
+    which the ledger charges that loss (eps x stretch x protection_radius); a graph split into several
+    components or stretched beyond ``max_stretch`` is refused unless ``allow_unprotected``."""
 
     model_config = STRICT
     epsilon: float | None = Field(None, gt=0, allow_inf_nan=False, description="privacy budget per distance unit")
     eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="neighbour threshold (distance unit)")
+    protection_radius: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="distance (unit) within which two people are protected: the ledger charges eps x stretch x "
+        "this per release; unset: eta",
+    )
+    max_stretch: float = Field(
+        DEFAULT_MAX_STRETCH,
+        ge=1,
+        allow_inf_nan=False,
+        description="largest stretch (max over pairs of graph distance / metric distance) accepted without "
+        "allow_unprotected",
+    )
+    allow_unprotected: bool = Field(
+        False,
+        description="release even when the mDP graph has several components or a stretch above max_stretch "
+        "(the officer's summary says who is unprotected from whom)",
+    )
 
 
 # [partition]: Benders' partition options (mdp_core.methods.PartitionOptions), under their config keys.
@@ -311,18 +356,34 @@ else:
 PRIOR_SOURCES = ("dataset", "uniform", "dp")
 
 
+DEFAULT_N_INDIVIDUALS = 10_000  # simulated people when ``simulate`` and no ``n_individuals``
+POPULATION_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+
+
 class ReleaseConfig(BaseModel):
-    """What is released and how it is accounted. ``microdata``: the agency's secret table (CSV or
-    Parquet, one row per individual: ``lat, lon`` / ``x0..`` / ``record``; :mod:`mdp_core.microdata`);
-    unset: ``n_individuals`` simulated individuals (a demo). The randomness that protects individuals
-    comes from OS entropy, kept in the store's private part: there is no seed to set."""
+    """What is released and how it is accounted. Exactly one of: ``microdata``, the agency's secret table
+    (CSV or Parquet, one row per individual: ``lat, lon`` / ``x0..`` / ``record``; :mod:`mdp_core.microdata`)
+    with its ``population`` (whose records these are, across versions of the table: the ledger that
+    bounds their total privacy loss is the population's); or ``simulate = true``, ``n_individuals``
+    simulated people (a demo). Neither is an error: a forgotten ``microdata`` must never publish simulated
+    people under a real release's name. The randomness that protects individuals comes from OS entropy,
+    kept in the store's private part: there is no seed to set."""
 
     model_config = STRICT
     microdata: str | None = Field(None, description="the agency's secret microdata file (.csv / .parquet)")
+    population: str | None = Field(
+        None,
+        pattern=POPULATION_PATTERN,
+        description="with microdata (required): the people whose records the table holds, across versions of "
+        "it (lowercase, digits, . _ -); their privacy ledger and cap are this population's",
+    )
+    simulate: bool = Field(False, description="release simulated people (a demo) instead of microdata")
     max_distance: float | None = Field(
         None, ge=0, allow_inf_nan=False, description="farthest an individual may lie from its record; unset: eta"
     )
-    n_individuals: int = Field(10_000, ge=1, le=100_000_000, description="simulated individuals (no microdata)")
+    n_individuals: int | None = Field(
+        None, ge=1, le=100_000_000, description="simulated individuals (only with simulate); unset: 10,000"
+    )
     eps_counts: float = Field(1.0, gt=0, allow_inf_nan=False, description="budget of the released true-data counts")
     prior: str = Field(
         "dataset",
@@ -331,7 +392,12 @@ class ReleaseConfig(BaseModel):
     )
     eps_prior: float = Field(0.1, gt=0, allow_inf_nan=False, description="budget of the DP prior (prior = dp)")
     max_total_epsilon: float | None = Field(
-        None, gt=0, allow_inf_nan=False, description="refuse a release that brings the table's total spend above this"
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="the population's privacy cap: required by its first release, which sets it in the store's "
+        "ledger; a lower value lowers it, a higher one is noted but never applied (raise it with "
+        "`mdp-release ledger cap --raise`)",
     )
 
     @model_validator(mode="before")
@@ -347,19 +413,50 @@ class ReleaseConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ReleaseConfig:
-        if self.microdata is not None and "n_individuals" in self.model_fields_set:
-            raise ValueError("n_individuals is for simulated individuals: with microdata, the file sets n")
+        # Only values, never model_fields_set: a full dump (a manifest, the API's copy of a parameter) and the
+        # keys written validate alike.
         if self.prior == "dp" and self.microdata is None:
             raise ValueError("prior = 'dp' is a DP histogram of the microdata: set microdata")
         if self.prior not in PRIOR_SOURCES and not self.prior.lower().endswith((".csv", ".parquet", ".pq")):
             raise ValueError(
                 f"prior must be one of {list(PRIOR_SOURCES)} or a .csv / .parquet file, got {self.prior!r}"
             )
+        if self.microdata is not None and self.simulate:
+            raise ValueError("microdata and simulate = true are both set: a release is one or the other")
+        if self.n_individuals is not None and not self.simulate:
+            raise ValueError(
+                "n_individuals is for simulated individuals (set simulate = true); with microdata, the file sets n"
+            )
+        if self.microdata is None and not self.simulate:
+            raise ValueError(
+                "neither microdata nor simulate is set: set microdata = FILE (the agency's table, with its "
+                "population) or simulate = true (simulated people, a demo)"
+            )
+        if self.microdata is not None and self.population is None:
+            raise ValueError(
+                "population is required with microdata: a name for the people whose records the table holds "
+                '(e.g. population = "rome-residents"), the same across versions of the table; their privacy '
+                "ledger and cap are this population's"
+            )
+        if self.simulate and self.population is not None:
+            raise ValueError("population is for microdata: simulated people get their own population")
         return self
 
     @property
     def prior_source(self) -> str:
         return self.prior if self.prior in PRIOR_SOURCES else "file"
+
+    @property
+    def simulated_individuals(self) -> int | None:
+        """How many simulated people (``n_individuals``, unset: :data:`DEFAULT_N_INDIVIDUALS`); None with microdata."""
+        if not self.simulate:
+            return None
+        return DEFAULT_N_INDIVIDUALS if self.n_individuals is None else self.n_individuals
+
+
+def _simulated_release() -> ReleaseConfig:
+    """The built-in default release's [release]: simulated people (a config file must say so itself)."""
+    return ReleaseConfig(simulate=True)
 
 
 Baseline = Literal["exp", "laplace", "constopt", "lp", "rowgen", "colgen", "benders"]
@@ -410,7 +507,10 @@ class RunConfig(BaseModel):
     max_workers: int = Field(2, ge=1, le=256, description="threads, or workers of a local Dask cluster")
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     keep_releases: int | None = Field(
-        None, ge=1, description="keep the newest N release folders of the store (and runs/latest's); unset: all"
+        None,
+        ge=1,
+        description="keep the newest N release folders of this release name (and runs/latest's, and as many of its "
+        "failure records); other releases of the store are never touched; unset: all",
     )
 
 
@@ -427,7 +527,9 @@ class ReleaseFlowConfig(BaseModel):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     solve: SolveConfig = Field(default_factory=SolveConfig)
-    release: ReleaseConfig = Field(default_factory=ReleaseConfig)
+    # The Python default (``ReleaseFlowConfig()``, the built-in default release) simulates people; a config
+    # file must have a [release] section (:func:`parse_config`).
+    release: ReleaseConfig = Field(default_factory=_simulated_release)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     store: str | None = Field(None, description="artifact store root; unset: the project's default store")
     run: RunConfig = Field(default_factory=RunConfig)
@@ -458,9 +560,52 @@ def release_name(cfg: ReleaseFlowConfig) -> str:
     """``cfg.name`` or a name derived from the config: ``<kind>-eps<eps>-<method>``."""
     if cfg.name:
         return cfg.name
-    eps = effective_epsilon(cfg)
+    return _derived_name(cfg.dataset.kind, effective_epsilon(cfg), cfg.solve.method)
+
+
+def _derived_name(kind: str, eps: float | None, method: str) -> str:
     label = "auto" if eps is None else f"{eps:g}".replace(".", "p").replace("+", "")
-    return f"{cfg.dataset.kind}-eps{label}-{cfg.solve.method}".lower()
+    return f"{kind}-eps{label}-{method}".lower()
+
+
+def release_name_of(data: Any) -> str | None:
+    """The release name of a config in any form -- a config, its JSON (a manifest's ``config``, a flow-run
+    parameter), even one that no longer validates (a manifest of an older version) -- or None when ``data``
+    is no config at all. What retention (:meth:`artifacts.store.Store.prune_releases`) groups releases by."""
+    if isinstance(data, ReleaseFlowConfig):
+        return release_name(data)
+    if data is None:
+        return release_name(DEFAULT_CONFIG)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return release_name(as_config(data))
+    except Exception:  # an older or damaged config: its written name, or the name derived from its raw values
+        pass
+    name = data.get("name")
+    if isinstance(name, str) and name:
+        return name
+    ds, pv, sv = (_section(data, k) for k in ("dataset", "privacy", "solve"))
+    kind, method, eps = ds.get("kind", "grid"), sv.get("method", "auto"), pv.get("epsilon")
+    if not isinstance(kind, str) or not isinstance(method, str):
+        return None
+    if not isinstance(eps, int | float) or isinstance(eps, bool):
+        try:
+            value = loaders.parameters(kind).get("epsilon")
+        except Exception:
+            value = None
+        eps = float(value) if isinstance(value, int | float) else None
+    return _derived_name(kind, eps, method)
+
+
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def is_simulated(cfg: ReleaseFlowConfig) -> bool:
+    """Whether ``cfg`` releases simulated people (``[release] simulate = true``), not an agency's microdata."""
+    return cfg.release.simulate
 
 
 def effective_epsilon(cfg: ReleaseFlowConfig) -> float | None:
@@ -476,12 +621,31 @@ def effective_epsilon(cfg: ReleaseFlowConfig) -> float | None:
 
 
 def config_hash(cfg: ReleaseFlowConfig) -> str:
-    """sha256 of what the release depends on (the config without ``run``/``name``/``store``)."""
+    """sha256 of what the release depends on (the config without ``run``/``name``/``store``).
+
+    A function of the config's *meaning*: every field with its value, defaults included (a full
+    ``model_dump``), and ``n_individuals`` as the number of people simulated -- never of which keys were
+    written. ``simulate = true`` written or taken from the built-in default, ``n_individuals`` unset or
+    10,000: one hash. So run names and manifests do not churn between the routes a config takes
+    (:func:`to_parameter` keeps only the written keys)."""
     import hashlib
     import json
 
     data = cfg.model_dump(mode="json", exclude={"run", "name", "store"})
+    data["release"]["n_individuals"] = cfg.release.simulated_individuals
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def to_parameter(cfg: ReleaseFlowConfig) -> dict[str, Any]:
+    """``cfg`` as a flow-run parameter (JSON): what was written and nothing else (``exclude_unset``, at every
+    level), so the deployment, the run form and a batch show the author's config. :func:`as_config` is the
+    way back; ``as_config(to_parameter(cfg)) == cfg`` for every valid config (tests/test_config_routes.py).
+    One addition: a ``dataset`` section always carries its ``kind``, the discriminator of the parameter's
+    JSON schema (Prefect checks a deployment's runs against it: ``{}`` matches every kind's arm)."""
+    out: dict[str, Any] = cfg.model_dump(mode="json", exclude_unset=True)
+    if "dataset" in out:
+        out["dataset"] = {"kind": cfg.dataset.kind, **out["dataset"]}
+    return out
 
 
 # Names a file parameter may take that are not paths (bundled data sets: mdp_core.loaders.BUNDLED; GloVe).
@@ -514,18 +678,41 @@ def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return data
 
 
+def _section_fields(loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the config section at ``loc`` (the path of an unknown key, without the key)."""
+    model: Any = ReleaseFlowConfig
+    for part in loc:
+        if part == "params":
+            return []  # dataset.params: reported by its own validator, with the kind's parameters
+        info = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
+        if info is None:
+            return []
+        model = info.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
 def _explain(exc: ValidationError, source: str) -> InputError:
+    import difflib
+
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "(top level)"
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
+        loc = tuple(first["loc"])
+        close = difflib.get_close_matches(str(loc[-1]), _section_fields(loc[:-1]), n=1, cutoff=0.6) if loc else []
+        if close:
+            msg += f" (did you mean {close[0]!r}?)"
     more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
     return InputError(f"{source}: {where}: {msg}{more}")
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> ReleaseFlowConfig:
-    """Validate a config mapping; raises InputError naming the first bad key."""
+    """Validate a config mapping; raises InputError naming the first bad key. A mapping without ``release``
+    takes the built-in default's (simulated people), as ``ReleaseFlowConfig(...)`` does; a config *file*
+    must say what it releases (:func:`load_config`)."""
     try:
         return ReleaseFlowConfig.model_validate(data)
     except ValidationError as exc:
@@ -533,7 +720,8 @@ def parse_config(data: dict[str, Any], source: str = "config") -> ReleaseFlowCon
 
 
 def load_config(path: str | Path | None) -> ReleaseFlowConfig:
-    """Read a TOML config (None -> the built-in default release)."""
+    """Read a TOML config (None -> the built-in default release, simulated people). A file without a
+    ``[release]`` section is an error: it must set ``microdata`` (with ``population``) or ``simulate = true``."""
     if path is None:
         return ReleaseFlowConfig()
     p = Path(path)
@@ -543,11 +731,18 @@ def load_config(path: str | Path | None) -> ReleaseFlowConfig:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: not valid TOML ({exc})") from None
-    return parse_config(_absolute_paths(data, p.resolve().parent), str(p))
+    cfg = parse_config(_absolute_paths(data, p.resolve().parent), str(p))
+    if not isinstance(data.get("release"), dict):  # forgetting microdata must never publish simulated people
+        raise InputError(
+            f"{p}: release: missing: a config file says what it releases: [release] microdata = FILE with "
+            "population = NAME (an agency's table), or simulate = true (simulated people, a demo)"
+        )
+    return cfg
 
 
 def as_config(value: Any) -> ReleaseFlowConfig:
-    """A flow-run parameter (a model, or its JSON form as the API stores it) as a config."""
+    """A flow-run parameter as a config: a model, its JSON (:func:`to_parameter`'s written keys, or the full
+    dump the API or a manifest keeps: both validate alike), or None (the built-in default release)."""
     if isinstance(value, ReleaseFlowConfig):
         return value
     if value is None:
@@ -564,10 +759,28 @@ def manifest_draw(path: str | Path) -> str | None:
 
 
 def manifest_config(path: str | Path) -> ReleaseFlowConfig:
-    """The config recorded in a run manifest (to re-run a release)."""
+    """The config recorded in a run manifest (to re-run a release): equal to the config that ran.
+
+    A manifest written before ``[release] simulate`` existed records ``n_individuals = 10000`` beside
+    ``microdata`` (the old default, which does not mean simulated people): it is read as that release
+    meant it -- simulated without microdata, the file's people with it (which then need a population)."""
     from mdp_core.files import read_json
 
     m = read_json(path)
-    if m.get("format") != "mdp-release-manifest" or "config" not in m:
+    if m.get("format") != "mdp-release-manifest" or not isinstance(m.get("config"), dict):
         raise InputError(f"{path}: not an mdp-release run manifest")
-    return parse_config(m["config"], f"{path}: config")
+    data = dict(m["config"])
+    rel = data.get("release")
+    if isinstance(rel, dict) and "simulate" not in rel:  # written before simulate existed
+        rel = dict(rel)
+        if rel.get("microdata") is None:
+            rel["simulate"] = True
+        else:
+            rel.pop("n_individuals", None)
+        data["release"] = rel
+    return parse_config(data, f"{path}: config")
+
+
+DEFAULT_CONFIG = (
+    ReleaseFlowConfig()
+)  # the built-in default release: simulated people (flows.release's default parameter)

@@ -9,7 +9,8 @@
   for ``prefect deploy``.
 
 The config's paths were made absolute when it was read (see :func:`flows.config.load_config`) and the
-whole config is the deployment's parameter, so a scheduled run writes to the same store as
+config as written is the deployment's parameter (:func:`flows.config.to_parameter`: the keys the file
+set, nothing else; the served or worker process validates it back to the same config), so a scheduled run writes to the same store as
 ``mdp-release run --config`` whatever the worker's working directory. Both need a Prefect server
 (``mdp-release server start`` or ``PREFECT_API_URL``): a schedule lives on the server.
 """
@@ -75,7 +76,7 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
     """The deployment's name, parameters, tags, description and schedule. Its default name is the release
     name and the ``route`` ("serve", or deploy's pool name): ``serve`` and ``deploy`` of one config are two
     deployments, never one overwriting the other."""
-    from flows.config import load_config, release_name
+    from flows.config import load_config, release_name, to_parameter
     from flows.release import run_tags
 
     if args.interval is not None and not args.interval > 0:
@@ -94,7 +95,7 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
         schedule = {"interval": args.interval}
     return {
         "name": name,
-        "parameters": {"config": cfg.model_dump(mode="json")},
+        "parameters": {"config": to_parameter(cfg)},
         "tags": ["mdp-release", *run_tags(cfg)],
         "description": f"mdp-release {name}: {args.config or 'the built-in default release'}",
         **schedule,

@@ -192,41 +192,97 @@ def one_line_reason(state: Any) -> str:
     return first[:500]
 
 
-def record_failure(flow_run: Any, state: Any) -> Path | None:
-    """The on-failure hook's work: ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (first line: the stage
-    and the one-line reason; then the run's name) and a markdown artifact ``<name>-failure`` on the run."""
-    from flows.config import as_config, release_name, store_root
+def failure_target(raw: Any) -> tuple[str, Path | None]:
+    """(release name, store root) of a flow run's ``config`` parameter, for its failure record: the
+    release's own store, whatever form the parameter has (a model, the written keys, the API's full dump).
+    A parameter that is no valid config still names its store when it has one (``store`` = a string), or
+    the default store when it names none; None when even that is unknown (no record is written then:
+    never one in another release's store)."""
+    from artifacts.store import check_root
+    from flows.config import as_config, default_store, release_name, release_name_of, store_root
+
+    try:
+        cfg = as_config(raw)
+        return release_name(cfg), store_root(cfg)
+    except Exception:
+        pass
+    name = release_name_of(raw) or "mdp-release"
+    try:
+        if isinstance(raw, dict) and isinstance(raw.get("store"), str) and raw["store"]:
+            return name, check_root(Path(raw["store"]).expanduser().resolve())
+        if raw is None or (isinstance(raw, dict) and raw.get("store") is None):
+            return name, check_root(default_store())
+    except Exception:
+        pass
+    return name, None
+
+
+def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | None:
+    """The failure / cancellation hook's work, in the release's own store:
+    ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (first line: the stage and the one-line reason, a
+    cancelled run's prefixed ``cancelled at``; then the run's name) beside ``record.json`` (release name,
+    state, stage, reason, flow run), written into a temp folder and renamed into place (a reader sees all
+    of it or nothing), once per flow run; and a markdown artifact ``<name>-failure`` on the run.
+
+    The reason is the exception's type and message: messages of this project name stages, columns, row
+    numbers and counts, never a secret value (the privacy errors' contract); nothing else of the run
+    (parameters, inputs) is written. ``kind``: "failed", "crashed" or "cancelled"."""
+    import json
+    import shutil
+    import tempfile
 
     stage = _STAGES.pop(str(flow_run.id), "before the first stage")
-    reason = f"{stage}: {one_line_reason(state)}"
-    try:
-        cfg = as_config((flow_run.parameters or {}).get("config"))
-    except Exception:
-        from flows.config import ReleaseFlowConfig
-
-        cfg = ReleaseFlowConfig()
-    name = release_name(cfg)
+    reason = f"{'cancelled at ' if kind == 'cancelled' else ''}{stage}: {one_line_reason(state)}"
+    name, root = failure_target((flow_run.parameters or {}).get("config"))
     now = _dt.datetime.now(_dt.UTC)
     folder = None
-    try:
-        folder = store_root(cfg) / "runs" / f"{now:%Y%m%d-%H%M%S}-{str(flow_run.id)[-8:]}-failed"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "FAILED.txt").write_text(
-            f"{reason}\nflow run {flow_run.name} ({flow_run.id}), {now.isoformat(timespec='seconds')}\n",
-            encoding="utf-8",
-        )
-    except OSError as exc:
-        log.warning("could not write the failure record: %s", exc)
+    if root is None:
+        log.warning("no store known for the failure record of %s: %s", flow_run.id, reason)
+    else:
+        runs = root / "runs"
+        folder = runs / f"{now:%Y%m%d-%H%M%S}-{str(flow_run.id)[-8:]}-failed"
+        tmp = None
+        try:
+            runs.mkdir(parents=True, exist_ok=True)
+            done = sorted(runs.glob(f"*-{str(flow_run.id)[-8:]}-failed"))
+            if done:  # a second hook of the same run (failed and crashed): one record
+                return done[0]
+            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=runs))
+            (tmp / "FAILED.txt").write_text(
+                f"{reason}\nflow run {flow_run.name} ({flow_run.id}), {now.isoformat(timespec='seconds')}\n",
+                encoding="utf-8",
+            )
+            record = {
+                "format": "mdp-release-failure",
+                "release": name,
+                "state": kind,
+                "stage": stage,
+                "reason": reason,
+                "flow_run_id": str(flow_run.id),
+                "flow_run_name": str(flow_run.name),
+                "at": now.isoformat(timespec="seconds"),
+            }
+            (tmp / "record.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            for p in tmp.iterdir():
+                os.chmod(p, 0o644)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, folder)
+        except OSError as exc:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            log.warning("could not write the failure record: %s", exc)
+            folder = None
     try:
         from prefect.artifacts import Artifact
 
-        md = f"# Release `{name}` FAILED\n\n**Reason:** {reason}\n\nRecord: `{folder}/FAILED.txt`\n"
+        title = "CANCELLED" if kind == "cancelled" else "FAILED"
+        md = f"# Release `{name}` {title}\n\n**Reason:** {reason}\n\nRecord: `{folder}/FAILED.txt`\n"
         artifact = Artifact(
             type="markdown",
             key=f"{name}-failure",
             data=md,
             flow_run_id=flow_run.id,
-            description=f"mdp-release {name}: why the run failed",
+            description=f"mdp-release {name}: why the run {'was cancelled' if kind == 'cancelled' else 'failed'}",
         )
         artifact.create(_sync=True)  # type: ignore[call-arg]
     except Exception as exc:

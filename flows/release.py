@@ -26,6 +26,7 @@ from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui
 from flows.config import (  # noqa: F401  (manifest_config: re-exported, it used to live here)
+    DEFAULT_CONFIG,
     STAGE_NAMES,
     ReleaseFlowConfig,
     SolveConfig,
@@ -56,7 +57,6 @@ _TASKS: dict[str, Any] = {
     "postprocess": postprocess.postprocess,
     "evaluate": evaluate.evaluate,
 }
-SIMULATED_DEFAULT = 10_000  # simulated individuals of a simulated release that does not say how many
 SOLVE_SUMMARY = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
@@ -97,7 +97,7 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, An
     out: dict[str, dict[str, Any]] = {
         "postprocess": secret
         | {
-            "n_individuals": simulated_n(cfg),
+            "n_individuals": cfg.release.simulated_individuals,
             "eps_counts": r.eps_counts,
             "eps_prior": r.eps_prior,
             "prior_source": r.prior_source,
@@ -125,13 +125,6 @@ def release_key(cfg: ReleaseFlowConfig) -> str:
 
     data = cfg.model_dump(mode="json", exclude={"run", "name", "store", "evaluate"})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def simulated_n(cfg: ReleaseFlowConfig) -> int | None:
-    """How many simulated individuals a simulated release draws (None with microdata)."""
-    if cfg.release.microdata is not None:
-        return None
-    return cfg.release.n_individuals if cfg.release.n_individuals is not None else SIMULATED_DEFAULT
 
 
 def planned_spend(cfg: ReleaseFlowConfig, protection: dict[str, Any], epsilon: float, eta: float) -> dict[str, float]:
@@ -206,15 +199,12 @@ def prepare(
     refs["partition"] = run("partition", dataset=refs["ingest"], graph=g)
     refs["export"] = run("export", dataset=refs["ingest"], graph=g, prior=refs.get("prior"))
     if the_draw is None:  # simulated individuals: the table is defined by the instance and n
-        n = simulated_n(config)
+        n = config.release.simulated_individuals
         the_draw = secret(*postprocess.simulated_table({"instance": refs["export"].content_hash, "n": n}))
     else:  # a bad row of the agency's table is an error now, not after the solve
         note("postprocess (checking the microdata)")
         postprocess.check_microdata(store, params["postprocess"], refs["export"])
     return refs, the_draw
-
-
-DEFAULT_CONFIG = ReleaseFlowConfig()  # the built-in default release (the flow's default parameter)
 
 
 def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: bool = False) -> Any:
@@ -268,8 +258,19 @@ def _flow_run_name() -> str:
 
 
 def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
-    """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` and the UI."""
-    operate_ui.record_failure(flow_run, state)
+    """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (the release's
+    own store) and the UI."""
+    operate_ui.record_failure(flow_run, state, "failed")
+
+
+def _on_crashed(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """Crash hook: as :func:`_on_failure`."""
+    operate_ui.record_failure(flow_run, state, "crashed")
+
+
+def _on_cancellation(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """Cancellation hook (Cancel in the UI, a stopped serve): the same record, ``cancelled at <stage>``."""
+    operate_ui.record_failure(flow_run, state, "cancelled")
 
 
 @flow(
@@ -277,7 +278,8 @@ def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> 
     description="Optimal mDP mechanism -> verified, reproducible release",
     flow_run_name=_flow_run_name,
     on_failure=[cast(Any, _on_failure)],
-    on_crashed=[cast(Any, _on_failure)],
+    on_crashed=[cast(Any, _on_crashed)],
+    on_cancellation=[cast(Any, _on_cancellation)],
 )
 def release_flow(
     config: ReleaseFlowConfig = DEFAULT_CONFIG,
@@ -344,7 +346,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         operate_ui.at_stage(run_id, what)
 
     refs, _ = prepare(config, store, params, run, note, new_draw, draw)
-    ds, g, part, inst = refs["ingest"], refs["graph"], refs["partition"], refs["export"]
+    g, part, inst = refs["graph"], refs["partition"], refs["export"]
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
     point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)
@@ -394,6 +396,6 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     run_dir = manifest["run_dir"]
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
     operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
-    if config.run.keep_releases is not None:
+    if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
         store.prune_releases(config.run.keep_releases, rname)
     return manifest

@@ -181,7 +181,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "--from-manifest",
         default=None,
         metavar="MANIFEST",
-        help="re-run the release recorded in a run's manifest.json (same config)",
+        help="re-run the release recorded in a run's manifest.json (the same config, microdata releases too)",
     )
     p.add_argument("--store", default=None, help="artifact store root (overrides the config's 'store')")
     p.add_argument(
@@ -306,16 +306,25 @@ def run_from_cli(args: argparse.Namespace) -> int:
 
 
 def no_flow_heartbeat() -> contextlib.AbstractContextManager[Any]:
-    """For ``mdp-release run``: no flow-run heartbeat, unless you configured one (PREFECT_FLOWS_HEARTBEAT_FREQUENCY
-    in the environment, a profile or prefect.toml). Prefect's heartbeat thread (an event every 180 s, for
-    automations that detect crashed runs) sleeps in 1 s steps and the engine joins it when the run ends:
-    0.5-1 s of every run (measured: a flow of 8 cached tasks took 1.2 s with it, 0.4 s without), a third of
-    a cached re-run. A run in your terminal reports its own crash; served and deployed runs keep it."""
+    """For ``mdp-release run``: no flow-run heartbeat in Prefect's *ephemeral* mode only.
+
+    Prefect's heartbeat (an event every ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` = 180 s) is what its
+    automations use to find crashed runs: a run whose heartbeats stop is marked Crashed. It costs 0.5-1 s
+    of every run (the thread sleeps in 1 s steps and the engine joins it when the run ends; measured: a
+    flow of 8 cached tasks took 1.2 s with it, 0.4 s without). So it is kept whenever a server can watch
+    the run -- ``PREFECT_API_URL`` set (environment, ``mdp-release server start``, a profile): a run in
+    your terminal against a server, like every served and deployed run, sends heartbeats -- and switched
+    off only in ephemeral mode, whose temporary server ends with the run and runs no automation. A
+    heartbeat frequency you configured yourself is never changed."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, get_current_settings, temporary_settings
 
-    configured = get_current_settings().flows.model_fields_set
-    if "heartbeat_frequency" in configured or any(
-        os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
+    settings = get_current_settings()
+    configured = settings.flows.model_fields_set
+    if (
+        "heartbeat_frequency" in configured
+        or any(os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"))
+        or os.environ.get("PREFECT_API_URL")
+        or settings.api.url
     ):
         return contextlib.nullcontext()
     return temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})

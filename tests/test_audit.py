@@ -19,7 +19,7 @@ from conftest import run_stages
 from artifacts.store import Store
 from flows.cli import main
 from flows.config import parse_config
-from flows.release import release_fields, release_params, stage_params
+from flows.release import release_fields, release_params
 from mdp_core import audit
 from mdp_core.errors import PrivacyError
 from mdp_core.io import _long, file_sha256, read_instance, read_json, write_instance, write_table

@@ -21,7 +21,6 @@ from conftest import run_stages
 from test_audit import build, publish
 
 from artifacts.store import Store
-from flows.release import stage_params
 from mdp_core import audit
 from mdp_core.files import file_sha256
 

@@ -31,7 +31,19 @@ def test_default_config_is_valid_and_small():
         ({"privacy": {"epsilon": 1.0, "delta": 0.1}}, "privacy.delta: unknown key"),
         ({"dataset": {"kind": "grid", "params": {"rows": 3, "colz": 4}}}, "colz"),
         ({"dataset": {"kind": "grid", "params": {"epsilon": 3.0}}}, "[privacy]"),
-        ({"release": {"n_individuals": 1.5}}, "release.n_individuals"),
+        ({"release": {"simulate": True, "n_individuals": 1.5}}, "release.n_individuals"),
+        ({"release": {"eps_counts": 1.0}}, "neither microdata nor simulate"),
+        ({"release": {"microdata": "p.csv"}}, "population is required with microdata"),
+        ({"release": {"microdata": "p.csv", "population": "x", "simulate": True}}, "both set"),
+        ({"release": {"microdata": "p.csv", "population": "Rome People"}}, "release.population"),
+        ({"release": {"microdata": "p.csv", "population": "rome", "n_individuals": 5}}, "n_individuals"),
+        ({"release": {"simulate": True, "population": "rome"}}, "population is for microdata"),
+        ({"privacy": {"max_stretch": 0.5}}, "privacy.max_stretch"),
+        ({"privacy": {"protection_radius": 0.0}}, "privacy.protection_radius"),
+        ({"privacy": {"epsilom": 1.0}}, "privacy.epsilom: unknown key (did you mean 'epsilon'?)"),
+        ({"release": {"simulate": True, "n_individual": 3}}, "(did you mean 'n_individuals'?)"),
+        ({"relase": {"simulate": True}}, "relase: unknown key (did you mean 'release'?)"),
+        ({"run": {"timeouts": {"slove": 3}}}, "run.timeouts.slove: unknown key (did you mean 'solve'?)"),
     ],
 )
 def test_bad_config_values_are_named(data, fragment):
@@ -46,10 +58,31 @@ def test_toml_file_round_trip(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text(
         'store = "s"\n[privacy]\nepsilon = 5\neta = 1.5\n[dataset]\nkind = "synthetic"\nparams = { n_records = 30 }\n'
+        "[release]\nsimulate = true\n"
     )
     cfg = load_config(p)
     assert cfg.privacy.epsilon == 5.0 and cfg.dataset.params == {"n_records": 30}
     assert cfg.store == str(tmp_path / "s")  # relative to the config file's folder
+
+
+def test_a_config_file_must_say_what_it_releases(tmp_path):
+    """Forgetting ``microdata`` never publishes simulated people: a file without [release], or with neither
+    key, is an error naming both; the built-in default (no --config) and the demo simulate explicitly."""
+    from flows.config import DEFAULT_CONFIG, is_simulated
+
+    p = tmp_path / "c.toml"
+    p.write_text('name = "rome"\n[privacy]\nepsilon = 5.0\n')
+    with pytest.raises(InputError, match="microdata = FILE .*simulate = true"):
+        load_config(p)
+    p.write_text('name = "rome"\n[release]\neps_counts = 1.0\n')
+    with pytest.raises(InputError, match="neither microdata nor simulate"):
+        load_config(p)
+    assert is_simulated(load_config(None)) and is_simulated(ReleaseFlowConfig()) and is_simulated(DEFAULT_CONFIG)
+    assert load_config(None).release.simulated_individuals == 10_000
+    p.write_text('[release]\nmicrodata = "p.csv"\npopulation = "rome-residents"\n')
+    cfg = load_config(p)
+    assert not is_simulated(cfg) and cfg.release.simulated_individuals is None
+    assert cfg.release.population == "rome-residents" and cfg.privacy.max_stretch >= 1
 
 
 def test_unreadable_toml_and_missing_file(tmp_path):
@@ -71,6 +104,7 @@ def test_config_paths_resolve_against_the_config_folder_not_the_working_director
     p = conf / "road.toml"
     p.write_text(
         'store = "out/store"\n[dataset]\nkind = "road"\nparams = { nodes = "nodes.csv", edges = "edges.csv" }\n'
+        "[release]\nsimulate = true\n"
     )
     monkeypatch.chdir(tmp_path)
     cfg = load_config("conf/road.toml")
@@ -78,7 +112,7 @@ def test_config_paths_resolve_against_the_config_folder_not_the_working_director
     assert cfg.dataset.params == {"nodes": str(conf / "nodes.csv"), "edges": str(conf / "edges.csv")}
     assert store_root(cfg) == conf / "out" / "store"
     # bundled data names are not paths
-    p.write_text('[dataset]\nkind = "text"\nparams = { vectors = "glove-6b-50d" }\n')
+    p.write_text('[dataset]\nkind = "text"\nparams = { vectors = "glove-6b-50d" }\n[release]\nsimulate = true\n')
     assert load_config(p).dataset.params["vectors"] == "glove-6b-50d"
 
 

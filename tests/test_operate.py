@@ -42,6 +42,7 @@ eta = 2.0
 [solve]
 method = "lp"
 [release]
+simulate = true
 n_individuals = 200
 [evaluate]
 baselines = []
@@ -133,7 +134,7 @@ def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_se
         "store": str(py_store),
         "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 8, "seed": 2}},
         "solve": {"method": "lp"},
-        "release": {"n_individuals": 200},
+        "release": {"simulate": True, "n_individuals": 200},
         "evaluate": {"baselines": [], "counts_eps": [1.0], "counts_seeds": 2},
     }
     script = tmp_path / "scripts" / "serve_it.py"  # a script run by its path: its folder on sys.path, not cwd's

@@ -20,7 +20,6 @@ from conftest import run_stages
 from artifacts.private import PrivateStore, commitment
 from artifacts.store import Store
 from flows.config import parse_config
-from flows.release import stage_params
 from mdp_core import evaluate, microdata, release
 from mdp_core.datasets import grid
 from mdp_core.errors import InputError

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 
 import pytest
 
@@ -191,16 +193,139 @@ def test_same_release_finds_identical_bytes_of_the_same_config_only(tmp_path):
     assert s.same_release(one, same_config) is None  # the folder no longer holds those bytes
 
 
+def _failure(s: Store, name: str, release: str | None) -> None:
+    folder = s.root / "runs" / name
+    folder.mkdir(parents=True)
+    (folder / "FAILED.txt").write_text("solve: boom\n")
+    if release is not None:
+        (folder / "record.json").write_text(json.dumps({"release": release}))
+
+
 def test_prune_releases_keeps_the_newest_and_latest(tmp_path):
     s = Store(tmp_path)
     names = [f"2026010{i}-000000-{i:04d}" for i in range(1, 6)]
     for i, name in enumerate(names):
-        _release(s, name, bytes([i]) * 4, {})
-    (tmp_path / "runs" / "20260101-000000-0009-failed").mkdir()
+        _release(s, name, bytes([i]) * 4, {"name": "x"})
+    _failure(s, "20260101-000000-0009-failed", "x")
     (tmp_path / "runs" / "latest").symlink_to(names[0])  # latest points at the oldest (a re-run of it)
-    removed = s.prune_releases(2)
+    removed = s.prune_releases(2, "x")
     assert sorted(p.name for p in removed) == names[1:3]
     assert [p.name for p in s.releases()] == [names[0], *names[3:]]
     assert s.latest() == tmp_path / "runs" / names[0]
     assert (tmp_path / "runs" / "20260101-000000-0009-failed").is_dir()  # failure records: their own count
-    assert s.prune_releases(5) == []
+    assert s.prune_releases(5, "x") == []
+
+
+def test_keep_releases_never_touches_another_releases_folders(tmp_path):
+    """Retention is per release name: two releases share a store; keeping 1 of "a" removes only a's older
+    folders and failure records -- b's releases and records, a record naming no release, objects and
+    private/ all stay, and runs/latest (pointing at b's) is not moved."""
+    s = Store(tmp_path)
+    a = [f"2026010{i}-000000-a{i:03d}" for i in range(1, 4)]
+    b = [f"2026010{i}-000001-b{i:03d}" for i in range(1, 4)]
+    for i, (na, nb) in enumerate(zip(a, b, strict=True)):
+        _release(s, na, b"a" + bytes([i]), {"name": "a"})
+        _release(s, nb, b"b" + bytes([i]), {"name": "b"})
+    _failure(s, "20260101-000000-fa01-failed", "a")
+    _failure(s, "20260102-000000-fa02-failed", "a")
+    _failure(s, "20260101-000000-fb01-failed", "b")
+    _failure(s, "20260101-000000-f001-failed", None)  # an older version's record: names no release
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "store.key").write_bytes(b"k" * 32)
+    (tmp_path / "runs" / "latest").symlink_to(b[0])
+    objects_before = sorted(p.name for ps in s.object_folders().values() for p in ps)
+    removed = s.prune_releases(1, "a")
+    assert sorted(p.name for p in removed) == sorted([*a[:2], "20260101-000000-fa01-failed"])
+    left = sorted(p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
+    assert left == sorted(
+        [a[2], *b, "20260102-000000-fa02-failed", "20260101-000000-fb01-failed"]
+        + ["20260101-000000-f001-failed", "latest"]
+    )
+    assert os.readlink(tmp_path / "runs" / "latest") == b[0]
+    assert sorted(p.name for ps in s.object_folders().values() for p in ps) == objects_before
+    assert (tmp_path / "private" / "store.key").read_bytes() == b"k" * 32
+    assert s.releases_by_name() == {"a": [tmp_path / "runs" / a[2]], "b": [tmp_path / "runs" / n for n in b]}
+    # a derived name (no `name` in the config) groups as flows.config.release_name derives it
+    _release(s, "20260201-000000-c001", b"c", {"dataset": {"kind": "grid"}, "solve": {"method": "lp"}})
+    assert "grid-eps10-lp" in s.releases_by_name()
+    with pytest.raises(Exception, match="keep_releases"):
+        s.prune_releases(0, "a")
+
+
+def test_writer_private_objects_are_0700_0600_until_published(tmp_path):
+    """``writer(private=True)`` (objects derived from the secret table): folder 0700, files 0600, also
+    when an existing output is kept or an equal one recomputed; the published copies are 0644."""
+    s = Store(tmp_path)
+    with s.writer("postprocess", "k", private=True) as w:
+        w.file("microdata.parquet").write_bytes(b"secret-derived")
+    folder = tmp_path / w.ref.path
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()} == {
+        "microdata.parquet": 0o600,
+        "ref.json": 0o600,
+    }
+    assert s.valid_ref("postprocess", "k") == w.ref
+    for force in (False, True):  # kept / recomputed equal: still private
+        with s.writer("postprocess", "k", force=force, private=True) as w2:
+            w2.file("microdata.parquet").write_bytes(b"secret-derived")
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in folder.iterdir())
+    # an output written before objects were private is made private when a private writer keeps it
+    plain = _write(s, "old", b"x")
+    with s.writer("stage", "old", private=True) as w3:
+        w3.file("a.bin").write_bytes(b"x")
+    assert w3.ref == plain and (tmp_path / plain.path).stat().st_mode & 0o777 == 0o700
+    run = s.publish("r1", {"microdata.parquet": (w.ref, "microdata.parquet")}, {"x": 1})
+    assert (run / "microdata.parquet").stat().st_mode & 0o777 == 0o644
+    assert (run / "microdata.parquet").read_bytes() == b"secret-derived"
+
+
+def test_prune_objects_removes_only_unreferenced_old_objects(tmp_path):
+    s = Store(tmp_path)
+    used = _write(s, "used", b"u")
+    old = _write(s, "old", b"o")
+    fresh = _write(s, "fresh", b"f")
+    s.publish(
+        "20260101-000000-aaaa",
+        {"a.bin": (used, "a.bin")},
+        {"config": {"name": "x"}, "stages": {"stage": {"artifact": used.path}}},
+    )
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "draw.json").write_text("{}")
+    past = time.time() - 7200
+    for ref in (used, old):
+        os.utime(tmp_path / ref.path, (past, past))
+    removed = s.prune_objects()
+    assert [p.name for p in removed] == ["old"]  # referenced: kept; written in the last hour: kept
+    assert s.valid_ref("stage", "used") is not None and s.valid_ref("stage", "fresh") == fresh
+    assert s.valid_ref("stage", "old") is None
+    assert (tmp_path / "private" / "draw.json").is_file() and (tmp_path / "runs" / "20260101-000000-aaaa").is_dir()
+
+
+def test_store_command_shows_releases_objects_and_private_part(tmp_path, capsys):
+    from flows.cli import main
+
+    s = Store(tmp_path / "st")
+    _release(s, "20260101-000000-a001", b"a1", {"name": "a"})
+    _release(s, "20260102-000000-a002", b"a2", {"name": "a"})
+    _release(s, "20260101-000000-b001", b"b1", {"name": "b"})
+    _failure(s, "20260103-000000-fa01-failed", "a")
+    (s.root / "private").mkdir()
+    (s.root / "private" / "k").write_bytes(b"k" * 32)
+    assert main(["store", "--store", str(s.root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["releases"]["a"] == {
+        "count": 2,
+        "newest": "20260102-000000-a002",
+        "bytes": out["releases"]["a"]["bytes"],
+        "failures": 1,
+    }
+    assert out["releases"]["b"]["count"] == 1 and out["releases"]["a"]["bytes"] > 0
+    assert out["objects"]["stage"]["count"] == 3 and out["private_bytes"] == 32
+    assert main(["store", "--store", str(s.root)]) == 0
+    text = capsys.readouterr().out
+    assert "a " in text and "2 release(s), newest 20260102-000000-a002" in text and "1 failure record(s)" in text
+    assert "private part (private/): 32 B" in text and "stage" in text
+    assert main(["store", "--store", str(s.root), "--prune-objects", "--json"]) == 0
+    # none is referenced (these manifests list no stages), but all were written in the last hour: kept
+    assert json.loads(capsys.readouterr().out)["pruned_objects"] == []

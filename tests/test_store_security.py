@@ -66,7 +66,9 @@ def test_the_default_and_test_stores_are_accepted(tmp_path):
 
 def test_the_command_line_refuses_a_root_store_before_anything_starts(tmp_path):
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[dataset]\nkind = "grid"\nparams = { rows = 3, cols = 3, n_outputs = 3, seed = 1 }\n')
+    cfg.write_text(
+        '[dataset]\nkind = "grid"\nparams = { rows = 3, cols = 3, n_outputs = 3, seed = 1 }\n[release]\nsimulate = true\n'
+    )
     before = sorted(os.listdir("/"))
     proc = subprocess.run(
         [sys.executable, "-m", "flows.cli", "run", "--store", "/", "--config", str(cfg)],
