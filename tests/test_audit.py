@@ -34,7 +34,7 @@ def config(root: Path):
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
             "privacy": {"epsilon": 3.0, "eta": 2.0},
             "partition": {"subsets": 2},
-            "release": {"n_individuals": 200},
+            "release": {"simulate": True, "n_individuals": 200},
             "evaluate": {"eps_factors": [1.0], "baselines": ["exp"]},
         }
     )
@@ -48,8 +48,10 @@ def build(root: Path) -> tuple[Store, dict]:
 def postprocess_params(store: Store, refs: dict) -> dict:
     """The postprocess stage's parameters as the flow makes them (the table's current secret draw)."""
     cfg = config(store.root)
-    table = postprocess.table_id(None, {"instance": refs["export"].content_hash, "n": cfg.release.n_individuals})
-    return release_params(cfg, postprocess.secret_draw(store, table))["postprocess"]
+    population, version = postprocess.simulated_table(
+        {"instance": refs["export"].content_hash, "n": cfg.release.simulated_individuals}
+    )
+    return release_params(cfg, postprocess.secret_draw(store, population, version))["postprocess"]
 
 
 def manifest_fields(store: Store, refs: dict, sol, post, cfg=None) -> dict:

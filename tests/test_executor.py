@@ -166,6 +166,7 @@ eta = 2.0
 [solve]
 method = "lp"
 [release]
+simulate = true
 n_individuals = 100
 [evaluate]
 baselines = ["exp"]

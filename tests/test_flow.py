@@ -44,6 +44,7 @@ subsets = 3
 [solve]
 method = "{method}"
 [release]
+simulate = true
 n_individuals = 500
 eps_counts = 1.0
 [evaluate]
@@ -193,6 +194,7 @@ subsets = 2
 [solve]
 method = "benders"
 [release]
+simulate = true
 n_individuals = 200
 [evaluate]
 baselines = ["exp", "lp"]

@@ -27,6 +27,7 @@ from mdp_core.io import read_instance, read_json, read_mechanism
 from tasks import postprocess
 
 N_PEOPLE = 400
+POPULATION = "test-people"
 
 
 def people(path: Path, seed: int = 7, n: int = N_PEOPLE) -> pd.DataFrame:
@@ -47,7 +48,9 @@ def config(root: Path, table: Path, **release):
             "dataset": {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}},
             "privacy": {"epsilon": 2.0, "eta": 1.5},
             "partition": {"subsets": 2},
-            "release": {"microdata": str(table), "eps_counts": 1.0} | release,
+            "release": {"microdata": str(table), "population": POPULATION, "eps_counts": 1.0}
+            | {"max_total_epsilon": 1000.0}
+            | release,
             "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 2},
         }
     )
@@ -81,12 +84,12 @@ def true_cells(root: Path, refs: dict, table: pd.DataFrame) -> np.ndarray:
     return np.bincount(microdata.cell_of_record(inst)[rec], minlength=inst.n_outputs)
 
 
-def test_microdata_release_keeps_order_and_publishes_nothing_of_the_person(first, secret_table):
+def test_microdata_release_has_no_order_and_publishes_nothing_of_the_person(first, secret_table):
     root, cfg, refs = first
     files = published(root, refs)
     md = pd.read_parquet(files["microdata.parquet"])
-    assert len(md) == N_PEOPLE and md["individual"].tolist() == list(range(N_PEOPLE))
-    assert set(md.columns) <= {"individual", "output_id", "output_record_id", "x0", "x1", "lat", "lon"}
+    assert len(md) == N_PEOPLE and md["output_id"].is_monotonic_increasing
+    assert set(md.columns) <= {"output_id", "output_record_id", "x0", "x1", "lat", "lon"}
     prov = read_json(files["release_provenance.json"])
     assert prov["microdata_source"] == "file" and prov["n_individuals"] == N_PEOPLE
     assert not any("seed" in k for k in prov) and len(prov["draw_commitment"]) == 64
@@ -137,7 +140,9 @@ def test_cached_rerun_and_forced_recompute_give_the_same_bytes_and_spend_nothing
     redo = run_stages(root, cfg)
     assert {n: p.read_bytes() for n, p in published(root, redo).items()} == before
     prov = read_json(published(root, redo)["release_provenance.json"])
-    assert prov["ledger"]["releases_so_far"] == 1 and prov["ledger"]["this_release"] == pytest.approx(2 * 1.5 + 1)
+    stretch = prov["guarantee"]["stretch"]
+    assert prov["ledger"]["new_spend"] == 0.0 and prov["ledger"]["this_release"] == pytest.approx(2 * stretch * 1.5 + 1)
+    assert PrivateStore(root).budget(POPULATION).spent == pytest.approx(2 * stretch * 1.5 + 1)
 
 
 def test_two_stores_draw_independently(first, secret_table, tmp_path):
@@ -151,36 +156,41 @@ def test_two_stores_draw_independently(first, secret_table, tmp_path):
 
 
 def test_new_draw_is_recorded_and_the_ledger_limit_refuses(secret_table, tmp_path):
-    cfg = config(tmp_path, secret_table[0], max_total_epsilon=9.0)
+    from artifacts.private import BudgetRefused
+
+    probe = run_stages(tmp_path / "probe", config(tmp_path / "probe", secret_table[0]))
+    one = read_json(published(tmp_path / "probe", probe)["release_provenance.json"])["ledger"]["this_release"]
+    cfg = config(tmp_path, secret_table[0], max_total_epsilon=2.5 * one)
     run_stages(tmp_path, cfg)
-    table = postprocess.table_id(str(secret_table[0]), {})
+    version = postprocess.table_version(str(secret_table[0]))
     store = Store(tmp_path)
-    old = postprocess.secret_draw(store, table)
-    new = postprocess.secret_draw(store, table, new=True)
+    old = postprocess.secret_draw(store, POPULATION, version)
+    new = postprocess.secret_draw(store, POPULATION, version, new=True)
     assert new.commitment != old.commitment and new.index == old.index + 1
-    run_stages(tmp_path, cfg)  # the current draw is now the new one: a second release, 8 in all
-    entries = PrivateStore(tmp_path).entries(table)
-    assert len(entries) == 2 and sum(e["epsilon"] for e in entries) == pytest.approx(8.0)
-    postprocess.secret_draw(store, table, new=True)
-    with pytest.raises(ValueError, match="max_total_epsilon"):
+    run_stages(tmp_path, cfg)  # the current draw is now the new one: a second release, charged again
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == pytest.approx(2 * one)
+    postprocess.secret_draw(store, POPULATION, version, new=True)
+    with pytest.raises(BudgetRefused, match="cap"):
         run_stages(tmp_path, cfg)
-    assert len(PrivateStore(tmp_path).entries(table)) == 2  # refused: nothing recorded
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == pytest.approx(2 * one)  # refused: nothing recorded
 
 
 def test_commitment_checks_and_unknown_draws(tmp_path):
+    from artifacts.private import LedgerError
+
     priv = PrivateStore(tmp_path)
-    draw, made = priv.draw("ab" * 32)
+    draw, made = priv.draw(POPULATION, "ab" * 32)
     assert made and commitment(draw.secret) == draw.commitment
-    assert priv.draw("ab" * 32) == (draw, False)
+    assert priv.draw(POPULATION, "ab" * 32) == (draw, False)
     with pytest.raises(InputError, match="reproduced only from the store"):
-        postprocess.secret_draw(Store(tmp_path), "ab" * 32, commitment="cd" * 32)
-    with pytest.raises(InputError, match="another table"):
-        postprocess.secret_draw(Store(tmp_path), "ef" * 32, commitment=draw.commitment)
+        postprocess.secret_draw(Store(tmp_path), POPULATION, "ab" * 32, commitment="cd" * 32)
+    with pytest.raises(InputError, match="another version"):
+        postprocess.secret_draw(Store(tmp_path), POPULATION, "ef" * 32, commitment=draw.commitment)
     rec = tmp_path / "private" / "draws" / draw.commitment / "draw.json"
     data = json.loads(rec.read_text())
     data["secret"] = "00" * 32
     rec.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="does not match its commitment"):
+    with pytest.raises(LedgerError, match="does not match its commitment"):
         priv.load(draw.commitment)
 
 
@@ -264,7 +274,7 @@ def test_secret_files_never_under_runs_or_objects(first):
     draw_hex = [p.parent.name for p in (root / "private" / "draws").glob("*/draw.json")]
     assert draw_hex
     secrets = [json.loads((root / "private" / "draws" / c / "draw.json").read_text())["secret"] for c in draw_hex]
-    table = postprocess.table_id(str(first[1].release.microdata), {})
+    table = postprocess.table_version(str(first[1].release.microdata))
     for p in (root / "objects").rglob("*"):
         if p.is_file():
             data = p.read_bytes()
@@ -281,18 +291,9 @@ def test_another_mechanism_on_the_same_draw_is_a_new_accounted_release_with_fres
     cfg = cfg.model_copy(update={"privacy": cfg.privacy.model_copy(update={"epsilon": 3.0})})
     refs = run_stages(tmp_path, cfg)
     prov = read_json(published(tmp_path, refs)["release_provenance.json"])
-    assert prov["ledger"]["releases_so_far"] == 2
-    assert prov["ledger"]["total_so_far"] == pytest.approx((2 * 1.5 + 1) + (3 * 1.5 + 1))
+    stretch = prov["guarantee"]["stretch"]
+    assert prov["ledger"]["new_spend"] == pytest.approx(3 * stretch * 1.5 + 1)
+    assert prov["ledger"]["total_so_far"] == pytest.approx((2 * stretch * 1.5 + 1) + (3 * stretch * 1.5 + 1))
     draw = PrivateStore(tmp_path).load(prov["draw_commitment"])
     assert not np.array_equal(draw.rng("perturb:a").random(8), draw.rng("perturb:b").random(8))
     np.testing.assert_array_equal(draw.rng("perturb:a").random(8), draw.rng("perturb:a").random(8))
-
-
-def test_concurrent_first_runs_agree_on_one_draw(tmp_path):
-    from concurrent.futures import ThreadPoolExecutor
-
-    priv = PrivateStore(tmp_path)
-    with ThreadPoolExecutor(8) as pool:
-        draws = list(pool.map(lambda _: priv.draw("ab" * 32)[0], range(16)))
-    assert len({d.commitment for d in draws}) == 1
-    assert len(list((tmp_path / "private" / "draws").glob("*/draw.json"))) == 1  # the losers' secrets removed

@@ -339,6 +339,8 @@ def test_bad_toml_config(tmp_path, capsys, case, monkeypatch):
     body, needle = TOML_CASES[case]
     store = tmp_path / "store"
     text = body if body.startswith("store") else f"store = '{store}'\n{body}"
+    if "[release]" not in text:  # a config file says what it releases: the demo's simulated people here
+        text += "\n[release]\nsimulate = true\n"
     (tmp_path / "c.toml").write_text(text)
     import flows.run
 
@@ -432,7 +434,7 @@ eps_factors = [1.0]
 
 def flow_cmd(server, tmp_path: Path, store: Path, *extra: str, debug: bool = False, **cfg) -> tuple[list[str], dict]:
     values = {"store": store, "rows": 4, "cols": 5, "k": 8, "method": "lp", "solve_extra": ""}
-    values |= {"release": "n_individuals = 300"} | cfg
+    values |= {"release": "simulate = true\nn_individuals = 300"} | cfg
     values.setdefault(
         "dataset",
         'kind = "grid"\nparams = {{ rows = {rows}, cols = {cols}, n_outputs = {k}, seed = 1 }}'.format(**values),
@@ -533,7 +535,12 @@ def test_bad_microdata_in_the_flow_is_one_line_and_publishes_nothing(prefect_ser
     if content is not None:
         (tmp_path / "people.csv").write_bytes(content)
     store = tmp_path / "store"
-    proc = run_flow(prefect_server, tmp_path, store, release='microdata = "people.csv"')
+    proc = run_flow(
+        prefect_server,
+        tmp_path,
+        store,
+        release='microdata = "people.csv"\npopulation = "test-people"\nmax_total_epsilon = 100.0',
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("mdp-release: error: "), proc.stderr[-3000:]

@@ -155,6 +155,7 @@ eta = 2.0
 [solve]
 method = "lp"
 [release]
+simulate = true
 n_individuals = 300
 [evaluate]
 baselines = []

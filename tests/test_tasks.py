@@ -24,7 +24,7 @@ def pipeline(tmp_path_factory):
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 8, "seed": 2}},
             "privacy": {"epsilon": 3.0, "eta": 2.0},
             "partition": {"subsets": 2},
-            "release": {"n_individuals": 300},
+            "release": {"simulate": True, "n_individuals": 300},
             "evaluate": {"eps_factors": [0.2, 0.5, 1.0]},
         }
     )

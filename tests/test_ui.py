@@ -33,6 +33,7 @@ subsets = 2
 [solve]
 method = "benders"
 [release]
+simulate = true
 n_individuals = 200
 [evaluate]
 baselines = ["exp"]
