@@ -1298,29 +1298,31 @@ def audit_release(
     d = Path(run_dir)
     if not d.is_dir():
         return [f"{d}: no such release directory"]
-    _, findings = check_signature(d, public_key)
+    _, signature_findings = check_signature(d, public_key)
     signed = (d / SIGNATURE_FILES[0]).is_file()
     manifest, err = _load_json(d / "manifest.json")
     if manifest is None:
-        return findings + [err or "manifest.json: unreadable"]
+        return signature_findings + [err or "manifest.json: unreadable"]
     listed = manifest.get("released_files")
     if manifest.get("format") != "mdp-release-manifest" or not isinstance(listed, dict):
-        return findings + ["manifest.json: not an mdp-release manifest with released_files"]
-    actual, found = _check_listed_files(d, listed)
-    findings += found + _check_folder(d, listed)
+        return signature_findings + ["manifest.json: not an mdp-release manifest with released_files"]
+    actual, findings = _check_listed_files(d, listed)
+    findings += _check_folder(d, listed)
     if any(n not in actual for n in ("mechanism.parquet", f"{INSTANCE_DIR}/instance.json")):
-        return findings
+        return signature_findings + findings
 
     findings += _check_stages(manifest, actual)
+    # the memo is keyed by the content bytes just hashed: a bad signature does not change what they hold
     facts = memo.get(actual) if memo is not None and not findings else None
     content_findings: list[str] = []
     if facts is None:
         facts, content_findings = _check_content(d, actual)
         if facts is None:
-            return findings + content_findings
+            return signature_findings + findings + content_findings
         if memo is not None and not findings and not content_findings and facts["certificate"].get("passed"):
             memo.put(actual, facts)
-    return findings + _check_claims(d, manifest, actual, facts, signed) + content_findings
+    claims = _check_claims(d, manifest, actual, facts, signed)
+    return signature_findings + findings + claims + content_findings
 
 
 def check_publication(
