@@ -7,6 +7,10 @@ under ``released_files`` {relative path: sha256} -- ``mechanism.parquet``, ``sol
 four Parquet tables). :func:`audit_release` recomputes every privacy and solver claim, with no store and
 no Prefect, and reports each disagreement as one line (``file: what is wrong``):
 
+  0. signature (:func:`check_signature`, :mod:`artifacts.signing`): ``signature.json`` + ``public_key.pem``
+     beside manifest.json, an Ed25519 signature over its exact bytes (the manifest lists every released
+     file's sha256); with a pinned agency key (``public_key``), or inside the agency's store, the key must
+     be that one. A missing or bad signature is a finding; the other checks still run;
   1. files: every listed file exists and has its sha256; every file a release must carry is listed;
      nothing but the listed files (and manifest.json) sits in the folder; only files a release
      publishes are listed (:func:`_check_folder`); each is the output its stage recorded in the manifest
@@ -23,7 +27,12 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      (= the recomputed loss, relative 1e-9), upper bound = objective, lower bound <= objective, gap and
      relative gap as :mod:`mdp_core.solve` defines them, "optimal" only with the gap closed per its own
      gap options; the manifest's ``solve`` summary repeats it;
-  5. release_provenance.json (:func:`_check_provenance`): format v2, its keys, the sha256s of the
+  5. release_provenance.json (:func:`_check_provenance`): format v3 (v2 still read, with its own keys and
+     formulas: releases made before populations). v3: ``population``, ``protection`` (components recomputed
+     from edges.parquet, who is unprotected, stretch vs max_stretch and allow_unprotected, snap distances),
+     the guarantee (metric eps = eps x stretch, the statement's figures) and the ledger (this release =
+     eps x stretch x protection_radius + additive, 0 <= new_spend <= it <= total <= cap, left = cap - total,
+     ledger_seq / head); microdata without ``individual`` and sorted by output_id. Then its keys, the sha256s of the
      mechanism, instance.json, microdata and aggregates, n_individuals = microdata rows = the total count,
      eps_counts = the aggregates' column, counts_sensitivity = 2 per noisy level = noise_scale *
      eps_counts, eps_prior, the guarantee (eps per unit, additive eps = eps_counts + eps_prior, unit, the
@@ -34,7 +43,9 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
   7. evaluation.parquet / utility_vs_eps.parquet (:func:`_check_evaluation`): the released method's row
      states the recomputed loss, certificate, bounds and the instance's eps / eta / sizes;
   8. report.md (:func:`_check_report`): every key of its ``<!-- mdp-release-claims {json} -->`` block
-     equals the recomputed / signed value; the block is required from provenance version 2 on.
+     equals the recomputed / checked value, and the whole text -- the officer's page and the technical
+     appendix -- is :func:`mdp_core.report.render_report` of those claims, character for character (an
+     edited sentence is a finding). Only an unsigned v2 release may carry the old claims-only report.
 
 No finding = the release is what its files say.
 
