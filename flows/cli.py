@@ -167,13 +167,42 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from mdp_core.audit import audit_release
+    from artifacts import signing
+    from mdp_core.audit import audit_release, check_signature
 
-    findings = audit_release(args.run_dir)
+    pin: str | bytes | None = None
+    try:
+        if args.public_key:
+            pin = signing.pin_fingerprint(Path(args.public_key).read_bytes())
+        elif args.fingerprint:
+            pin = signing.pin_fingerprint(args.fingerprint)
+    except (OSError, InputError) as exc:
+        print(f"mdp-release audit: the pinned key: {exc}", file=sys.stderr)
+        return 2
+    findings = audit_release(args.run_dir, public_key=pin)
     for line in findings:
         print(f"{args.run_dir}: {line}")
+    signer, _ = check_signature(args.run_dir, pin)
+    store = signing.store_of(args.run_dir)
+    if signer is not None and pin is None:
+        try:
+            own = signing.agency_fingerprint(store) if store is not None else None
+        except InputError:
+            own = None
+        if own is None:
+            print(
+                f"{args.run_dir}: signed by key {signer}: compare it with the agency's published key fingerprint "
+                "(or pin it: --public-key FILE | --fingerprint HEX)"
+            )
+        else:
+            print(f"{args.run_dir}: signed by key {signer}, compared with this store's own signing key")
+    elif signer is not None:
+        print(f"{args.run_dir}: signed by key {signer}, compared with the pinned key")
     if not findings:
-        print(f"{args.run_dir}: OK (files, instance, mechanism certificate, microdata provenance all check out)")
+        print(
+            f"{args.run_dir}: OK (signature, files, instance, mechanism certificate, microdata provenance and every "
+            "sentence of the report check out)"
+        )
     return 1 if findings else 0
 
 
@@ -285,6 +314,15 @@ def _verify_arguments(p: argparse.ArgumentParser) -> None:
 
 def _audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a release folder, e.g. artifacts/store/runs/<run>/")
+    pin = p.add_mutually_exclusive_group()
+    pin.add_argument(
+        "--public-key",
+        metavar="FILE",
+        help="the agency's Ed25519 public key (PEM): a release signed by any other fails",
+    )
+    pin.add_argument(
+        "--fingerprint", metavar="HEX", help="the agency's published key fingerprint (sha256 of the raw public key)"
+    )
 
 
 def _check_arguments(p: argparse.ArgumentParser) -> None:

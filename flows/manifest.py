@@ -21,6 +21,7 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel
 
 from artifacts.store import ArtifactRef, Store
+from mdp_core.audit import SIGNATURE_FILES
 
 MANIFEST_VERSION = 1
 Released = dict[str, tuple[ArtifactRef, str]]  # published file name -> (artifact, file name inside it)
@@ -102,7 +103,9 @@ def publish_run(
     """Record ``released_files`` ({file: sha256}) in ``manifest``, publish the files and ``manifest.json``
     to ``runs/<run_name>/`` with ``publish(run_name, released, manifest)`` (default
     :meth:`Store.publish`; the release flow passes its verifying publisher) and, when ``out`` is
-    given, copy them there too. Returns the manifest with ``run_dir`` (and ``out_dir``).
+    given, copy them there too (with ``signature.json`` and ``public_key.pem``: the release flow's
+    publisher, :func:`tasks.release.release`, signs the staged manifest before its door check). Returns
+    the manifest with ``run_dir`` (and ``out_dir``).
 
     A run whose released files are byte for byte those of a published release of the same config (a
     fully cached re-run) publishes nothing: ``run_dir`` is that release's folder and ``same_as`` its name."""
@@ -117,8 +120,9 @@ def publish_run(
     if out is not None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
-        for file in [*released, "manifest.json"]:
+        for file in [*released, "manifest.json", *SIGNATURE_FILES]:  # the signature travels with the release
             (folder / file).parent.mkdir(parents=True, exist_ok=True)  # e.g. instance/instance.json
-            shutil.copyfile(run_dir / file, folder / file)
+            if (run_dir / file).is_file():  # a release published before releases were signed has none
+                shutil.copyfile(run_dir / file, folder / file)
         manifest["out_dir"] = str(folder.resolve())
     return manifest

@@ -7,6 +7,10 @@ under ``released_files`` {relative path: sha256} -- ``mechanism.parquet``, ``sol
 four Parquet tables). :func:`audit_release` recomputes every privacy and solver claim, with no store and
 no Prefect, and reports each disagreement as one line (``file: what is wrong``):
 
+  0. signature (:func:`check_signature`, :mod:`artifacts.signing`): ``signature.json`` + ``public_key.pem``
+     beside manifest.json, an Ed25519 signature over its exact bytes (the manifest lists every released
+     file's sha256); with a pinned agency key (``public_key``), or inside the agency's store, the key must
+     be that one. A missing or bad signature is a finding; the other checks still run;
   1. files: every listed file exists and has its sha256; every file a release must carry is listed;
      nothing but the listed files (and manifest.json) sits in the folder; only files a release
      publishes are listed (:func:`_check_folder`); each is the output its stage recorded in the manifest
@@ -23,7 +27,12 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      (= the recomputed loss, relative 1e-9), upper bound = objective, lower bound <= objective, gap and
      relative gap as :mod:`mdp_core.solve` defines them, "optimal" only with the gap closed per its own
      gap options; the manifest's ``solve`` summary repeats it;
-  5. release_provenance.json (:func:`_check_provenance`): format v2, its keys, the sha256s of the
+  5. release_provenance.json (:func:`_check_provenance`): format v3 (v2 still read, with its own keys and
+     formulas: releases made before populations). v3: ``population``, ``protection`` (components recomputed
+     from edges.parquet, who is unprotected, stretch vs max_stretch and allow_unprotected, snap distances),
+     the guarantee (metric eps = eps x stretch, the statement's figures) and the ledger (this release =
+     eps x stretch x protection_radius + additive, 0 <= new_spend <= it <= total <= cap, left = cap - total,
+     ledger_seq / head); microdata without ``individual`` and sorted by output_id. Then its keys, the sha256s of the
      mechanism, instance.json, microdata and aggregates, n_individuals = microdata rows = the total count,
      eps_counts = the aggregates' column, counts_sensitivity = 2 per noisy level = noise_scale *
      eps_counts, eps_prior, the guarantee (eps per unit, additive eps = eps_counts + eps_prior, unit, the
@@ -34,7 +43,9 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
   7. evaluation.parquet / utility_vs_eps.parquet (:func:`_check_evaluation`): the released method's row
      states the recomputed loss, certificate, bounds and the instance's eps / eta / sizes;
   8. report.md (:func:`_check_report`): every key of its ``<!-- mdp-release-claims {json} -->`` block
-     equals the recomputed / signed value; the block is required from provenance version 2 on.
+     equals the recomputed / checked value, and the whole text -- the officer's page and the technical
+     appendix -- is :func:`mdp_core.report.render_report` of those claims, character for character (an
+     edited sentence is a finding). Only an unsigned v2 release may carry the old claims-only report.
 
 No finding = the release is what its files say.
 
@@ -67,7 +78,8 @@ from mdp_core.result import BOUND_TOLERANCE, gap_closed
 INSTANCE_DIR = "instance"
 PROVENANCE = "release_provenance.json"
 PROVENANCE_FORMAT = "mdp-release-provenance"
-PROVENANCE_VERSION = 2  # from this version on: the v2 keys, the manifest's privacy block and report claims
+PROVENANCE_VERSION = 3  # what the pipeline writes: population, protection, the v3 guarantee and ledger
+PROVENANCE_VERSIONS = (2, 3)  # v2: releases made before populations (still audited, with the v2 formulas)
 CLAIMS_TAG = "mdp-release-claims"  # = mdp_core.report.CLAIMS_TAG (not imported: it pulls in pandas)
 INSTANCE_TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
 REQUIRED = (
@@ -78,6 +90,8 @@ REQUIRED = (
     PROVENANCE,
     f"{INSTANCE_DIR}/instance.json",
 )
+# Beside manifest.json, not listed in it (they sign it): artifacts.signing.SIGNATURE / PUBLIC_KEY.
+SIGNATURE_FILES = ("signature.json", "public_key.pem")
 # Everything a release may publish (besides top-level *.png figures): tasks.release.released_files.
 PUBLISHED = frozenset(
     {
@@ -140,16 +154,27 @@ SOLVE_KEYS = frozenset(
     "extra certificate mechanism_sha256 n_records n_outputs".split()
 )
 MANIFEST_SOLVE_KEYS = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
-GUARANTEE_KEYS = frozenset({"epsilon_per_unit", "additive_epsilon", "distance_unit", "statement"})
-LEDGER_KEYS = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
-PROVENANCE_KEYS = frozenset(
+GUARANTEE_KEYS_V2 = frozenset({"epsilon_per_unit", "additive_epsilon", "distance_unit", "statement"})
+GUARANTEE_KEYS = GUARANTEE_KEYS_V2 | {"stretch", "metric_epsilon_per_unit", "protection_radius"}
+LEDGER_KEYS_V2 = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
+LEDGER_KEYS = frozenset(
+    "population this_release new_spend total_so_far max_total_epsilon left ledger_seq ledger_head".split()
+)
+PROTECTION_KEYS = frozenset(
+    "n_components component_sizes stretch connected records_outside_largest worst_pair protection_radius "
+    "max_stretch allow_unprotected unprotected_individuals snap_mean snap_max".split()
+)
+PROVENANCE_KEYS_V2 = frozenset(
     "format version mechanism_sha256 instance_json_sha256 microdata_sha256 aggregates_sha256 n_individuals "
     "microdata_source eps_counts counts_sensitivity eps_prior prior_source draw_commitment guarantee ledger".split()
 )
+PROVENANCE_KEYS = PROVENANCE_KEYS_V2 | {"population", "protection"}
+POPULATION = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 PRIVACY_KEYS = frozenset(
     "mechanism_epsilon eta distance_unit certificate counts_epsilon prior_epsilon prior_source microdata_source "
     "n_individuals draw_commitment guarantee ledger".split()
 )
+PRIVACY_KEYS_V3_OPTIONAL = frozenset({"population", "protection"})  # allowed (repeating the provenance) in v3
 # privacy-block key -> the provenance key it repeats
 PRIVACY_FROM_PROVENANCE = {
     "counts_epsilon": "eps_counts",
@@ -160,10 +185,21 @@ PRIVACY_FROM_PROVENANCE = {
     "draw_commitment": "draw_commitment",
     "guarantee": "guarantee",
     "ledger": "ledger",
+    "population": "population",
+    "protection": "protection",
 }
-CLAIM_KEYS = frozenset(
+# The claims block of a report written before reports were rendered from their claims (provenance v2).
+CLAIM_KEYS_V2 = frozenset(
     "epsilon eta distance_unit counts_epsilon prior_epsilon additive_epsilon ledger_total_so_far n_individuals "
     "method objective lower_bound gap max_realised_epsilon certificate_passed".split()
+)
+REPORT_VERSION = 3  # = mdp_core.report.REPORT_VERSION: claims from which the whole report.md is rendered
+CLAIM_KEYS = frozenset(
+    "report_version epsilon eta distance_unit n_records n_outputs n_edges n_zones n_individuals microdata_source "
+    "population counts_epsilon count_noise_scale prior_epsilon prior_source additive_epsilon guarantee ledger "
+    "protection draw_commitment method method_run auto_reason status objective lower_bound gap iterations seconds "
+    "certificate_passed certificate_pairs certificate_violations certificate_ratio_tol max_realised_epsilon "
+    "dist_loss_mean adversary_error expected_loss".split()
 )
 PRIOR_SOURCES = frozenset({"dataset", "uniform", "dp", "file"})
 MICRODATA_SOURCES = frozenset({"file", "simulated"})
@@ -292,7 +328,7 @@ def _check_folder(d: Path, listed: dict) -> list[str]:
     ]
     for p in sorted(d.rglob("*")):
         name = p.relative_to(d).as_posix()
-        if (p.is_file() or p.is_symlink()) and name != "manifest.json" and name not in listed:
+        if (p.is_file() or p.is_symlink()) and name not in ("manifest.json", *SIGNATURE_FILES) and name not in listed:
             findings.append(f"{name}: in the release folder but not listed in the manifest")
     return findings
 
@@ -345,29 +381,33 @@ def _check_columns(d: Path, actual: dict[str, str]) -> list[str]:
 
 
 def _microdata_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
-    """Rows 0..n-1, output ids in 0..K-1, and every other column exactly the output's public value
-    (:func:`mdp_core.release.perturbed_microdata`): {"rows": n}."""
+    """Output ids in 0..K-1 and every other column exactly the output's public value
+    (:func:`mdp_core.release.perturbed_microdata`); a v2 ``individual`` column, when present, is 0..n-1.
+    Facts: {"rows": n, "individual": whether the column is there, "sorted": output ids non-decreasing}
+    (provenance v3 forbids the column and requires the order: :func:`_check_microdata_order`)."""
     import numpy as np
 
     from mdp_core.io import read_table
     from mdp_core.release import perturbed_microdata
 
-    frame = read_table(path, required={"individual": "int64", "output_id": "int64"})
+    frame = read_table(path, required={"output_id": "int64"})
     out = frame["output_id"].to_numpy()
     if out.size and (out.min() < 0 or out.max() >= inst.n_outputs):
         return None, [f"microdata.parquet: output_id outside 0..{inst.n_outputs - 1}"]
     findings = []
-    if not np.array_equal(frame["individual"].to_numpy(), np.arange(len(frame))):
+    has_individual = "individual" in frame.columns
+    if has_individual and not np.array_equal(frame["individual"].to_numpy(), np.arange(len(frame))):
         findings.append("microdata.parquet: individual is not 0..n-1 in order")
     want = perturbed_microdata(inst, out)
-    if set(frame.columns) != set(want.columns):
+    if set(frame.columns) - {"individual"} != set(want.columns) - {"individual"}:
         findings.append(
             f"microdata.parquet: columns {sorted(frame.columns)} are not the outputs' {sorted(want.columns)}"
         )
     for col in sorted(set(frame.columns) & set(want.columns) - {"individual", "output_id"}):
         if not np.array_equal(frame[col].to_numpy(), want[col].to_numpy(), equal_nan=True):
             findings.append(f"microdata.parquet: column {col} is not the released output's public value")
-    return {"rows": len(frame)}, findings
+    facts = {"rows": len(frame), "individual": has_individual, "sorted": bool(np.all(np.diff(out) >= 0))}
+    return facts, findings
 
 
 def _aggregates_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
@@ -391,6 +431,7 @@ def _aggregates_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
     if len(eps) != 1 or any(len(s) != 1 for s in scales.values()):
         return None, findings + ["aggregates.parquet: eps_counts, or a level's noise_scale, is not one value"]
     facts = {
+        "n_zones": int((f.level == "zone").sum()),
         "total": int(total["count"].iloc[0]),
         "eps_counts": eps[0],
         "scales": {lv: s[0] for lv, s in scales.items()},
@@ -436,7 +477,7 @@ def _plain(value: Any) -> Any:
 
 EVALUATION_FACTS = (
     "method n_records n_outputs n_edges epsilon eta distance_unit expected_loss verified realised_epsilon "
-    "lower_bound gap".split()
+    "lower_bound gap dist_loss_mean adversary_error".split()
 )
 
 
@@ -488,6 +529,8 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
             "n_edges": inst.n_edges,
         },
         "objective": objective(inst, z),
+        "components": _component_sizes(inst),
+        "evaluation_markdown": None,
     }
     for name, read in TABLE_FACTS.items():
         facts[name] = None
@@ -498,7 +541,23 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
                 line = _first_line(exc)
                 found = [line if name in line else f"{name}: {line}"]
             findings += found
+    if "evaluation.parquet" in actual and facts["evaluation.parquet"] is not None:
+        from mdp_core.report import evaluation_markdown
+
+        facts["evaluation_markdown"] = evaluation_markdown(d / "evaluation.parquet")
     return facts, findings
+
+
+def _component_sizes(inst: Any) -> list[int]:
+    """Sizes of the connected components of the instance's mDP graph (records, edges), largest first."""
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n, e = inst.n_records, np.asarray(inst.edges, dtype=np.int64).reshape(-1, 2)
+    graph = coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    return sorted((int(c) for c in np.bincount(labels, minlength=1) if c), reverse=True)
 
 
 # The files step 2 reads: their sha256s key a VerifiedMemo record.
@@ -506,7 +565,16 @@ def _content_file(name: str) -> bool:
     return name.endswith(".parquet") or name.startswith(f"{INSTANCE_DIR}/")
 
 
-FACT_KEYS = ("certificate", "summary", "instance_epsilon", "instance", "objective", *TABLE_FACTS)
+FACT_KEYS = (
+    "certificate",
+    "summary",
+    "instance_epsilon",
+    "instance",
+    "objective",
+    "components",
+    "evaluation_markdown",
+    *TABLE_FACTS,
+)
 
 
 @dataclass(frozen=True)
@@ -627,6 +695,13 @@ def _check_manifest_solve(manifest: dict, solve: dict) -> list[str]:
     return findings
 
 
+def _version(prov: dict) -> int | None:
+    """The provenance's version when it is one the audit knows (:data:`PROVENANCE_VERSIONS`), else None."""
+    v = prov.get("version")
+    ok = prov.get("format") == PROVENANCE_FORMAT and isinstance(v, int) and not isinstance(v, bool)
+    return v if ok and v in PROVENANCE_VERSIONS else None
+
+
 def _check_provenance(prov: dict, actual: dict[str, str], facts: Record) -> list[str]:
     """release_provenance.json: format, keys, the sha256s it names, its figures vs the tables and instance."""
     p = PROVENANCE
@@ -641,17 +716,36 @@ def _check_provenance(prov: dict, actual: dict[str, str], facts: Record) -> list
     findings += [
         f"{p}: key {k} names a secret or a seed: not allowed in a published file" for k in _forbidden_keys(prov)
     ]
-    if prov.get("format") != PROVENANCE_FORMAT or prov.get("version") != PROVENANCE_VERSION:
-        return findings + [f"{p}: not a {PROVENANCE_FORMAT} version {PROVENANCE_VERSION} record"]
+    version = _version(prov)
+    if version is None:
+        return findings + [
+            f"{p}: not a {PROVENANCE_FORMAT} record of version {' or '.join(map(str, PROVENANCE_VERSIONS))}"
+        ]
+    findings += _check_counts(prov, facts) + _check_microdata_order(prov, facts)
+    if version == 2:
+        findings += _keys(p, prov, PROVENANCE_KEYS_V2)
+        findings += _keys(f"{p} guarantee", _obj(prov.get("guarantee")), GUARANTEE_KEYS_V2)
+        findings += _keys(f"{p} ledger", _obj(prov.get("ledger")), LEDGER_KEYS_V2)
+        return findings + _check_guarantee_v2(prov, facts["instance"]) + _check_ledger_v2(prov, facts["instance"])
     findings += _keys(p, prov, PROVENANCE_KEYS)
     findings += _keys(f"{p} guarantee", _obj(prov.get("guarantee")), GUARANTEE_KEYS)
     findings += _keys(f"{p} ledger", _obj(prov.get("ledger")), LEDGER_KEYS)
-    return (
-        findings
-        + _check_counts(prov, facts)
-        + _check_guarantee(prov, facts["instance"])
-        + _check_ledger(prov, facts["instance"])
-    )
+    findings += _keys(f"{p} protection", _obj(prov.get("protection")), PROTECTION_KEYS)
+    return findings + _check_protection(prov, facts) + _check_guarantee(prov, facts["instance"]) + _check_ledger(prov)
+
+
+def _check_microdata_order(prov: dict, facts: Record) -> list[str]:
+    """Provenance v3: microdata.parquet has no ``individual`` column and its rows are sorted by output
+    (non-decreasing output_id): nothing in it follows the secret table's input order."""
+    micro = facts.get("microdata.parquet")
+    if micro is None or prov.get("version") == 2:
+        return []
+    findings = []
+    if micro.get("individual", True):
+        findings.append("microdata.parquet: has an individual column (rows must carry nothing but the output)")
+    if not micro.get("sorted", False):
+        findings.append("microdata.parquet: rows are not sorted by output_id (they would follow the input order)")
+    return findings
 
 
 def _check_counts(prov: dict, facts: Record) -> list[str]:
@@ -690,7 +784,62 @@ def _additive(prov: dict) -> float | None:
     return None if eps_counts is None or eps_prior is None else eps_counts + eps_prior
 
 
-def _check_guarantee(prov: dict, inst: Record) -> list[str]:
+def guarantee_statement(
+    epsilon_per_unit: float,
+    stretch: float,
+    protection_radius: float,
+    additive_epsilon: float,
+    distance_unit: str,
+    with_prior: bool,
+) -> str:
+    """The v3 guarantee in words (what ``guarantee.statement`` says; the audit checks its figures).
+
+    A certified mechanism gives z_ik <= exp(eps d_ij) z_jk on the mDP graph's edges, hence
+    exp(eps D_G(i, j)) for any two records of one component (D_G: shortest path), and
+    exp(eps stretch d(i, j)) in the data's metric d (stretch = max D_G / d, the graph's dilation:
+    Chatzikokolakis et al. 2013; Bordenabe, Chatzikokolakis and Palamidessi, CCS 2014); the eps-DP counts
+    (and DP prior) add ``additive_epsilon`` by sequential composition (Dwork and Roth 2014, Thm 3.16)."""
+    metric = epsilon_per_unit * stretch
+    return (
+        f"for any individual and any two records r, r' in one component of the mDP graph, the probability of "
+        f"every possible release (microdata, counts{', prior' if with_prior else ''}) changes by at most a factor "
+        f"exp({metric:g} * d(r, r') + {additive_epsilon:g}), d in {distance_unit} in the data's own metric "
+        f"(eps {epsilon_per_unit:g} per {distance_unit} of the certified mechanism x stretch {stretch:.6g} of the "
+        f"mDP graph, Chatzikokolakis et al. 2013 and Bordenabe et al. 2014, composed sequentially with the eps-DP "
+        f"counts{' and prior' if with_prior else ''}, Dwork and Roth 2014 Thm 3.16); the budget is charged for "
+        f"records up to {protection_radius:g} {distance_unit} apart"
+    )
+
+
+def guarantee_record(
+    epsilon_per_unit: float,
+    stretch: float,
+    protection_radius: float,
+    additive_epsilon: float,
+    distance_unit: str,
+    with_prior: bool,
+) -> dict[str, Any]:
+    """The provenance v3 ``guarantee`` block (what tasks/postprocess.py writes; the audit checks each figure)."""
+    return {
+        "epsilon_per_unit": epsilon_per_unit,
+        "stretch": stretch,
+        "metric_epsilon_per_unit": epsilon_per_unit * stretch,
+        "protection_radius": protection_radius,
+        "additive_epsilon": additive_epsilon,
+        "distance_unit": distance_unit,
+        "statement": guarantee_statement(
+            epsilon_per_unit, stretch, protection_radius, additive_epsilon, distance_unit, with_prior
+        ),
+    }
+
+
+def this_release(epsilon_per_unit: float, stretch: float, protection_radius: float, additive_epsilon: float) -> float:
+    """A release's charge to its population's ledger: eps x stretch x protection_radius (the perturbed
+    locations) + additive (counts, DP prior); what ``ledger.this_release`` must say."""
+    return epsilon_per_unit * stretch * protection_radius + additive_epsilon
+
+
+def _check_guarantee_v2(prov: dict, inst: Record) -> list[str]:
     """The guarantee: eps per unit and unit of the instance, additive eps = eps_counts + eps_prior, and the
     statement says exp(eps * d(r, r') + additive) in that unit."""
     where, g, add = f"{PROVENANCE} guarantee", _obj(prov.get("guarantee")), _additive(prov)
@@ -709,7 +858,7 @@ def _check_guarantee(prov: dict, inst: Record) -> list[str]:
     return findings
 
 
-def _check_ledger(prov: dict, inst: Record) -> list[str]:
+def _check_ledger_v2(prov: dict, inst: Record) -> list[str]:
     """this_release = eps * eta + additive; this_release <= total_so_far <= max_total_epsilon (when set)."""
     where, led, add = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), _additive(prov)
     if add is None:
@@ -728,11 +877,146 @@ def _check_ledger(prov: dict, inst: Record) -> list[str]:
     return findings
 
 
+def _is_count(value: object, low: int = 0, high: float = math.inf) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_protection(prov: dict, facts: Record) -> list[str]:
+    """Provenance v3 ``population`` and ``protection``: the components of the released instance's mDP graph
+    (recomputed from edges.parquet), who is unprotected, the stretch against its limit, the snap distances."""
+    where, p = f"{PROVENANCE} protection", _obj(prov.get("protection"))
+    findings: list[str] = []
+    population = prov.get("population")
+    if not (isinstance(population, str) and POPULATION.fullmatch(population)):
+        findings.append(f"{PROVENANCE}: population is not a population name ({POPULATION.pattern})")
+    elif (prov.get("microdata_source") == "simulated") != population.startswith("simulated-"):
+        findings.append(
+            f"{PROVENANCE}: population {population} does not fit microdata_source {prov.get('microdata_source')}"
+        )
+    sizes = facts["components"]
+    n_rec = facts["instance"]["n_records"]
+    findings += _compare(where, "component_sizes", p.get("component_sizes"), sizes)
+    findings += _compare(where, "n_components", p.get("n_components"), len(sizes))
+    findings += _compare(where, "connected", p.get("connected"), len(sizes) == 1)
+    findings += _compare(
+        where, "records_outside_largest", p.get("records_outside_largest"), n_rec - max(sizes, default=0)
+    )
+    stretch, limit, radius = _num(p.get("stretch")), _num(p.get("max_stretch")), _num(p.get("protection_radius"))
+    if stretch is None or not math.isfinite(stretch) or stretch <= 0:
+        findings.append(f"{where}: stretch {p.get('stretch')} is not a finite positive number")
+    if limit is None or limit <= 0:
+        findings.append(f"{where}: max_stretch {p.get('max_stretch')} is not a positive number")
+    if radius is None or not math.isfinite(radius) or radius <= 0:
+        findings.append(f"{where}: protection_radius {p.get('protection_radius')} is not a finite positive number")
+    n_ind = _num(prov.get("n_individuals"))
+    unprotected = p.get("unprotected_individuals")
+    if not _is_count(unprotected, 0, n_ind if n_ind is not None else math.inf):
+        findings.append(f"{where}: unprotected_individuals {unprotected} is not a count of this table's individuals")
+    elif len(sizes) == 1 and unprotected != 0:
+        findings.append(f"{where}: unprotected_individuals {unprotected} but the mDP graph is connected")
+    if not isinstance(p.get("allow_unprotected"), bool):
+        findings.append(f"{where}: allow_unprotected is not true or false")
+    refused = len(sizes) > 1 or (stretch is not None and limit is not None and stretch > limit)
+    if refused and p.get("allow_unprotected") is not True:
+        findings.append(
+            f"{where}: {len(sizes)} component(s), stretch {p.get('stretch')} (max {p.get('max_stretch')}): released "
+            "without allow_unprotected = true"
+        )
+    pair = p.get("worst_pair")
+    if pair is not None and not (
+        isinstance(pair, list) and len(pair) == 2 and all(_is_count(i, 0, n_rec - 1) for i in pair)
+    ):
+        findings.append(f"{where}: worst_pair is not two record ids of the instance")
+    mean, most = p.get("snap_mean"), p.get("snap_max")
+    if (mean is None) != (most is None):
+        findings.append(f"{where}: snap_mean and snap_max must both be given or both be null")
+    elif mean is not None:
+        m, x = _num(mean), _num(most)
+        if m is None or x is None or not 0 <= m <= x * (1 + RECOMPUTED) or not math.isfinite(x):
+            findings.append(f"{where}: snap_mean {mean} / snap_max {most} are not distances with mean <= max")
+    return findings
+
+
+def _check_guarantee(prov: dict, inst: Record) -> list[str]:
+    """Provenance v3 guarantee: eps per unit and unit of the instance, stretch and radius = the protection's,
+    metric eps = eps x stretch, additive = eps_counts + eps_prior, the statement's figures."""
+    where, g, p, add = (
+        f"{PROVENANCE} guarantee",
+        _obj(prov.get("guarantee")),
+        _obj(prov.get("protection")),
+        _additive(prov),
+    )
+    findings = _compare(where, "epsilon_per_unit", g.get("epsilon_per_unit"), inst["epsilon"])
+    findings += _compare(where, "distance_unit", g.get("distance_unit"), inst["distance_unit"])
+    findings += _compare(where, "additive_epsilon", g.get("additive_epsilon"), add)
+    findings += _compare(where, "stretch", g.get("stretch"), p.get("stretch"))
+    findings += _compare(where, "protection_radius", g.get("protection_radius"), p.get("protection_radius"))
+    stretch, radius = _num(p.get("stretch")), _num(p.get("protection_radius"))
+    if stretch is None or radius is None or add is None:
+        return findings
+    metric = inst["epsilon"] * stretch
+    findings += _compare(
+        where, "metric_epsilon_per_unit (eps x stretch)", g.get("metric_epsilon_per_unit"), metric, RECOMPUTED
+    )
+    statement, unit = g.get("statement"), inst["distance_unit"]
+    needed = (f"exp({metric:g} * d(r, r') + {add:g})", f"d in {unit}", f"{radius:g} {unit}", f"stretch {stretch:.6g}")
+    missing = [n for n in needed if not (isinstance(statement, str) and n in statement)]
+    if missing:
+        findings.append(f"{where}: the statement does not say {'; '.join(missing)}")
+    return findings
+
+
+def _check_ledger(prov: dict) -> list[str]:
+    """Provenance v3 ledger: population = the provenance's; this_release = eps x stretch x radius + additive;
+    0 <= new_spend <= this_release <= total_so_far <= max_total_epsilon (required for an agency population),
+    left = cap - total; ledger_seq >= 1 and a sha256 head."""
+    where, led, g = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), _obj(prov.get("guarantee"))
+    findings = _compare(where, "population", led.get("population"), prov.get("population"))
+    parts = [_num(g.get(k)) for k in ("epsilon_per_unit", "stretch", "protection_radius", "additive_epsilon")]
+    if any(x is None for x in parts):
+        return findings + [f"{where}: the guarantee's figures are missing: this release's charge cannot be checked"]
+    spend = this_release(*parts)  # type: ignore[arg-type]
+    findings += _compare(
+        where, "this_release (eps x stretch x radius + additive)", led.get("this_release"), spend, RECOMPUTED
+    )
+    new, total, cap = _num(led.get("new_spend")), _num(led.get("total_so_far")), _num(led.get("max_total_epsilon"))
+    if new is None or new < 0 or new > spend * (1 + RECOMPUTED):
+        findings.append(
+            f"{where}: new_spend {led.get('new_spend')} is not between 0 and this release's charge {_show(spend)}"
+        )
+    if total is None or total < spend * (1 - RECOMPUTED):
+        findings.append(
+            f"{where}: total_so_far {led.get('total_so_far')} is below this release's charge {_show(spend)}"
+        )
+    if led.get("max_total_epsilon") is None:
+        if prov.get("microdata_source") != "simulated":
+            findings.append(f"{where}: no max_total_epsilon for an agency population")
+        if led.get("left") is not None:
+            findings.append(f"{where}: left {led.get('left')} without a max_total_epsilon")
+    elif cap is None or total is None:
+        findings.append(f"{where}: max_total_epsilon {led.get('max_total_epsilon')} is not a number")
+    else:
+        if total > cap * (1 + RECOMPUTED):
+            findings.append(f"{where}: total_so_far {_show(total)} exceeds max_total_epsilon {_show(cap)}")
+        if not _agrees(led.get("left"), cap - total, RECOMPUTED, RECOMPUTED * cap):
+            findings.append(
+                f"{where}: left {led.get('left')} but max_total_epsilon - total_so_far gives {_show(cap - total)}"
+            )
+    if not _is_count(led.get("ledger_seq"), 1):
+        findings.append(f"{where}: ledger_seq {led.get('ledger_seq')} is not a count >= 1")
+    if not (isinstance(led.get("ledger_head"), str) and re.fullmatch(r"[0-9a-f]{64}", led["ledger_head"])):
+        findings.append(f"{where}: ledger_head is not a sha256 hex hash")
+    return findings
+
+
 def _check_privacy(manifest: dict, prov: dict, inst: Record) -> list[str]:
     """The manifest's privacy block: eps, eta, unit = the instance's; the other figures = the provenance's."""
     privacy = _obj(manifest.get("privacy"))
-    v2 = prov.get("version") == PROVENANCE_VERSION
-    findings = _keys("manifest.json privacy", privacy, PRIVACY_KEYS, required=v2)
+    version = _version(prov)
+    allowed = PRIVACY_KEYS | (PRIVACY_KEYS_V3_OPTIONAL if version == 3 else frozenset())
+    findings = _keys("manifest.json privacy", privacy, allowed, required=False)
+    if version is not None:
+        findings += [f"manifest.json privacy: missing key {k}" for k in sorted(PRIVACY_KEYS - set(privacy))]
     findings += [f"manifest.json: privacy key {k} names a secret or a seed" for k in _forbidden_keys(privacy)]
     for key, want in (("mechanism_epsilon", "epsilon"), ("eta", "eta"), ("distance_unit", "distance_unit")):
         if key in privacy and not _agrees(privacy[key], inst[want]):
@@ -749,7 +1033,7 @@ def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list
     """The manifest's ``config`` (the flow's settings) states the released eps, eta, counts budget, prior,
     cap, microdata source, n and method."""
     if "config" not in manifest:
-        return ["manifest.json: no config block"] if prov.get("version") == PROVENANCE_VERSION else []
+        return ["manifest.json: no config block"] if _version(prov) is not None else []
     cfg = _obj(manifest["config"])
     privacy, release = _obj(cfg.get("privacy")), _obj(cfg.get("release"))
     findings = [f"manifest.json: config release.{k} names a seed or a secret" for k in _forbidden_keys(release)]
@@ -766,12 +1050,15 @@ def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list
     findings += _compare(
         "manifest.json", "config release.eps_counts", release.get("eps_counts"), prov.get("eps_counts")
     )
-    findings += _compare(
-        "manifest.json",
-        "config release.max_total_epsilon",
-        release.get("max_total_epsilon"),
-        led.get("max_total_epsilon"),
-    )
+    if _version(prov) == 2:
+        findings += _compare(
+            "manifest.json",
+            "config release.max_total_epsilon",
+            release.get("max_total_epsilon"),
+            led.get("max_total_epsilon"),
+        )
+    else:  # v3: the stored cap is enforced; a config may lower it, never raise it
+        findings += _check_config_v3(cfg, prov)
     prior = release.get("prior", "dataset")
     source = prior if prior in ("dataset", "uniform", "dp") else "file"
     findings += _compare("manifest.json", "config release prior source", source, prov.get("prior_source"))
@@ -786,6 +1073,28 @@ def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list
     if simulated and "n_individuals" in release:
         findings += _compare(
             "manifest.json", "config release.n_individuals", release["n_individuals"], prov.get("n_individuals")
+        )
+    return findings
+
+
+def _check_config_v3(cfg: dict, prov: dict) -> list[str]:
+    """A v3 config's population and protection settings = the provenance's; the ledger's cap is at most
+    the configured one (a config lowers the stored cap, never raises it)."""
+    privacy, release = _obj(cfg.get("privacy")), _obj(cfg.get("release"))
+    protection, led = _obj(prov.get("protection")), _obj(prov.get("ledger"))
+    findings: list[str] = []
+    if release.get("population") is not None:
+        findings += _compare(
+            "manifest.json", "config release.population", release["population"], prov.get("population")
+        )
+    for key in ("protection_radius", "max_stretch", "allow_unprotected"):
+        if privacy.get(key) is not None:
+            findings += _compare("manifest.json", f"config privacy.{key}", privacy[key], protection.get(key))
+    asked, cap = _num(release.get("max_total_epsilon")), _num(led.get("max_total_epsilon"))
+    if release.get("max_total_epsilon") is not None and (asked is None or cap is None or cap > asked * (1 + EXACT)):
+        findings.append(
+            f"manifest.json: ledger max_total_epsilon {led.get('max_total_epsilon')} is not at most the configured "
+            f"max_total_epsilon {release.get('max_total_epsilon')}"
         )
     return findings
 
@@ -830,41 +1139,80 @@ def _check_evaluation(facts: Record, solve: dict) -> list[str]:
 
 
 def signed_claims(facts: Record, solve: dict, prov: dict) -> Record:
-    """The value of every report claim (:data:`CLAIM_KEYS`) from the recomputed and checked records."""
-    led = _obj(prov.get("ledger"))
+    """The value of every report claim (:data:`CLAIM_KEYS`) from the recomputed and checked records: the
+    instance, the certificate and loss recomputed from the Parquet bytes, the counts' facts, solve.json
+    (checked by step 4), the provenance (step 5) and the released method's evaluation row (step 7)."""
+    inst, cert = facts["instance"], facts["certificate"]
     micro = facts.get("microdata.parquet") or {}
+    agg = facts.get("aggregates.parquet") or {}
+    rows = [r for r in facts.get("evaluation.parquet") or [] if r.get("method") == solve.get("method")]
+    row = rows[0] if rows else {}
+    auto = _obj(_obj(solve.get("extra")).get("auto"))
     return {
-        "epsilon": facts["instance"]["epsilon"],
-        "eta": facts["instance"]["eta"],
-        "distance_unit": facts["instance"]["distance_unit"],
-        "counts_epsilon": prov.get("eps_counts"),
-        "prior_epsilon": prov.get("eps_prior"),
-        "additive_epsilon": _additive(prov),
-        "ledger_total_so_far": led.get("total_so_far"),
+        "report_version": REPORT_VERSION,
+        "epsilon": inst["epsilon"],
+        "eta": inst["eta"],
+        "distance_unit": inst["distance_unit"],
+        "n_records": inst["n_records"],
+        "n_outputs": inst["n_outputs"],
+        "n_edges": inst["n_edges"],
+        "n_zones": agg.get("n_zones"),
         "n_individuals": micro.get("rows", prov.get("n_individuals")),
+        "microdata_source": prov.get("microdata_source"),
+        "population": prov.get("population"),
+        "counts_epsilon": prov.get("eps_counts"),
+        "count_noise_scale": _obj(agg.get("scales")).get("output"),
+        "prior_epsilon": prov.get("eps_prior"),
+        "prior_source": prov.get("prior_source"),
+        "additive_epsilon": _additive(prov),
+        "guarantee": prov.get("guarantee"),
+        "ledger": prov.get("ledger"),
+        "protection": prov.get("protection"),
+        "draw_commitment": prov.get("draw_commitment"),
         "method": solve.get("method"),
+        "method_run": auto.get("method", solve.get("method")),
+        "auto_reason": auto.get("reason"),
+        "status": solve.get("status"),
         "objective": facts["objective"],
         "lower_bound": solve.get("lower_bound"),
         "gap": solve.get("gap"),
-        "max_realised_epsilon": facts["certificate"].get("max_realised_epsilon"),
-        "certificate_passed": facts["certificate"].get("passed"),
+        "iterations": solve.get("iterations"),
+        "seconds": solve.get("seconds"),
+        "certificate_passed": cert.get("passed"),
+        "certificate_pairs": cert.get("n_pairs"),
+        "certificate_violations": cert.get("n_violations"),
+        "certificate_ratio_tol": cert.get("ratio_tol"),
+        "max_realised_epsilon": cert.get("max_realised_epsilon"),
+        "dist_loss_mean": row.get("dist_loss_mean"),
+        "adversary_error": row.get("adversary_error"),
+        "expected_loss": row.get("expected_loss"),
     }
+
+
+def _signed_claims_v2(facts: Record, solve: dict, prov: dict) -> Record:
+    """The claims of a report written before reports were rendered from their claims (:data:`CLAIM_KEYS_V2`)."""
+    full = signed_claims(facts, solve, prov)
+    led = _obj(prov.get("ledger"))
+    return {k: full[k] for k in CLAIM_KEYS_V2 if k in full} | {"ledger_total_so_far": led.get("total_so_far")}
 
 
 CLAIMS_BLOCK = re.compile(r"<!--\s*" + re.escape(CLAIMS_TAG) + r"\s+(.*?)\s*-->", re.DOTALL)
 
 
-def _check_report(d: Path, actual: dict[str, str], expected: Record, prov: dict) -> list[str]:
-    """report.md's claims block: one block, known keys only, each equal to the signed value."""
+def _check_report(d: Path, actual: dict[str, str], facts: Record, solve: dict, prov: dict, signed: bool) -> list[str]:
+    """report.md: one claims block, exactly the claim keys, each equal to the recomputed / checked value,
+    and the whole text = :func:`mdp_core.report.render_report` of those claims (every sentence, the
+    officer's page and the appendix). A report of the old form (claims only, :data:`CLAIM_KEYS_V2`) is
+    accepted for an unsigned provenance-v2 release (made before reports were rendered from their claims)."""
     if "report.md" not in actual:
         return []
     try:
-        blocks = CLAIMS_BLOCK.findall((d / "report.md").read_text(encoding="utf-8"))
+        text = (d / "report.md").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return [f"report.md: unreadable ({type(exc).__name__})"]
+    blocks = CLAIMS_BLOCK.findall(text)
     if not blocks:
-        required = isinstance(prov.get("version"), int) and prov["version"] >= PROVENANCE_VERSION
-        return [f"report.md: no {CLAIMS_TAG} block"] if required else []
+        return [f"report.md: no {CLAIMS_TAG} block"] if _version(prov) is not None else []
     if len(blocks) > 1:
         return [f"report.md: {len(blocks)} {CLAIMS_TAG} blocks (one allowed)"]
     try:
@@ -873,13 +1221,47 @@ def _check_report(d: Path, actual: dict[str, str], expected: Record, prov: dict)
         return [f"report.md: the {CLAIMS_TAG} block is not JSON"]
     if not isinstance(claims, dict):
         return [f"report.md: the {CLAIMS_TAG} block is not a JSON object"]
-    findings = [f"report.md: claim {k} is not a claim the audit checks" for k in sorted(set(claims) - CLAIM_KEYS)]
-    for key in sorted(set(claims) & CLAIM_KEYS):
-        findings += _compare("report.md", f"claims {key}", claims[key], expected[key], RECOMPUTED)
-    return findings
+    old_form = "report_version" not in claims
+    if old_form and (signed or _version(prov) != 2):
+        return [f"report.md: the {CLAIMS_TAG} block has no report_version (the report is not rendered from its claims)"]
+    keys, expected = (CLAIM_KEYS_V2, _signed_claims_v2) if old_form else (CLAIM_KEYS, signed_claims)
+    want = expected(facts, solve, prov)
+    findings = [f"report.md: claim {k} is not a claim the audit checks" for k in sorted(set(claims) - keys)]
+    if not old_form:
+        findings += [f"report.md: claim {k} is missing" for k in sorted(keys - set(claims))]
+    for key in sorted(set(claims) & keys):
+        findings += _compare("report.md", f"claims {key}", claims[key], want[key], RECOMPUTED)
+    if old_form or findings:
+        return findings
+    return _check_report_text(text, claims, facts, actual)
 
 
-def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record) -> list[str]:
+def _check_report_text(text: str, claims: Record, facts: Record, actual: dict[str, str]) -> list[str]:
+    """report.md is, character for character, the report rendered from its (checked) claims."""
+    from mdp_core.report import render_report
+
+    if facts.get("evaluation_markdown") is None:
+        return ["report.md: cannot be regenerated: no readable evaluation.parquet in the release"]
+    figures = frozenset(n for n in actual if "/" not in n and n.endswith(".png"))
+    try:
+        want = render_report(claims, facts["evaluation_markdown"], figures)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return [f"report.md: its claims do not render a report ({type(exc).__name__})"]
+    if text == want:
+        return []
+    got_lines, want_lines = text.split("\n"), want.split("\n")
+    differ = [i for i in range(max(len(got_lines), len(want_lines))) if _line(got_lines, i) != _line(want_lines, i)]
+    return [
+        f"report.md: line {differ[0] + 1} is not the text the audit renders from the checked claims "
+        f"({len(differ)} line(s) differ; every sentence of the report is regenerated from its claims)"
+    ]
+
+
+def _line(lines: list[str], i: int) -> str | None:
+    return lines[i] if i < len(lines) else None
+
+
+def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record, signed: bool) -> list[str]:
     """Steps 3-8 (JSON and text only: they run on every publication, memo or not)."""
     solve, err = _load_json(d / "solve.json")
     prov, err2 = _load_json(d / PROVENANCE)
@@ -893,43 +1275,73 @@ def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record
     findings += _check_privacy(manifest, prov, inst)
     findings += _check_config(manifest, prov, solve, inst)
     findings += _check_evaluation(facts, solve)
-    return findings + _check_report(d, actual, signed_claims(facts, solve, prov), prov)
+    return findings + _check_report(d, actual, facts, solve, prov, signed)
 
 
 # ----------------------------------------------------------------------------- entry points
-def audit_release(run_dir: str | Path, memo: VerifiedMemo | None = None) -> list[str]:
+def check_signature(run_dir: str | Path, public_key: str | bytes | None = None) -> tuple[str | None, list[str]]:
+    """Step 0: the release's Ed25519 signature over manifest.json (:mod:`artifacts.signing`). ``public_key``
+    pins the agency key (PEM bytes or its 64-hex fingerprint); without one, a release folder inside a store
+    whose private part holds the signing key is compared with that key. Returns (the signer's fingerprint
+    or None, findings)."""
+    from artifacts import signing
+
+    pin: str | bytes | None = public_key
+    if pin is None:
+        store = signing.store_of(run_dir)
+        if store is not None:
+            try:
+                pin = signing.agency_fingerprint(store)
+            except MdpError:
+                pin = None
+    check = signing.verify_release(run_dir, pin)
+    return check.fingerprint, list(check.findings)
+
+
+def audit_release(
+    run_dir: str | Path, memo: VerifiedMemo | None = None, public_key: str | bytes | None = None
+) -> list[str]:
     """All discrepancies of the release in ``run_dir`` (empty list = it checks out). Never raises for
-    a bad release: each problem is a one-line finding (``file: what is wrong``). ``memo``: reuse and
-    record the content checks of bytes already verified (module docstring; the door's, not an auditor's)."""
+    a bad release: each problem is a one-line finding (``file: what is wrong``). The signature is checked
+    first (:func:`check_signature`, ``public_key`` = the pinned agency key); a missing or invalid one is a
+    finding and the other checks still run. ``memo``: reuse and record the content checks of bytes already
+    verified (module docstring; the door's, not an auditor's)."""
     d = Path(run_dir)
     if not d.is_dir():
         return [f"{d}: no such release directory"]
+    _, signature_findings = check_signature(d, public_key)
+    signed = (d / SIGNATURE_FILES[0]).is_file()
     manifest, err = _load_json(d / "manifest.json")
     if manifest is None:
-        return [err or "manifest.json: unreadable"]
+        return signature_findings + [err or "manifest.json: unreadable"]
     listed = manifest.get("released_files")
     if manifest.get("format") != "mdp-release-manifest" or not isinstance(listed, dict):
-        return ["manifest.json: not an mdp-release manifest with released_files"]
+        return signature_findings + ["manifest.json: not an mdp-release manifest with released_files"]
     actual, findings = _check_listed_files(d, listed)
     findings += _check_folder(d, listed)
     if any(n not in actual for n in ("mechanism.parquet", f"{INSTANCE_DIR}/instance.json")):
-        return findings
+        return signature_findings + findings
 
     findings += _check_stages(manifest, actual)
+    # the memo is keyed by the content bytes just hashed: a bad signature does not change what they hold
     facts = memo.get(actual) if memo is not None and not findings else None
     content_findings: list[str] = []
     if facts is None:
         facts, content_findings = _check_content(d, actual)
         if facts is None:
-            return findings + content_findings
+            return signature_findings + findings + content_findings
         if memo is not None and not findings and not content_findings and facts["certificate"].get("passed"):
             memo.put(actual, facts)
-    return findings + _check_claims(d, manifest, actual, facts) + content_findings
+    claims = _check_claims(d, manifest, actual, facts, signed)
+    return signature_findings + findings + claims + content_findings
 
 
-def check_publication(staged_dir: str | Path, memo: VerifiedMemo | None = None) -> None:
-    """The door: raise :class:`PrivacyError` (one line) unless the staged release audits clean."""
-    findings = audit_release(staged_dir, memo)
+def check_publication(
+    staged_dir: str | Path, memo: VerifiedMemo | None = None, public_key: str | bytes | None = None
+) -> None:
+    """The door: raise :class:`PrivacyError` (one line) unless the staged (and signed) release audits clean
+    (``public_key``: the key it must be signed with, e.g. the fingerprint of the key that just signed it)."""
+    findings = audit_release(staged_dir, memo, public_key)
     if findings:
         more = f" (and {len(findings) - 1} more finding(s))" if len(findings) > 1 else ""
         raise PrivacyError(f"release refused: {findings[0]}{more}")
@@ -950,6 +1362,10 @@ __all__ = [
     "check_publication",
     "provenance",
     "signed_claims",
+    "check_signature",
+    "guarantee_record",
+    "guarantee_statement",
+    "this_release",
     "VerifiedMemo",
     "INSTANCE_DIR",
     "PROVENANCE",

@@ -1,18 +1,28 @@
 """Plots (matplotlib, Agg backend, PNG) and the markdown report of a release.
 
-Every function writes one PNG atomically and returns its path. No timestamps are embedded
+Every plot function writes one PNG atomically and returns its path. No timestamps are embedded
 (``metadata={"Software": None}``), so the same data gives the same bytes.
+
+report.md of a release is a pure function of its claims (:func:`release_claims`: every figure it states,
+each checked by ``mdp-release audit`` against the released files), the evaluation table's markdown and the
+released figure names (:func:`render_report`): the audit regenerates the whole text and compares it, so
+an edited sentence -- on the officer's page or in the technical appendix -- is a finding. This part
+imports no numpy / pandas (the door's audit of a cached re-run runs without them).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+from mdp_core.files import atomic_write
 
-from mdp_core.io import atomic_write
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 _PNG_META = {"Software": None}
 
@@ -36,6 +46,8 @@ def _save(fig, path: Path) -> Path:
 def plot_bounds(trace: pd.DataFrame, path: Path) -> Path:
     """Benders upper / lower bound per iteration (Qiu 2024 Figs. 17-20), from a Benders trace table
     (columns ``iteration``, ``lower_bound``, ``upper_bound``; an infinite UB is not drawn)."""
+    import numpy as np
+
     fig, ax = _plt().subplots(figsize=(6, 3.5))
     it = trace["iteration"].to_numpy()
     ax.plot(it, trace["lower_bound"].to_numpy(dtype=float), label="lower bound (master)")
@@ -53,6 +65,8 @@ def plot_partition(
     points: np.ndarray, labels: np.ndarray, boundary: np.ndarray, path: Path, lonlat: bool = False
 ) -> Path:
     """Records coloured by subset, boundary records ringed (Figs. 13-16). >2-D points: first 2 PCs."""
+    import numpy as np
+
     pts = np.asarray(points, dtype=float)
     if pts.shape[1] > 2:
         centred = pts - pts.mean(axis=0)
@@ -74,6 +88,8 @@ def plot_partition(
 def plot_released_points(points: np.ndarray, counts: np.ndarray, path: Path, lonlat: bool = False) -> Path:
     """The released outputs: one dot per output location ``points`` (K, D), area proportional to the number
     of individuals released there ``counts`` (K,) (public: counted from microdata.parquet). >2-D: first 2 PCs."""
+    import numpy as np
+
     pts = np.asarray(points, dtype=float)
     if pts.shape[1] > 2:
         centred = pts - pts.mean(axis=0)
@@ -95,6 +111,8 @@ def plot_released_points(points: np.ndarray, counts: np.ndarray, path: Path, lon
 def plot_noise(scale: float, path: Path) -> Path:
     """The distribution of the noise added to each released count: discrete Laplace of ``scale`` b,
     P(k) = (1 - q) / (1 + q) q^|k|, q = exp(-1 / b)."""
+    import numpy as np
+
     q = float(np.exp(-1.0 / scale))
     k = np.arange(-int(np.ceil(6 * scale)), int(np.ceil(6 * scale)) + 1)
     fig, ax = _plt().subplots(figsize=(6, 3.2))
@@ -131,6 +149,8 @@ def plot_lines(
 
 def markdown_table(frame: pd.DataFrame, floatfmt: str = ".6g") -> str:
     """A GitHub-style markdown table (no extra dependency)."""
+    import numpy as np
+
     cols = list(frame.columns)
 
     def fmt(v) -> str:
@@ -145,97 +165,269 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".6g") -> str:
 
 
 CLAIMS_TAG = "mdp-release-claims"
+REPORT_VERSION = 3  # claims carrying everything the report states; the report is a function of them
+# The figures a report shows, in order: (png name, title). The officer's page shows the first two.
+PAGE_FIGURES = (("released.png", "Released outputs"), ("count_noise.png", "Noise added to each released count"))
+APPENDIX_FIGURES = (
+    ("utility_vs_eps.png", "Utility vs epsilon (Qiu 2024 Fig. 7)"),
+    ("cbdp_error.png", "Count error vs eps_counts (Fioretto Fig. 5)"),
+    ("bounds.png", "Bounds per iteration ({method_run})"),
+    ("partition.png", "Partition of the mDP graph"),
+)
 
 
-def release_claims(inst_meta: dict, info: dict, prov: dict) -> dict:
-    """Every privacy / solver figure the report states, as one JSON block that ``mdp-release audit``
-    checks against the released files (``<!-- mdp-release-claims {...} -->`` at the end of report.md)."""
+def release_claims(
+    inst_meta: dict, info: dict, prov: dict, row: dict, count_scale: float, n_zones: int
+) -> dict[str, Any]:
+    """Every figure the report states, as one JSON object: ``mdp-release audit`` checks each against
+    the released files (``<!-- mdp-release-claims {...} -->`` at the end of report.md) and regenerates
+    the whole report from it (:func:`render_report`), so an edited sentence is a finding.
+
+    ``inst_meta``: the instance's epsilon, eta, distance_unit, n_records, n_outputs, n_edges; ``info``:
+    solve.json; ``prov``: release_provenance.json (v2 or v3); ``row``: the released mechanism's
+    evaluation row; ``count_scale``: the output level's noise scale; ``n_zones``: zone rows of the counts."""
     cert = info["certificate"]
+    auto = (info.get("extra") or {}).get("auto") or {}
     return {
+        "report_version": REPORT_VERSION,
         "epsilon": inst_meta["epsilon"],
         "eta": inst_meta["eta"],
         "distance_unit": inst_meta["distance_unit"],
-        "counts_epsilon": prov["eps_counts"],
-        "prior_epsilon": prov["eps_prior"],
-        "additive_epsilon": prov["guarantee"]["additive_epsilon"],
-        "ledger_total_so_far": prov["ledger"]["total_so_far"],
+        "n_records": inst_meta["n_records"],
+        "n_outputs": inst_meta["n_outputs"],
+        "n_edges": inst_meta["n_edges"],
+        "n_zones": int(n_zones),
         "n_individuals": prov["n_individuals"],
+        "microdata_source": prov["microdata_source"],
+        "population": prov.get("population"),
+        "counts_epsilon": prov["eps_counts"],
+        "count_noise_scale": float(count_scale),
+        "prior_epsilon": prov["eps_prior"],
+        "prior_source": prov["prior_source"],
+        "additive_epsilon": prov["guarantee"]["additive_epsilon"],
+        "guarantee": prov["guarantee"],
+        "ledger": prov["ledger"],
+        "protection": prov.get("protection"),
+        "draw_commitment": prov["draw_commitment"],
         "method": info["method"],
+        "method_run": auto.get("method", info["method"]),
+        "auto_reason": auto.get("reason"),
+        "status": info["status"],
         "objective": info["objective"],
         "lower_bound": info.get("lower_bound"),
         "gap": info.get("gap"),
-        "max_realised_epsilon": cert["max_realised_epsilon"],
+        "iterations": info.get("iterations"),
+        "seconds": info.get("seconds"),
         "certificate_passed": bool(cert["passed"]),
+        "certificate_pairs": cert["n_pairs"],
+        "certificate_violations": cert["n_violations"],
+        "certificate_ratio_tol": cert["ratio_tol"],
+        "max_realised_epsilon": cert["max_realised_epsilon"],
+        "dist_loss_mean": _finite(row.get("dist_loss_mean")),
+        "adversary_error": _finite(row.get("adversary_error")),
+        "expected_loss": float(row["expected_loss"]),
     }
 
 
-def release_summary(inst_meta: dict, info: dict, prov: dict, row: dict, count_scale: float, n_zones: int) -> list[str]:
-    """The report's first page, in plain language, for the officer who signs the release: what was
-    released, the guarantee and the budget spent, the method actually run, the certificate and the
-    expected error in the data's units. ``row``: the released mechanism's evaluation row
-    (``expected_loss``, ``dist_loss_mean``, ``adversary_error``); ``count_scale``: the count noise scale."""
-    from mdp_core.noise import mean_abs_error
+def _finite(value: object) -> float | None:
+    """A float cell as JSON can hold it: NaN / None -> None."""
+    if value is None:
+        return None
+    x = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(x) else x
 
-    unit = inst_meta["distance_unit"]
-    eps, eta = inst_meta["epsilon"], inst_meta["eta"]
-    g, led = prov["guarantee"], prov["ledger"]
-    auto = (info.get("extra") or {}).get("auto") or {}
-    run = auto.get("method", info["method"])
-    chosen = f" (chosen by `auto`: {auto['reason']})" if auto.get("reason") else ""
-    cert = info["certificate"]
-    simulated = prov["microdata_source"] == "simulated"
-    who = (
-        f"{prov['n_individuals']} **simulated** individuals (a demonstration: no real person is in this release)"
-        if simulated
-        else f"{prov['n_individuals']} individuals of the agency's microdata file"
+
+def _g(value: object, fmt: str = ".6g") -> str:
+    """A number in the prose (``fmt``), "none" for a missing one."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    return format(float(value), fmt)  # type: ignore[arg-type]
+
+
+def mean_abs_error(scale: float) -> float:
+    """E|X| of discrete Laplace noise of ``scale`` b: 2q / (1 - q^2), q = exp(-1/b) (= mdp_core.noise's,
+    without numpy: the audit regenerates the report without numerical imports)."""
+    if not scale > 0:
+        return 0.0
+    q = math.exp(-1.0 / scale)
+    return 2.0 * q / (1.0 - q * q)
+
+
+def rounded_to_tolerance(value: float, rel_tol: float) -> str:
+    """``value`` with the significant digits a relative tolerance ``rel_tol`` resolves (1e-9: 9 digits)."""
+    digits = max(1, math.ceil(-math.log10(rel_tol))) if rel_tol > 0 else 17
+    return format(float(value), f".{digits}g")
+
+
+def _spend_sentence(c: dict) -> str:
+    """The budget bullet: what this release is charged to whose budget, and what is left."""
+    led, g, unit = c["ledger"], c["guarantee"], c["distance_unit"]
+    prior = f" + eps_prior {c['prior_epsilon']:g} for the DP prior" if c["prior_source"] == "dp" else ""
+    if c.get("population") is None:  # a provenance v2 release (before populations)
+        limit = led.get("max_total_epsilon")
+        return (
+            f"- **Budget.** Mechanism eps = {c['epsilon']:g} per {unit} (neighbours within eta = {c['eta']:g} "
+            f"{unit}); counts eps = {c['counts_epsilon']:g}{prior}. This release spends {_g(led['this_release'])} "
+            f"(eps x eta + additive); this table's total so far is {_g(led['total_so_far'])} over "
+            f"{led['releases_so_far']} release(s)" + (f", limit {limit:g}." if limit is not None else ", no limit set.")
+        )
+    mech = g["metric_epsilon_per_unit"] * g["protection_radius"]
+    cap = led.get("max_total_epsilon")
+    budget = (
+        f"total so far {_g(led['total_so_far'])} of the cap {cap:g}, {_g(led['left'])} left"
+        if cap is not None
+        else f"total so far {_g(led['total_so_far'])}, no cap (a simulated population)"
     )
-    prior = {
-        "dataset": "the dataset's public prior",
-        "uniform": "a uniform prior",
-        "file": "a public prior file",
-        "dp": f"a differentially private histogram of the microdata (eps_prior = {prov['eps_prior']:g})",
-    }[prov["prior_source"]]
-    limit = led["max_total_epsilon"]
-    gap = info.get("gap")
-    return [
+    return (
+        f"- **Budget.** This release is charged {_g(led['this_release'])} to population `{c['population']}`'s "
+        f"budget: eps {c['epsilon']:g} per {unit} x stretch {_g(g['stretch'], '.4g')} x protection radius "
+        f"{g['protection_radius']:g} {unit} = {_g(mech)} for the perturbed locations + eps_counts "
+        f"{c['counts_epsilon']:g} for the counts{prior}. This run added {_g(led['new_spend'])} to the ledger "
+        f"(0 when every charge was made before); {budget} (ledger entry {led['ledger_seq']}, head "
+        f"`{str(led['ledger_head'])[:16]}...`)."
+    )
+
+
+def _protection_sentence(c: dict) -> str | None:
+    """The protection bullet (provenance v3): stretch, components (who is unprotected), snap distances."""
+    p, unit = c.get("protection"), c["distance_unit"]
+    if not p:
+        return None
+    g = c["guarantee"]
+    text = (
+        f"- **Protection in the data's metric.** Shortest paths in the mDP graph are at most "
+        f"{_g(p['stretch'], '.4g')} times the distance in {unit} (stretch; allowed up to {_g(p['max_stretch'], 'g')}), "
+        f"so two records of one component are protected at eps x stretch = {_g(g['metric_epsilon_per_unit'])} "
+        f"per {unit}, charged up to the protection radius {p['protection_radius']:g} {unit}. "
+    )
+    if p["connected"]:
+        text += "The graph is connected: every individual is protected from every other record."
+    else:
+        sizes = ", ".join(str(s) for s in p["component_sizes"])
+        text += (
+            f"The graph has {p['n_components']} components (sizes {sizes}): {p['records_outside_largest']} "
+            f"record(s) lie outside the largest one, and {p['unprotected_individuals']} individual(s) of this "
+            "table are **not protected** from records of the other components (released because "
+            f"allow_unprotected = {str(bool(p['allow_unprotected'])).lower()})."
+        )
+    if p.get("snap_max") is not None:
+        text += (
+            f" Records were snapped to the public universe by {_g(p['snap_mean'], '.4g')} {unit} on average, "
+            f"at most {_g(p['snap_max'], '.4g')} {unit}."
+        )
+    return text
+
+
+def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The report's first page, in plain language, for the officer who signs the release -- a pure
+    function of the claims ``c`` (:func:`release_claims`) and the released figure names: what was
+    released, the spend and what is left, the guarantee, the protection, the method actually run, the
+    certificate, the expected errors in the data's units."""
+    unit = c["distance_unit"]
+    who = (
+        f"{c['n_individuals']} **simulated** individuals (a demonstration: no real person is in this release)"
+        if c["microdata_source"] == "simulated"
+        else f"{c['n_individuals']} individuals of the agency's microdata file"
+    )
+    order = (
+        "one row each, sorted by output (nothing in it follows the input order)"
+        if c.get("population") is not None
+        else "one row each in the input order"
+    )
+    zones = f"per zone ({c['n_zones']}), " if c["n_zones"] > 1 else ""
+    chosen = f" (chosen by `auto`: {c['auto_reason']})" if c.get("auto_reason") else ""
+    tol = c["certificate_ratio_tol"]
+    adversary = (
+        f"the expected error of a Bayes-optimal attacker *when individuals follow the stated prior* (an "
+        f"expectation under the prior, not a bound on what any attacker achieves) is {_g(c['adversary_error'], '.4g')} "
+        f"{unit}"
+    )
+    lines = [
         "# Release report",
         "",
         "## Summary for the signing officer",
         "",
-        f"- **What is released.** `microdata.parquet`: {who}, one row each in the input order, holding only the "
-        f"perturbed output (an id and its coordinates) -- nothing else about the person. `aggregates.parquet`: "
-        f"counts of the *true* data per output cell ({inst_meta['n_outputs']}), "
-        + (f"per zone ({n_zones}), " if n_zones > 1 else "")
-        + f"and the total ({prov['n_individuals']}, exact: it is the number of microdata rows), with noise, made "
-        "consistent non-negative integers.",
-        f"- **Guarantee.** {g['statement']}.",
-        f"- **Budget.** Mechanism eps = {eps:g} per {unit} (neighbours within eta = {eta:g} {unit}); counts "
-        f"eps = {prov['eps_counts']:g}; prior: {prior}. This release spends {led['this_release']:.6g} "
-        f"(eps x eta + additive); this table's total so far is {led['total_so_far']:.6g} over "
-        f"{led['releases_so_far']} release(s)" + (f", limit {limit:g}." if limit is not None else ", no limit set."),
-        f"- **Method run.** `{run}`{chosen}: {info['status']}, expected loss {info['objective']:.6g}, proven lower "
-        f"bound {info.get('lower_bound')}, gap {gap}.",
-        f"- **Certificate.** {'PASS' if cert['passed'] else 'FAIL'}: every one of {cert['n_pairs']} neighbour pairs "
-        f"checked in both directions for every output; realised eps {cert['max_realised_epsilon']:.10g} per {unit}; "
-        f"{cert['n_violations']} violations.",
-        f"- **Expected error.** A released location lies on average {row['dist_loss_mean']:.4g} {unit} from the "
-        f"person's record; the best possible (Bayes) adversary's expected error locating a person is "
-        f"{row['adversary_error']:.4g} {unit}; expected utility loss {row['expected_loss']:.4g}. Each noisy count "
-        f"is off by {mean_abs_error(count_scale):.3g} individuals on average before post-processing "
-        f"(noise scale {count_scale:g}).",
+        f"- **What is released.** `microdata.parquet`: {who}, {order}, holding only the perturbed output (an id "
+        f"and its coordinates) -- nothing else about the person. `aggregates.parquet`: counts of the *true* data "
+        f"per output cell ({c['n_outputs']}), {zones}and the total ({c['n_individuals']}, exact: it is the number "
+        "of microdata rows), with noise, made consistent non-negative integers.",
+        _spend_sentence(c),
+        f"- **Guarantee.** {c['guarantee']['statement']}.",
+    ]
+    protection = _protection_sentence(c)
+    lines += [protection] if protection else []
+    lines += [
+        f"- **Method run.** `{c['method_run']}`{chosen}: {c['status']}, expected loss {_g(c['objective'])}, proven "
+        f"lower bound {_g(c['lower_bound'])}, gap {_g(c['gap'])}.",
+        f"- **Certificate.** {'PASS' if c['certificate_passed'] else 'FAIL'}: every one of {c['certificate_pairs']} "
+        "neighbour pairs checked in both directions for every output; realised eps "
+        f"{rounded_to_tolerance(c['max_realised_epsilon'], tol)} per {unit} (checked to a relative tolerance of "
+        f"{tol:g}); {c['certificate_violations']} violations.",
+        f"- **Expected error.** A released location lies on average {_g(c['dist_loss_mean'], '.4g')} {unit} from "
+        f"the person's record; {adversary}; expected utility loss {_g(c['expected_loss'], '.4g')}. Each noisy "
+        f"count is off by {mean_abs_error(c['count_noise_scale']):.3g} individuals on average before "
+        f"post-processing (noise scale {c['count_noise_scale']:g}).",
         "- **Reproducibility.** The randomness came from OS entropy; its secret stays in the store's private part, "
-        f"and the manifest holds only the commitment `{prov['draw_commitment'][:16]}...`. A re-run from the "
+        f"and the manifest holds only the commitment `{c['draw_commitment'][:16]}...`. A re-run from the "
         "manifest on the same store reproduces these files byte for byte.",
         "",
     ]
+    for name, title in PAGE_FIGURES:
+        if name in figures:
+            lines += [f"![{title}]({name})", ""]
+    return lines
 
 
-def technical_markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]], appendix: bool) -> str:
-    """The technical evaluation: the instance, the released mechanism's solve and certificate, the
-    evaluation table (one row per mechanism) and the ``figures`` ((title, png name) pairs)."""
+def appendix_markdown(c: dict, evaluation_md: str, figures: set[str] | frozenset[str]) -> list[str]:
+    """The technical appendix, also a function of the claims: sizes, the solve, the certificate, the
+    evaluation table (``evaluation_md``: :func:`evaluation_markdown` of evaluation.parquet) and the figures."""
+    unit = c["distance_unit"]
+    lines = [
+        "# Appendix: technical evaluation",
+        "",
+        f"N = {c['n_records']} records, K = {c['n_outputs']} outputs, |E| = {c['n_edges']} neighbour pairs, "
+        f"eps = {c['epsilon']:g} per {unit}, eta = {c['eta']:g} {unit}.",
+        "",
+        f"Released mechanism: **{c['method']}** ({c['status']}), expected loss {_g(c['objective'])}, "
+        f"lower bound {_g(c['lower_bound'])}, gap {_g(c['gap'])}, {c['iterations']} iterations, {c['seconds']} s.",
+        f"Privacy certificate: {'PASS' if c['certificate_passed'] else 'FAIL'}, realised eps "
+        f"{rounded_to_tolerance(c['max_realised_epsilon'], c['certificate_ratio_tol'])}, "
+        f"{c['certificate_violations']} violations over {c['certificate_pairs']} pairs.",
+        "",
+        evaluation_md,
+        "",
+    ]
+    for name, title in APPENDIX_FIGURES:
+        if name in figures:
+            title = title.format(method_run=c["method_run"])
+            lines += [f"## {title}", "", f"![{title}]({name})", ""]
+    return lines
+
+
+def render_report(c: dict, evaluation_md: str, figures: set[str] | frozenset[str]) -> str:
+    """report.md of a release, entirely: the officer's page, the appendix, the claims block. A pure
+    function of the claims ``c``, the evaluation table's markdown and the released figure names, so
+    ``mdp-release audit`` regenerates it and compares every character."""
+    text = "\n".join(release_summary(c, figures) + appendix_markdown(c, evaluation_md, figures))
+    return f"{text}\n<!-- {CLAIMS_TAG} {json.dumps(c, sort_keys=True)} -->\n"
+
+
+def evaluation_markdown(path: Path) -> str:
+    """evaluation.parquet as the report's markdown table (read back from the file, so the writer and the
+    audit render the same bytes)."""
+    from mdp_core.io import read_table
+
+    return markdown_table(read_table(path))
+
+
+def technical_markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]]) -> str:
+    """The evaluation report of a run without a release (no claims): the instance, the mechanism's
+    solve and certificate, the evaluation table and the ``figures`` ((title, png name) pairs)."""
     cert = info["certificate"]
     lines = [
-        "# Appendix: technical evaluation" if appendix else "# mdp-release evaluation",
+        "# mdp-release evaluation",
         "",
         f"N = {inst.n_records} records, K = {inst.n_outputs} outputs, |E| = {inst.n_edges} neighbour pairs, "
         f"eps = {inst.epsilon:g} per {inst.distance_unit}, eta = {inst.eta:g} {inst.distance_unit}.",
@@ -258,6 +450,9 @@ def utility_curve(sweep: list[dict], distance_unit: str, path: Path) -> tuple[pd
     """Utility vs eps (Qiu 2024 Fig. 7): the table of ``sweep`` entries (factor, epsilon, method,
     expected_loss) sorted by method and eps, and its plot at ``path`` when there is more than one eps
     (returns the figure's title, else None)."""
+    import numpy as np
+    import pandas as pd
+
     utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)
     if utility["epsilon"].nunique() <= 1:
         return utility, None
@@ -280,6 +475,8 @@ def count_error_curve(
     """CBDP vs Laplace vs hierarchical error per eps_counts (Fioretto Fig. 5) on ``counts`` (K,) with the
     release's features (outputs, ``zones`` (K,) when more than one, total): a simulation on public counts
     (the released microdata's), seeded; the table and its plot at ``path`` (and the figure's title)."""
+    import numpy as np
+
     from mdp_core.postprocess import error_curve
 
     k = counts.size

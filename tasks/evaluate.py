@@ -6,7 +6,8 @@ The baselines and the eps sweep are solved by separate cached ``evaluate-point``
 flow's task runner); this stage reads their results (it never solves them itself) and writes:
 evaluation.parquet (one row per mechanism, ``method`` column), utility_vs_eps.parquet (Qiu 2024 Fig. 7),
 cbdp_error.parquet (CBDP vs Laplace vs hierarchical on the released microdata's counts: Fioretto Fig. 5),
-report.md (the officer's page, the technical appendix, the claims block) and PNG plots (released.png,
+report.md (the officer's page, the technical appendix, the claims block: a release's report is
+rendered from its claims by :func:`mdp_core.report.render_report`, so the audit can regenerate it) and PNG plots (released.png,
 count_noise.png, bounds.png, partition.png for Benders, utility_vs_eps.png, cbdp_error.png; drawn by
 :mod:`mdp_core.report`). The Prefect table and markdown artifacts are published by
 :func:`publish_report` on every run.
@@ -207,12 +208,12 @@ def _compute(
             lonlat=inst.metric == "haversine",
         )
         figures.append(("Partition of the mDP graph", "partition.png"))
-    summary: list[str] = []
-    if post is not None:  # the officer's page first, the claims block last
-        summary, claims = _release_page(store, post, inst, info, rows[0], w)
-    md = "\n".join(summary + [report.technical_markdown(inst, info, table, figures, appendix=bool(summary))])
-    if summary:
-        md += f"\n<!-- {report.CLAIMS_TAG} {claims} -->\n"
+    if post is not None:  # a release: report.md is a function of its claims (the audit regenerates it)
+        claims = _release_claims(store, post, inst, info, rows[0], w)
+        shown = {p.name for p in w.dir.glob("*.png")}
+        md = report.render_report(claims, report.evaluation_markdown(w.file("evaluation.parquet")), shown)
+    else:
+        md = report.technical_markdown(inst, info, table, figures)
 
     def _write_report(p: Path) -> None:
         p.write_text(md, encoding="utf-8")
@@ -221,14 +222,9 @@ def _compute(
     w.meta.update({"methods": list(table["method"])})
 
 
-def _release_page(
-    store: Store, post: ArtifactRef, inst, info: dict, row: dict, w: ObjectWriter
-) -> tuple[list[str], str]:
-    """The officer's first page (:func:`mdp_core.report.release_summary`) with its two plots -- released
-    points and count noise, from public files only -- and the claims block's JSON
-    (:func:`mdp_core.report.release_claims`)."""
-    import json
-
+def _release_claims(store: Store, post: ArtifactRef, inst, info: dict, row: dict, w: ObjectWriter) -> dict[str, Any]:
+    """The claims the release's report is rendered from (:func:`mdp_core.report.release_claims`), and the
+    officer's page's two plots -- released points and count noise, from public files only."""
     import numpy as np
 
     from mdp_core import report
@@ -243,10 +239,10 @@ def _release_page(
         "epsilon": inst.epsilon,
         "eta": inst.eta,
         "distance_unit": inst.distance_unit,
+        "n_records": inst.n_records,
         "n_outputs": inst.n_outputs,
+        "n_edges": inst.n_edges,
     }
-    page = report.release_summary(inst_meta, info, prov, row, scale, int((agg["level"] == "zone").sum()))
-    shown: list[tuple[str, str]] = []
     try:
         report.plot_released_points(
             inst.output_points(),
@@ -254,14 +250,10 @@ def _release_page(
             w.file("released.png"),
             lonlat=inst.metric == "haversine",
         )
-        shown.append(("Released outputs", "released.png"))
     except InputError:  # outputs without coordinates (e.g. words): no map
         pass
     report.plot_noise(scale, w.file("count_noise.png"))
-    shown.append(("Noise added to each released count", "count_noise.png"))
-    for title, name in shown:
-        page += [f"![{title}]({name})", ""]
-    return page, json.dumps(report.release_claims(inst_meta, info, prov), sort_keys=True)
+    return report.release_claims(inst_meta, info, prov, row, scale, int((agg["level"] == "zone").sum()))
 
 
 # What the UI table shows first (the full table is evaluation.parquet).

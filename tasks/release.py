@@ -1,8 +1,11 @@
 """Stage ``release``: publish a run -- only what passes the door check.
 
 Not cached: every flow run publishes its own ``runs/<run_name>/``. The released files, the instance
-the mechanism was certified against (``instance/``) and the manifest are staged in a temp folder
-and re-checked there by :func:`mdp_core.audit.check_publication` (the exact bytes: every file's
+the mechanism was certified against (``instance/``) and the manifest are staged in a temp folder, the
+final manifest.json is signed there with the agency's Ed25519 key (:mod:`artifacts.signing`:
+``signature.json`` + ``public_key.pem``; the manifest lists every released file's sha256, so the
+signature covers the release) and the folder is re-checked by :func:`mdp_core.audit.check_publication`
+against that key (the signature, then the exact bytes: every file's
 sha256 against the manifest, the mechanism verified against the instance, the certificate recorded
 in the manifest, microdata / aggregates drawn from this mechanism). Any discrepancy raises
 PrivacyError and nothing is published; otherwise the folder is renamed into place. Content whose exact
@@ -12,11 +15,13 @@ bytes the door already verified (same sha256s, same checking code: ``<store>/ver
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from artifacts import signing
 from artifacts.store import ArtifactRef, Store
 from mdp_core import audit
 from mdp_core.files import TABLES
@@ -47,12 +52,20 @@ def released_files(
     return released
 
 
+def sign_and_check(store: Store, staged: Path, memo: audit.VerifiedMemo | None = None) -> None:
+    """Sign the staged folder's final manifest.json with the agency key (created on first use), then the
+    door: the staged release must audit clean, signed by exactly that key (PrivacyError otherwise)."""
+    key = signing.signing_key(store.root)
+    signing.sign_release(staged, key)
+    audit.check_publication(staged, memo, public_key=signing.fingerprint(key.public_key()))
+
+
 @task(name="release", cache_policy=NO_CACHE, persist_result=False)
 def release(store: str, run_name: str, released: dict[str, tuple[ArtifactRef, str]], manifest: dict[str, Any]) -> str:
     """Stage, check at the door, publish ``runs/<run_name>/``; returns its path. ``manifest`` must
     list ``released_files`` {name: sha256}; PrivacyError (nothing published) on any discrepancy."""
     s = Store(store)
     memo = audit.VerifiedMemo(s.verified, code_version(audit.__name__))  # content already verified: not again
-    run_dir = s.publish(run_name, released, manifest, check=lambda staged: audit.check_publication(staged, memo))
+    run_dir = s.publish(run_name, released, manifest, check=lambda staged: sign_and_check(s, staged, memo))
     logger().info("release: %s passed the door check -> %s", run_name, run_dir)
     return str(run_dir)

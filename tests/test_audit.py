@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import run_stages
 
+from artifacts import signing
 from artifacts.store import Store
 from flows.cli import main
 from flows.config import parse_config
@@ -105,10 +106,20 @@ def replace_mechanism(path: Path, z: np.ndarray) -> None:
     write_table(path, _long(z) | {"prob": z.ravel()})
 
 
+# A key that is not the agency's: tampered copies (outside any store, so no key is pinned) are re-signed
+# with it, so that each test sees the claim it tampers with, not only the broken signature.
+OTHER_KEY = signing.Ed25519PrivateKey.generate()
+
+
+def resign(run: Path) -> None:
+    signing.sign_release(run, OTHER_KEY)
+
+
 def set_listed_hash(run: Path, name: str) -> None:
     m = json.loads((run / "manifest.json").read_text())
     m["released_files"][name] = file_sha256(run / name)
     (run / "manifest.json").write_text(json.dumps(m))
+    resign(run)
 
 
 # ----------------------------------------------------------------------------- a clean release
@@ -187,6 +198,7 @@ def test_door_memo_skips_reverifying_the_same_bytes_but_checks_the_rest(built, t
     m = json.loads((bad / "manifest.json").read_text())
     m["privacy"]["certificate"]["n_pairs"] += 1
     (bad / "manifest.json").write_text(json.dumps(m))
+    resign(bad)
     memo = audit.VerifiedMemo(store.verified, release_task.code_version(audit.__name__))
     with pytest.raises(PrivacyError, match="certificate n_pairs"):
         audit.check_publication(bad, memo)
@@ -221,6 +233,7 @@ def test_door_memo_hit_checks_every_claim_without_numerical_imports(built, tmp_p
     m = json.loads((bad / "manifest.json").read_text())
     m["privacy"]["counts_epsilon"] = 0.01
     (bad / "manifest.json").write_text(json.dumps(m))
+    resign(bad)
     found, imported = door(bad)
     assert imported == [] and any("privacy counts_epsilon 0.01" in f for f in found)
 
@@ -232,7 +245,8 @@ def test_audit_microdata_replaced(copy, capsys):
     assert any(f.startswith("microdata.parquet: sha256") for f in findings)
     assert main(["audit", str(copy)]) == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == len(findings) and all(line.startswith(str(copy)) for line in out)
+    assert out[: len(findings)] == [f"{copy}: {f}" for f in findings]
+    assert len(out) == len(findings) + 1 and "compare it with the agency's published key fingerprint" in out[-1]
 
 
 def test_audit_mechanism_swapped_and_manifest_hash_updated(copy):
