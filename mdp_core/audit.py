@@ -162,7 +162,7 @@ LEDGER_KEYS = frozenset(
 )
 PROTECTION_KEYS = frozenset(
     "n_components component_sizes stretch connected records_outside_largest worst_pair protection_radius "
-    "max_stretch allow_unprotected unprotected_individuals snap_mean snap_max".split()
+    "max_stretch allow_unprotected unprotected_individuals snap_mean snap_max max_distance".split()
 )
 PROVENANCE_KEYS_V2 = frozenset(
     "format version mechanism_sha256 instance_json_sha256 microdata_sha256 aggregates_sha256 n_individuals "
@@ -909,10 +909,10 @@ def _check_protection(prov: dict, facts: Record) -> list[str]:
     if radius is None or not math.isfinite(radius) or radius <= 0:
         findings.append(f"{where}: protection_radius {p.get('protection_radius')} is not a finite positive number")
     n_ind = _num(prov.get("n_individuals"))
-    unprotected = p.get("unprotected_individuals")
-    if not _is_count(unprotected, 0, n_ind if n_ind is not None else math.inf):
+    unprotected = p.get("unprotected_individuals")  # null: a count of the secret table, not published
+    if unprotected is not None and not _is_count(unprotected, 0, n_ind if n_ind is not None else math.inf):
         findings.append(f"{where}: unprotected_individuals {unprotected} is not a count of this table's individuals")
-    elif len(sizes) == 1 and unprotected != 0:
+    elif len(sizes) == 1 and unprotected not in (0, None):
         findings.append(f"{where}: unprotected_individuals {unprotected} but the mDP graph is connected")
     if not isinstance(p.get("allow_unprotected"), bool):
         findings.append(f"{where}: allow_unprotected is not true or false")

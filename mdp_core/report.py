@@ -307,15 +307,16 @@ def _protection_sentence(c: dict) -> str | None:
     else:
         sizes = ", ".join(str(s) for s in p["component_sizes"])
         text += (
-            f"The graph has {p['n_components']} components (sizes {sizes}): {p['records_outside_largest']} "
-            f"record(s) lie outside the largest one, and {p['unprotected_individuals']} individual(s) of this "
-            "table are **not protected** from records of the other components (released because "
-            f"allow_unprotected = {str(bool(p['allow_unprotected'])).lower()})."
+            f"The graph has {p['n_components']} components (sizes {sizes}): individuals at the "
+            f"{p['records_outside_largest']} record(s) outside the largest one are **not protected** from records "
+            "of the other components, and every individual's component may be revealed (released because "
+            f"allow_unprotected = {str(bool(p['allow_unprotected'])).lower()}). How many individuals that is, is a "
+            "count of the secret table and is not published (`mdp-release check` shows it to the operator)."
         )
-    if p.get("snap_max") is not None:
+    if p.get("max_distance") is not None:
         text += (
-            f" Records were snapped to the public universe by {_g(p['snap_mean'], '.4g')} {unit} on average, "
-            f"at most {_g(p['snap_max'], '.4g')} {unit}."
+            f" Every individual was mapped to a record at most {_g(p['max_distance'], '.4g')} {unit} away (checked "
+            "for each one; their actual distances are not published)."
         )
     return text
 

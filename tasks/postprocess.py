@@ -217,38 +217,6 @@ def mechanism_charge(epsilon: float, protection: dict[str, Any], radius: float) 
     return float(epsilon) * stretch * float(radius)
 
 
-def guarantee(inst, protection: dict[str, Any], radius: float, additive: float, with_prior: bool) -> dict[str, Any]:
-    """The provenance's ``guarantee`` block: the statement in the data's own metric (every pair of records in
-    one component of the mDP graph; the records of other components are named in ``protection``)."""
-    stretch = float(protection["stretch"])
-    metric_eps = inst.epsilon * stretch
-    unit = inst.distance_unit
-    cross = (
-        ""
-        if protection.get("connected", protection.get("n_components", 1) == 1)
-        else f" Records in different components of the mDP graph ({protection['n_components']} components) are NOT "
-        "protected from each other: the release may reveal which component an individual is in."
-    )
-    return {
-        "epsilon_per_unit": inst.epsilon,
-        "stretch": stretch,
-        "metric_epsilon_per_unit": metric_eps,
-        "protection_radius": float(radius),
-        "additive_epsilon": additive,
-        "distance_unit": unit,
-        "statement": (
-            f"For any individual and any two locations r, r' (records of the instance) they could hold, at distance "
-            f"d(r, r') in {unit} in the data's own metric, the probability of every possible release (microdata, "
-            f"counts{', prior' if with_prior else ''}) changes by at most a factor exp({metric_eps:g} * d(r, r') + "
-            f"{additive:g}): the mechanism is {inst.epsilon:g}-mDP along the mDP graph (certified), the graph's "
-            f"stretch (path distance over metric distance, Bordenabe et al. 2014) is {stretch:.6g}, and the counts"
-            f"{' and prior' if with_prior else ''} are {additive:g}-DP when one individual moves, composed "
-            "sequentially (Dwork and Roth 2014, Thm 3.16). Individuals are the neighbours: one person's location "
-            "changes, the number of people n is public." + cross
-        ),
-    }
-
-
 def _certified(inst, z) -> None:
     """Certify the mechanism from the bytes about to be drawn from (exact tolerance, graph vs metric)."""
     from mdp_core.verify import verify
@@ -304,7 +272,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     additive = eps_counts + eps_prior
     ledger = {
         "population": draw.population,
-        "this_release": mech_eps + additive,
+        "this_release": audit.this_release(inst.epsilon, protection["stretch"], radius, additive),
         "new_spend": new_spend,
         "total_so_far": budget.spent,
         "max_total_epsilon": budget.cap,
@@ -313,13 +281,27 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         "ledger_head": budget.head,
     }
     source = "simulated" if params.get("microdata") is None else "file"
-    protection |= {
+    pair = protection.get("worst_pair")
+    protection = {
+        "n_components": int(protection["n_components"]),
+        "component_sizes": [int(x) for x in protection["component_sizes"]],
+        "stretch": float(protection["stretch"]),
+        "connected": bool(protection["connected"]),
+        "records_outside_largest": int(protection["records_outside_largest"]),
+        "worst_pair": None if not pair else [int(pair[0]), int(pair[1])],
         "protection_radius": radius,
-        "max_stretch": params.get("max_stretch"),
+        "max_stretch": float(params["max_stretch"]),
         "allow_unprotected": bool(params.get("allow_unprotected")),
+        # counts and distances of the secret table's people are not published (no DP): null here; the bound
+        # every individual was checked against is
+        "unprotected_individuals": None,
+        "snap_mean": None,
+        "snap_max": None,
         "max_distance": float(params.get("max_distance") or inst.eta),
     }
-    promise = guarantee(inst, protection, radius, additive, bool(eps_prior))
+    promise = audit.guarantee_record(
+        inst.epsilon, protection["stretch"], radius, additive, inst.distance_unit, bool(eps_prior)
+    )
     write_json(
         w.file(audit.PROVENANCE),
         audit.provenance(
