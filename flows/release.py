@@ -156,6 +156,9 @@ def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: 
         "guarantee": prov["guarantee"],
         "ledger": prov["ledger"],
     }
+    for key in ("population", "protection"):  # provenance v3
+        if key in prov:
+            privacy[key] = prov[key]
     solve = {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")}
     return {"privacy": privacy, "solve": solve}
 
