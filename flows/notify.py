@@ -276,7 +276,7 @@ def _block(n: Notification) -> Any:
         url="{{" + URL_SECRET + "}}",  # filled from the secret values when the server sends
         method="POST",
         json_data={"subject": "{{subject}}", "body": "{{body}}", "text": "{{subject}}\n{{body}}"},
-        secrets={URL_SECRET: n.webhook},  # type: ignore[arg-type]  (pydantic coerces the dict to a SecretDict)
+        secrets={URL_SECRET: n.webhook},  # pydantic makes it a SecretDict
         timeout=10,
     )
 
@@ -315,8 +315,8 @@ def ensure(n: Notification, ui_url: str | None = None) -> Created:
         for a in extra:  # duplicates (two creations that raced): one automation per name
             a.delete()
         return Created(str(first.id), str(block_id), True)
-    made = want.create()
-    return Created(str(made.id), str(block_id), False)
+    want.create()  # sets want.id
+    return Created(str(want.id), str(block_id), False)
 
 
 def _automations_named(name: str) -> list[Any]:
@@ -385,7 +385,7 @@ def existing() -> list[Existing]:
                     hook = redact(str(url)) if url else "(no webhook URL)"
                 except ObjectNotFound:
                     hook = "(its notification block is gone)"
-            expect = getattr(a.trigger, "expect", set()) or set()
+            expect: set[str] = getattr(a.trigger, "expect", None) or set()
             states = tuple(sorted(e.removeprefix("prefect.flow-run.") for e in expect))
             out.append(Existing(a.name, str(a.id), a.enabled, a.description, states, hook, ids[0] if ids else None))
     return sorted(out, key=lambda e: e.name)

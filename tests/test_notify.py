@@ -184,7 +184,9 @@ class _Receiver:
 
 
 def _api(url: str, path: str, body: dict) -> list[dict]:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.load(r)
 
@@ -288,7 +290,9 @@ def test_webhook_hears_a_failed_run_of_the_release_and_only_of_it(prefect_server
         assert got["subject"] == f"mdp-release {name}: flow run {runs[0]['name']} Failed"
         body = got["body"]
         assert f"Release {name}: flow run {runs[0]['name']} of flow mdp-release entered state Failed." in body
-        assert "Message: Flow run encountered an exception: InputError: people.csv: the points table has no rows" in body
+        assert (
+            "Message: Flow run encountered an exception: InputError: people.csv: the points table has no rows" in body
+        )
         assert f"/runs/flow-run/{runs[0]['id']}" in body
         assert str(tmp_path) not in json.dumps(got)  # nothing of the config (its paths) travels
         assert other not in json.dumps(got)  # the other release's run did not notify
