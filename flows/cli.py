@@ -258,6 +258,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return deploy_from_cli(args)
 
 
+def cmd_notify(args: argparse.Namespace) -> int:
+    from flows.notify import notify_from_cli
+
+    return notify_from_cli(args)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``mdp-release: error: ...``, exit 2) instead of usage + error;
     ``--help`` still shows the usage. Subcommand parsers inherit this class."""
@@ -379,6 +385,12 @@ def _deploy_arguments(p: argparse.ArgumentParser) -> None:
     add_deploy_arguments(p)
 
 
+def _notify_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.notify import add_notify_arguments
+
+    add_notify_arguments(p)
+
+
 # name, help, add its arguments, run it
 COMMANDS: tuple[
     tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], ...
@@ -425,6 +437,12 @@ COMMANDS: tuple[
         "what a store holds (releases per name, objects per stage); --prune-objects removes unreferenced objects",
         _store_arguments,
         cmd_store,
+    ),
+    (
+        "notify",
+        "POST to a webhook when a release's flow run fails (a Prefect automation; needs a server)",
+        _notify_arguments,
+        cmd_notify,
     ),
 )
 

@@ -294,7 +294,13 @@ def run_from_cli(args: argparse.Namespace) -> int:
             _print_manifest(m)
         print(f"  batch of {len(manifests)} releases, flow wall time {time.perf_counter() - t0:.1f}s")
         return 0
-    with no_flow_heartbeat():
+    from prefect import tags
+
+    from flows.release import run_tags
+
+    # The run is created with its release's tags (as a deployment's runs are): the server attaches a run's tags
+    # to its state events from its first state on, so `mdp-release notify --release NAME` hears this run fail.
+    with no_flow_heartbeat(), tags(*run_tags(cfgs[0])):
         manifest = release_flow(config=cfgs[0], refresh_from=refresh_from, new_draw=args.new_draw, draw=draw)
     wall = time.perf_counter() - t0
     if args.json:
