@@ -34,17 +34,30 @@ Lower bounds per metric (:func:`metric_lower_bounds`):
     without coordinates and without that assertion the guarantee in the metric is unbounded.
   * ``euclidean`` / ``haversine`` without coordinates: treated like ``graph`` (stored pairs only).
 
-Cost. :func:`graph_protection` runs Dijkstra from every record (scipy ``csgraph.dijkstra``) in row
-blocks of ``BLOCK_ENTRIES`` / N sources, comparing each (block, N) slab of D_G with the same slab of
-lower bounds: peak memory about 6 x ``BLOCK_ENTRIES`` x 8 bytes (~100 MB) whatever N. Time is about
-N x (2E) / 3e8 s on one core: measured (one core of this machine) grid 20x25 (N = 500, E = 3,736) 0.1 s;
-synthetic N(0,1) 3-D eta 2: N = 500 (E = 55k) 0.4 s, N = 1,000 (E = 215k) 1.6 s, N = 2,000 (E = 852k)
-12 s, N = 5,000 (E = 5.3M) 164 s; Rome roads eta 2 km N = 500 0.2 s, N = 1,000 0.6 s; grid 50x100
-(N = 5,000, E = 29k) 2.7 s.  When N x 2E exceeds ``max_work`` (default :data:`MAX_WORK` = 6e9, about
-20 s), the paths are taken in a subgraph H of G instead: a minimum spanning forest of G (same
-components) plus, for every record, its ``k`` shortest edges of G, with k the largest that keeps the
-work within ``max_work`` (at least :data:`MIN_NEIGHBOURS`). H is a subgraph, so D_H >= D_G and the
-reported stretch is a valid *upper bound* on G's (``exact`` False in :class:`Protection`).
+Cost. :func:`graph_protection` runs Dijkstra from every record of a component with two or more
+records (scipy ``csgraph.dijkstra``) in row blocks of ``BLOCK_ENTRIES`` / N sources, comparing each
+(block, N) slab of D_G with the same slab of lower bounds: peak memory about 6 x ``BLOCK_ENTRIES`` x 8
+bytes (~100 MB) whatever N, plus the graph. Time is about N x (2E + N) / 3e8 s on one core. Measured
+(exact; one core, machine shared): grid 20x25 eta 2 km (N = 500, E = 2.8k) 0.04 s; grid 100x100
+(N = 10,000, E = 59k) 13 s; synthetic N(0,1) 3-D eta 2: N = 500 (E = 55k) 0.3 s, N = 1,000 (E = 214k)
+1.1 s, N = 2,000 (E = 852k) 12 s, N = 5,000 (E = 5.3M) 164 s; Rome roads eta 2 km: N = 500 (E = 64k)
+0.4 s, N = 1,000 (E = 259k) 3.0 s. When N x (2E + N) exceeds ``max_work`` (default :data:`MAX_WORK` =
+6e9, about 20 s), the paths are taken in a subgraph H of G instead (:func:`sparsified_edges`): each
+record's k shortest edges of G, with k the largest that keeps the work within ``max_work`` (at least
+:data:`MIN_NEIGHBOURS`), plus a minimum spanning forest of G if those alone split a component. H is a
+subgraph, so D_H >= D_G and the reported stretch is a valid *upper bound* on G's (``exact`` False in
+:class:`Protection`). Measured: synthetic N = 2,000: exact 1.2354; H with k = 16, 32, 64, 128: 2.28,
+1.61, 1.29, 1.2354 (equal from k = 128 on); N = 5,000 (k = 120, 371k edges): 1.4311 in 20 s, equal to
+k = 240's.
+
+Measured stretch (the default max_stretch, :data:`DEFAULT_MAX_STRETCH`, is set from these):
+grid 10x20 and 20x25 eta 2 km (1 km cells) 1.082 (any seed); synthetic N(0,1) 3-D eta 2: N = 500 seeds
+0-5 1.32, 1.69, 1.61, 1.42, 1.35, 1.42, N = 1,000 1.38, N = 2,000 1.24, N = 5,000 <= 1.43; Rome roads
+(rome_center) eta 2 km N = 500 1.017, N = 1,000 1.008; Helsinki (flows/examples/helsinki-release.toml,
+N = 120, eta 0.5 km) 1.18; Rome eta 0.5 km N = 500 2.96, N = 1,000 5.06; Rome eta 0.4 km N = 300
+(bench romeB300) 6.41 and 2 components; GloVe text500 (bench) 4.14 and 281 components (304 records
+outside the largest). A stretch above 2 means a pair of records is protected as if it were more than
+twice as far apart as it is: the graph is too sparse for its eta (raise eta).
 """
 
 from __future__ import annotations
@@ -63,8 +76,9 @@ from mdp_core.instance import Instance
 from mdp_core.metrics import haversine_km
 
 BLOCK_ENTRIES = 1 << 21  # float64 entries of one (rows, N) slab: 16 MB
-MAX_WORK = 6e9  # sources x directed edges above which graph_protection uses the sparsified subgraph
+MAX_WORK = 6e9  # N x (2E + N) above which graph_protection uses the sparsified subgraph (~20 s)
 MIN_NEIGHBOURS = 64  # shortest edges kept per record in the sparsified subgraph, at least
+DEFAULT_MAX_STRETCH = 2.0  # the recommended [privacy] max_stretch (measurements in the module docstring)
 
 
 # ----------------------------------------------------------------------------- lower bounds
@@ -234,7 +248,7 @@ def graph_protection(
     """The :class:`Protection` of the mDP graph (``edges`` (E, 2) i < j, ``distances`` (E,), in
     ``inst.distance_unit``) over ``inst``'s records, against :func:`metric_lower_bounds`.
 
-    ``max_work``: sources x directed edges above which paths are taken in :func:`sparsified_edges`
+    ``max_work``: N x (2E + N) above which paths are taken in :func:`sparsified_edges`
     (an upper bound on the stretch; None: always exact). Memory and time: see the module docstring.
     """
     n = inst.n_records
@@ -248,11 +262,11 @@ def graph_protection(
         raise InputError("edge distances must be finite and > 0")
     count, labels = components(n, edges)
     sizes = np.bincount(labels, minlength=count)
-    exact = max_work is None or n * 2.0 * edges.shape[0] <= max_work
+    exact = max_work is None or n * (2.0 * edges.shape[0] + n) <= max_work
     g_edges, g_dist = edges, distances
     if not exact:
         assert max_work is not None
-        k = max(MIN_NEIGHBOURS, int(max_work // (2.0 * n * n)))
+        k = max(MIN_NEIGHBOURS, int((max_work / n - n) // (2.0 * n)))
         g_edges, g_dist = sparsified_edges(n, edges, distances, k)
     bounds = _LowerBounds(inst, assume_complete)
     stretch, worst = 1.0, None
