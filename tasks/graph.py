@@ -2,6 +2,11 @@
 
 params: {"eta": float | None} (None: the dataset's own eta). Records with coordinates get a KD-tree neighbour search under the dataset's
 metric; a dataset without coordinates keeps its own edges with distance <= eta.
+
+graph.json (and the output's meta) also hold ``protection``: :meth:`mdp_core.protection.Protection.as_dict`
+of this graph over the records (components, component sizes, the stretch D_G / d against the data's own
+metric and its worst pair, :func:`mdp_core.protection.graph_protection`). Public data only: the records
+are the public universe of the release, never the secret table.
 """
 
 from __future__ import annotations
@@ -16,10 +21,9 @@ from tasks.common import instance_of, run_stage
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
-    import numpy as np
-
-    from mdp_core.graph import components, neighbour_edges
+    from mdp_core.graph import neighbour_edges
     from mdp_core.io import write_json, write_table
+    from mdp_core.protection import graph_protection
 
     inst = instance_of(store, upstream["dataset"])
     eta = float(params["eta"]) if params.get("eta") is not None else inst.eta
@@ -29,15 +33,15 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         keep = inst.distances <= eta
         edges, dist = inst.edges[keep], inst.distances[keep]
     write_table(w.file("edges.parquet"), {"i": edges[:, 0], "j": edges[:, 1], "distance": dist})
-    count, labels = components(inst.n_records, edges)
-    sizes = np.bincount(labels)
+    protection = graph_protection(inst, edges, dist)  # components, sizes, stretch (public records only)
     stats = {
         "eta": eta,
         "n_records": inst.n_records,
         "n_edges": int(edges.shape[0]),
         "mean_degree": 2.0 * edges.shape[0] / inst.n_records,
-        "n_components": count,
-        "largest_component": int(sizes.max()),
+        "n_components": protection.n_components,
+        "largest_component": protection.component_sizes[0],
+        "protection": protection.as_dict(),
     }
     write_json(w.file("graph.json"), stats)
     w.meta.update(stats)
