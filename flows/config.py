@@ -222,9 +222,11 @@ class DatasetConfig(BaseModel):
 
 
 # The default [privacy] max_stretch: the largest spanner dilation (max over pairs of D_G / d, D_G the
-# shortest path in the mDP graph) accepted without ``allow_unprotected``. A measured value of the shipped
-# datasets' graphs is meant to replace it (mdp_core.protection).
-DEFAULT_MAX_STRETCH = 3.0
+# shortest path in the mDP graph) accepted without ``allow_unprotected``. Measured (mdp_core.protection's
+# docstring): 1.08 on the paper grids, 1.24-1.69 on the papers' synthetic N(0, 1) eta 2 (six seeds), 1.01 on
+# Rome roads at eta 2 km, 1.18 on the Helsinki example; 3-6 on Rome at eta 0.4-0.5 km and 4.1 on GloVe text,
+# where a pair is protected as if it were 3-6 times farther apart than it is. = mdp_core.protection's.
+DEFAULT_MAX_STRETCH = 2.0
 
 
 class PrivacyConfig(BaseModel):

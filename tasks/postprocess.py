@@ -174,14 +174,16 @@ def check_protection(protection: dict[str, Any], max_stretch: float, allow_unpro
     if stretch > max_stretch:
         problems.append(
             f"its stretch (path distance over metric distance, worst pair) is {stretch:.4g} > max_stretch = "
-            f"{max_stretch:g}: the guarantee in the data's metric would be {stretch:.4g} times weaker than epsilon"
+            f"{max_stretch:g}: two records would be protected only as if they were {stretch:.4g} times farther "
+            "apart than they are (the guarantee in the data's metric is eps x stretch)"
         )
     if problems and not allow_unprotected:
         raise PrivacyError(
             "release refused: "
             + "; ".join(problems)
-            + ". Raise eta (or choose records closer together: `mdp-release check` suggests an eta that connects "
-            "them), or set [privacy] allow_unprotected = true to release anyway with this stated in the report"
+            + ". Raise eta (`mdp-release check` suggests one that connects the records), or accept it explicitly: "
+            "[privacy] max_stretch (the ledger charges eps x stretch x protection_radius) or allow_unprotected = true "
+            "(the report then states who is unprotected)"
         )
 
 
@@ -281,14 +283,14 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         "ledger_head": budget.head,
     }
     source = "simulated" if params.get("microdata") is None else "file"
-    pair = protection.get("worst_pair")
+    pair = protection.get("worst_pair") or {}
     protection = {
         "n_components": int(protection["n_components"]),
         "component_sizes": [int(x) for x in protection["component_sizes"]],
         "stretch": float(protection["stretch"]),
         "connected": bool(protection["connected"]),
         "records_outside_largest": int(protection["records_outside_largest"]),
-        "worst_pair": None if not pair else [int(pair[0]), int(pair[1])],
+        "worst_pair": [int(pair["i"]), int(pair["j"])] if "i" in pair else None,
         "protection_radius": radius,
         "max_stretch": float(params["max_stretch"]),
         "allow_unprotected": bool(params.get("allow_unprotected")),
