@@ -93,10 +93,10 @@ def digest(obj: Any) -> str:
 
 
 def charge_key(kind: str, draw: Draw, *determinants: Any) -> str:
-    """The ledger key of one measurement of the secret table: ``<kind>:<digest>``, where the digest covers
-    everything that determines the measurement's output (the draw -- hence the table version -- and the
-    public inputs). The same key means the same output, kept in the private store: charged once."""
-    return f"{kind}:{digest([kind, draw.commitment, *determinants])}"
+    """The ledger key (64 hex) of one measurement of the secret table: the digest of everything that determines
+    the measurement's output (its kind, the draw -- hence the table version -- and the public inputs). The same
+    key means the same output, kept in the private store: charged once."""
+    return digest([kind, draw.commitment, *determinants])
 
 
 def kept_measure(private: PrivateStore, draw: Draw, name: str):
@@ -108,7 +108,7 @@ def kept_measure(private: PrivateStore, draw: Draw, name: str):
     from mdp_core.noise import Measurement, discrete_laplace
 
     def measure(true: np.ndarray, sensitivity: int, eps: float) -> Measurement:
-        kept = name.rpartition(":")[2]  # the digest: a hex id, as the private store's file names must be
+        kept = name  # a hex id, as the private store's file names must be
         stored = private.measurement(draw, kept)
         if stored is None:
             m = discrete_laplace(true, sensitivity, eps)
@@ -123,16 +123,16 @@ def kept_measure(private: PrivateStore, draw: Draw, name: str):
 
 
 def charge_all(
-    private: PrivateStore, draw: Draw, params: dict[str, Any], charges: dict[str, float]
+    private: PrivateStore, draw: Draw, params: dict[str, Any], charges: dict[str, tuple[str, float]]
 ) -> tuple[Budget, float]:
-    """Check that all ``charges`` (key -> epsilon) fit the population's cap, then record each; returns the
+    """Check that all ``charges`` (key -> (kind, epsilon)) fit the population's cap, then record each; returns the
     budget after them and what this call added (0 for a re-run: every key already charged). Refused
     (BudgetRefused) before anything is recorded when they do not fit."""
     cap, require = params.get("max_total_epsilon"), bool(params.get("require_cap"))
-    budget = private.precheck(draw.population, charges, cap, require)
+    budget = private.precheck(draw.population, {key: eps for key, (_, eps) in charges.items()}, cap, require)
     added = 0.0
-    for key, eps in charges.items():
-        detail = {"kind": key.partition(":")[0], "draw": draw.commitment, "release": params.get("release_key")}
+    for key, (kind, eps) in charges.items():
+        detail = {"kind": kind, "draw": draw.commitment, "release": params.get("release_key")}
         budget, new = private.charge(draw.population, key, eps, detail, cap, require)
         added += eps if new else 0.0
     return budget, added
@@ -150,7 +150,7 @@ def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dic
         if c.get("kind") == "charge"
     }
     planned = {
-        f"plan-{kind}:{digest([params.get('release_key'), draw.commitment, kind])}": eps
+        digest(["plan", params.get("release_key"), draw.commitment, kind]): eps
         for kind, eps in plan.items()
         if (kind, params.get("release_key"), draw.commitment) not in paid
     }
@@ -260,7 +260,9 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     perturb_key = charge_key("perturb", draw, mech_sha, params.get("max_distance"))
     counts_key = charge_key("counts", draw, inst_sha, zone.tolist(), eps_counts, params.get("max_distance"))
     mech_eps = mechanism_charge(inst.epsilon, protection, radius)
-    budget, new_spend = charge_all(private, draw, params, {perturb_key: mech_eps, counts_key: eps_counts})
+    budget, new_spend = charge_all(
+        private, draw, params, {perturb_key: ("perturb", mech_eps), counts_key: ("counts", eps_counts)}
+    )
     # The door is open: draw. A stream per mechanism: two releases of the same draw through different
     # mechanisms must not share their uniforms (the pair of inverse-CDF outputs would pin u down); they are
     # two charges, and the same mechanism and draw give the same outputs, which reveal nothing new.

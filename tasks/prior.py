@@ -63,7 +63,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         draw = private.load(params["draw"])
         eps_prior = float(params["eps_prior"])
         key = charge_key("prior", draw, upstream["dataset"].content_hash, n, eps_prior, params.get("max_distance"))
-        charge_all(private, draw, params, {key: eps_prior})  # the door: nothing is measured before it
+        charge_all(private, draw, params, {key: ("prior", eps_prior)})  # the door: nothing is measured before it
         hist = histogram(individuals(params, inst, draw), n)
         meas = kept_measure(private, draw, key)(hist, MOVE_SENSITIVITY, eps_prior)
         p = np.maximum(meas.values, 0).astype(np.float64) + 1.0

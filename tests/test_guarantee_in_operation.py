@@ -173,11 +173,14 @@ def test_a_disconnected_graph_is_refused_unless_allowed(table, tmp_path):
         run_stages(tmp_path, config(tmp_path, path, privacy=tiny, max_total_epsilon=1000.0))
     assert not (tmp_path / "private").exists() or PrivateStore(tmp_path).populations() == []
     refs = run_stages(
-        tmp_path, config(tmp_path, path, privacy=tiny | {"allow_unprotected": True}, max_total_epsilon=1000.0)
+        tmp_path,
+        config(tmp_path, path, privacy=tiny | {"allow_unprotected": True}, max_total_epsilon=1000.0, max_distance=1.0),
     )
     prov = provenance(tmp_path, refs)
     assert prov["protection"]["n_components"] == 20 and prov["protection"]["connected"] is False
-    assert "NOT protected" in prov["guarantee"]["statement"]
+    assert "in one component of the mDP graph" in prov["guarantee"]["statement"]
+    report = Store(tmp_path).path(refs["evaluate"], "report.md").read_text()
+    assert "**not protected**" in report and "allow_unprotected = true" in report
 
 
 def test_the_guarantee_is_stated_in_the_metric(table, tmp_path):
