@@ -7,8 +7,6 @@ Layout under the store root (see artifacts/README.md):
       ref.json                      the ArtifactRef: stage, key, files {name: sha256}, schema version
   runs/<run_name>/manifest.json     one folder per flow run: manifest + copies of the released files
   prefect/keys, prefect/results     Prefect's cache-key records and persisted task results
-  verified/<key>.json               certificates of released content the door already verified
-                                    (mdp_core.audit.VerifiedMemo: keyed by the bytes' sha256s)
 
 A stage writes into ``objects/<stage>/.<key>.tmp-<pid>-<random>/`` and renames the directory onto
 ``objects/<stage>/<key>/``. Rename is atomic, so a reader sees all of an output or none of it; when
@@ -323,11 +321,6 @@ class Store:
     @property
     def prefect_results(self) -> Path:
         return self.root / "prefect" / "results"
-
-    @property
-    def verified(self) -> Path:
-        """The door's memo of verified release content (:class:`mdp_core.audit.VerifiedMemo`)."""
-        return self.root / "verified"
 
     # ------------------------------------------------------------------ reads
     def load_ref(self, stage: str, key: str) -> ArtifactRef | None:

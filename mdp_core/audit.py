@@ -49,26 +49,22 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
 
 No finding = the release is what its files say.
 
-The door (:func:`check_publication`) may pass a :class:`VerifiedMemo`: step 2 is a pure function of the
-Parquet and instance bytes and of the checking code. The memo keeps what step 2 found for content that
-checked out, keyed by the sha256 of exactly those bytes (just recomputed, step 1) and the checking code's
-version, so publishing the same bytes again (a fully cached re-run) reuses it instead of re-reading and
-re-verifying them. Steps 1 and 3-8 (JSON and text only) run every time. ``mdp-release audit`` uses no memo.
+The door (:func:`check_publication`) runs every step on every publication: there is no memo of content
+"already verified" (a file in the store that says so could be forged next to a planted mechanism). A fully
+cached re-run publishes nothing new (``flows.manifest.publish_run``), so it pays for none of this.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import MdpError, PrivacyError
-from mdp_core.files import file_sha256, write_json
+from mdp_core.files import file_sha256
 from mdp_core.methods import GapOptions
 from mdp_core.result import BOUND_TOLERANCE, gap_closed
 
@@ -560,11 +556,6 @@ def _component_sizes(inst: Any) -> list[int]:
     return sorted((int(c) for c in np.bincount(labels, minlength=1) if c), reverse=True)
 
 
-# The files step 2 reads: their sha256s key a VerifiedMemo record.
-def _content_file(name: str) -> bool:
-    return name.endswith(".parquet") or name.startswith(f"{INSTANCE_DIR}/")
-
-
 FACT_KEYS = (
     "certificate",
     "summary",
@@ -575,33 +566,6 @@ FACT_KEYS = (
     "evaluation_markdown",
     *TABLE_FACTS,
 )
-
-
-@dataclass(frozen=True)
-class VerifiedMemo:
-    """Records of released content that checked out (module docstring): ``folder/<key>.json``, ``key`` =
-    sha256 of the content files' sha256s (every Parquet file and ``instance/*``) and ``salt`` (the
-    version of the checking code: the caller's, e.g. the sha256 of this module and what it imports)."""
-
-    folder: Path
-    salt: str
-
-    def key(self, actual: dict[str, str]) -> str:
-        content = {n: h for n, h in actual.items() if _content_file(n)}
-        text = json.dumps({"salt": self.salt, "files": content}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def get(self, actual: dict[str, str]) -> Record | None:
-        record, _ = _load_json(Path(self.folder) / f"{self.key(actual)}.json")
-        if record is None or not isinstance(record.get("certificate"), dict) or any(k not in record for k in FACT_KEYS):
-            return None
-        return record
-
-    def put(self, actual: dict[str, str], record: Record) -> None:
-        try:
-            write_json(Path(self.folder) / f"{self.key(actual)}.json", record)
-        except (OSError, ValueError):
-            pass  # a memo only saves time: a failed write costs a re-verification next time
 
 
 # ----------------------------------------------------------------------------- steps 3-8: the claims
@@ -1298,14 +1262,11 @@ def check_signature(run_dir: str | Path, public_key: str | bytes | None = None) 
     return check.fingerprint, list(check.findings)
 
 
-def audit_release(
-    run_dir: str | Path, memo: VerifiedMemo | None = None, public_key: str | bytes | None = None
-) -> list[str]:
+def audit_release(run_dir: str | Path, public_key: str | bytes | None = None) -> list[str]:
     """All discrepancies of the release in ``run_dir`` (empty list = it checks out). Never raises for
     a bad release: each problem is a one-line finding (``file: what is wrong``). The signature is checked
     first (:func:`check_signature`, ``public_key`` = the pinned agency key); a missing or invalid one is a
-    finding and the other checks still run. ``memo``: reuse and record the content checks of bytes already
-    verified (module docstring; the door's, not an auditor's)."""
+    finding and the other checks still run."""
     d = Path(run_dir)
     if not d.is_dir():
         return [f"{d}: no such release directory"]
@@ -1323,25 +1284,17 @@ def audit_release(
         return signature_findings + findings
 
     findings += _check_stages(manifest, actual)
-    # the memo is keyed by the content bytes just hashed: a bad signature does not change what they hold
-    facts = memo.get(actual) if memo is not None and not findings else None
-    content_findings: list[str] = []
+    facts, content_findings = _check_content(d, actual)
     if facts is None:
-        facts, content_findings = _check_content(d, actual)
-        if facts is None:
-            return signature_findings + findings + content_findings
-        if memo is not None and not findings and not content_findings and facts["certificate"].get("passed"):
-            memo.put(actual, facts)
+        return signature_findings + findings + content_findings
     claims = _check_claims(d, manifest, actual, facts, signed)
     return signature_findings + findings + claims + content_findings
 
 
-def check_publication(
-    staged_dir: str | Path, memo: VerifiedMemo | None = None, public_key: str | bytes | None = None
-) -> None:
+def check_publication(staged_dir: str | Path, public_key: str | bytes | None = None) -> None:
     """The door: raise :class:`PrivacyError` (one line) unless the staged (and signed) release audits clean
     (``public_key``: the key it must be signed with, e.g. the fingerprint of the key that just signed it)."""
-    findings = audit_release(staged_dir, memo, public_key)
+    findings = audit_release(staged_dir, public_key)
     if findings:
         more = f" (and {len(findings) - 1} more finding(s))" if len(findings) > 1 else ""
         raise PrivacyError(f"release refused: {findings[0]}{more}")
@@ -1366,7 +1319,6 @@ __all__ = [
     "guarantee_record",
     "guarantee_statement",
     "this_release",
-    "VerifiedMemo",
     "INSTANCE_DIR",
     "PROVENANCE",
     "COLUMNS",

@@ -8,9 +8,8 @@ signature covers the release) and the folder is re-checked by :func:`mdp_core.au
 against that key (the signature, then the exact bytes: every file's
 sha256 against the manifest, the mechanism verified against the instance, the certificate recorded
 in the manifest, microdata / aggregates drawn from this mechanism). Any discrepancy raises
-PrivacyError and nothing is published; otherwise the folder is renamed into place. Content whose exact
-bytes the door already verified (same sha256s, same checking code: ``<store>/verified/``, see
-:class:`mdp_core.audit.VerifiedMemo`) is not read and verified again; every staged file is still hashed.
+PrivacyError and nothing is published; otherwise the folder is renamed into place. Every publication is
+verified in full: no record of content "already verified" is trusted.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from artifacts import signing
 from artifacts.store import ArtifactRef, Store
 from mdp_core import audit
 from mdp_core.files import TABLES
-from tasks.cache import code_version
 from tasks.common import logger
 
 
@@ -52,12 +50,12 @@ def released_files(
     return released
 
 
-def sign_and_check(store: Store, staged: Path, memo: audit.VerifiedMemo | None = None) -> None:
+def sign_and_check(store: Store, staged: Path) -> None:
     """Sign the staged folder's final manifest.json with the agency key (created on first use), then the
     door: the staged release must audit clean, signed by exactly that key (PrivacyError otherwise)."""
     key = signing.signing_key(store.root)
     signing.sign_release(staged, key)
-    audit.check_publication(staged, memo, public_key=signing.fingerprint(key.public_key()))
+    audit.check_publication(staged, public_key=signing.fingerprint(key.public_key()))
 
 
 @task(name="release", cache_policy=NO_CACHE, persist_result=False)
@@ -65,7 +63,6 @@ def release(store: str, run_name: str, released: dict[str, tuple[ArtifactRef, st
     """Stage, check at the door, publish ``runs/<run_name>/``; returns its path. ``manifest`` must
     list ``released_files`` {name: sha256}; PrivacyError (nothing published) on any discrepancy."""
     s = Store(store)
-    memo = audit.VerifiedMemo(s.verified, code_version(audit.__name__))  # content already verified: not again
-    run_dir = s.publish(run_name, released, manifest, check=lambda staged: sign_and_check(s, staged, memo))
+    run_dir = s.publish(run_name, released, manifest, check=lambda staged: sign_and_check(s, staged))
     logger().info("release: %s passed the door check -> %s", run_name, run_dir)
     return str(run_dir)

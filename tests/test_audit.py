@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -174,71 +172,6 @@ def test_issue11_finding1_tampered_solve_object_is_refused_at_the_door(built, tm
     assert {p.name for p in (root / "runs").iterdir()} <= {"run-1"}  # run-1: the clean release published earlier
 
 
-def test_door_memo_skips_reverifying_the_same_bytes_but_checks_the_rest(built, tmp_path, monkeypatch):
-    """The door's memo (<store>/verified/): publishing the same bytes again (a fully cached re-run) does
-    not re-read and re-verify the instance, mechanism and microdata; the staged files are still hashed,
-    the manifest's certificate and the provenance still compared, and other bytes or another checking
-    code are verified afresh. The auditor (no memo) always verifies."""
-    src_store, refs = built
-    root = tmp_path / "store"
-    shutil.copytree(src_store.root, root, ignore=shutil.ignore_patterns("runs", "verified"))
-    store = Store(root)
-    first = publish(store, refs, "first")
-    assert len(list(store.verified.glob("*.json"))) == 1  # the certificate of these bytes
-
-    calls = []
-    real = audit._check_content
-    monkeypatch.setattr(audit, "_check_content", lambda *a: calls.append(a) or real(*a))
-    publish(store, refs, "second")
-    assert calls == []  # same bytes, same code: not verified again
-
-    # a wrong certificate in the manifest is still refused on a memo hit
-    bad = tmp_path / "bad"
-    shutil.copytree(first, bad)
-    m = json.loads((bad / "manifest.json").read_text())
-    m["privacy"]["certificate"]["n_pairs"] += 1
-    (bad / "manifest.json").write_text(json.dumps(m))
-    resign(bad)
-    memo = audit.VerifiedMemo(store.verified, release_task.code_version(audit.__name__))
-    with pytest.raises(PrivacyError, match="certificate n_pairs"):
-        audit.check_publication(bad, memo)
-    assert calls == []
-    # other checking code (another salt) or the auditor: verified afresh
-    assert audit.audit_release(first, audit.VerifiedMemo(store.verified, "other code")) == [] and len(calls) == 1
-    assert audit.audit_release(first) == [] and len(calls) == 2
-
-
-def test_door_memo_hit_checks_every_claim_without_numerical_imports(built, tmp_path):
-    """On a memo hit the claim checks (certificates, solve bounds, provenance, privacy block, report claims)
-    still run -- an edited claim is refused -- and import no numpy / pandas / pyarrow (a cached re-run)."""
-    src_store, refs = built
-    root = tmp_path / "store"
-    shutil.copytree(src_store.root, root, ignore=shutil.ignore_patterns("runs", "verified"))
-    store = Store(root)
-    first = publish(store, refs, "first")
-    salt = release_task.code_version(audit.__name__)
-    script = (
-        "import json, sys; from pathlib import Path; from mdp_core import audit; "
-        f"m = audit.VerifiedMemo(Path({str(store.verified)!r}), {salt!r}); f = audit.audit_release(sys.argv[1], m); "
-        "print(json.dumps([f, sorted({'numpy', 'pandas', 'pyarrow'} & set(sys.modules))]))"
-    )
-
-    def door(run: Path) -> list:
-        out = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True, check=True)
-        return json.loads(out.stdout)
-
-    assert door(first) == [[], []]
-    bad = tmp_path / "bad"
-    shutil.copytree(first, bad)
-    m = json.loads((bad / "manifest.json").read_text())
-    m["privacy"]["counts_epsilon"] = 0.01
-    (bad / "manifest.json").write_text(json.dumps(m))
-    resign(bad)
-    found, imported = door(bad)
-    assert imported == [] and any("privacy counts_epsilon 0.01" in f for f in found)
-
-
-# ----------------------------------------------------------------------------- audit findings
 def test_audit_microdata_replaced(copy, capsys):
     (copy / "microdata.parquet").write_bytes((copy / "aggregates.parquet").read_bytes())
     findings = audit.audit_release(copy)

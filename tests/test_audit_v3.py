@@ -153,8 +153,8 @@ def run(v3, tmp_path) -> Path:
     return out
 
 
-def findings(run: Path, *needles: str, memo: audit.VerifiedMemo | None = None) -> list[str]:
-    out = audit.audit_release(run, memo)
+def findings(run: Path, *needles: str) -> list[str]:
+    out = audit.audit_release(run)
     for needle in needles:
         assert any(needle in f for f in out), (needle, out)
     return out
@@ -223,7 +223,6 @@ def test_claims_reflect_population_stretch_and_budget(run):
 
 def test_every_line_edit_of_the_report_is_a_finding(run, tmp_path):
     """Each line of report.md (the officer's page and the appendix; not the claims block) edited in turn."""
-    memo = audit.VerifiedMemo(tmp_path / "memo", "test")  # the Parquet checks once; the report every time
     original = (run / "report.md").read_text()
     lines = original.split("\n")
     claims_line = next(i for i, line in enumerate(lines) if line.startswith("<!-- mdp-release-claims"))
@@ -232,7 +231,7 @@ def test_every_line_edit_of_the_report_is_a_finding(run, tmp_path):
         changed = lines.copy()
         changed[i] = changed[i] + " (independently certified)" if changed[i] else "eps = 0.6"
         edit_report(run, lambda _: "\n".join(changed))  # noqa: B023
-        found = findings(run, memo=memo)
+        found = findings(run)
         assert found == [f"report.md: {found[0].split(': ', 1)[1]}"] and f"line {i + 1} is not" in found[0], (i, found)
     edit_report(run, lambda _: original)
     assert audit.audit_release(run) == []
