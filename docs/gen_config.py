@@ -38,6 +38,28 @@ are taken against the config file's folder. A worked example is in
 [flows/examples/helsinki-release.toml](../flows/examples/helsinki-release.toml); the meaning of the
 privacy keys is in [privacy.md](privacy.md).
 
+Notes:
+
+- `[solve]` takes the options of every method (`solver`, `threads`, `time_limit`, `max_mix`, with their
+  declared defaults) and the chosen method's own options under the names `mdp-release solve --help`
+  shows (unset: the method's default; one the method does not take is an error naming it), except
+  Benders' partition options, which are the `[partition]` section's `method`, `subsets` and `seed` (the
+  release's partition stage uses them too). Methods: [methods.md](methods.md).
+- `privacy.epsilon` / `privacy.eta` left unset take the dataset's own values (grid: 10 / km and 2 km).
+- An eps sweep (`evaluate.eps_factors` with several values) is expensive: each factor re-solves every
+  mechanism, and small eps makes the solve much harder. The evaluate stage writes `evaluation.parquet`
+  (one row per mechanism), `utility_vs_eps.parquet`, `cbdp_error.parquet`, `report.md` and the plots.
+- `[run]` is how the flow runs, never part of a cache key; timeouts, Dask and retention:
+  [operating.md](operating.md).
+- The config round-trips exactly through TOML, a run's manifest (`mdp-release run --from-manifest`), a
+  Prefect parameter (serve, deploy, the run form), a batch and the failure hook.
+
+"""
+
+EXAMPLE_INTRO = """## An annotated example
+
+An annotated config (the module docstring of `flows/config.py`); copy the keys you need:
+
 """
 
 
@@ -109,8 +131,21 @@ def _doc(model: type[BaseModel]) -> str:
     return text.replace("``", "`")
 
 
+def _example() -> str:
+    """The annotated example config of flows/config.py's module docstring, as a TOML block."""
+    doc = C.__doc__ or ""
+    start = doc.index("Example")
+    body = doc[doc.index("::", start) + 2 :]
+    lines = []
+    for line in body.split("\n")[1:]:
+        if line and not line.startswith("    "):
+            break
+        lines.append(line[4:])
+    return "```toml\n" + "\n".join(lines).strip("\n") + "\n```"
+
+
 def render() -> str:
-    out = [HEADER.rstrip("\n"), ""]
+    out = [HEADER.rstrip("\n"), "", EXAMPLE_INTRO.rstrip("\n"), "", _example(), ""]
     top = C.ReleaseFlowConfig
     out += ["## Top level", "", _doc(top), ""]
     out += _table(top, "")
