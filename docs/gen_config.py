@@ -157,7 +157,7 @@ def render() -> str:
         if name == "dataset":
             out += _table(model, "")
             for kind, params in C.DATASET_PARAMS.items():
-                out += ["", f"### kind = \"{kind}\": `params`", "", _doc(params), ""]
+                out += ["", f'### kind = "{kind}": `params`', "", _doc(params), ""]
                 out += _table(params, "")
             continue
         out += _table(model, "")

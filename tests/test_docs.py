@@ -11,7 +11,7 @@
   for ``#anchor``, a heading of that file); docs/configuration.md is docs/gen_config.py's output; the
   published-columns table of docs/privacy.md is ``mdp_core.audit.COLUMNS``.
 
-Documents whose commands run a flow or several exports are marked ``slow`` (and ``flow``).
+Documents whose commands run a flow are marked ``slow`` (and ``flow``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 250
 QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg"}
 QUIET |= {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
-# Documents whose commands run the release flow or several dataset exports (seconds to a minute each).
-SLOW = {"README.md", "datasets.md", "reproduce.md"}
+# Documents whose commands run a Prefect flow (the release, the papers' experiments): 20-60 s each.
+SLOW = {"README.md", "reproduce.md"}
 
 # Commands another test runs: command -> (that file, a string in it that shows it).
 ELSEWHERE: dict[str, tuple[str, str]] = {
