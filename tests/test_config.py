@@ -255,7 +255,7 @@ def test_each_method_option_is_declared_once_and_read_everywhere():
 
 
 def test_one_default_for_benders_subsets():
-    """Benders' subsets: the same default for the method, the command line, the config and the README."""
+    """Benders' subsets: the same default for the method, the command line, the config and the docs."""
     from pathlib import Path
 
     from flows.config import PartitionConfig
@@ -267,8 +267,9 @@ def test_one_default_for_benders_subsets():
     assert _solve_help_groups()["--method benders: partition + Benders decomposition (Qiu 2024)"][
         "--subsets"
     ].help.endswith(f"(default: {m})")
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert f"the default is M = {m}" in readme and f"subsets = {m}  " in readme
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    assert f"the default is M = {m}" in (docs / "methods.md").read_text()
+    assert f"| `subsets` | int | `{m}` |" in (docs / "configuration.md").read_text()
 
 
 def test_solve_options_the_method_does_not_take_are_errors_and_the_rest_reach_it():
@@ -338,8 +339,8 @@ def test_dataset_params_are_typed_per_kind_in_config_and_run_form():
 
 
 def test_shipped_example_configs_load_and_are_the_ones_the_readme_runs():
-    """flows/examples/*.toml (package data) are valid configs, and every ``--config X.toml`` the README runs
-    is one of them (a.toml / b.toml: the batch placeholders)."""
+    """flows/examples/*.toml (package data) are valid configs, and every ``--config X.toml`` the README and
+    docs/*.md run is one of them (a.toml / b.toml: the batch placeholders)."""
     import re
     from pathlib import Path
 
@@ -348,5 +349,6 @@ def test_shipped_example_configs_load_and_are_the_ones_the_readme_runs():
     assert {p.name for p in shipped} >= {"grid-release.toml", "helsinki-release.toml"}
     for path in shipped:
         assert load_config(str(path)).name, path
-    named = set(re.findall(r"--config (\S+\.toml)", (root / "README.md").read_text())) - {"a.toml", "b.toml"}
+    text = "".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+    named = set(re.findall(r"--config (\S+\.toml)", text)) - {"a.toml", "b.toml"}
     assert named == {f"flows/examples/{p.name}" for p in shipped}

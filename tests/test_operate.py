@@ -1,7 +1,7 @@
 """Operating releases against a real Prefect server (the session's shared ``prefect_server``):
 scheduled runs by all three routes reach Completed and publish a release, ``prefect.yaml`` deploys,
 the entry point ignores folders in the working directory, and a failing run leaves its stage and reason;
-and the README's "Operate it" commands, in order, after ``mdp-release server start`` on a server of
+and the commands of docs/operating.md's "Scheduled releases", in order, after ``mdp-release server start`` on a server of
 their own.
 
 The three scheduling routes run side by side in one test (each a long-running process we start and
@@ -448,9 +448,9 @@ def test_deploy_with_cron_and_run_now(prefect_server, tmp_path):
 
 def _readme_operations() -> tuple[list[str], str]:
     """The shell commands (``bash`` blocks, in order, comments dropped) and the Python example of the
-    README's "Operate it" section."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("\n## Operate it") + 1 :]
+    "Scheduled releases" section of docs/operating.md."""
+    text = (REPO / "docs" / "operating.md").read_text()
+    section = text[text.index("\n## Scheduled releases") + 1 :]
     section = section[: section.index("\n## ")]
     blocks = re.findall(r"```(bash|python)\n(.*?)```", section, re.S)
     commands = [
@@ -465,7 +465,7 @@ def _readme_operations() -> tuple[list[str], str]:
 
 
 def test_readme_operations_work_as_written_after_server_start(tmp_path):
-    """Every command of README's "Operate it", in order, in a fresh Prefect home with no PREFECT_API_URL:
+    """Every command of docs/operating.md's "Scheduled releases", in order, in a fresh Prefect home with no PREFECT_API_URL:
     ``mdp-release server start --set-profile`` (on a free port, the one change) and then ``serve``,
     the Python ``release_flow.serve`` example, ``deploy``, ``prefect deployment ls``, ``prefect worker
     start``, ``prefect deployment run`` exactly as written, from the repository root (the shipped
