@@ -81,7 +81,7 @@ import secrets
 import stat
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -520,6 +520,18 @@ class PrivateStore:
             elif e["kind"] == "charge":
                 keys.add(str(e["key"]))
         return keys
+
+    def position(self, population: str, keys: Collection[str]) -> dict[str, Any] | None:
+        """Where the latest charge of ``keys`` sits in the population's (verified) ledger, within the current
+        budget: {"seq", "head" (that entry's hash), "spent", "cap"} as they stood right after it -- the same
+        figures however often the release is recomputed. None when none of the keys is charged."""
+        chain = self._verified(population)
+        start = max((e["seq"] for e in chain if e["kind"] == "new-budget"), default=0)
+        found = [e for e in chain[start:] if e["kind"] == "charge" and e["key"] in keys]
+        if not found:
+            return None
+        e = found[-1]
+        return {"seq": int(e["seq"]), "head": _entry_hash(e), "spent": float(e["spent"]), "cap": e["cap"]}
 
     def budget(self, population: str) -> Budget:
         """The population's budget after verifying its whole chain (LedgerError if it does not verify)."""

@@ -31,7 +31,7 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      formulas: releases made before populations). v3: ``population``, ``protection`` (components recomputed
      from edges.parquet, who is unprotected, stretch vs max_stretch and allow_unprotected, snap distances),
      the guarantee (metric eps = eps x stretch, the statement's figures) and the ledger (this release =
-     eps x stretch x protection_radius + additive, 0 <= new_spend <= it <= total <= cap, left = cap - total,
+     eps x stretch x protection_radius + additive, 0 <= it <= total <= cap, left = cap - total,
      ledger_seq / head); microdata without ``individual`` and sorted by output_id. Then its keys, the sha256s of the
      mechanism, instance.json, microdata and aggregates, n_individuals = microdata rows = the total count,
      eps_counts = the aggregates' column, counts_sensitivity = 2 per noisy level = noise_scale *
@@ -153,9 +153,7 @@ MANIFEST_SOLVE_KEYS = ("method", "status", "objective", "lower_bound", "upper_bo
 GUARANTEE_KEYS_V2 = frozenset({"epsilon_per_unit", "additive_epsilon", "distance_unit", "statement"})
 GUARANTEE_KEYS = GUARANTEE_KEYS_V2 | {"stretch", "metric_epsilon_per_unit", "protection_radius"}
 LEDGER_KEYS_V2 = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
-LEDGER_KEYS = frozenset(
-    "population this_release new_spend total_so_far max_total_epsilon left ledger_seq ledger_head".split()
-)
+LEDGER_KEYS = frozenset("population this_release total_so_far max_total_epsilon left ledger_seq ledger_head".split())
 PROTECTION_KEYS = frozenset(
     "n_components component_sizes stretch connected records_outside_largest worst_pair protection_radius "
     "max_stretch allow_unprotected unprotected_individuals snap_mean snap_max max_distance".split()
@@ -932,7 +930,7 @@ def _check_guarantee(prov: dict, inst: Record) -> list[str]:
 
 def _check_ledger(prov: dict) -> list[str]:
     """Provenance v3 ledger: population = the provenance's; this_release = eps x stretch x radius + additive;
-    0 <= new_spend <= this_release <= total_so_far <= max_total_epsilon (required for an agency population),
+    this_release <= total_so_far <= max_total_epsilon (required for an agency population),
     left = cap - total; ledger_seq >= 1 and a sha256 head."""
     where, led, g = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), _obj(prov.get("guarantee"))
     findings = _compare(where, "population", led.get("population"), prov.get("population"))
@@ -943,11 +941,7 @@ def _check_ledger(prov: dict) -> list[str]:
     findings += _compare(
         where, "this_release (eps x stretch x radius + additive)", led.get("this_release"), spend, RECOMPUTED
     )
-    new, total, cap = _num(led.get("new_spend")), _num(led.get("total_so_far")), _num(led.get("max_total_epsilon"))
-    if new is None or new < 0 or new > spend * (1 + RECOMPUTED):
-        findings.append(
-            f"{where}: new_spend {led.get('new_spend')} is not between 0 and this release's charge {_show(spend)}"
-        )
+    total, cap = _num(led.get("total_so_far")), _num(led.get("max_total_epsilon"))
     if total is None or total < spend * (1 - RECOMPUTED):
         findings.append(
             f"{where}: total_so_far {led.get('total_so_far')} is below this release's charge {_show(spend)}"

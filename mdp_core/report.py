@@ -284,8 +284,8 @@ def _spend_sentence(c: dict) -> str:
         f"- **Budget.** This release is charged {_g(led['this_release'])} to population `{c['population']}`'s "
         f"budget: eps {c['epsilon']:g} per {unit} x stretch {_g(g['stretch'], '.4g')} x protection radius "
         f"{g['protection_radius']:g} {unit} = {_g(mech)} for the perturbed locations + eps_counts "
-        f"{c['counts_epsilon']:g} for the counts{prior}. This run added {_g(led['new_spend'])} to the ledger "
-        f"(0 when every charge was made before); {budget} (ledger entry {led['ledger_seq']}, head "
+        f"{c['counts_epsilon']:g} for the counts{prior} (each charged once, before it was measured); {budget} "
+        f"(ledger entry {led['ledger_seq']}, head "
         f"`{str(led['ledger_head'])[:16]}...`)."
     )
 

@@ -124,7 +124,7 @@ def kept_measure(private: PrivateStore, draw: Draw, name: str):
 
 def charge_all(
     private: PrivateStore, draw: Draw, params: dict[str, Any], charges: dict[str, tuple[str, float]]
-) -> tuple[Budget, float]:
+) -> tuple[Budget, float]:  # (the budget after them, what this call added)
     """Check that all ``charges`` (key -> (kind, epsilon)) fit the population's cap, then record each; returns the
     budget after them and what this call added (0 for a re-run: every key already charged). Refused
     (BudgetRefused) before anything is recorded when they do not fit."""
@@ -260,9 +260,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     perturb_key = charge_key("perturb", draw, mech_sha, params.get("max_distance"))
     counts_key = charge_key("counts", draw, inst_sha, zone.tolist(), eps_counts, params.get("max_distance"))
     mech_eps = mechanism_charge(inst.epsilon, protection, radius)
-    budget, new_spend = charge_all(
-        private, draw, params, {perturb_key: ("perturb", mech_eps), counts_key: ("counts", eps_counts)}
-    )
+    charge_all(private, draw, params, {perturb_key: ("perturb", mech_eps), counts_key: ("counts", eps_counts)})
+    # the ledger as it stood right after this release's last charge: the same figures on every recomputation
+    at = private.position(draw.population, (perturb_key, counts_key))
+    assert at is not None  # just charged (or charged before)
     # The door is open: draw. A stream per mechanism: two releases of the same draw through different
     # mechanisms must not share their uniforms (the pair of inverse-CDF outputs would pin u down); they are
     # two charges, and the same mechanism and draw give the same outputs, which reveal nothing new.
@@ -277,12 +278,11 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     ledger = {
         "population": draw.population,
         "this_release": audit.this_release(inst.epsilon, protection["stretch"], radius, additive),
-        "new_spend": new_spend,
-        "total_so_far": budget.spent,
-        "max_total_epsilon": budget.cap,
-        "left": budget.left,
-        "ledger_seq": budget.seq,
-        "ledger_head": budget.head,
+        "total_so_far": at["spent"],
+        "max_total_epsilon": at["cap"],
+        "left": None if at["cap"] is None else at["cap"] - at["spent"],
+        "ledger_seq": at["seq"],
+        "ledger_head": at["head"],
     }
     source = "simulated" if params.get("microdata") is None else "file"
     pair = protection.get("worst_pair") or {}

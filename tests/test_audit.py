@@ -164,11 +164,10 @@ def test_issue11_finding1_tampered_solve_object_is_refused_at_the_door(built, tm
     assert "\n" not in str(exc.value)
     tampered = store.valid_ref("solve", sol.key)  # (b) what a store hit now returns
     assert tampered is not None and tampered.files["mechanism.parquet"] == file_sha256(mech)
-    post = postprocess.postprocess.fn(
-        str(root), postprocess_params(store, refs), refs["export"], tampered, refs["partition"]
-    )
-    with pytest.raises(PrivacyError, match="fails verification"):
-        publish(store, refs, "recomputed-refs", sol=tampered, post=post)
+    with pytest.raises(PrivacyError, match="fails its mDP certificate at the moment of drawing"):
+        postprocess.postprocess.fn(
+            str(root), postprocess_params(store, refs), refs["export"], tampered, refs["graph"], refs["partition"]
+        )  # (b) a recomputing flow never draws from it
     assert {p.name for p in (root / "runs").iterdir()} <= {"run-1"}  # run-1: the clean release published earlier
 
 

@@ -21,6 +21,7 @@ import pytest
 from test_audit import build, publish
 from test_audit_claims import claims_of, edit, edit_report, edit_table, read, rehash
 
+from flows.config import DEFAULT_MAX_STRETCH
 from mdp_core import audit, report
 from mdp_core.io import read_instance
 from mdp_core.metrics import pairwise
@@ -73,11 +74,12 @@ def protection_of(run: Path) -> dict:
         "records_outside_largest": n - sizes[0],
         "worst_pair": [int(worst[0]), int(worst[1])],
         "protection_radius": inst.eta,
-        "max_stretch": 10.0,
+        "max_stretch": DEFAULT_MAX_STRETCH,
         "allow_unprotected": False,
         "unprotected_individuals": 0,
         "snap_mean": None,
         "snap_max": None,
+        "max_distance": inst.eta,
     }
 
 
@@ -101,7 +103,9 @@ def to_v3(run: Path) -> None:
     rewrite_table(
         run,
         "microdata.parquet",
-        lambda f: f.drop(columns="individual").sort_values("output_id", kind="stable", ignore_index=True),
+        lambda f: f.drop(columns="individual", errors="ignore").sort_values(
+            "output_id", kind="stable", ignore_index=True
+        ),
     )
     prov = read(run, audit.PROVENANCE)
     inst = read(run, "instance/instance.json")
@@ -119,7 +123,6 @@ def to_v3(run: Path) -> None:
         "ledger": {
             "population": population,
             "this_release": charge,
-            "new_spend": charge,
             "total_so_far": charge,
             "max_total_epsilon": CAP,
             "left": CAP - charge,
@@ -185,7 +188,6 @@ def test_v2_release_of_the_pipeline_still_audits(released):
         (lambda p: p["ledger"].update(this_release=0.5), "this_release (eps x stretch x radius + additive) 0.5"),
         (lambda p: p["ledger"].update(left=50.0), "ledger: left 50.0 but max_total_epsilon - total_so_far"),
         (lambda p: p["ledger"].update(max_total_epsilon=1.0), "exceeds max_total_epsilon"),
-        (lambda p: p["ledger"].update(new_spend=-1.0), "new_spend -1.0 is not between 0"),
         (lambda p: p["ledger"].update(ledger_head="x"), "ledger_head is not a sha256"),
         (lambda p: p["ledger"].update(population="other"), "ledger: population other but"),
         (lambda p: p["protection"].update(component_sizes=[19, 1]), "component_sizes [19, 1] but"),

@@ -116,7 +116,7 @@ def test_config_errors_are_printed(tmp_path):
 def test_unreadable_microdata_is_a_reason(tmp_path):
     os.mkfifo(tmp_path / "people.csv")
     (tmp_path / "r.toml").write_text(
-        '[dataset]\nkind = "grid"\nparams = { rows = 4, cols = 5, n_outputs = 6 }\n[release]\nmicrodata = "people.csv"\n'
+        '[dataset]\nkind = "grid"\nparams = { rows = 4, cols = 5, n_outputs = 6 }\n[release]\nmicrodata = "people.csv"\npopulation = "p"\n'
     )
     proc, _ = cli("check", "--config", str(tmp_path / "r.toml"), "--json")
     rep = json.loads(proc.stdout)

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flows.config import (
+    DEFAULT_MAX_STRETCH,
     ReleaseFlowConfig,
     as_config,
     config_hash,
@@ -246,7 +247,7 @@ def test_config_hash_is_the_meaning_not_what_was_written():
     written = parse_config(
         {
             "release": {"simulate": True, "n_individuals": 10_000, "eps_counts": 1.0},
-            "privacy": {"max_stretch": 3.0, "allow_unprotected": False},
+            "privacy": {"max_stretch": DEFAULT_MAX_STRETCH, "allow_unprotected": False},
             "solve": {"method": "auto"},
         }
     )

@@ -329,7 +329,7 @@ def test_cli_store_from_config(tmp_path, capsys):
     store = tmp_path / "store"
     PrivateStore(store).charge(POP, k(1), 1.0, {}, 3.0, True)
     cfg = tmp_path / "release.toml"
-    cfg.write_text(f'store = "{store}"\n')
+    cfg.write_text(f'store = "{store}"\n[release]\nsimulate = true\n')
     code, out, err = run_cli(capsys, "--config", str(cfg))
     assert code == 0 and POP in out, err
     code, _, err = run_cli(capsys, "--config", str(tmp_path / "missing.toml"))

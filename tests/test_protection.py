@@ -208,7 +208,7 @@ def test_graph_stage_records_protection(tmp_path):
             "store": str(tmp_path),
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 8, "cell_km": 1.0}},
             "privacy": {"epsilon": 3.0, "eta": 1.0},
-            "release": {"n_individuals": 10},
+            "release": {"simulate": True, "n_individuals": 10},
         }
     )
     p = stage_params(cfg)
