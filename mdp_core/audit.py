@@ -1028,7 +1028,7 @@ def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list
     findings += _compare(
         "manifest.json", "config microdata source", "simulated" if simulated else "file", prov.get("microdata_source")
     )
-    if simulated and "n_individuals" in release:
+    if simulated and release.get("n_individuals") is not None:  # unset: the config's default number
         findings += _compare(
             "manifest.json", "config release.n_individuals", release["n_individuals"], prov.get("n_individuals")
         )
