@@ -249,3 +249,36 @@ def test_published_rows_reveal_no_input_order(table, tmp_path):
     md = pd.read_parquet(Store(tmp_path).path(refs["postprocess"], "microdata.parquet"))
     assert "individual" not in md.columns
     assert md["output_id"].is_monotonic_increasing  # a function of the outputs alone
+
+
+ROME = Path(__file__).resolve().parents[2] / "shared" / "data" / "rome_center"
+
+
+@pytest.mark.skipif(not (ROME / "nodes.csv").is_file(), reason="shared Rome data ../shared/data/rome_center absent")
+def test_eps_60_eta_0_05_on_rome_roads_is_refused(tmp_path):
+    """Item 3 as the tester ran it: eps 60 / km, eta 0.05 km on central Rome's roads gives an mDP graph with
+    almost no edges (every mechanism row deterministic): refused before any draw, whatever the cap."""
+    nodes = pd.read_csv(ROME / "nodes.csv")
+    rng = np.random.default_rng(5)
+    pick = nodes.sample(200, random_state=5)
+    df = pd.DataFrame({"lat": pick["y"] + rng.normal(0, 1e-5, 200), "lon": pick["x"] + rng.normal(0, 1e-5, 200)})
+    df.to_csv(tmp_path / "residents.csv", index=False)
+    cfg = parse_config(
+        {
+            "store": str(tmp_path / "store"),
+            "dataset": {
+                "kind": "road",
+                "params": {"nodes": str(ROME / "nodes.csv"), "edges": str(ROME / "edges.csv"), "n_records": 150},
+            },
+            "privacy": {"epsilon": 60.0, "eta": 0.05},
+            "release": {
+                "microdata": str(tmp_path / "residents.csv"),
+                "population": "rome-residents",
+                "max_distance": 2.0,
+                "max_total_epsilon": 1000.0,
+            },
+        }
+    )
+    with pytest.raises(PrivacyError, match="components"):
+        run_stages(tmp_path / "store", cfg)
+    assert not (tmp_path / "store" / "private").exists() or PrivateStore(tmp_path / "store").populations() == []
