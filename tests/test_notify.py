@@ -199,6 +199,8 @@ store = "{store}"
 [dataset]
 kind = "points"
 params = {{ path = "{csv}" }}
+[release]
+simulate = true
 [evaluate]
 baselines = []
 """

@@ -615,7 +615,8 @@ def test_issue11_findings_1_and_5_in_the_flow(prefect_server, tmp_path):
     refused = run_flow(prefect_server, tmp_path, store)
     assert refused.returncode == 1, refused.stderr[-3000:]
     lines = error_lines(refused.stderr)
-    assert len(lines) == 1 and "release refused" in lines[0], refused.stderr[-3000:]
+    # refused before anything is drawn from it (the certificate at the moment of drawing) or at the door
+    assert len(lines) == 1 and ("release refused" in lines[0] or "fails its mDP certificate" in lines[0]), lines
     assert sorted(p.name for p in (store / "runs").iterdir() if not p.name.endswith("-failed")) == before
 
 
