@@ -145,7 +145,7 @@ def plot_released_points(
             e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
             ax.add_collection(
                 LineCollection(
-                    np.stack([rec[e[:, 0]], rec[e[:, 1]]], axis=1),
+                    list(np.stack([rec[e[:, 0]], rec[e[:, 1]]], axis=1)),
                     colors="0.75",
                     linewidths=0.5,
                     zorder=0,

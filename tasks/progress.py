@@ -165,7 +165,7 @@ FIRST_LP_ITERATIONS = {"interior point": 30, "simplex": 5000}
 # The share of the bar (percent) the first round is guessed to take, before any round has finished: the
 # first LP of a decomposition is its longest (a fresh factorisation, the most rows added at once), and a
 # one-shot LP ("lp") is the whole solve.
-FIRST_ROUND_SLOT = 50.0
+FIRST_ROUND_SLOT = 45.0
 MIN_SLOT = 1.0  # percent: a round that moved the bar less still lets the next one visibly move
 CEILING = 99.0  # percent before the solve returns (a closed gap still has certification ahead)
 
