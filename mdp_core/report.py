@@ -118,6 +118,41 @@ def _plane(points: np.ndarray, lonlat: bool, basis: np.ndarray | None = None) ->
     return pts, None
 
 
+STREET_NEIGHBOURS = 3  # the released-points plot joins each record to this many of its nearest graph neighbours
+
+
+def nearest_edges(points: np.ndarray, edges: np.ndarray, per_record: int = STREET_NEIGHBOURS) -> np.ndarray:
+    """The edges (E', 2) of ``edges`` (E, 2) that are among the ``per_record`` shortest (by distance between
+    ``points`` (N, 2), ties by edge order) of one of their two records, or on a minimum spanning forest of
+    the graph (same lengths): a sparse, street-like backbone of a dense mDP graph, in the input order. Every
+    record keeps its nearest neighbours, and two records are joined by a path of kept edges exactly when the
+    graph joins them (a picture of the backbone never shows components the graph does not have)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    if e.shape[0] == 0 or per_record <= 0:
+        return e[:0]
+    pts = np.asarray(points, dtype=float)
+    length = np.linalg.norm(pts[e[:, 0]] - pts[e[:, 1]], axis=1)
+    node = np.concatenate([e[:, 0], e[:, 1]])
+    idx = np.concatenate([np.arange(e.shape[0])] * 2)
+    order = np.lexsort((idx, np.concatenate([length, length]), node))  # by node, then length, then edge
+    node, idx = node[order], idx[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(node)) + 1]
+    rank = np.arange(node.size) - np.repeat(starts, np.diff(np.r_[starts, node.size]))
+    keep = np.zeros(e.shape[0], dtype=bool)
+    keep[idx[rank < per_record]] = True
+    n = int(max(e.max() + 1, pts.shape[0]))
+    # edge i + 1 as the weight's tie-breaker would lose precision: lengths get a tiny positive floor instead
+    weights = sp.coo_matrix((np.maximum(length, 1e-300), (e[:, 0], e[:, 1])), shape=(n, n)).tocsr()
+    tree = minimum_spanning_tree(weights).tocoo()
+    pairs = {(int(min(a, b)), int(max(a, b))) for a, b in zip(tree.row, tree.col, strict=True)}
+    keep |= np.fromiter(((int(min(a, b)), int(max(a, b))) in pairs for a, b in e), dtype=bool, count=e.shape[0])
+    return e[keep]
+
+
 def plot_released_points(
     points: np.ndarray,
     counts: np.ndarray,
@@ -129,9 +164,10 @@ def plot_released_points(
     """The released outputs over the streets: one dot per output location ``points`` (K, D), area
     proportional to the number of individuals released there ``counts`` (K,) (public: counted from
     microdata.parquet), drawn over the mDP graph -- ``edges`` (E, 2) record index pairs between the
-    ``records`` (N, D), light grey lines, the records as small grey dots -- in place of a street map (the
-    instance holds no road geometry; for road data its records are street nodes). >2-D: first 2 PCs (of
-    the records when given). lon/lat: x = lon, y = lat, the aspect corrected by cos(latitude)."""
+    ``records`` (N, D), each record joined to its :data:`STREET_NEIGHBOURS` nearest graph neighbours and a
+    spanning forest (:func:`nearest_edges`) in light grey lines, the records as small grey dots -- in place of a street map
+    (the instance holds no road geometry; for road data its records are street nodes). >2-D: first 2 PCs
+    (of the records when given). lon/lat: x = lon, y = lat, the aspect corrected by cos(latitude)."""
     import numpy as np
 
     c = np.asarray(counts, dtype=float)
@@ -142,14 +178,15 @@ def plot_released_points(
         if edges is not None and np.asarray(edges).size:
             from matplotlib.collections import LineCollection
 
-            e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+            scale = np.array([math.cos(math.radians(float(np.mean(rec[:, 1])))), 1.0]) if lonlat else 1.0
+            e = nearest_edges(rec * scale, edges)  # lon shrunk by cos(lat): lengths as on the ground
             ax.add_collection(
                 LineCollection(
                     list(np.stack([rec[e[:, 0]], rec[e[:, 1]]], axis=1)),
                     colors="0.75",
                     linewidths=0.5,
                     zorder=0,
-                    label="mDP graph (neighbours within eta)",
+                    label=f"mDP graph: each record's {STREET_NEIGHBOURS} nearest neighbours",
                 )
             )
         ax.scatter(rec[:, 0], rec[:, 1], s=2, c="0.55", linewidths=0, zorder=1, label="records")
@@ -265,9 +302,11 @@ def figure_caption(name: str, c: dict) -> str | None:
     if name == "released.png":
         return (
             "Each blue dot is a released output location, its area proportional to the number of individuals "
-            f"released there; the grey lines under them join the records within eta = {_g(c['eta'], 'g')} {unit} "
-            "of each other (the mDP graph's neighbour pairs, which the mechanism keeps hard to tell apart), "
-            "drawn in place of a street map, which the release does not hold."
+            f"released there; the grey dots are the records and the grey lines join each record to its "
+            f"{STREET_NEIGHBOURS} nearest neighbours in the mDP graph (records within eta = {_g(c['eta'], 'g')} "
+            f"{unit}, which the mechanism keeps hard to tell apart), with a spanning tree of the graph so that "
+            "records look connected exactly when the graph connects them; drawn in place of a street map, which "
+            "the release does not hold."
         )
     if name == "count_noise.png":
         return (

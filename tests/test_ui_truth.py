@@ -202,6 +202,27 @@ def test_released_points_are_drawn_over_the_mdp_graph(monkeypatch, tmp_path):
     assert "released outputs: 5 individuals on 1 of 2 outputs" == ax.get_title()
 
 
+def test_the_streets_are_a_sparse_backbone_with_the_graphs_components():
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from mdp_core.datasets import grid
+
+    g = grid(10, 12, n_outputs=20, eta=3.0)  # a dense mDP graph: every record has many neighbours
+    pts = g.record_points()
+    kept = report.nearest_edges(pts, g.edges)
+    assert 0 < len(kept) < len(g.edges) / 2 and set(map(tuple, kept)) <= set(map(tuple, g.edges))
+    degree = np.bincount(kept.ravel(), minlength=g.n_records)
+    assert degree.min() >= report.STREET_NEIGHBOURS  # every record keeps its nearest neighbours
+    # two far clusters joined by one long edge: the backbone keeps it (no component the graph lacks)
+    two = np.vstack([pts, pts + 100.0])
+    n = len(pts)
+    edges = np.vstack([g.edges, g.edges + n, [[0, n]]])
+    kept = report.nearest_edges(two, edges)
+    graph = coo_matrix((np.ones(len(kept)), (kept[:, 0], kept[:, 1])), shape=(2 * n, 2 * n))
+    assert connected_components(graph, directed=False)[0] == 1 and [0, n] in kept.tolist()
+
+
 def _claims(n_zones: int = 3) -> dict:
     return {
         "eta": 0.5,
