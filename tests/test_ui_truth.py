@@ -351,3 +351,64 @@ def test_one_artifact_per_key_and_content_and_a_cached_tick_adds_no_release_arti
     releases = _artifacts(prefect_server, f"{key}-release")
     assert len(releases) == 1 and f"`{run_dir}`" in releases[0]["data"]
     assert "limit -" not in releases[0]["data"]
+
+
+TICK = """
+name = "truth-tick"
+store = "{store}"
+[dataset]
+kind = "grid"
+params = {{ rows = 3, cols = 4, n_outputs = 5, seed = 1 }}
+[solve]
+method = "rowgen"
+[release]
+simulate = true
+n_individuals = 50
+[evaluate]
+baselines = ["exp"]
+counts_eps = [1.0]
+counts_seeds = 1
+"""
+
+
+@pytest.mark.flow
+def test_a_cached_tick_adds_no_artifact_and_says_nothing_new_once(prefect_server, tmp_path):
+    """Two runs of one config through the command line: the first publishes the three artifacts and states
+    its spend; the fully cached second adds none and logs "nothing new published" once."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import QUIET
+
+    cfg = tmp_path / "tick.toml"
+    cfg.write_text(TICK.format(store=tmp_path / "store"))
+    env = os.environ | QUIET | {"PREFECT_API_URL": prefect_server["url"], "PREFECT_HOME": str(prefect_server["home"])}
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg), "--json"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout))
+    assert runs[1]["same_as"] == Path(runs[0]["run_dir"]).name
+    for suffix in ("release", "report", "evaluation"):
+        arts = _artifacts(prefect_server, f"truth-tick-{suffix}")
+        assert len(arts) == 1 and arts[0]["flow_run_id"] == runs[0]["flow_run_id"], suffix
+    md = _artifacts(prefect_server, "truth-tick-release")[0]["data"]
+    charge = runs[0]["privacy"]["ledger"]["this_release"]
+    assert f"| this run spent | {charge:.6g} (charged to `{runs[0]['privacy']['population']}` by this run) |" in md
+    assert "| budget left | no cap (a simulated population)" in md and "limit -" not in md
+    assert "(checked to 1e-9)" in md
+    body = json.dumps({"logs": {"flow_run_id": {"any_": [runs[1]["flow_run_id"]]}}}).encode()
+    req = urllib.request.Request(
+        prefect_server["url"] + "/logs/filter", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        said = [log["message"] for log in json.load(r) if "nothing new published" in log["message"]]
+    assert len(said) == 1 and "this run spent 0" in said[0], said
