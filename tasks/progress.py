@@ -221,6 +221,8 @@ class ProgressArtifact:
         self.first_gap = math.inf  # the first finite relative gap: 0 % on the log scale
         self.t0 = time.monotonic()
         self._lock = threading.Lock()
+        self._send = threading.Lock()  # one update in flight; none after done() (the heartbeat's thread races it)
+        self.finished = False
         self.base = 0.0  # percent when the current round began
         self.last_increment: float | None = None  # percent the previous round moved the bar (None: first round)
         self.slot = round_slot(0.0, None)
@@ -299,10 +301,19 @@ class ProgressArtifact:
             self._update(self.percent, f"{self.title}: {now - self.t0:.0f} s; {line}")
 
     def done(self, summary: str) -> None:
+        """The solve returned: the artifact at 100 %, and no later update (from the heartbeat) moves it."""
         if self.id is not None:
-            self._update(100.0, f"{self.title}: done in {time.monotonic() - self.t0:.0f} s; {summary}")
+            self._update(100.0, f"{self.title}: done in {time.monotonic() - self.t0:.0f} s; {summary}", final=True)
+        self.finished = True
 
-    def _update(self, percent: float, description: str) -> None:
+    def _update(self, percent: float, description: str, final: bool = False) -> None:
+        with self._send:
+            if self.finished:
+                return
+            self.finished = final
+            self._send_update(percent, description)
+
+    def _send_update(self, percent: float, description: str) -> None:
         try:
             from prefect.artifacts import update_progress_artifact
 

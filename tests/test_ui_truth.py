@@ -412,3 +412,19 @@ def test_a_cached_tick_adds_no_artifact_and_says_nothing_new_once(prefect_server
     with urllib.request.urlopen(req, timeout=30) as r:
         said = [log["message"] for log in json.load(r) if "nothing new published" in log["message"]]
     assert len(said) == 1 and "this run spent 0" in said[0], said
+
+
+def test_no_update_after_done_moves_the_bar_back():
+    sent: list[float] = []
+
+    class Recording(ProgressArtifact):
+        def _send_update(self, percent: float, description: str) -> None:  # the API call, recorded
+            sent.append(percent)
+
+    bar = Recording(None, "solve", every=0.0)
+    bar.id = "artifact"  # as if created on a server
+    bar.activity(ACT.format(r=1, rows=10, n=3))
+    bar.done("optimal")
+    bar.activity(ACT.format(r=1, rows=10, n=4))  # the heartbeat's thread, a moment late
+    bar(control.Progress("rowgen", "round 1", lower=1.0, upper=2.0, gap_rel=1e-3))
+    assert sent[-1] == 100.0 and sent.count(100.0) == 1 and len(sent) == 2
