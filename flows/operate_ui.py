@@ -2,7 +2,11 @@
 the release artifact in the Prefect UI, the ``runs/latest`` pointer, and the failure record.
 
 Artifact keys are per release name (``<name>-release``, ``<name>-evaluation``, ``<name>-report``,
-``<name>-solve-progress``, ``<name>-failure``), so one key's history in the UI is one release's history.
+``<name>-solve-progress``, ``<name>-failure``), so one key's history in the UI is one release's history;
+a new version of a key is created only when its content changed (:func:`tasks.progress.publish_artifact`),
+and a run that published nothing new (a cached ``serve`` tick) adds no release artifact, only one line
+"nothing new published" in its logs. The release artifact states this run's spend (the population's
+ledger after the run minus before it: :func:`ledger_snapshot`, :func:`run_spend`) and the budget left.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ import datetime as _dt
 import hashlib
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger("mdp_release")
 
@@ -103,39 +108,133 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
-def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str) -> str:
+def _eps(v: float) -> str:
+    """An epsilon for the operator: 6 significant digits (``6.5``, ``0.00123457``)."""
+    return f"{v:.6g}"
+
+
+def _tolerance(tol: float) -> str:
+    """A relative tolerance as an operator writes it: ``1e-9`` (not ``1e-09``)."""
+    text = f"{tol:g}"
+    mantissa, _, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else text
+
+
+def realised_eps_text(cert: dict[str, Any]) -> str:
+    """The certificate's realised epsilon rounded to the relative tolerance it was checked at, e.g.
+    ``10 (checked to 1e-9)`` for 10.000000000064 (a difference below the tolerance is no breach, and the
+    digits below it are not shown; :func:`mdp_core.report.rounded_to_tolerance`)."""
+    from mdp_core.report import rounded_to_tolerance
+
+    value = cert.get("max_realised_epsilon")
+    tol = cert.get("ratio_tol")
+    if value is None:
+        return "-"
+    if not isinstance(tol, int | float) or tol <= 0:
+        return _fmt(float(value))
+    return f"{rounded_to_tolerance(float(value), float(tol))} (checked to {_tolerance(float(tol))})"
+
+
+@dataclass(frozen=True)
+class RunSpend:
+    """What one run charged to its population's budget, from the private ledger read before the first
+    stage (:func:`ledger_snapshot`) and after publication (:func:`run_spend`).
+
+    ``spent``: epsilon charged by this run (0 when every measurement was paid before: a cached re-run;
+    None when the ledger could not be read); ``total``: the population's spent after the run; ``cap``: its
+    stored cap (None: no cap, a simulated population); ``left`` = cap - total (None without a cap)."""
+
+    population: str
+    spent: float | None
+    total: float | None
+    cap: float | None
+    left: float | None
+
+
+def ledger_snapshot(store_root: str | Path) -> dict[str, float] | None:
+    """{population: spent} of every population of the store's private ledger (each chain verified), read
+    before a release's first stage; None when it cannot be read (the release then refuses on its own)."""
+    try:
+        from artifacts.private import PrivateStore
+
+        private = PrivateStore(store_root)
+        return {p: private.budget(p).spent for p in private.populations()}
+    except Exception as exc:  # a figure for the UI: the flow's own checks refuse a broken ledger
+        log.warning("could not read the ledger before the release: %s", exc)
+        return None
+
+
+def run_spend(store_root: str | Path, population: str, before: dict[str, float] | None) -> RunSpend:
+    """This run's spend on ``population``: its ledger's spent now minus ``before`` (:func:`ledger_snapshot`;
+    a population absent from it had spent 0), with the cap and what is left."""
+    try:
+        from artifacts.private import PrivateStore
+
+        budget = PrivateStore(store_root).budget(population)
+    except Exception as exc:
+        log.warning("could not read the ledger of %s: %s", population, exc)
+        return RunSpend(population, None, None, None, None)
+    spent = None if before is None else max(budget.spent - before.get(population, 0.0), 0.0)
+    return RunSpend(population, spent, budget.spent, budget.cap, budget.left)
+
+
+def _spend_rows(spend: RunSpend | None, privacy: dict[str, Any]) -> list[tuple[str, str]]:
+    """The table rows on the budget: the population, this run's spend, the budget left, the release's charge."""
+    led = privacy.get("ledger") or {}
+    population = (spend.population if spend else None) or privacy.get("population") or led.get("population")
+    simulated = privacy.get("microdata_source") == "simulated"
+    who = "-" if population is None else f"`{population}`"
+    rows = [("population", who + (" (SIMULATED individuals: no real person)" if simulated else ""))]
+    if spend is None or spend.spent is None:
+        rows.append(("this run spent", "unknown (the ledger could not be read before and after the run)"))
+    elif spend.spent == 0:
+        rows.append(("this run spent", "0 (nothing new was measured: every charge was paid before)"))
+    else:
+        rows.append(("this run spent", f"{_eps(spend.spent)} (charged to `{spend.population}` by this run)"))
+    if spend is not None and spend.total is not None:
+        if spend.cap is None:
+            left = f"no cap (a simulated population); {_eps(spend.total)} spent in all"
+        else:
+            left = f"{_eps(cast(float, spend.left))} of the cap {_eps(spend.cap)} ({_eps(spend.total)} spent in all)"
+        rows.append(("budget left", left))
+    if isinstance(led.get("this_release"), int | float):
+        rows.append(
+            (
+                "this release's charge",
+                f"{_eps(float(led['this_release']))} (mechanism + counts + DP prior, each charged once, "
+                "when first measured)",
+            )
+        )
+    return rows
+
+
+def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str, spend: RunSpend | None = None) -> str:
+    """The release artifact: the release folder (the one that holds these bytes: for a run that published
+    nothing new, the earlier release's), this run's spend and the population's budget left (``spend``),
+    the certificate (realised epsilon rounded to its tolerance), the solve."""
     cert = manifest["privacy"]["certificate"]
     sv = manifest["solve"]
+    privacy = manifest["privacy"]
     mpath = run_dir / "manifest.json"
     mhash = hashlib.sha256(mpath.read_bytes()).hexdigest() if mpath.is_file() else "-"
+    same = manifest.get("same_as")
     rows = [
         (
             "release folder",
-            f"`{run_dir}`" + (" (same bytes as before: nothing new published)" if manifest.get("same_as") else ""),
+            f"`{run_dir}`" + (" (these exact bytes were published before: nothing new published)" if same else ""),
         ),
+        *_spend_rows(spend, privacy),
         ("manifest", f"`manifest.json` sha256 `{mhash}`"),
         ("privacy check", "**PASS**" if cert.get("passed") else "**FAIL**"),
         (
-            "eps (mechanism, per " + str(manifest["privacy"].get("distance_unit", "unit")) + ")",
-            _fmt(manifest["privacy"].get("mechanism_epsilon")),
+            "eps (mechanism, per " + str(privacy.get("distance_unit", "unit")) + ")",
+            _fmt(privacy.get("mechanism_epsilon")),
         ),
-        ("realised eps", _fmt(cert.get("max_realised_epsilon"))),
-        ("eps_counts (true-data counts)", _fmt(manifest["privacy"].get("counts_epsilon"))),
-        (
-            "prior",
-            f"{_fmt(manifest['privacy'].get('prior_source'))} (eps {_fmt(manifest['privacy'].get('prior_epsilon'))})",
-        ),
-        (
-            "individuals",
-            f"{_fmt(manifest['privacy'].get('n_individuals'))} ({_fmt(manifest['privacy'].get('microdata_source'))})",
-        ),
-        ("guarantee", _fmt((manifest["privacy"].get("guarantee") or {}).get("statement"))),
-        ("this release spends", _fmt((manifest["privacy"].get("ledger") or {}).get("this_release"))),
-        (
-            "table's total so far",
-            f"{_fmt((manifest['privacy'].get('ledger') or {}).get('total_so_far'))} "
-            f"(limit {_fmt((manifest['privacy'].get('ledger') or {}).get('max_total_epsilon'))})",
-        ),
+        ("realised eps", realised_eps_text(cert)),
+        ("eps_counts (true-data counts)", _fmt(privacy.get("counts_epsilon"))),
+        ("prior", f"{_fmt(privacy.get('prior_source'))} (eps {_fmt(privacy.get('prior_epsilon'))})"),
+        ("individuals", f"{_fmt(privacy.get('n_individuals'))} ({_fmt(privacy.get('microdata_source'))})"),
+        ("guarantee", _fmt((privacy.get("guarantee") or {}).get("statement"))),
         ("method run", _fmt((sv.get("auto") or {}).get("method") or sv.get("method"))),
         ("status", _fmt(sv.get("status"))),
         ("objective (expected loss)", _fmt(sv.get("objective"))),
@@ -148,26 +247,66 @@ def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str) -> str:
             f"{sum(bool(e['cache_hit']) for e in manifest['stages'].values())}",
         ),
     ]
-    lines = [f"# Release `{name}`: {manifest['run_name']}", "", "| | |", "|---|---|"]
+    lines = [f"# Release `{name}`: `{run_dir.name}`", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     lines += ["", "Released files: " + ", ".join(f"`{f}`" for f in sorted(manifest.get("released_files", {}))), ""]
     return "\n".join(lines)
 
 
-def after_release(store: Any, run_dir: Path, manifest: dict[str, Any], name: str) -> None:
-    """After publication: point ``runs/latest`` at the release, publish the release artifact."""
+def _run_log() -> Any:
+    """The flow run's logger (its lines reach the run's logs in the UI), else this module's."""
+    try:
+        from prefect.logging import get_run_logger
+
+        return get_run_logger()
+    except Exception:
+        return log
+
+
+def after_release(
+    store: Any,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    name: str,
+    spent_before: dict[str, float] | None = None,
+) -> bool:
+    """After publication: point ``runs/latest`` at the release and publish the release artifact
+    ``<name>-release`` with this run's spend (the population's ledger now minus ``spent_before``, from
+    :func:`ledger_snapshot` before the first stage) and the budget left.
+
+    A run that published nothing new (``manifest["same_as"]``: a cached tick) and spent nothing creates no
+    artifact when the key's latest version already describes that release folder: one line "nothing new
+    published" in the run's logs instead. Returns True when an artifact was created."""
+    from tasks.progress import latest_artifact, publish_artifact
+
     run_dir = Path(run_dir)
     _link_latest(run_dir)
+    root = getattr(store, "root", store)
+    population = (manifest.get("privacy") or {}).get("population")
+    spend = run_spend(root, population, spent_before) if population else None
+    key = f"{name}-release"
+    if manifest.get("same_as") and (spend is None or not spend.spent):
+        try:
+            latest = latest_artifact(key)
+        except Exception:
+            latest = None
+        if latest is not None and isinstance(latest.data, str) and f"`{run_dir}`" in latest.data:
+            _run_log().info(
+                "nothing new published: %s already holds these exact bytes; this run spent %s; no new release artifact",
+                run_dir.name,
+                "unknown" if spend is None or spend.spent is None else _eps(spend.spent),
+            )
+            return False
     try:
-        from prefect.artifacts import create_markdown_artifact
-
-        create_markdown_artifact(
-            key=f"{name}-release",
-            markdown=release_markdown(run_dir, manifest, name),
-            description=f"mdp-release {name}: where the release went and its privacy certificate",
+        return publish_artifact(
+            "markdown",
+            key,
+            release_markdown(run_dir, manifest, name, spend),
+            f"mdp-release {name}: where the release went, this run's spend, the budget left, the certificate",
         )
     except Exception as exc:
         log.warning("could not publish the release artifact: %s", exc)
+        return False
 
 
 _STAGES: dict[str, str] = {}  # flow run id -> the stage it is at (this process's runs)

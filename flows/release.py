@@ -348,6 +348,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     def note(what: str) -> None:
         operate_ui.at_stage(run_id, what)
 
+    spent_before = operate_ui.ledger_snapshot(store.root)  # this run's spend = the ledger after minus before
     refs, _ = prepare(config, store, params, run, note, new_draw, draw)
     g, part, inst = refs["graph"], refs["partition"], refs["export"]
     # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
@@ -398,7 +399,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     )
     run_dir = manifest["run_dir"]
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
-    operate_ui.after_release(store, Path(run_dir), manifest, rname)  # runs/latest, UI release artifact
+    operate_ui.after_release(store, Path(run_dir), manifest, rname, spent_before)  # runs/latest, UI artifact
     if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
         store.prune_releases(config.run.keep_releases, rname)
     return manifest

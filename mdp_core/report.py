@@ -43,19 +43,35 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_bounds(trace: pd.DataFrame, path: Path) -> Path:
-    """Benders upper / lower bound per iteration (Qiu 2024 Figs. 17-20), from a Benders trace table
-    (columns ``iteration``, ``lower_bound``, ``upper_bound``; an infinite UB is not drawn)."""
+# What the bounds plot is titled and its curves labelled, per method that ran (a method not named here: its
+# own name and the generic labels).
+BOUND_PLOTS: dict[str, tuple[str, str, str]] = {
+    "benders": ("Benders decomposition", "lower bound (master)", "upper bound (best feasible)"),
+    "rowgen": ("Row generation", "lower bound (LP over the rows so far)", "upper bound (best feasible)"),
+    "colgen": ("Column generation", "lower bound", "upper bound (best feasible)"),
+}
+
+
+def bounds_title(method: str) -> str:
+    """The bounds plot's title for the method that ran (``rowgen`` -> "Row generation: bounds")."""
+    return f"{BOUND_PLOTS.get(method, (method, '', ''))[0]}: bounds"
+
+
+def plot_bounds(trace: pd.DataFrame, path: Path, method: str = "benders") -> Path:
+    """Upper / lower bound per iteration of the decomposition ``method`` that ran (Qiu 2024 Figs. 17-20),
+    from its trace table (columns ``iteration``, ``lower_bound``, ``upper_bound``; an infinite UB is not
+    drawn), titled for that method (:func:`bounds_title`)."""
     import numpy as np
 
+    _, lower, upper = BOUND_PLOTS.get(method, (method, "lower bound", "upper bound (best feasible)"))
     fig, ax = _plt().subplots(figsize=(6, 3.5))
     it = trace["iteration"].to_numpy()
-    ax.plot(it, trace["lower_bound"].to_numpy(dtype=float), label="lower bound (master)")
+    ax.plot(it, trace["lower_bound"].to_numpy(dtype=float), label=lower)
     ub = trace["upper_bound"].to_numpy(dtype=float)
-    ax.plot(it, np.where(np.isfinite(ub), ub, np.nan), label="upper bound (best feasible)")
+    ax.plot(it, np.where(np.isfinite(ub), ub, np.nan), label=upper)
     ax.set_xlabel("iteration")
     ax.set_ylabel("expected utility loss")
-    ax.set_title("Benders decomposition: bounds")
+    ax.set_title(bounds_title(method))
     ax.legend()
     fig.tight_layout()
     return _save(fig, path)
@@ -85,25 +101,119 @@ def plot_partition(
     return _save(fig, path)
 
 
-def plot_released_points(points: np.ndarray, counts: np.ndarray, path: Path, lonlat: bool = False) -> Path:
-    """The released outputs: one dot per output location ``points`` (K, D), area proportional to the number
-    of individuals released there ``counts`` (K,) (public: counted from microdata.parquet). >2-D: first 2 PCs."""
+def _plane(points: np.ndarray, lonlat: bool, basis: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(P, 2) plot coordinates of ``points`` (P, D): x = lon, y = lat for ``lonlat``; the first 2 principal
+    components for D > 2 (of ``basis``'s points when given, so two sets share one projection); and the
+    (mean, (D, 2) axes) used, None for D <= 2."""
     import numpy as np
 
     pts = np.asarray(points, dtype=float)
     if pts.shape[1] > 2:
-        centred = pts - pts.mean(axis=0)
-        pts = centred @ np.linalg.svd(centred, full_matrices=False)[2][:2].T
-    elif lonlat:
-        pts = pts[:, ::-1]
+        ref = pts if basis is None else np.asarray(basis, dtype=float)
+        mean = ref.mean(axis=0)
+        axes = np.linalg.svd(ref - mean, full_matrices=False)[2][:2].T
+        return (pts - mean) @ axes, axes
+    if lonlat:
+        return pts[:, ::-1], None
+    return pts, None
+
+
+STREET_NEIGHBOURS = 3  # the released-points plot joins each record to this many of its nearest graph neighbours
+
+
+def nearest_edges(points: np.ndarray, edges: np.ndarray, per_record: int = STREET_NEIGHBOURS) -> np.ndarray:
+    """The edges (E', 2) of ``edges`` (E, 2) that are among the ``per_record`` shortest (by distance between
+    ``points`` (N, 2), ties by edge order) of one of their two records, or on a minimum spanning forest of
+    the graph (same lengths): a sparse, street-like backbone of a dense mDP graph, in the input order. Every
+    record keeps its nearest neighbours, and two records are joined by a path of kept edges exactly when the
+    graph joins them (a picture of the backbone never shows components the graph does not have)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    if e.shape[0] == 0 or per_record <= 0:
+        return e[:0]
+    pts = np.asarray(points, dtype=float)
+    length = np.linalg.norm(pts[e[:, 0]] - pts[e[:, 1]], axis=1)
+    node = np.concatenate([e[:, 0], e[:, 1]])
+    idx = np.concatenate([np.arange(e.shape[0])] * 2)
+    order = np.lexsort((idx, np.concatenate([length, length]), node))  # by node, then length, then edge
+    node, idx = node[order], idx[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(node)) + 1]
+    rank = np.arange(node.size) - np.repeat(starts, np.diff(np.r_[starts, node.size]))
+    keep = np.zeros(e.shape[0], dtype=bool)
+    keep[idx[rank < per_record]] = True
+    n = int(max(e.max() + 1, pts.shape[0]))
+    # edge i + 1 as the weight's tie-breaker would lose precision: lengths get a tiny positive floor instead
+    weights = sp.coo_matrix((np.maximum(length, 1e-300), (e[:, 0], e[:, 1])), shape=(n, n)).tocsr()
+    tree = minimum_spanning_tree(weights).tocoo()
+    pairs = {(int(min(a, b)), int(max(a, b))) for a, b in zip(tree.row, tree.col, strict=True)}
+    keep |= np.fromiter(((int(min(a, b)), int(max(a, b))) in pairs for a, b in e), dtype=bool, count=e.shape[0])
+    return e[keep]
+
+
+def plot_released_points(
+    points: np.ndarray,
+    counts: np.ndarray,
+    path: Path,
+    lonlat: bool = False,
+    records: np.ndarray | None = None,
+    edges: np.ndarray | None = None,
+) -> Path:
+    """The released outputs over the streets: one dot per output location ``points`` (K, D), area
+    proportional to the number of individuals released there ``counts`` (K,) (public: counted from
+    microdata.parquet), drawn over the mDP graph -- ``edges`` (E, 2) record index pairs between the
+    ``records`` (N, D), each record joined to its :data:`STREET_NEIGHBOURS` nearest graph neighbours and a
+    spanning forest (:func:`nearest_edges`) in light grey lines, the records as small grey dots -- in place of a street map
+    (the instance holds no road geometry; for road data its records are street nodes). >2-D: first 2 PCs
+    (of the records when given). lon/lat: x = lon, y = lat, the aspect corrected by cos(latitude)."""
+    import numpy as np
+
     c = np.asarray(counts, dtype=float)
-    fig, ax = _plt().subplots(figsize=(5.5, 5))
-    ax.scatter(pts[:, 0], pts[:, 1], s=4 + 200 * c / max(c.max(), 1.0), alpha=0.6, linewidths=0)
+    fig, ax = _plt().subplots(figsize=(6, 5.5))
+    if records is not None:
+        rec, _ = _plane(records, lonlat)
+        pts, _ = _plane(points, lonlat, basis=records)
+        if edges is not None and np.asarray(edges).size:
+            from matplotlib.collections import LineCollection
+
+            scale = np.array([math.cos(math.radians(float(np.mean(rec[:, 1])))), 1.0]) if lonlat else 1.0
+            e = nearest_edges(rec * scale, edges)  # lon shrunk by cos(lat): lengths as on the ground
+            ax.add_collection(
+                LineCollection(
+                    list(np.stack([rec[e[:, 0]], rec[e[:, 1]]], axis=1)),
+                    colors="0.75",
+                    linewidths=0.5,
+                    zorder=0,
+                    label=f"mDP graph: each record's {STREET_NEIGHBOURS} nearest neighbours",
+                )
+            )
+        ax.scatter(rec[:, 0], rec[:, 1], s=2, c="0.55", linewidths=0, zorder=1, label="records")
+    else:
+        pts, _ = _plane(points, lonlat)
+    ax.scatter(
+        pts[:, 0],
+        pts[:, 1],
+        s=4 + 200 * c / max(c.max(), 1.0),
+        alpha=0.6,
+        linewidths=0,
+        zorder=2,
+        color="tab:blue",
+        label="released outputs",
+    )
     ax.set_xlabel("lon" if lonlat else "x0")
     ax.set_ylabel("lat" if lonlat else "x1")
     ax.tick_params(axis="x", labelrotation=30)
     ax.set_title(f"released outputs: {int(c.sum())} individuals on {int((c > 0).sum())} of {c.size} outputs")
-    ax.set_aspect("equal", adjustable="datalim")
+    if lonlat and np.asarray(points).shape[1] == 2:
+        mid = float(np.mean(pts[:, 1]))
+        ax.set_aspect(1.0 / max(math.cos(math.radians(mid)), 1e-3), adjustable="datalim")
+    else:
+        ax.set_aspect("equal", adjustable="datalim")
+    ax.autoscale_view()
+    if records is not None:
+        ax.legend(loc="best", fontsize=7, markerscale=1.5)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -174,6 +284,74 @@ APPENDIX_FIGURES = (
     ("bounds.png", "Bounds per iteration ({method_run})"),
     ("partition.png", "Partition of the mDP graph"),
 )
+
+
+def _count_levels(c: dict) -> tuple[int, str, str, str]:
+    """(k, the count queries, what the outputs add up to, the coarser counts) of the release's counts."""
+    if (c.get("n_zones") or 0) > 1:
+        return 3, "each output, each zone, the total", "the zone counts and the total", "zone and total"
+    return 2, "each output and the total", "the total", "total"
+
+
+def figure_caption(name: str, c: dict) -> str | None:
+    """The one sentence printed under figure ``name`` (a png of :data:`PAGE_FIGURES` /
+    :data:`APPENDIX_FIGURES`), a pure function of the claims ``c`` (the audit regenerates it with the
+    report); None for a figure without one. A report without claims (:func:`technical_markdown`) passes
+    the instance's epsilon, eta, distance_unit, method and method_run."""
+    unit = c.get("distance_unit", "unit")
+    if name == "released.png":
+        return (
+            "Each blue dot is a released output location, its area proportional to the number of individuals "
+            f"released there; the grey dots are the records and the grey lines join each record to its "
+            f"{STREET_NEIGHBOURS} nearest neighbours in the mDP graph (records within eta = {_g(c['eta'], 'g')} "
+            f"{unit}, which the mechanism keeps hard to tell apart), with a spanning tree of the graph so that "
+            "records look connected exactly when the graph connects them; drawn in place of a street map, which "
+            "the release does not hold."
+        )
+    if name == "count_noise.png":
+        return (
+            "The probability of each amount of noise added to a published count before post-processing: "
+            f"discrete Laplace of scale {_g(c['count_noise_scale'], 'g')}, set by eps_counts = "
+            f"{_g(c['counts_epsilon'], 'g')}; a count is off by {mean_abs_error(c['count_noise_scale']):.3g} "
+            "individuals on average before the counts are made consistent."
+        )
+    if name == "utility_vs_eps.png":
+        return (
+            f"Expected utility loss (lower is better) of the released method `{c['method']}` and of each "
+            f"baseline, each re-solved at multiples of eps = {_g(c['epsilon'], 'g')} per {unit}: a larger eps "
+            "(a weaker guarantee) lets released locations stay closer to the true records, so the optimal "
+            "mechanism's loss can only fall as eps grows."
+        )
+    if name == "cbdp_error.png":
+        k, queries, sums, coarse = _count_levels(c)
+        return (
+            "Mean absolute error of one output's count (log scale) in a seeded simulation on the released counts. "
+            f"CBDP, the method of the published counts, spends eps_counts / {k} on each of its {k} count queries "
+            f"({queries}), so each output count carries about {k} times the noise of the Laplace baseline, "
+            "which spends all of eps_counts on the output counts alone: on a single output CBDP is expected to "
+            f"be up to about {k} times worse. It is used because its counts are consistent non-negative integers "
+            f"(the outputs add up exactly to {sums}) and its {coarse} counts are far more accurate than sums of "
+            "the baseline's output counts (mae_features in cbdp_error.parquet)."
+        )
+    if name == "bounds.png":
+        return (
+            f"The proven lower bound and the expected loss of the best feasible mechanism found (upper bound) "
+            f"after each iteration of `{c['method_run']}`: the optimum lies between them, and the solve stopped "
+            "when they met within the requested gap or at a limit."
+        )
+    if name == "partition.png":
+        return (
+            "The records coloured by the subset of the mDP graph Benders decomposition assigned them to; ringed "
+            "records are boundary records, with neighbours in another subset, which tie the subproblems together."
+        )
+    return None
+
+
+def _figure(title: str, name: str, c: dict, heading: bool = False) -> list[str]:
+    """A figure's markdown lines: (a heading,) the image and its caption (:func:`figure_caption`)."""
+    caption = figure_caption(name, c)
+    lines = [f"## {title}", ""] if heading else []
+    return lines + [f"![{title}]({name})", ""] + ([caption, ""] if caption else [])
 
 
 def release_claims(
@@ -377,7 +555,7 @@ def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -
     ]
     for name, title in PAGE_FIGURES:
         if name in figures:
-            lines += [f"![{title}]({name})", ""]
+            lines += _figure(title, name, c)
     return lines
 
 
@@ -402,8 +580,7 @@ def appendix_markdown(c: dict, evaluation_md: str, figures: set[str] | frozenset
     ]
     for name, title in APPENDIX_FIGURES:
         if name in figures:
-            title = title.format(method_run=c["method_run"])
-            lines += [f"## {title}", "", f"![{title}]({name})", ""]
+            lines += _figure(title.format(method_run=c["method_run"]), name, c, heading=True)
     return lines
 
 
@@ -442,8 +619,15 @@ def technical_markdown(inst, info: dict, table: pd.DataFrame, figures: list[tupl
         markdown_table(table),
         "",
     ]
+    c = {
+        "epsilon": inst.epsilon,
+        "eta": inst.eta,
+        "distance_unit": inst.distance_unit,
+        "method": info["method"],
+        "method_run": ((info.get("extra") or {}).get("auto") or {}).get("method", info["method"]),
+    }
     for title, name in figures:
-        lines += [f"## {title}", "", f"![{title}]({name})", ""]
+        lines += _figure(title, name, c, heading=True)
     return "\n".join(lines)
 
 

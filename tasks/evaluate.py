@@ -38,24 +38,28 @@ def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None,
     from mdp_core.lp import SolverOptions
     from mdp_core.solve import solve as solve_instance
 
-    args: dict[str, Any] = dict(params.get("method_args", {})) if method == params.get("method") else {}
+    released = method == params.get("method")
+    args: dict[str, Any] = dict(params.get("method_args", {})) if released else {}
     if method == "benders" and labels is not None:
         args["labels"] = labels
     t0 = time.perf_counter()
-    logger().info("evaluate: solving %s at eps=%g %s", method, inst.epsilon, step)
-    note(f"solving {method} at eps={inst.epsilon:g}")  # the heartbeat repeats it while the solver is silent
+    # a baseline's lines say so ("evaluate[baseline laplace eps=10]: ... raw FAIL ..." is the baseline's own
+    # raw sampling, before its repair, never the release's)
+    name = method if released else f"baseline {method}"
+    logger().info("evaluate: solving %s at eps=%g %s", name, inst.epsilon, step)
+    note(f"solving {name} at eps={inst.epsilon:g}")  # the heartbeat repeats it while the solver is silent
     try:
         sol = solve_instance(
             inst,
             method,
             SolverOptions(**params.get("solver", {})),
             max_mix=float(params.get("max_mix", MAX_MIX)),
-            progress=Throttled(f"evaluate[{method} eps={inst.epsilon:g}]"),
+            progress=Throttled(f"evaluate[{name} eps={inst.epsilon:g}]"),
             **args,
         )
         logger().info(
             "evaluate: %s at eps=%g done in %.1fs, expected loss %.6g %s",
-            method,
+            name,
             inst.epsilon,
             time.perf_counter() - t0,
             sol.objective,
@@ -63,7 +67,7 @@ def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None,
         )
         return sol
     except MdpError as exc:  # e.g. laplace on non-geo data, or a refused repair: reported, not fatal
-        logger().warning("evaluate: %s at eps=%g skipped: %s", method, inst.epsilon, exc)
+        logger().warning("evaluate: %s at eps=%g skipped: %s", name, inst.epsilon, exc)
         return None
 
 
@@ -197,7 +201,7 @@ def _compute(
         figures.append((title, "cbdp_error.png"))
     method_run = ((info.get("extra") or {}).get("auto") or {}).get("method", released)
     if "trace.parquet" in mech.files:
-        report.plot_bounds(read_table(store.path(mech, "trace.parquet")), w.file("bounds.png"))
+        report.plot_bounds(read_table(store.path(mech, "trace.parquet")), w.file("bounds.png"), method_run)
         figures.append((f"Bounds per iteration ({method_run})", "bounds.png"))
     if method_run == "benders" and labels is not None and inst.coordinate_columns():
         report.plot_partition(
@@ -224,7 +228,8 @@ def _compute(
 
 def _release_claims(store: Store, post: ArtifactRef, inst, info: dict, row: dict, w: ObjectWriter) -> dict[str, Any]:
     """The claims the release's report is rendered from (:func:`mdp_core.report.release_claims`), and the
-    officer's page's two plots -- released points and count noise, from public files only."""
+    officer's page's two plots -- released points over the mDP graph and count noise, from public files only
+    (each captioned by :func:`mdp_core.report.figure_caption`)."""
     import numpy as np
 
     from mdp_core import report
@@ -244,11 +249,13 @@ def _release_claims(store: Store, post: ArtifactRef, inst, info: dict, row: dict
         "n_edges": inst.n_edges,
     }
     try:
-        report.plot_released_points(
+        report.plot_released_points(  # over the mDP graph's edges: the streets the instance has
             inst.output_points(),
             np.bincount(out, minlength=inst.n_outputs),
             w.file("released.png"),
             lonlat=inst.metric == "haversine",
+            records=inst.record_points(),
+            edges=inst.edges,
         )
     except InputError:  # outputs without coordinates (e.g. words): no map
         pass
@@ -310,8 +317,9 @@ def embed_images(md: str, folder, names) -> str:
 def publish_report(store: str, evaluation: ArtifactRef, key: str = "mdp") -> None:
     """Prefect UI artifacts of this run's evaluation (``<key>-evaluation`` table, ``<key>-report``
     markdown with the plots embedded): called by the flow on every run, cached stage or not (a plain
-    function, not a task: one task run less per release)."""
-    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+    function, not a task: one task run less per release); each key gets a new version only when its
+    content changed (:func:`tasks.progress.publish_artifact`: a cached re-run adds none)."""
+    from tasks.progress import publish_artifact
 
     s = Store(store)
     records = evaluation.meta.get("ui_table")
@@ -319,10 +327,10 @@ def publish_report(store: str, evaluation: ArtifactRef, key: str = "mdp") -> Non
         from mdp_core.io import read_table
 
         records = ui_records(read_table(s.path(evaluation, "evaluation.parquet")))
-    create_table_artifact(key=f"{key}-evaluation", table=records, description=f"mdp-release {key}: mechanisms compared")
+    publish_artifact("table", f"{key}-evaluation", records, f"mdp-release {key}: mechanisms compared")
     md = s.path(evaluation, "report.md").read_text(encoding="utf-8")
     md = embed_images(md, s.root / evaluation.path, evaluation.files)
-    create_markdown_artifact(key=f"{key}-report", markdown=md, description=f"mdp-release {key}: evaluation report")
+    publish_artifact("markdown", f"{key}-report", md, f"mdp-release {key}: evaluation report")
 
 
 @task(name="evaluate-point")

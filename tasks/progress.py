@@ -9,6 +9,14 @@ is doing now (the HiGHS iteration, from the stage's stop token) and how long ago
 :class:`ProgressArtifact` mirrors a long solve in the UI (``create_progress_artifact``): percent done =
 max(the proven gap's way from its first value down to the target, on a log scale; elapsed / time limit;
 components solved) from :class:`mdp_core.control.Progress` lines, and the latest line as description.
+Inside a round it moves too: the stage's heartbeat hands it what the solver is doing now ("rowgen round 2
+LP (1200 rows): HiGHS interior point iteration 12 ...", :mod:`mdp_core.highs`), and the iterations of the
+running LP, against the iteration count of the previous LP, advance the bar through the share of it the
+round is expected to take (:func:`round_slot`, :func:`lp_share`, :func:`within_round`). It never moves
+backwards within a stage; 100 % only when the solve returns.
+
+:func:`publish_artifact` creates a Prefect artifact under a stable key only when its content differs
+from the key's latest version: a cached re-run adds nothing to the UI.
 
 Stopping: :func:`request_stop` and :func:`install_signal_handlers` (SIGTERM / SIGINT) are
 :mod:`mdp_core.control`'s; :func:`watch_cancellation` polls a flow run's state through Prefect's client
@@ -42,10 +50,14 @@ __all__ = [
     "clear_stop",
     "current",
     "install_signal_handlers",
+    "lp_share",
     "note",
+    "publish_artifact",
     "release_key",
     "request_stop",
+    "round_slot",
     "watch_cancellation",
+    "within_round",
 ]
 
 EVERY = 5.0  # seconds of silence before the heartbeat speaks
@@ -75,6 +87,24 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._prev: Heartbeat | None = None
+        self._watchers: list[Callable[[str], None]] = []
+        self._seen_activity = -math.inf
+
+    def watch(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(activity)`` from the heartbeat's thread (about twice a second) whenever the stage's
+        token reports a new solver activity (:meth:`mdp_core.control.StopToken.set_activity`)."""
+        self._watchers.append(fn)
+
+    def _tell_watchers(self) -> None:
+        tok = self.token
+        if tok is None or not self._watchers or not tok.activity or tok.activity_at <= self._seen_activity:
+            return
+        self._seen_activity = tok.activity_at
+        for fn in self._watchers:
+            try:
+                fn(tok.activity)
+            except Exception:  # a progress bar must never break a stage
+                pass
 
     def note(self, line: str, spoken: bool = True) -> None:
         now = time.monotonic()
@@ -99,6 +129,7 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._stop.wait(0.5):
+            self._tell_watchers()
             now = time.monotonic()
             if now - self.last >= self.every:
                 self.last = now
@@ -110,7 +141,8 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         self._prev = current()
         _local.heartbeat = self
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.stage}", daemon=True)
+        ctx = contextvars.copy_context()  # the run's Prefect context: a watcher may update an artifact
+        self._thread = threading.Thread(target=ctx.run, args=(self._beat,), name=f"heartbeat-{self.stage}", daemon=True)
         self._thread.start()
         return self
 
@@ -123,13 +155,56 @@ class Heartbeat:
 
 _COMPONENT = re.compile(r"component (\d+)/(\d+)")
 _ITERATION = re.compile(r"iteration (\d+)")
+# what mdp_core.highs reports while an LP runs: "<what>: HiGHS interior point iteration 12 (3 s into this LP)"
+_ACTIVITY = re.compile(r"^(?P<what>.*?)HiGHS (?P<kind>interior point|simplex) iteration (?P<n>\d+)")
+
+# Iterations the first LP of a solve is guessed to take, before any LP of it has finished: HiGHS's interior
+# point method (IPX) ends the LPs of this project in some 20-60 iterations; simplex counts grow with the
+# model (rows x columns), so its guess is only where the bar starts creeping (lp_share past "expected").
+FIRST_LP_ITERATIONS = {"interior point": 30, "simplex": 5000}
+# The share of the bar (percent) the first round is guessed to take, before any round has finished: the
+# first LP of a decomposition is its longest (a fresh factorisation, the most rows added at once), and a
+# one-shot LP ("lp") is the whole solve.
+FIRST_ROUND_SLOT = 45.0
+MIN_SLOT = 1.0  # percent: a round that moved the bar less still lets the next one visibly move
+CEILING = 99.0  # percent before the solve returns (a closed gap still has certification ahead)
+
+
+def lp_share(n: int, expected: float) -> float:
+    """The share in [0, 1) of a running LP done after ``n`` iterations when about ``expected`` are expected
+    (the previous LP's count): linear up to 0.9 at ``n = expected``, then creeping towards 1 as
+    ``0.9 + 0.1 (1 - expected / n)`` (an LP longer than expected keeps moving, never reaching its end)."""
+    if n <= 0:
+        return 0.0
+    e = max(float(expected), 1.0)
+    if n <= e:
+        return 0.9 * n / e
+    return 0.9 + 0.1 * (1.0 - e / n)
+
+
+def round_slot(base: float, last_increment: float | None) -> float:
+    """The percent of the bar the round starting at ``base`` percent is expected to take: the previous
+    round's increment (``last_increment``; None for the first round: :data:`FIRST_ROUND_SLOT`), at least
+    :data:`MIN_SLOT` and at most half of what is left below :data:`CEILING` (so an estimate never reaches
+    the end: only the solve's own lines and its return do)."""
+    room = max(CEILING - base, 0.0) / 2.0
+    want = FIRST_ROUND_SLOT if last_increment is None else max(last_increment, MIN_SLOT)
+    return max(min(want, room), 0.0)
+
+
+def within_round(base: float, slot: float, share: float) -> float:
+    """Percent shown inside a round: ``base`` (the bar when the round began) + ``share`` (:func:`lp_share`)
+    of its ``slot`` (:func:`round_slot`)."""
+    return base + slot * min(max(share, 0.0), 1.0)
 
 
 class ProgressArtifact:
     """A Prefect progress artifact for one solve, updated at most every ``every`` seconds.
 
     ``limit``: seconds the solve may take (the stage timeout), counted from construction; the elapsed
-    share of it is a floor of the percentage."""
+    share of it is a floor of the percentage. Constructed inside a stage (``tasks.common.run_stage``), it
+    watches the stage's heartbeat for the solver's activity (:meth:`activity`): the bar then moves inside a
+    round with the running LP's iterations (module docstring)."""
 
     def __init__(
         self,
@@ -145,6 +220,18 @@ class ProgressArtifact:
         self.percent = 0.0
         self.first_gap = math.inf  # the first finite relative gap: 0 % on the log scale
         self.t0 = time.monotonic()
+        self._lock = threading.Lock()
+        self._send = threading.Lock()  # one update in flight; none after done() (the heartbeat's thread races it)
+        self.finished = False
+        self.base = 0.0  # percent when the current round began
+        self.last_increment: float | None = None  # percent the previous round moved the bar (None: first round)
+        self.slot = round_slot(0.0, None)
+        self.lp_what = ""  # the running LP ("rowgen round 2 LP (1200 rows): ")
+        self.lp_count = 0  # its iterations so far
+        self.expected: dict[str, float] = {k: float(v) for k, v in FIRST_LP_ITERATIONS.items()}
+        hb = current()
+        if hb is not None:
+            hb.watch(self.activity)
         try:
             from prefect.context import FlowRunContext, TaskRunContext
 
@@ -176,25 +263,118 @@ class ProgressArtifact:
         return min(done, 1.0)
 
     def __call__(self, line: str) -> None:
+        """A progress line of the solve (the end of a round): the bar moves to what it proves, never back,
+        and the next round's slot is what this one moved."""
         now = time.monotonic()
-        done = self.fraction(line, now)
-        # 100 % only when the solve returns (done()): a closed gap still has certification ahead
-        self.percent = max(self.percent, min(99.0, 100.0 * done))
+        with self._lock:
+            done = self.fraction(line, now)
+            # 100 % only when the solve returns (done()): a closed gap still has certification ahead
+            self.percent = max(self.percent, min(CEILING, 100.0 * done))
+            self.last_increment = self.percent - self.base
+            self.base = self.percent
+            self.slot = round_slot(self.base, self.last_increment)
+        self._maybe_update(now, line)
+
+    def activity(self, text: str) -> None:
+        """What the solver does now (``...HiGHS interior point iteration 12 ...``): a new LP (another
+        ``what``, or the count fell: a retry) makes the previous LP's count the expected one; the bar
+        moves to :func:`within_round` of the running LP's :func:`lp_share`, never back."""
+        m = _ACTIVITY.search(text)
+        if m is None:
+            return
+        now = time.monotonic()
+        what, kind, n = m.group("what"), m.group("kind"), int(m.group("n"))
+        with self._lock:
+            if what != self.lp_what or n < self.lp_count:  # another LP
+                if self.lp_count > 0:
+                    self.expected[kind] = float(self.lp_count)
+                self.lp_what, self.lp_count = what, 0
+            self.lp_count = max(self.lp_count, n)
+            inside = within_round(self.base, self.slot, lp_share(self.lp_count, self.expected[kind]))
+            floor = 100.0 * min((now - self.t0) / self.limit, 1.0) if self.limit else 0.0
+            self.percent = max(self.percent, min(CEILING, max(inside, floor)))
+        self._maybe_update(now, text)
+
+    def _maybe_update(self, now: float, line: str) -> None:
         if self.id is not None and now - self.last >= self.every:
             self.last = now
             self._update(self.percent, f"{self.title}: {now - self.t0:.0f} s; {line}")
 
     def done(self, summary: str) -> None:
+        """The solve returned: the artifact at 100 %, and no later update (from the heartbeat) moves it."""
         if self.id is not None:
-            self._update(100.0, f"{self.title}: done in {time.monotonic() - self.t0:.0f} s; {summary}")
+            self._update(100.0, f"{self.title}: done in {time.monotonic() - self.t0:.0f} s; {summary}", final=True)
+        self.finished = True
 
-    def _update(self, percent: float, description: str) -> None:
+    def _update(self, percent: float, description: str, final: bool = False) -> None:
+        with self._send:
+            if self.finished:
+                return
+            self.finished = final
+            self._send_update(percent, description)
+
+    def _send_update(self, percent: float, description: str) -> None:
         try:
             from prefect.artifacts import update_progress_artifact
 
             update_progress_artifact(self.id, progress=percent, description=description[:1000])
         except Exception:
             pass
+
+
+def _same_data(kind: str, stored: Any, data: str) -> bool:
+    """Whether an artifact's stored ``data`` is ``data`` (a table's JSON compared parsed)."""
+    import json
+
+    if kind == "table":
+        try:
+            return (json.loads(stored) if isinstance(stored, str) else stored) == json.loads(data)
+        except (TypeError, ValueError):
+            return False
+    return isinstance(stored, str) and stored == data
+
+
+def latest_artifact(key: str) -> Any | None:
+    """The latest version of the artifact ``key`` on the Prefect API (a ``prefect.client.schemas.objects.
+    ArtifactCollection``: ``data``, ``description``, ``type``, ``flow_run_id``), None when there is none."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_latest_artifacts(
+            artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=[key])), limit=1
+        )
+    return found[0] if found else None
+
+
+def publish_artifact(kind: str, key: str, content: Any, description: str) -> bool:
+    """Create a new version of the ``kind`` ("markdown": ``content`` a str; "table": a list of records)
+    artifact ``key`` on the current run unless the key's latest version holds exactly this content and
+    description: one artifact per key and content, so a cached re-run adds none. True when one was
+    created. Outside a Prefect run nothing is created (False); an API that cannot be read: created."""
+    import json
+
+    from prefect.artifacts import TableArtifact, create_markdown_artifact, create_table_artifact
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    if kind not in ("markdown", "table"):
+        raise ValueError(f"publish_artifact: kind must be 'markdown' or 'table', got {kind!r}")
+    if TaskRunContext.get() is None and FlowRunContext.get() is None:
+        return False
+    data = content if kind == "markdown" else json.dumps(TableArtifact._sanitize(content))
+    try:
+        latest = latest_artifact(key)
+    except Exception as exc:  # an old API or a busy server: publish (a duplicate beats a missing artifact)
+        logging.getLogger("mdp_release").debug("could not read artifact %s: %s", key, exc)
+        latest = None
+    if latest is not None and latest.type == kind and latest.description == description:
+        if _same_data(kind, latest.data, data):
+            return False
+    if kind == "markdown":
+        create_markdown_artifact(markdown=content, key=key, description=description)
+    else:
+        create_table_artifact(table=content, key=key, description=description)
+    return True
 
 
 def release_key(suffix: str) -> str | None:
