@@ -347,7 +347,23 @@ def _print_manifest(manifest: dict) -> None:
             f"  {name:<12} {'cached ' if st['cache_hit'] else 'ran    '} {st['wall_seconds']:>8.2f}s  {st['cache_key'][:12]}"
         )
     sv = manifest["solve"]
+    from flows.operate_ui import realised_eps_text
+
     print(
         f"  mechanism: {sv['method']} {sv['status']}, expected loss {sv['objective']:.6g}, "
-        f"privacy {'PASS' if cert['passed'] else 'FAIL'} (realised eps {cert['max_realised_epsilon']})"
+        f"certificate {'PASS' if cert['passed'] else 'FAIL'} (realised eps {realised_eps_text(cert)})"
     )
+    privacy = manifest["privacy"]
+    g, led = privacy.get("guarantee") or {}, privacy.get("ledger") or {}
+    if "metric_epsilon_per_unit" in g:
+        unit = g["distance_unit"]
+        who = "SIMULATED people (a demo)" if privacy.get("microdata_source") == "simulated" else "population"
+        cap = led.get("max_total_epsilon")
+        left = f"{led['left']:.4g} left of the cap {cap:g}" if cap is not None else "no cap"
+        print(
+            f"  guarantee: eps {g['metric_epsilon_per_unit']:.4g} per {unit} in the data's metric (eps "
+            f"{g['epsilon_per_unit']:g} x stretch {g['stretch']:.4g}) + {g['additive_epsilon']:g} for the counts"
+            f"{' and prior' if privacy.get('prior_epsilon') else ''}; {who} {led.get('population')}: charged "
+            f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts), total "
+            f"{led['total_so_far']:.4g}, {left}"
+        )
