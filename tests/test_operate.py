@@ -111,6 +111,31 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def first_completed(server, procs: dict[str, subprocess.Popen], limit: float) -> dict[str, dict]:
+    """{deployment: its first COMPLETED flow run} for every deployment of ``procs`` (its serving process),
+    waiting at most ``limit`` s; a deployment's process is stopped once it has one (a failed or crashed run
+    fails the test at once); every process is stopped on the way out."""
+    done: dict[str, dict] = {}
+    try:
+        t0 = time.monotonic()
+        while len(done) < len(procs) and time.monotonic() - t0 < limit:
+            for dep in procs:
+                if dep in done:
+                    continue
+                runs = _runs_of(server, dep)
+                failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
+                assert not failed, f"{dep}: {failed[0]['state']['message']}"
+                ok = [r for r in runs if r["state_type"] == "COMPLETED"]
+                if ok:  # the first: it published (a later identical one publishes nothing new)
+                    done[dep] = min(ok, key=lambda r: r["start_time"])
+                    _stop(procs[dep])  # one completed scheduled run is the proof: spare the machine
+            time.sleep(3)
+    finally:
+        for p in procs.values():
+            _stop(p)
+    return done
+
+
 def _write_config(folder: Path, name: str, store: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
@@ -177,24 +202,7 @@ def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_se
             tmp_path / "worker.log",
         ),
     }
-    done: dict[str, dict] = {}
-    try:
-        t0 = time.monotonic()
-        while len(done) < 3 and time.monotonic() - t0 < 420:
-            for dep in procs:
-                if dep in done:
-                    continue
-                runs = _runs_of(prefect_server, dep)
-                failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
-                assert not failed, f"{dep}: {failed[0]['state']['message']}"
-                ok = [r for r in runs if r["state_type"] == "COMPLETED"]
-                if ok:  # the first: it published (a later identical one publishes nothing new)
-                    done[dep] = min(ok, key=lambda r: r["start_time"])
-                    _stop(procs[dep])  # one completed scheduled run is the proof: spare the machine
-            time.sleep(3)
-    finally:
-        for p in procs.values():
-            _stop(p)
+    done = first_completed(prefect_server, procs, 420)
     logs = {
         d: (tmp_path / f).read_text(errors="replace")[-3000:]
         for d, f in (

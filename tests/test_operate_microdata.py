@@ -9,11 +9,10 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from test_operate import MDP, PREFECT, _env, _runs_of, _start, _stop
+from test_operate import MDP, PREFECT, _env, _start, first_completed
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "flows" / "examples" / "helsinki-release.toml"
@@ -55,24 +54,7 @@ def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server,
             [PREFECT, "worker", "start", "--pool", "hel-pool"], tmp_path, env, tmp_path / "worker.log"
         ),
     }
-    done: dict[str, dict] = {}
-    try:
-        t0 = time.monotonic()
-        while len(done) < len(procs) and time.monotonic() - t0 < 480:
-            for dep in procs:
-                if dep in done:
-                    continue
-                runs = _runs_of(prefect_server, dep)
-                failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
-                assert not failed, f"{dep}: {failed[0]['state']['message']}"
-                ok = [r for r in runs if r["state_type"] == "COMPLETED"]
-                if ok:
-                    done[dep] = min(ok, key=lambda r: r["start_time"])
-                    _stop(procs[dep])
-            time.sleep(3)
-    finally:
-        for p in procs.values():
-            _stop(p)
+    done = first_completed(prefect_server, procs, 480)
     logs = {f: (tmp_path / f).read_text(errors="replace")[-3000:] for f in ("serve.log", "worker.log")}
     assert set(done) == set(procs), logs
 
