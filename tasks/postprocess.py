@@ -231,29 +231,72 @@ def _certified(inst, z) -> None:
         )
 
 
+def published_protection(graph_protection: dict[str, Any], params: dict[str, Any], radius: float, eta: float) -> dict:
+    """The provenance's ``protection`` block: the graph stage's figures (public: the records are) and the
+    release's settings. Counts and distances of the secret table's people are not published (no DP): null;
+    the bound every individual was checked against (max_distance) is."""
+    pair = graph_protection.get("worst_pair") or {}
+    return {
+        "n_components": int(graph_protection["n_components"]),
+        "component_sizes": [int(x) for x in graph_protection["component_sizes"]],
+        "stretch": float(graph_protection["stretch"]),
+        "connected": bool(graph_protection["connected"]),
+        "records_outside_largest": int(graph_protection["records_outside_largest"]),
+        "worst_pair": [int(pair["i"]), int(pair["j"])] if "i" in pair else None,
+        "protection_radius": radius,
+        "max_stretch": float(params["max_stretch"]),
+        "allow_unprotected": bool(params.get("allow_unprotected")),
+        "unprotected_individuals": None,
+        "snap_mean": None,
+        "snap_max": None,
+        "max_distance": float(params.get("max_distance") or eta),
+    }
+
+
+def published_ledger(population: str, charge: float, at: dict[str, Any]) -> dict[str, Any]:
+    """The provenance's ``ledger`` block: this release's charge and the population's ledger as it stood right
+    after the release's last charge (``at``: :meth:`PrivateStore.position`), the same on every recomputation."""
+    return {
+        "population": population,
+        "this_release": charge,
+        "total_so_far": at["spent"],
+        "max_total_epsilon": at["cap"],
+        "left": None if at["cap"] is None else at["cap"] - at["spent"],
+        "ledger_seq": at["seq"],
+        "ledger_head": at["head"],
+    }
+
+
+def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
+    from mdp_core.io import read_table
+
+    labels = None
+    if partition is not None:
+        path = store.path(partition, "partition.parquet")
+        labels = read_table(path, required={"subset": "int64"})["subset"].to_numpy()
+    return output_zones(inst, labels)
+
+
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
 
     from mdp_core import audit, release
     from mdp_core import postprocess as pp
-    from mdp_core.io import read_json, read_mechanism, read_table, write_frame, write_json
+    from mdp_core.io import read_json, read_mechanism, write_frame, write_json
     from mdp_core.microdata import cell_of_record
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
     _certified(inst, z)
-    protection = dict(read_json(store.path(upstream["graph"], "graph.json"))["protection"])
     radius = float(params.get("protection_radius") or inst.eta)
+    protection = published_protection(
+        read_json(store.path(upstream["graph"], "graph.json"))["protection"], params, radius, inst.eta
+    )
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
     records = individuals(params, inst, draw)
-    labels = None
-    if upstream.get("partition") is not None:
-        labels = read_table(store.path(upstream["partition"], "partition.parquet"), required={"subset": "int64"})[
-            "subset"
-        ].to_numpy()
-    zone = output_zones(inst, labels)
+    zone = _zones(store, inst, upstream.get("partition"))
     eps_counts = float(params["eps_counts"])
     mech_sha = upstream["mechanism"].files["mechanism.parquet"]
     inst_sha = upstream["instance"].files["instance.json"]
@@ -261,7 +304,6 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     counts_key = charge_key("counts", draw, inst_sha, zone.tolist(), eps_counts, params.get("max_distance"))
     mech_eps = mechanism_charge(inst.epsilon, protection, radius)
     charge_all(private, draw, params, {perturb_key: ("perturb", mech_eps), counts_key: ("counts", eps_counts)})
-    # the ledger as it stood right after this release's last charge: the same figures on every recomputation
     at = private.position(draw.population, (perturb_key, counts_key))
     assert at is not None  # just charged (or charged before)
     # The door is open: draw. A stream per mechanism: two releases of the same draw through different
@@ -275,37 +317,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
 
     eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
     additive = eps_counts + eps_prior
-    ledger = {
-        "population": draw.population,
-        "this_release": audit.this_release(inst.epsilon, protection["stretch"], radius, additive),
-        "total_so_far": at["spent"],
-        "max_total_epsilon": at["cap"],
-        "left": None if at["cap"] is None else at["cap"] - at["spent"],
-        "ledger_seq": at["seq"],
-        "ledger_head": at["head"],
-    }
+    stretch = protection["stretch"]
+    ledger = published_ledger(draw.population, audit.this_release(inst.epsilon, stretch, radius, additive), at)
+    promise = audit.guarantee_record(inst.epsilon, stretch, radius, additive, inst.distance_unit, bool(eps_prior))
     source = "simulated" if params.get("microdata") is None else "file"
-    pair = protection.get("worst_pair") or {}
-    protection = {
-        "n_components": int(protection["n_components"]),
-        "component_sizes": [int(x) for x in protection["component_sizes"]],
-        "stretch": float(protection["stretch"]),
-        "connected": bool(protection["connected"]),
-        "records_outside_largest": int(protection["records_outside_largest"]),
-        "worst_pair": [int(pair["i"]), int(pair["j"])] if "i" in pair else None,
-        "protection_radius": radius,
-        "max_stretch": float(params["max_stretch"]),
-        "allow_unprotected": bool(params.get("allow_unprotected")),
-        # counts and distances of the secret table's people are not published (no DP): null here; the bound
-        # every individual was checked against is
-        "unprotected_individuals": None,
-        "snap_mean": None,
-        "snap_max": None,
-        "max_distance": float(params.get("max_distance") or inst.eta),
-    }
-    promise = audit.guarantee_record(
-        inst.epsilon, protection["stretch"], radius, additive, inst.distance_unit, bool(eps_prior)
-    )
     write_json(
         w.file(audit.PROVENANCE),
         audit.provenance(
@@ -329,14 +344,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         ),
     )
     w.meta.update(
-        {
-            "n_individuals": int(records.shape[0]),
-            "eps_counts": eps_counts,
-            "microdata_source": source,
-            "population": draw.population,
-            "ledger": ledger,
-            "guarantee": promise,
-        }
+        {"n_individuals": int(records.shape[0]), "microdata_source": source, "population": draw.population}
+        | {"eps_counts": eps_counts, "ledger": ledger, "guarantee": promise}
     )
 
 
