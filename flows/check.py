@@ -11,7 +11,10 @@ reports:
 * people farther than ``max_distance`` from every record (count and row numbers, the first 10);
 * snap distances (person to record: mean, 95th percentile, max) -- aggregates of the secret table: they
   are printed to the operator's terminal only and never written to a file by this command;
-* the mDP graph's components at the configured eta (sizes; people at records outside the largest);
+* the mDP graph's components at the configured eta (sizes; people at records outside the largest) and its
+  stretch against ``max_stretch`` (refused as the release refuses them, unless ``allow_unprotected``);
+* the population's budget in the config's store (read only): what this release would charge against what is
+  spent and the cap;
 * a suggested instance: the smallest eta that connects the records (:func:`connecting_eta`) and the
   smallest max_distance that covers every person, and hints on ``n_records`` / ``n_outputs``.
 
@@ -132,68 +135,92 @@ def _fmt(x: float) -> str:
 
 def run_check(config: str | Path) -> Report:
     """The check of the release configured in ``config`` (see the module docstring)."""
-    import numpy as np
+    from flows.config import load_config
+    from mdp_core.loaders import parameters
 
     t0 = time.perf_counter()
     rep = Report(str(config))
-    from flows.config import load_config
-
     try:
         cfg = load_config(config)
     except InputError as exc:
         rep.reasons.append(f"config: {exc}")
         return rep
-    r = cfg.release
-    allow_unprotected = bool(getattr(cfg.privacy, "allow_unprotected", False))
+    table = _check_file(rep, cfg.release)
+    built = _check_instance(rep, cfg)
+    if built is None:
+        return rep
+    inst, labels, largest = built
+    suggested: dict[str, Any] = {"eta": round_up(rep.sections["graph"]["connecting_eta"])}
+    if not math.isfinite(suggested["eta"]):
+        suggested["eta"] = None
+    if table is not None:
+        _check_mapping(rep, table, inst, labels, largest, suggested)
+    if suggested.get("eta") is not None and cfg.release.max_distance is None and "max_distance" in suggested:
+        # max_distance defaults to eta: one eta must both connect the records and cover every person
+        suggested["eta_if_max_distance_unset"] = max(suggested["eta"], suggested["max_distance"])
+    rep.sections["suggested"] = suggested
+    _check_budget(rep, cfg)
+    unit = inst.distance_unit
+    _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
+    rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
+    return rep
 
-    table = None
+
+def _check_file(rep: Report, r: Any) -> Any:
+    """The secret table's description and bad rows (``rep``); returns the read table, or None."""
+    import numpy as np
+
     if r.microdata is None:
-        rep.sections["simulated"] = {"n_individuals": r.n_individuals}
-    else:
-        from mdp_core import microdata
+        rep.sections["simulated"] = {"n_individuals": r.simulated_individuals}
+        return None
+    from mdp_core import microdata
 
-        try:
-            table = microdata.read_table(r.microdata)
-            rep.sections["microdata"] = microdata.describe_table(table)
-        except InputError as exc:
-            rep.reasons.append(str(exc))
-            table = None
-        else:
-            bad = rep.sections["microdata"]["bad_rows"]
-            if bad["count"]:
-                rep.reasons.append(
-                    f"microdata: {bad['count']} row(s) with NaN, non-numeric or out-of-range coordinates or no "
-                    f"key: {microdata.rows_text(np.asarray(bad['rows']) - 1)}"
-                    + (f" ({bad['count']} in all)" if bad["count"] > len(bad["rows"]) else "")
-                )
+    try:
+        table = microdata.read_table(r.microdata)
+    except InputError as exc:
+        rep.reasons.append(str(exc))
+        return None
+    rep.sections["microdata"] = microdata.describe_table(table)
+    bad = rep.sections["microdata"]["bad_rows"]
+    if bad["count"]:
+        rep.reasons.append(
+            f"microdata: {bad['count']} row(s) with NaN, non-numeric or out-of-range coordinates or no "
+            f"key: {microdata.rows_text(np.asarray(bad['rows']) - 1)}"
+            + (f" ({bad['count']} in all)" if bad["count"] > len(bad["rows"]) else "")
+        )
+    return table
 
-    # the instance, as the ingest and graph stages build it
+
+def _check_instance(rep: Report, cfg: Any) -> tuple[Any, Any, int] | None:
+    """The instance as the ingest and graph stages build it, its mDP graph's components and stretch
+    (:func:`mdp_core.protection.graph_protection`), refused as the release refuses them; returns (instance,
+    component labels, the largest component's label), or None when the dataset does not load."""
+    import numpy as np
+
     from mdp_core.datasets import registry
     from mdp_core.graph import components, neighbour_edges
-    from mdp_core.loaders import parameters
+    from mdp_core.protection import graph_protection
 
     t1 = time.perf_counter()
     try:
         inst = registry.load(cfg.dataset.kind, cfg.dataset.params)
     except InputError as exc:
         rep.reasons.append(f"dataset: {exc}")
-        return rep
+        return None
     eta = float(cfg.privacy.eta if cfg.privacy.eta is not None else inst.eta)
     epsilon = float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon)
-    max_distance = float(r.max_distance if r.max_distance is not None else eta)
-    unit = inst.distance_unit
-    coords = bool(inst.coordinate_columns())
-    if coords:
+    r, unit = cfg.release, inst.distance_unit
+    if inst.coordinate_columns():
         pts = inst.record_points()
-        edges, _ = neighbour_edges(pts, inst.metric, eta)
+        edges, dist = neighbour_edges(pts, inst.metric, eta)
         b_star = connecting_eta(pts, inst.metric)
     else:
         keep = inst.distances <= eta
-        edges = inst.edges[keep]
+        edges, dist = inst.edges[keep], inst.distances[keep]
         b_star = _edges_connecting_eta(inst.n_records, inst.edges, inst.distances)
     count, labels = components(inst.n_records, edges)
     sizes = np.bincount(labels, minlength=count)
-    largest = int(np.argmax(sizes))
+    prot = graph_protection(inst.replace(edges=edges, distances=dist, eta=eta), edges, dist)
     rep.sections["dataset"] = {
         "kind": cfg.dataset.kind,
         "n_records": inst.n_records,
@@ -205,76 +232,122 @@ def run_check(config: str | Path) -> Report:
     rep.sections["privacy"] = {
         "epsilon": epsilon,
         "eta": eta,
-        "max_distance": max_distance,
+        "max_distance": float(r.max_distance if r.max_distance is not None else eta),
         "max_distance_is_eta": r.max_distance is None,
+        "stretch": prot.stretch,
+        "max_stretch": cfg.privacy.max_stretch,
+        "metric_epsilon": epsilon * prot.stretch,
     }
-    graph: dict[str, Any] = {
+    rep.sections["graph"] = {
         "eta": eta,
         "n_edges": int(edges.shape[0]),
         "components": int(count),
         "sizes": sorted((int(s) for s in sizes), reverse=True)[:10],
         "connecting_eta": b_star,
     }
-    rep.sections["graph"] = graph
+    allowed = bool(cfg.privacy.allow_unprotected)
+    why = []
     if count > 1:
-        why = (
+        why.append(
             f"mDP graph at eta = {eta:g} {unit} has {count} components (largest {int(sizes.max())} of "
             f"{inst.n_records} records): people in different components are not protected from each other"
         )
-        (rep.hints if allow_unprotected else rep.reasons).append(
-            why + ("" if not allow_unprotected else " (allowed: [privacy] allow_unprotected = true)")
+    if prot.stretch > cfg.privacy.max_stretch:
+        why.append(
+            f"the mDP graph's stretch is {prot.stretch:.4g} > max_stretch = {cfg.privacy.max_stretch:g}: records "
+            f"are protected only as if {prot.stretch:.4g} times farther apart than they are"
+        )
+    for w in why:
+        (rep.hints if allowed else rep.reasons).append(
+            w + (" (allowed: [privacy] allow_unprotected = true)" if allowed else "")
+        )
+    return inst, labels, int(np.argmax(sizes))
+
+
+def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int, suggested: dict[str, Any]) -> None:
+    """People mapped to records as the release maps them: too far, unmappable, snap distances (terminal only)."""
+    import numpy as np
+
+    from mdp_core import microdata
+
+    unit, max_distance = inst.distance_unit, rep.sections["privacy"]["max_distance"]
+    try:
+        loc = microdata.locate(table.frame, inst)
+    except InputError as exc:
+        rep.reasons.append(str(exc))
+        return
+    ok = ~loc.bad
+    d = loc.distances[ok]
+    far = np.flatnonzero(ok & (np.nan_to_num(loc.distances, nan=0.0) > max_distance))
+    mapping: dict[str, Any] = {
+        "by": loc.by,
+        "mapped": int(ok.sum()),
+        "unmappable": {"count": int(loc.bad.sum()), "rows": [int(i) + 1 for i in np.flatnonzero(loc.bad)[:10]]},
+        "far": {"count": int(far.size), "rows": [int(i) + 1 for i in far[:10]]},
+        "records_occupied": int(np.unique(loc.record_ids[ok]).size),
+    }
+    if d.size and not loc.by.startswith("record"):
+        mapping["snap_distance"] = {
+            "unit": unit,
+            "mean": float(d.mean()),
+            "p95": float(np.percentile(d, 95)),
+            "max": float(d.max()),
+            "note": SECRET_NOTE,
+        }
+        suggested["max_distance"] = round_up(float(d.max()))
+    if d.size:
+        rep.sections["graph"]["individuals_outside_largest"] = int((labels[loc.record_ids[ok]] != largest).sum())
+    rep.sections["mapping"] = mapping
+    if loc.bad.any() and not rep.sections.get("microdata", {}).get("bad_rows", {}).get("count"):
+        rep.reasons.append(
+            f"microdata: {int(loc.bad.sum())} individual(s) {loc.bad_reason}: {microdata.rows_text(np.flatnonzero(loc.bad))}"
+        )
+    if far.size:
+        rep.reasons.append(
+            f"microdata: {far.size} of {loc.record_ids.size} individual(s) lie farther than max_distance = "
+            f"{max_distance:g} {unit} from every record: {microdata.rows_text(far)}"
         )
 
-    suggested: dict[str, Any] = {"eta": round_up(b_star) if math.isfinite(b_star) else None}
-    if table is not None:
-        from mdp_core import microdata
+
+def _check_budget(rep: Report, cfg: Any) -> None:
+    """The population's budget in the config's store (read only; nothing is created): what the release
+    would charge (eps x stretch x protection radius + counts + prior) against what is left."""
+    from flows.config import store_root
+
+    r, pv = cfg.release, rep.sections["privacy"]
+    radius = cfg.privacy.protection_radius or pv["eta"]
+    charge = pv["metric_epsilon"] * radius + r.eps_counts + (r.eps_prior if r.prior_source == "dp" else 0.0)
+    budget: dict[str, Any] = {"population": r.population, "charge": charge}
+    rep.sections["budget"] = budget
+    if r.microdata is None:
+        return
+    try:
+        root = store_root(cfg)
+    except InputError as exc:
+        rep.reasons.append(str(exc))
+        return
+    spent, cap = 0.0, None
+    if (root / "private").is_dir():
+        from artifacts.private import PrivateStore
+        from mdp_core.errors import PrivacyError
 
         try:
-            loc = microdata.locate(table.frame, inst)
-        except InputError as exc:
+            b = PrivateStore(root).budget(r.population)
+        except PrivacyError as exc:
             rep.reasons.append(str(exc))
-            loc = None
-        if loc is not None:
-            ok = ~loc.bad
-            d = loc.distances[ok]
-            far = np.flatnonzero(ok & (np.nan_to_num(loc.distances, nan=0.0) > max_distance))
-            mapping: dict[str, Any] = {
-                "by": loc.by,
-                "mapped": int(ok.sum()),
-                "unmappable": {"count": int(loc.bad.sum()), "rows": [int(i) + 1 for i in np.flatnonzero(loc.bad)[:10]]},
-                "far": {"count": int(far.size), "rows": [int(i) + 1 for i in far[:10]]},
-                "records_occupied": int(np.unique(loc.record_ids[ok]).size),
-            }
-            if d.size and not loc.by.startswith("record"):
-                mapping["snap_distance"] = {
-                    "unit": unit,
-                    "mean": float(d.mean()),
-                    "p95": float(np.percentile(d, 95)),
-                    "max": float(d.max()),
-                    "note": SECRET_NOTE,
-                }
-                suggested["max_distance"] = round_up(float(d.max()))
-            if d.size:
-                outside = int((labels[loc.record_ids[ok]] != largest).sum())
-                graph["individuals_outside_largest"] = outside
-            rep.sections["mapping"] = mapping
-            if loc.bad.any() and not rep.sections.get("microdata", {}).get("bad_rows", {}).get("count"):
-                rep.reasons.append(
-                    f"microdata: {int(loc.bad.sum())} individual(s) {loc.bad_reason}: "
-                    f"{microdata.rows_text(np.flatnonzero(loc.bad))}"
-                )
-            if far.size:
-                rep.reasons.append(
-                    f"microdata: {far.size} of {loc.record_ids.size} individual(s) lie farther than max_distance = "
-                    f"{max_distance:g} {unit} from every record: {microdata.rows_text(far)}"
-                )
-    if suggested.get("eta") is not None and r.max_distance is None and "max_distance" in suggested:
-        # max_distance defaults to eta: one eta must both connect the records and cover every person
-        suggested["eta_if_max_distance_unset"] = max(suggested["eta"], suggested["max_distance"])
-    rep.sections["suggested"] = suggested
-    _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
-    rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
-    return rep
+            return
+        spent, cap = b.spent, b.cap
+    cap = cap if cap is not None else r.max_total_epsilon
+    budget |= {"spent": spent, "cap": cap}
+    if cap is None:
+        rep.reasons.append(
+            f"population {r.population!r} has no cap yet: its first release sets it ([release] max_total_epsilon)"
+        )
+    elif spent + charge > cap * (1 + 1e-12):
+        rep.reasons.append(
+            f"population {r.population!r}: this release would be charged {charge:.4g}, bringing its spend to "
+            f"{spent + charge:.4g} above its cap {cap:g} (at most; a re-run of an earlier release costs less)"
+        )
 
 
 def _hints(rep: Report, kind: str, given: dict[str, Any], declared: dict[str, Any], inst: Any, unit: str) -> None:
@@ -346,6 +419,19 @@ def render(rep: Report) -> str:
         out.append(
             f"mDP graph at eta = {g['eta']:g} {u}: {g['n_edges']} edges, {g['components']} component(s) "
             f"(sizes {g['sizes']}{', ...' if g['components'] > 10 else ''}){extra}"
+        )
+    if "stretch" in s.get("privacy", {}):
+        pv = s["privacy"]
+        out.append(
+            f"guarantee: eps {pv['metric_epsilon']:.4g} per {u} in the data's metric (eps {pv['epsilon']:g} x "
+            f"stretch {pv['stretch']:.4g}; max_stretch {pv['max_stretch']:g})"
+        )
+    if s.get("budget", {}).get("population"):
+        b = s["budget"]
+        cap = "no cap yet" if b.get("cap") is None else f"cap {b['cap']:g}"
+        out.append(
+            f"budget: population {b['population']}: this release charges {b['charge']:.4g}; spent so far "
+            f"{b.get('spent', 0.0):.4g}, {cap}"
         )
     if "suggested" in s:
         sg = s["suggested"]

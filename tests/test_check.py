@@ -137,3 +137,20 @@ def test_connecting_eta_is_the_largest_mst_edge_and_the_connectivity_threshold(m
 
 def test_round_up():
     assert round_up(0.28012) == 0.281 and round_up(147.2) == 148 and round_up(0.5) == 0.5
+
+
+def test_stretch_and_the_populations_budget_are_checked(helsinki, tmp_path):
+    """The guarantee in the metric (stretch) is reported, and a release that would take the population past the
+    cap kept in the store's private part is refused before any run (read only: nothing is created)."""
+    from artifacts.private import PrivateStore
+
+    store = tmp_path / "store"
+    text = helsinki.read_text().replace('name = "helsinki-people"', f'name = "helsinki-people"\nstore = "{store}"')
+    helsinki.write_text(text)
+    pv = run_check(helsinki).sections["privacy"]
+    assert pv["stretch"] >= 1.0 and pv["metric_epsilon"] == pytest.approx(pv["epsilon"] * pv["stretch"])
+    assert not (store / "private").exists()  # a check writes nothing
+    PrivateStore(store).charge("helsinki-example-people", "ab" * 32, 39.0, {}, 40.0, True)
+    rep = run_check(helsinki)
+    assert rep.sections["budget"]["spent"] == 39.0 and rep.sections["budget"]["cap"] == 40.0
+    assert any("above its cap 40" in r for r in rep.reasons)
