@@ -1,0 +1,155 @@
+"""Cancelling ``mdp-release run`` (a run without a deployment) through a real Prefect server.
+
+``prefect flow-run cancel ID`` (the API's CANCELLING state: what Prefect offers for a run the UI cannot
+cancel) and SIGTERM end the run **Cancelled** within seconds; the stopped solve task run is Cancelled
+with the one-line stop message (no traceback); one cancellation record (``FAILED.txt`` + ``record.json``)
+is in the release's store; nothing is published and nothing of the stopped stage is cached; the command
+exits 1 with ``mdp-release: error: solve stopped: ...``.
+
+Before: the cancelled run stayed "Cancelling" for 5 minutes after its process ended (the engine proposed
+Failed, which the server refuses for a cancelling run) and its solve task run was Failed with a
+traceback; SIGTERM ended the run Failed.
+
+The solve: ``tests/test_stop.py``'s dense instance (N = 300, K = 100, > 90 s), stopped a few seconds in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_stop import STOP_WITHIN, _children, _nothing_published, _run_until_solving, _wait_gone
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+
+def _api(server: dict[str, Any], path: str, body: dict[str, Any]) -> Any:
+    req = urllib.request.Request(
+        server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _flow_run_of(server: dict[str, Any], since: float) -> dict[str, Any]:
+    """The running ``mdp-release`` flow run started after ``since`` (unix time): the test's own."""
+    runs = _api(
+        server,
+        "/flow_runs/filter",
+        {"flow_runs": {"state": {"type": {"any_": ["RUNNING"]}}}, "sort": "START_TIME_DESC", "limit": 10},
+    )
+    from datetime import datetime
+
+    mine = [r for r in runs if r["start_time"] and datetime.fromisoformat(r["start_time"]).timestamp() >= since - 1]
+    assert len(mine) == 1, [(r["name"], r["start_time"]) for r in runs]
+    return mine[0]
+
+
+def _flow_run(server: dict[str, Any], run_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{server['url']}/flow_runs/{run_id}", timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _solve_task_run(server: dict[str, Any], run_id: str, within: float = 10.0) -> dict[str, Any]:
+    """The flow run's solve task run once its state is final (task states arrive as events)."""
+    end = time.monotonic() + within
+    while True:
+        runs = _api(server, "/task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}, "limit": 50})
+        solve = [r for r in runs if r["name"].startswith("solve")]
+        if solve and solve[0]["state"]["type"] not in ("RUNNING", "PENDING") or time.monotonic() > end:
+            assert solve, [r["name"] for r in runs]
+            return solve[0]
+        time.sleep(0.5)
+
+
+def _record(store: Path) -> dict[str, Any]:
+    """The one cancellation record of the store."""
+    folders = list((store / "runs").glob("*-failed"))
+    assert len(folders) == 1, folders
+    record = json.loads((folders[0] / "record.json").read_text())
+    assert (folders[0] / "FAILED.txt").read_text().splitlines()[0] == record["reason"]
+    return record
+
+
+def _check_cancelled(server: dict[str, Any], run_id: str, store: Path, reason: str) -> None:
+    flow_run = _flow_run(server, run_id)
+    assert flow_run["state"]["type"] == "CANCELLED", flow_run["state"]
+    assert "solve stopped: " + reason in flow_run["state"]["message"], flow_run["state"]
+    task = _solve_task_run(server, run_id)
+    state = task["state"]
+    assert state["type"] == "CANCELLED", state
+    assert state["message"].startswith("solve stopped: " + reason) and "nothing was written" in state["message"]
+    assert "Traceback" not in state["message"] and "\n" not in state["message"], state["message"]
+    record = _record(store)
+    assert record["state"] == "cancelled" and record["stage"] == "solve", record
+    assert record["reason"].startswith("cancelled at solve: Interrupted: solve stopped: " + reason), record
+    _nothing_published(store)
+    keys = store / "prefect" / "keys"  # the stopped stage left no Prefect cache record
+    stage_keys = {p.name for p in (store / "objects").glob("*/*")} if (store / "objects").exists() else set()
+    assert not keys.exists() or {p.name for p in keys.iterdir()} <= stage_keys
+
+
+def test_prefect_flow_run_cancel_ends_a_cli_run_cancelled_within_seconds(prefect_server, tmp_path):
+    """``prefect flow-run cancel ID`` of a running ``mdp-release run``: the run is Cancelled (not left
+    Cancelling) within seconds, its solve task run Cancelled, one record, exit 1."""
+    since = time.time()
+    proc, lines, _ = _run_until_solving(prefect_server, tmp_path)
+    try:
+        run_id = _flow_run_of(prefect_server, since)["id"]
+        time.sleep(3.0)
+        workers = _children(proc.pid)
+        env = os.environ | {"PREFECT_API_URL": prefect_server["url"], "PREFECT_HOME": str(prefect_server["home"])}
+        t0 = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, "-m", "prefect", "flow-run", "cancel", run_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        cancelled_at = time.monotonic()
+        proc.wait(timeout=STOP_WITHIN + 10.0)
+        took = time.monotonic() - cancelled_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines)
+    assert took < STOP_WITHIN, (took, cancelled_at - t0, text[-3000:])
+    assert proc.returncode == 1, text[-3000:]
+    assert "mdp-release: error: solve stopped: the flow run was cancelled (Cancelling)" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert not _wait_gone(workers, STOP_WITHIN)
+    _check_cancelled(prefect_server, run_id, tmp_path / "store", "the flow run was cancelled (Cancelling)")
+
+
+def test_sigterm_ends_a_cli_run_cancelled(prefect_server, tmp_path):
+    """SIGTERM to ``mdp-release run`` during the solve: the run ends Cancelled (not Failed) within
+    seconds, its solve task run Cancelled, one record, exit 1."""
+    since = time.time()
+    proc, lines, _ = _run_until_solving(prefect_server, tmp_path)
+    try:
+        run_id = _flow_run_of(prefect_server, since)["id"]
+        time.sleep(3.0)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOP_WITHIN + 10.0)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines)
+    assert took < STOP_WITHIN, (took, text[-3000:])
+    assert proc.returncode == 1, text[-3000:]
+    assert "mdp-release: error: solve stopped: SIGTERM received" in text, text[-3000:]
+    _check_cancelled(prefect_server, run_id, tmp_path / "store", "SIGTERM received")
