@@ -261,19 +261,22 @@ def _flow_run_name() -> str:
     return f"{title}-{run_stamp()}"
 
 
-def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+def _on_failure(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
     """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (the release's
     own store) and the UI."""
     operate_ui.record_failure(flow_run, state, "failed")
 
 
-def _on_crashed(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+def _on_crashed(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
     """Crash hook: as :func:`_on_failure`."""
     operate_ui.record_failure(flow_run, state, "crashed")
 
 
-def _on_cancellation(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
-    """Cancellation hook (Cancel in the UI, a stopped serve): the same record, ``cancelled at <stage>``."""
+def _on_cancellation(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """Cancellation hook: the same record, ``cancelled at <stage>`` (once per run: a run that stopped
+    cleanly wrote it already, :func:`_cancelled`). Prefect calls it when a run enters Cancelling in this
+    process, and a runner (``serve``, a worker) after it cancelled a run's process -- with keyword
+    arguments ``flow``, ``flow_run``, ``state``: the parameters must have these names."""
     operate_ui.record_failure(flow_run, state, "cancelled")
 
 

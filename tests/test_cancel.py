@@ -153,3 +153,87 @@ def test_sigterm_ends_a_cli_run_cancelled(prefect_server, tmp_path):
     assert proc.returncode == 1, text[-3000:]
     assert "mdp-release: error: solve stopped: SIGTERM received" in text, text[-3000:]
     _check_cancelled(prefect_server, run_id, tmp_path / "store", "SIGTERM received")
+
+
+def test_cancel_of_a_served_run_ends_it_and_its_solve_task_cancelled(prefect_server, tmp_path):
+    """A run of ``mdp-release serve`` (a deployment run: the UI's Cancel button and ``prefect flow-run
+    cancel`` both set CANCELLING) cancelled during the dense solve: the run ends Cancelled within seconds,
+    its solve task run Cancelled without a traceback (before: Failed with one), one cancellation record
+    (the run's process writes it; the runner's own ``on_cancellation`` hook, called after the process
+    ended, finds it written and no longer fails), and serve keeps serving."""
+    from test_stop import RUN_CONFIG
+
+    cfg = tmp_path / "dense.toml"
+    cfg.write_text('name = "cancel-serve"\n' + RUN_CONFIG.format(store=tmp_path / "store", extra=""))
+    env = os.environ | {
+        "PREFECT_API_URL": prefect_server["url"],
+        "PREFECT_HOME": str(prefect_server["home"]),
+        "MDP_RELEASE_HOME": str(tmp_path),
+        "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "MPLBACKEND": "Agg",
+    }
+    log = tmp_path / "serve.log"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--interval", "86400", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=env,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        end = time.monotonic() + 90
+        deployment = None
+        while deployment is None and time.monotonic() < end:
+            try:
+                with urllib.request.urlopen(
+                    f"{prefect_server['url']}/deployments/name/mdp-release/cancel-serve-serve", timeout=30
+                ) as r:
+                    deployment = json.loads(r.read())
+            except OSError:
+                assert serve.poll() is None, log.read_text()[-3000:]
+                time.sleep(1.0)
+        assert deployment is not None, log.read_text()[-3000:]
+        run_id = _api(prefect_server, f"/deployments/{deployment['id']}/create_flow_run", {})["id"]
+        while "solve[lp]: N=300" not in log.read_text(errors="replace"):
+            assert time.monotonic() < end + 60, log.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(3.0)
+        cancel = subprocess.run(
+            [sys.executable, "-m", "prefect", "flow-run", "cancel", run_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        t0 = time.monotonic()
+        while _flow_run(prefect_server, run_id)["state"]["type"] != "CANCELLED":
+            assert time.monotonic() - t0 < STOP_WITHIN + 5.0, (_flow_run(prefect_server, run_id)["state"], log)
+            time.sleep(0.5)
+        took = time.monotonic() - t0
+        hook = "Hook '_on_cancellation' finished running successfully"  # the runner's, after the process ended
+        while hook not in log.read_text(errors="replace"):
+            assert time.monotonic() - t0 < 40.0 and serve.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGTERM)
+            try:
+                serve.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(serve.pid, signal.SIGKILL)
+                serve.wait()
+    text = log.read_text(errors="replace")
+    assert took < STOP_WITHIN + 5.0, took
+    assert "An error was encountered while running hook" not in text, text[-3000:]
+    task = _solve_task_run(prefect_server, run_id)
+    assert task["state"]["type"] == "CANCELLED", (task["state"], text[-3000:])
+    assert "Traceback" not in task["state"]["message"], task["state"]["message"]
+    record = _record(tmp_path / "store")
+    assert record["state"] == "cancelled" and record["flow_run_id"] == run_id, record
+    assert record["reason"].startswith("cancelled at solve: "), record
+    _nothing_published(tmp_path / "store")
