@@ -237,3 +237,63 @@ def test_cancel_of_a_served_run_ends_it_and_its_solve_task_cancelled(prefect_ser
     assert record["state"] == "cancelled" and record["flow_run_id"] == run_id, record
     assert record["reason"].startswith("cancelled at solve: "), record
     _nothing_published(tmp_path / "store")
+
+
+def test_sigterm_to_a_batch_cancels_its_running_release(prefect_server, tmp_path):
+    """SIGTERM to ``mdp-release run --config a --config b`` during a's solve: a's release run ends Cancelled
+    with its record in its own store, b never starts, the batch run ends Failed, exit 1."""
+    from test_stop import RUN_CONFIG
+
+    paths = []
+    for name in ("batch-a", "batch-b"):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'name = "{name}"\n' + RUN_CONFIG.format(store=tmp_path / name, extra=""))
+        paths.append(path)
+    env = os.environ | {
+        "PREFECT_API_URL": prefect_server["url"],
+        "PREFECT_HOME": str(prefect_server["home"]),
+        "MDP_RELEASE_HOME": str(tmp_path),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "MPLBACKEND": "Agg",
+    }
+    since = time.time()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(paths[0]), "--config", str(paths[1])],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for ln in proc.stdout:
+            lines.append(ln)
+            if "solve[lp]: N=300" in ln:
+                break
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=STOP_WITHIN + 10.0)
+        lines.append(out)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines)
+    assert proc.returncode == 1 and "mdp-release: error: solve stopped: SIGTERM received" in text, text[-3000:]
+    from datetime import datetime
+
+    runs = [
+        r
+        for r in _api(prefect_server, "/flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 20})
+        if r["start_time"] and datetime.fromisoformat(r["start_time"]).timestamp() >= since - 1
+    ]
+    by_name = {r["name"].split("-")[0] + "-" + r["name"].split("-")[1]: r for r in runs}
+    assert by_name["batch-a"]["state_type"] == "CANCELLED", [(r["name"], r["state_type"]) for r in runs]
+    assert "batch-b" not in by_name, [r["name"] for r in runs]
+    batch = [r for r in runs if r["parent_task_run_id"] is None and r["id"] != by_name["batch-a"]["id"]]
+    assert len(batch) == 1 and batch[0]["state_type"] == "FAILED", [(r["name"], r["state_type"]) for r in runs]
+    assert _record(tmp_path / "batch-a")["state"] == "cancelled"
+    assert not (tmp_path / "batch-b" / "runs").exists()
