@@ -18,7 +18,7 @@ from typing import Any, cast
 from prefect import Flow, flow, tags
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
-from prefect.states import State
+from prefect.states import Cancelled, State
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.private import Draw
@@ -39,11 +39,12 @@ from flows.config import (  # noqa: F401  (manifest_config: re-exported, it used
     store_root,
 )
 from mdp_core import audit, control, loaders
+from mdp_core.errors import Interrupted, StageTimeout
 from mdp_core.files import file_sha256, read_json
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
-from tasks.common import dask_logs_in_terminal
+from tasks.common import dask_logs_in_terminal, stage_output
 from tasks.progress import watch_cancellation
 
 STAGES = ("ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate")
@@ -260,19 +261,22 @@ def _flow_run_name() -> str:
     return f"{title}-{run_stamp()}"
 
 
-def _on_failure(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+def _on_failure(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
     """Failure hook: the one-line reason into ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (the release's
     own store) and the UI."""
     operate_ui.record_failure(flow_run, state, "failed")
 
 
-def _on_crashed(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+def _on_crashed(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
     """Crash hook: as :func:`_on_failure`."""
     operate_ui.record_failure(flow_run, state, "crashed")
 
 
-def _on_cancellation(flow_: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
-    """Cancellation hook (Cancel in the UI, a stopped serve): the same record, ``cancelled at <stage>``."""
+def _on_cancellation(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """Cancellation hook: the same record, ``cancelled at <stage>`` (once per run: a run that stopped
+    cleanly wrote it already, :func:`_cancelled`). Prefect calls it when a run enters Cancelling in this
+    process, and a runner (``serve``, a worker) after it cancelled a run's process -- with keyword
+    arguments ``flow``, ``flow_run``, ``state``: the parameters must have these names."""
     operate_ui.record_failure(flow_run, state, "cancelled")
 
 
@@ -300,8 +304,13 @@ def release_flow(
         draw: the public commitment of the draw to use (a re-run of a published release, from its
             manifest); it must be in this store's private part.
 
-    Cancel in the UI (or ``prefect flow-run cancel``) stops a running solve within seconds: a watcher
-    polls this run's state and requests the stop (:func:`tasks.progress.watch_cancellation`).
+    Cancel in the UI (or ``prefect flow-run cancel``, or the API's CANCELLING state) stops a running
+    solve within seconds: a watcher polls this run's state and requests the stop
+    (:func:`tasks.progress.watch_cancellation`); SIGTERM and Ctrl-C request it too. The stopped stage's
+    task run ends Cancelled (:func:`tasks.common.cancelled_state`), no later stage starts, nothing is
+    published, and the run ends **Cancelled** at once (:func:`_cancelled`: the cancellation record, then
+    Prefect's ``Cancelled`` state returned as the run's final state); ``release_flow(...)`` raises the
+    :class:`~mdp_core.errors.Interrupted` to its caller. A stage timeout still ends the run TimedOut.
     """
     ctx = FlowRunContext.get()
     control.clear_stop()  # a stop requested for an earlier run of this process is not this run's
@@ -312,11 +321,28 @@ def release_flow(
         restore = None
     try:
         return _release(as_config(config), refresh_from, new_draw, draw)
+    except Interrupted as exc:
+        if isinstance(exc, StageTimeout):  # a stage over its [run] timeouts limit: TimedOut (Failed), as before
+            raise
+        return cast(Any, _cancelled(ctx, exc))  # Prefect makes it the run's final state; a caller gets exc raised
     finally:
         if stop_watching is not None:
             stop_watching()
         if restore is not None:
             restore()
+
+
+def _cancelled(ctx: FlowRunContext | None, exc: Interrupted) -> State[Any]:
+    """The final state of a run stopped on request: ``Cancelled`` with the stop's one-line message and the
+    exception as its data (so ``release_flow(...)`` raises it to its caller), after writing the
+    cancellation record (:func:`flows.operate_ui.record_failure`, ``cancelled at <stage>``; once per run:
+    a runner's own ``on_cancellation`` hook finds it written). Prefect accepts Cancelled from Running
+    (SIGTERM, Ctrl-C) and from Cancelling (Cancel from Prefect), and runs no hook for it: Prefect's
+    ``on_cancellation`` hooks run on *Cancelling*, which a run cancelled from outside never proposes."""
+    state: State[Any] = Cancelled(message=str(exc), data=exc)
+    if ctx is not None and ctx.flow_run is not None:
+        operate_ui.record_failure(ctx.flow_run, state, "cancelled")
+    return state
 
 
 def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool, draw: str | None) -> dict[str, Any]:
@@ -341,7 +367,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         t0 = time.perf_counter()
         task = stage_task(stage, config, store, STAGES.index(stage) >= first_refresh)
         with tags(*run_tags(config)):
-            ref = task(str(store.root), params[stage], **upstream)
+            ref = stage_output(stage, task(str(store.root), params[stage], **upstream))  # stopped: Interrupted
         entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
         return ref
 

@@ -10,8 +10,10 @@ only when another run finished it before this run started (not a concurrent run)
 Stopping: ``compute`` runs under a stop token (:func:`mdp_core.control.scope`) armed with the task's
 ``timeout_seconds``, so a solver deep inside HiGHS stops itself at the deadline (HiGHS's interrupt
 callback) and the stage raises :class:`~mdp_core.errors.StageTimeout` (a ``TimeoutError``: Prefect
-records TimedOut); :func:`mdp_core.control.request_stop` (SIGTERM, UI Cancel) raises
-:class:`~mdp_core.errors.Interrupted`. When Prefect's own timeout of the task (the same ``timeout_seconds``)
+records TimedOut); :func:`mdp_core.control.request_stop` (SIGTERM, Ctrl-C, Cancel from Prefect) raises
+:class:`~mdp_core.errors.Interrupted` -- in a task run of the release flow the task then *returns*
+Prefect's ``Cancelled`` state (:func:`cancelled_state`: the run shows Cancelled, not a failed task with a
+traceback) and the flow turns it back into ``Interrupted`` (:func:`stage_output`). When Prefect's own timeout of the task (the same ``timeout_seconds``)
 lands first, it is turned into the same :class:`~mdp_core.errors.StageTimeout`, so the record names the
 stage. Either way the private directory is deleted: nothing is written. Large solves run in a killable
 child process (:mod:`mdp_core.isolate`), so the stop takes seconds even inside HiGHS's presolve.
@@ -25,10 +27,11 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from prefect import get_run_logger
 from prefect.context import FlowRunContext, TaskRunContext
+from prefect.states import State
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core import control
@@ -124,8 +127,11 @@ def run_stage(
                 }
             )
     except Interrupted as exc:
-        logger().error("%s; nothing was written", exc)
-        raise
+        if isinstance(exc, StageTimeout) or not _stop_ends_cancelled():
+            logger().error("%s; nothing was written", exc)
+            raise
+        logger().warning("%s; nothing was written", exc)  # asked for: no error, no traceback
+        return cast(ArtifactRef, cancelled_state(exc))  # the task run ends Cancelled; see stage_output
     except asyncio.CancelledError as exc:  # Prefect's own task timeout, raised into this thread at the deadline
         limit = stage_timeout()
         if limit is None or time.perf_counter() - t0 < limit - 1.0:
@@ -138,6 +144,46 @@ def run_stage(
     assert w.ref is not None
     logger().info("%s: computed in %.2fs -> %s", stage, time.perf_counter() - t0, w.ref.path)
     return w.ref
+
+
+# Flows that pass every stage task's return value through :func:`stage_output` (so a stopped stage may
+# return its Cancelled state instead of raising); a stage of any other flow raises Interrupted as before.
+STOP_ENDS_CANCELLED = frozenset({"mdp-release"})
+
+
+def _stop_ends_cancelled() -> bool:
+    """True inside a task run of a flow in :data:`STOP_ENDS_CANCELLED`."""
+    task_ctx, flow_ctx = TaskRunContext.get(), FlowRunContext.get()
+    flow = getattr(flow_ctx, "flow", None)
+    return task_ctx is not None and getattr(flow, "name", None) in STOP_ENDS_CANCELLED
+
+
+def cancelled_state(exc: Interrupted) -> State[Any]:
+    """The final state of a stage task run stopped on request (Cancel from Prefect, SIGTERM, Ctrl-C):
+    Prefect's ``Cancelled`` with the one-line stop message (stage, reason, last progress line) and no
+    traceback -- a task returning a manual final state is how Prefect lets a task end Cancelled (its
+    engine turns an exception into Failed). Nothing of the stopped stage is cached: the task run's cache
+    transaction is told not to write its record (else the cache key would hold this empty result)."""
+    from prefect.states import Cancelled
+    from prefect.transactions import get_transaction
+
+    txn = get_transaction()
+    if txn is not None:
+        txn.write_on_commit = False
+    return Cancelled(message=f"{exc}; nothing was written")
+
+
+def stage_output(stage: str, value: Any) -> ArtifactRef:
+    """What a stage task returned, for a flow in :data:`STOP_ENDS_CANCELLED`: its :class:`ArtifactRef`;
+    a stage stopped on request returns its Cancelled state (:func:`cancelled_state`), and this raises
+    :class:`~mdp_core.errors.Interrupted` naming the stage, so nothing after it runs and the flow ends
+    Cancelled (``flows.release.release_flow``)."""
+    if isinstance(value, ArtifactRef):
+        return value
+    if isinstance(value, State) and value.is_cancelled():
+        message = str(value.message or f"{stage} stopped").removesuffix("; nothing was written")
+        raise Interrupted(message, stage=stage, reason=control.current().reason() or "stop requested")
+    raise MdpError(f"{stage}: its task returned {type(value).__name__}, not an artifact reference")
 
 
 def instance_of(store: Store, ref: ArtifactRef, epsilon: float | None = None) -> Instance:

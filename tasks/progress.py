@@ -393,28 +393,48 @@ def release_key(suffix: str) -> str | None:
 def watch_cancellation(
     flow_run_id: Any, every: float = 2.0, reason: str = "the flow run was cancelled"
 ) -> Callable[[], None]:
-    """Poll the flow run ``flow_run_id`` every ``every`` s from a daemon thread (Prefect's public client,
-    ``read_flow_run``) and :func:`request_stop` once its state is CANCELLING or CANCELLED (Cancel in the
-    UI, ``prefect flow-run cancel``). Call it in the flow (or after the flow run exists), with the
-    caller's Prefect settings: the thread runs in a copy of the caller's context. Returns a function that
-    stops the watcher (call it when the flow returns)."""
+    """Poll the flow run ``flow_run_id`` and the flow runs it is a subflow of (a batch's release: its
+    batch run) every ``every`` s from a daemon thread (Prefect's public client, ``read_flow_run`` /
+    ``read_task_run``) and :func:`request_stop` once one of them is CANCELLING or CANCELLED (Cancel in the
+    UI, ``prefect flow-run cancel ID``, the API's ``set_flow_run_state``). The stop then ends the running
+    stage within seconds; the release flow ends the run Cancelled. Call it in the flow (or after the flow
+    run exists), with the caller's Prefect settings: the thread runs in a copy of the caller's context.
+    Returns a function that stops the watcher (call it when the flow returns)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import StateType
 
     halt = threading.Event()
     stopping = {StateType.CANCELLING, StateType.CANCELLED}
 
+    def lineage(client: Any) -> list[Any]:
+        """This run and its parents (a subflow's parent task run names the parent flow run)."""
+        ids: list[Any] = []
+        run_id = flow_run_id
+        while run_id is not None and len(ids) < 10:
+            ids.append(run_id)
+            parent_task = client.read_flow_run(run_id).parent_task_run_id
+            run_id = client.read_task_run(parent_task).flow_run_id if parent_task is not None else None
+        return ids
+
     def loop() -> None:
+        log = logging.getLogger("mdp_release")
         with get_client(sync_client=True) as client:
+            ids, resolved = [flow_run_id], False
             while not halt.wait(every):
                 try:
-                    state = client.read_flow_run(flow_run_id).state
-                except Exception as exc:  # the API may be busy: try again next time
-                    logging.getLogger("mdp_release").debug("cancel watcher: %s", exc)
-                    continue
-                if state is not None and state.type in stopping:
-                    request_stop(f"{reason} ({state.name})")
-                    return
+                    if not resolved:  # once (a parent's task run may not be recorded yet: then next time)
+                        ids, resolved = lineage(client), True
+                except Exception as exc:
+                    log.debug("cancel watcher: parents of %s: %s", flow_run_id, exc)
+                for run_id in ids:
+                    try:
+                        state = client.read_flow_run(run_id).state
+                    except Exception as exc:  # the API may be busy: try again next time
+                        log.debug("cancel watcher: %s", exc)
+                        continue
+                    if state is not None and state.type in stopping:
+                        request_stop(f"{reason} ({state.name})")
+                        return
 
     ctx = contextvars.copy_context()
     thread = threading.Thread(target=ctx.run, args=(loop,), name="mdp-cancel-watcher", daemon=True)
