@@ -6,14 +6,16 @@ parameter schema when the flow is defined: about 50 ms here).
 No ``from __future__ import annotations`` (see flows/release.py: a served flow must see real annotations).
 """
 
-from typing import Any
+from typing import Any, cast
 
 from prefect import flow
 from prefect.context import FlowRunContext
+from prefect.states import Cancelled
 
 from flows import operate_ui
 from flows.config import ReleaseFlowConfig, StageName, as_config, release_name, release_name_of
 from flows.release import release_flow, run_stamp, run_tags
+from mdp_core.errors import Interrupted, StageTimeout
 
 
 def _names(configs: Any) -> list[str]:
@@ -56,7 +58,14 @@ def batch_flow(
     artifact: each release's run, folder and privacy check."""
     cfgs = [as_config(c) for c in configs]
     operate_ui.tag_flow_run(FlowRunContext.get(), ["batch", *sorted({t for c in cfgs for t in run_tags(c)})])
-    manifests = [release_flow(config=c, refresh_from=refresh_from, new_draw=new_draw) for c in cfgs]
+    try:
+        manifests = [release_flow(config=c, refresh_from=refresh_from, new_draw=new_draw) for c in cfgs]
+    except Interrupted as exc:
+        if isinstance(exc, StageTimeout):
+            raise
+        # stopped on request (Cancel from Prefect, SIGTERM): the batch ends Cancelled as its running release
+        # did (the rest never started); the exception stays the state's data, so a caller gets it raised
+        return cast(Any, Cancelled(message=str(exc), data=exc))
     try:
         from prefect.artifacts import create_markdown_artifact
 
