@@ -38,6 +38,15 @@ def slack(x: float) -> float:
     return 1e-9 * max(1.0, abs(x))
 
 
+def per_output(rows: rowgen._Rows, first: int, k: int) -> list[np.ndarray]:
+    """The directed edge ids of the rows in ``rows``' blocks from ``first`` on, one array per output."""
+    if first >= len(rows.edge):
+        return [np.zeros(0, np.int64)] * k
+    ei, ki = np.concatenate(rows.edge[first:]), np.concatenate(rows.out[first:])
+    order = np.lexsort((ei, ki))
+    return np.split(ei[order], np.searchsorted(ki[order], np.arange(1, k)))
+
+
 def round_one(inst: Instance) -> tuple[float, np.ndarray, list[np.ndarray], float]:
     """rowgen's first restricted LP, solved by simplex: (its proven bound, its row-sum duals in the
     instance's unit, its rows per output, its optimum)."""
@@ -46,7 +55,7 @@ def round_one(inst: Instance) -> tuple[float, np.ndarray, list[np.ndarray], floa
     sol = highs.run(h, want_duals=True)
     lb = scale * rowgen.lower_bound(c, rows, sol.row_dual[n:], k)
     lam = scale * np.asarray(sol.row_dual[:n])
-    return lb, lam, rowgen._per_output(rows, 0, k), scale * sol.objective
+    return lb, lam, per_output(rows, 0, k), scale * sol.objective
 
 
 @pytest.fixture(scope="module", params=sorted(INSTANCES))
