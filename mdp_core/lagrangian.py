@@ -38,8 +38,9 @@ workers): a live HiGHS model of N columns in [0, 1], cost (c_k - lam) / s (s = m
 added lazily: after each solve the pairs the point violates (x_a / g - x_b > :data:`VIOLATION`), at
 most N of the largest deficit, are appended and the model is re-solved warm by dual simplex, until none
 is violated or :data:`MAX_SOLVES` solves. Rows stay for the next request, so a later lam re-solves
-from the previous basis. A request can also carry pair ids to hold first (rowgen passes its own rows
-of that output). Every worker is deterministic and results are assembled in output order, so the
+from the previous basis; a model holding more than :data:`PURGE_ROWS` N rows is rebuilt with only the
+rows that had a nonzero dual at its last solve (memory: HiGHS needs about 1-2 KB per held row here).
+A request can also carry pair ids to hold first. Every worker is deterministic and results are assembled in output order, so the
 bound is bit-identical for any executor and worker count.
 
 Memory per worker process: the shared pairs (25 bytes per directed pair: Rome N = 1,000, 527 k pairs,
@@ -68,6 +69,7 @@ from mdp_core.result import LIMITS, Status
 VIOLATION = 1e-9  # a held point violates a pair's row when x_a / g - x_b exceeds this (x in [0, 1])
 ROWS_PER_SOLVE = 1.0  # rows appended per re-solve, at most, times N (largest deficit first)
 MAX_SOLVES = 60  # re-solves per request at most; the bound is valid at any stopping point
+PURGE_ROWS = 4.0  # a model holding more than this times N rows is rebuilt with its binding rows only
 SMALL_MATRIX_VALUE = 1e-12  # balanced rows have entries down to e^-15: keep them (HiGHS default 1e-9)
 SOLVED = frozenset({Status.OPTIMAL, *LIMITS})
 
@@ -112,14 +114,21 @@ class SubWorker:
     privacy rows (module docstring). Requests: :class:`SubRequest` -> :class:`SubResult`."""
 
     def __init__(self, spec: SubSpec, options: SolverOptions) -> None:
-        self.spec = spec
+        self.spec, self.options = spec, options
         n = spec.cost.shape[0]
         self.idx = np.arange(n)
         self.cols = np.arange(n, dtype=np.int64)
+        self.binding = np.zeros(0, dtype=np.int64)  # pairs whose rows had a nonzero dual at the last solve
+        self.purges = 0
+        self._build(np.asarray(spec.initial, dtype=np.int64))
+
+    def _build(self, rows: np.ndarray) -> None:
+        """A fresh model holding the rows of the pairs ``rows`` (no basis)."""
+        spec, n = self.spec, self.idx.shape[0]
         self.held = np.zeros(spec.pairs.size, dtype=bool)
         self.order = np.zeros(0, dtype=np.int64)  # the pair of each model row
         self.blocks: list[sp.csr_matrix] = []  # the held rows, in model order
-        self.h = highs.new_highs(options)
+        self.h = highs.new_highs(self.options)
         highs.set_options(self.h, simplex_strategy=DUAL_SIMPLEX, small_matrix_value=SMALL_MATRIX_VALUE, presolve="off")
         highs.pass_model(
             self.h,
@@ -132,7 +141,7 @@ class SubWorker:
                 col_upper=np.ones(n),
             ),
         )
-        self._hold(np.asarray(spec.initial, dtype=np.int64))
+        self._hold(rows)
 
     def _hold(self, which: np.ndarray) -> int:
         """Append the rows of the pairs ``which`` not yet held (ascending pair order); their count."""
@@ -162,6 +171,9 @@ class SubWorker:
     def __call__(self, req: SubRequest) -> SubResult:
         if not isinstance(req, SubRequest):
             raise InputError(f"Lagrangian subproblem worker: unknown request {type(req).__name__}")
+        if self.order.size > PURGE_ROWS * self.idx.shape[0]:  # memory: keep the binding rows, warm start lost
+            self._build(self.binding)
+            self.purges += 1
         spec, h = self.spec, self.h
         if req.rows is not None:
             self._hold(np.asarray(req.rows, dtype=np.int64))
@@ -193,6 +205,7 @@ class SubWorker:
             a = sp.vstack(self.blocks).tocsr() if len(self.blocks) > 1 else self.blocks[0]
             self.blocks = [a]
             terms = pr.dual_terms(a, spec.pairs.capped[self.order], sol.row_dual)
+            self.binding = self.order[np.asarray(sol.row_dual[: self.order.size]) != 0.0]
         return SubResult(
             Status.OPTIMAL, terms, np.clip(sol.x, 0.0, 1.0), int(self.order.size), solves, complete, seconds
         )
@@ -335,6 +348,7 @@ class Ascent:
     seconds: float
     solve_seconds: float
     lam: np.ndarray  # (N,) the multipliers of the best bound
+    held_rows: int = 0  # rows the subproblems hold at the end, all outputs
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -343,6 +357,7 @@ class Ascent:
             "evaluations": self.evaluations,
             "seconds": round(self.seconds, 3),
             "solve_seconds": round(self.solve_seconds, 3),
+            "held_rows": self.held_rows,
         }
 
 
@@ -378,4 +393,4 @@ def ascend(
         secs += ev.solve_seconds
         if ev.bound > best:
             best, best_lam = ev.bound, lam
-    return Ascent(best, first, evals, time.perf_counter() - t0, secs, best_lam)
+    return Ascent(best, first, evals, time.perf_counter() - t0, secs, best_lam, ev.held_rows)

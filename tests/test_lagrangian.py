@@ -140,3 +140,18 @@ def test_function_form_and_bad_input():
     assert bound <= opt + slack(opt)
     with pytest.raises(InputError, match="30 finite numbers"):
         lagrangian.lagrangian_bound(inst, np.zeros(3))
+
+
+def test_purged_models_still_bound(monkeypatch):
+    inst = INSTANCES["dense"]()
+    opt = solve(inst, "lp").objective
+    _, lam, _, _ = round_one(inst)
+    with lagrangian.Lagrangian(inst) as lag:
+        full = lagrangian.ascend(lag, lam, 6, 1.01 * opt)
+    monkeypatch.setattr(lagrangian, "PURGE_ROWS", 0.5)  # rebuild a model beyond N / 2 held rows
+    with lagrangian.Lagrangian(inst) as lag:
+        purged = lagrangian.ascend(lag, lam, 6, 1.01 * opt)
+        assert sum(w.purges for w in lag.ex.workers) > 0
+    assert purged.bound <= opt + slack(opt)
+    assert purged.first == pytest.approx(full.first, rel=1e-9)  # no purge before the first evaluation
+    assert purged.bound >= purged.first
