@@ -335,6 +335,7 @@ def lagrangian_bound(
     return ev.bound, ev.z, ev.stats()
 
 
+STALL_WINDOW, STALL_SHARE = 5, 0.02  # stop when 5 evaluations raised the best bound by < 2 % of (target - best)
 STEP_FACTOR = 0.5  # Polyak step: this times (target - L) / |g|^2 (rome500, 25 steps from round 2's
 #                    duals: 0.5 closed 37 % of the gap, 1.0 22 %, deflected directions less; bench/README.md)
 
@@ -375,15 +376,19 @@ def ascend(
     """Evaluate the bound at ``lam`` ((N,), instance's cost unit), then up to ``steps`` Polyak subgradient
     steps lam += factor (target - L(lam)) / |g|^2 g, g = 1 - sum_k x_k (a subgradient of the concave L
     at lam; ``target`` >= the optimum, e.g. the best upper bound). Stops early when ``enough(bound)``
-    is true or at ``deadline`` (wall clock, ``time.time()``). Every bound is proven whatever the steps
+    is true, when the last :data:`STALL_WINDOW` steps raised the best bound by less than
+    :data:`STALL_SHARE` of ``target`` - best, or at ``deadline`` (wall clock, ``time.time()``). Every bound is proven whatever the steps
     (:meth:`Lagrangian.evaluate`); the best is returned. ``rows`` go to the first evaluation."""
     t0 = time.perf_counter()
     lam = np.asarray(lam, dtype=np.float64)
     ev = lag.evaluate(lam, deadline, rows)
     best, best_lam, first, evals, secs = ev.bound, lam, ev.bound, 1, ev.solve_seconds
+    history = [best]
     for _ in range(steps):
         if ev.status != Status.OPTIMAL or (enough is not None and enough(best)) or time.time() >= deadline:
             break
+        if len(history) > STALL_WINDOW and best - history[-1 - STALL_WINDOW] < STALL_SHARE * (target - best):
+            break  # stalled: the subgradient tail (bench/README.md)
         g = 1.0 - ev.z.sum(axis=1)
         gg = float(g @ g)
         if gg <= 1e-18 or not np.isfinite(ev.dual_form) or ev.dual_form >= target:
@@ -394,4 +399,5 @@ def ascend(
         secs += ev.solve_seconds
         if ev.bound > best:
             best, best_lam = ev.bound, lam
+        history.append(best)
     return Ascent(best, first, evals, time.perf_counter() - t0, secs, best_lam, ev.held_rows)
