@@ -5,7 +5,8 @@
 
 Runs ``rowgen.method`` once (threads = 1) on a ``bench/suite.py`` instance and times its phases by
 wrapping the module's functions: each round's LP (``run_robust``), the closure (``smooth_to_mdp``),
-the violation scan, the Lagrangian bound, the model building. CPU seconds are printed beside wall
+the violation scan, the Lagrangian bound, the model building, and with ``lagrangian_steps`` the row-sum
+Lagrangian's steps (``ascend``; its subproblem solves are ``lagrangian_run_robust``, not the LP's). CPU seconds are printed beside wall
 seconds because on the shared machine wall time swings +-30 % with the other jobs' load while one
 single-threaded solve's CPU time hardly moves: compare variants by CPU seconds. A phase's CPU is its own
 thread's (``time.thread_time``: the closure runs in a second thread beside the next round's LP, so the
@@ -20,6 +21,7 @@ import argparse
 import json
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,16 +55,19 @@ def main(argv: list[str] | None = None) -> None:
 
         def wrapper(*args: Any, **kw: Any) -> Any:
             t, c = time.perf_counter(), time.thread_time()
+            # the Lagrangian's subproblem solves (serial executor) run in the closure's thread
+            key = "lagrangian_run_robust" if threading.current_thread().name == "rowgen-closure" else name
             try:
                 return orig(*args, **kw)
             finally:
-                timers[name] = timers.get(name, 0.0) + time.perf_counter() - t
-                timers[name + "_cpu"] = timers.get(name + "_cpu", 0.0) + time.thread_time() - c
+                timers[key] = timers.get(key, 0.0) + time.perf_counter() - t
+                timers[key + "_cpu"] = timers.get(key + "_cpu", 0.0) + time.thread_time() - c
 
         setattr(mod, name, wrapper)
 
     for name in ("smooth_to_mdp", "violated", "lower_bound", "new_model"):
         timed(rowgen, name)
+    timed(rowgen.lagrangian, "ascend")  # the Lagrangian steps (--options '{"lagrangian_steps": 30}')
     if a.ipm_tol is not None:
         run_robust = highs.run_robust
 
@@ -99,6 +104,9 @@ def main(argv: list[str] | None = None) -> None:
         "seconds": round(seconds, 1),
         "cpu_seconds": round(cpu, 1),
         "lp_seconds": [round(float(x), 1) for x in tr.lp_seconds],
+        "lower_bound_after_round": [float(x) for x in tr.lower_bound],
+        "upper_bound_after_round": [float(x) for x in tr.upper_bound],
+        "lagrangian": raw.extra.get("lagrangian"),
         "lp_cpu_seconds": lp_cpu,
         "rows": [int(x) for x in tr.rows],
         "gap_after_round": [float(g) for g in tr.gap / tr.upper_bound],

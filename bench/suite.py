@@ -3,6 +3,7 @@
     python bench/suite.py                                   # the default set (see SETS), 2 methods each
     python bench/suite.py --instances syn500,rome500 --methods rowgen,colgen,lp --time-limit 900
     python bench/suite.py --list                            # instance names and what they are
+    python bench/suite.py --instances syn500 --methods rowgen,rowgen:lagrangian_steps=30   # a method's options
     python bench/suite.py --instances syn5000 --methods colgen --cluster 2            # a 2-worker LocalCluster
     python bench/suite.py --instances syn5000 --methods colgen --scheduler tcp://head:8786   # a real cluster
 
@@ -159,6 +160,22 @@ def _run(
     out.send(row)
 
 
+def variant(label: str) -> tuple[str, dict[str, Any]]:
+    """``METHOD`` or ``METHOD:key=value:key=value`` (values read as JSON, else as strings) ->
+    (method, its options), e.g. ``rowgen:lagrangian_steps=30``."""
+    method, *pairs = label.split(":")
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"method variant {label!r}: expected key=value after ':', got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return method, options
+
+
 def describe(name: str) -> dict[str, Any]:
     inst = load(name)
     from mdp_core.auto import features
@@ -206,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
         except FileNotFoundError as e:
             print(json.dumps({"instance": name, "status": "skipped", "reason": str(e)}), flush=True)
             continue
-        for method in a.methods.split(","):
+        for label in a.methods.split(","):
+            method, options = variant(label)
             args: dict[str, Any] = {"gap_rel": a.gap_rel} if method not in ("exp", "laplace", "constopt") else {}
+            args |= options
             if method == "benders":
                 args |= {"n_subsets": a.subsets, "executor": a.executor}
             parent, child = ctx.Pipe()
@@ -221,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
             p.join()
             if p.exitcode:
                 row |= {"exitcode": p.exitcode}
-            print(json.dumps(base | {"method": method, "workers": os.cpu_count()} | row), flush=True)
+            print(json.dumps(base | {"method": label, "workers": os.cpu_count()} | row), flush=True)
 
 
 def _peak_kb() -> int:

@@ -102,6 +102,14 @@ class RowgenOptions(GapOptions):
         "each round's LP: interior point without crossover, cold, or dual simplex, warm",
         choices=SOLVERS,
     )
+    lagrangian_steps: int = option(
+        0,
+        "after each round's LP, subgradient steps on the row-sum Lagrangian from its duals (0 = off)",
+        ge=0,
+    )
+    lagrangian_executor: str = option(
+        "serial", "where the Lagrangian's K subproblems run (mdp_core.lagrangian)", choices=EXECUTORS
+    )
 
 
 @dataclass(frozen=True)
