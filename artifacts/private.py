@@ -640,10 +640,12 @@ class PrivateStore:
 
     @staticmethod
     def _refuse(population: str, cap: float | None, spent: float, total: float, n_new: int, require_cap: bool) -> None:
+        if n_new == 0:  # every planned charge was made before: a re-run measures nothing new, whatever the cap now
+            return
         if cap is None:
             if require_cap:
                 raise BudgetRefused(
-                    f"population {population!r} has no privacy cap: set [privacy] max_total_epsilon for its first "
+                    f"population {population!r} has no privacy cap: set [release] max_total_epsilon for its first "
                     "release (or mdp-release ledger cap --population P --set X --by WHO --why TEXT)"
                 )
             return

@@ -323,6 +323,19 @@ class Store:
         return self.root / "prefect" / "results"
 
     # ------------------------------------------------------------------ reads
+    def is_private(self, ref: ArtifactRef) -> bool:
+        """True when ``ref``'s folder is owner-only: an object derived from the secret table (``writer(...,
+        private=True)``), whose descendants are private too (:func:`tasks.common.run_stage`)."""
+        try:
+            return stat.S_IMODE((self.root / ref.path).stat().st_mode) & 0o077 == 0
+        except OSError:
+            return False
+
+    def make_private(self, ref: ArtifactRef) -> None:
+        """Restrict an existing object to its owner (0700 folder, 0600 files): a cached object now known to
+        derive from the secret table."""
+        _restrict(self.root / ref.path)
+
     def load_ref(self, stage: str, key: str) -> ArtifactRef | None:
         """The ref stored for (stage, key), or None if absent / unreadable."""
         return self._checked(self.object_dir(stage, key), None, verify=False)

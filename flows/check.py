@@ -326,28 +326,33 @@ def _check_budget(rep: Report, cfg: Any) -> None:
     except InputError as exc:
         rep.reasons.append(str(exc))
         return
-    spent, cap = 0.0, None
-    if (root / "private").is_dir():
-        from artifacts.private import PrivateStore
-        from mdp_core.errors import PrivacyError
+    import hashlib
 
-        try:
-            b = PrivateStore(root).budget(r.population)
-        except PrivacyError as exc:
-            rep.reasons.append(str(exc))
-            return
-        spent, cap = b.spent, b.cap
-    cap = cap if cap is not None else r.max_total_epsilon
-    budget |= {"spent": spent, "cap": cap}
-    if cap is None:
-        rep.reasons.append(
-            f"population {r.population!r} has no cap yet: its first release sets it ([release] max_total_epsilon)"
-        )
-    elif spent + charge > cap * (1 + 1e-12):
-        rep.reasons.append(
-            f"population {r.population!r}: this release would be charged {charge:.4g}, bringing its spend to "
-            f"{spent + charge:.4g} above its cap {cap:g} (at most; a re-run of an earlier release costs less)"
-        )
+    from artifacts.private import PrivateStore, published_heads
+    from mdp_core.errors import PrivacyError
+
+    heads = published_heads(root, r.population)
+    if not (root / "private").is_dir():
+        if heads:
+            rep.reasons.append(
+                f"population {r.population!r} has {len(heads)} published release(s) in {root} but no private ledger: "
+                "the run would refuse (mdp-release ledger new-budget records a decision to start again)"
+            )
+        elif r.max_total_epsilon is None:
+            rep.reasons.append(f"population {r.population!r} has no cap yet: set [release] max_total_epsilon")
+        elif charge > r.max_total_epsilon:
+            rep.reasons.append(f"this release would be charged {charge:.4g}, above max_total_epsilon")
+        budget |= {"spent": 0.0, "cap": r.max_total_epsilon}
+        return
+    probe = hashlib.sha256(b"mdp-release check").hexdigest()  # a key never charged: the whole charge is new
+    try:
+        private = PrivateStore(root)
+        private.check_published(r.population, heads)
+        now = private.budget(r.population)
+        budget |= {"spent": now.spent, "cap": now.cap if now.cap is not None else r.max_total_epsilon}
+        private.precheck(r.population, {probe: charge}, r.max_total_epsilon, True)  # the run's own rules
+    except PrivacyError as exc:
+        rep.reasons.append(f"{exc} (at most: a re-run of an earlier release costs less)")
 
 
 def _hints(rep: Report, kind: str, given: dict[str, Any], declared: dict[str, Any], inst: Any, unit: str) -> None:

@@ -13,7 +13,7 @@ Example (every key optional; these are the defaults of the built-in release)::
     epsilon = 10.0      # per distance unit (km for geo data)
     eta = 2.0           # neighbour threshold, distance unit
     # protection_radius = 2.0  # distance (unit) within which two people are promised eps * stretch * d; unset: eta
-    max_stretch = 3.0   # refuse a mechanism whose graph stretches distances more than this (spanner dilation)
+    max_stretch = 2.0   # refuse a mechanism whose graph stretches distances more than this (spanner dilation)
     allow_unprotected = false  # true: release even when the graph is split or over max_stretch (officer told who)
 
     [partition]         # mdp_core.methods.PartitionOptions (Benders' partition)

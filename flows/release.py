@@ -185,18 +185,26 @@ def prepare(
         note("postprocess (the secret draw)")
         d = postprocess.secret_draw(store, population, version, new_draw, draw)
         params.update(release_params(config, d))
+        for stage in ("prior", "postprocess"):
+            if "draw" in params.get(stage, {}):
+                params[stage]["radius"] = radius
         return d
 
     refs = {"ingest": run("ingest")}
     refs["graph"] = g = run("graph", dataset=refs["ingest"])
     facts = read_json(store.path(g, "graph.json"))
-    protection = facts["protection"]
-    postprocess.check_protection(protection, config.privacy.max_stretch, config.privacy.allow_unprotected)
+    protection, eta = facts["protection"], float(facts["eta"])
+    unit = str(read_json(store.path(refs["ingest"], "instance.json"))["distance_unit"])
+    radius_value = float(config.privacy.protection_radius or eta)
+    radius: dict[str, Any] = {"value": radius_value, "unit": unit}
+    postprocess.check_protection(
+        protection, config.privacy.max_stretch, config.privacy.allow_unprotected, radius_value, eta
+    )
     the_draw = None
     if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
         the_draw = secret(cast(str, config.release.population), postprocess.table_version(config.release.microdata))
         eps = effective_epsilon(config) or float(read_json(store.path(refs["ingest"], "instance.json"))["epsilon"])
-        plan = planned_spend(config, protection, eps, float(facts["eta"]))
+        plan = planned_spend(config, protection, eps, eta)
         postprocess.precheck_release(store, the_draw, params["postprocess"], plan)
     if config.release.prior_source != "dataset":
         refs["prior"] = run("prior", dataset=refs["ingest"], graph=g)

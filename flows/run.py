@@ -364,6 +364,6 @@ def _print_manifest(manifest: dict) -> None:
             f"  guarantee: eps {g['metric_epsilon_per_unit']:.4g} per {unit} in the data's metric (eps "
             f"{g['epsilon_per_unit']:g} x stretch {g['stretch']:.4g}) + {g['additive_epsilon']:g} for the counts"
             f"{' and prior' if privacy.get('prior_epsilon') else ''}; {who} {led.get('population')}: charged "
-            f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts), total "
-            f"{led['total_so_far']:.4g}, {left}"
+            f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts); at that "
+            f"release: total {led['total_so_far']:.4g}, {left} (now: mdp-release ledger)"
         )

@@ -68,8 +68,7 @@ from mdp_core.files import file_sha256
 from mdp_core.methods import GapOptions
 from mdp_core.result import BOUND_TOLERANCE, gap_closed
 
-# Step 2 imports numpy, pandas and pyarrow (mdp_core.io, mdp_core.verify) when it runs, not here: a
-# publication whose content a VerifiedMemo already holds needs none of them.
+# Step 2 imports numpy, pandas and pyarrow (mdp_core.io, mdp_core.verify) when it runs, not at import.
 
 INSTANCE_DIR = "instance"
 PROVENANCE = "release_provenance.json"
@@ -746,6 +745,19 @@ def _additive(prov: dict) -> float | None:
     return None if eps_counts is None or eps_prior is None else eps_counts + eps_prior
 
 
+CERTIFIED_RATIO_TOL = 1e-9  # = mdp_core.verify.RATIO_TOL (not imported: it pulls in numpy)
+
+
+def stated_metric(epsilon_per_unit: float, stretch: float) -> str:
+    """The metric epsilon as the statement prints it: eps x stretch x (1 + the certificate's relative
+    tolerance), rounded *up* to 6 significant digits, so the printed figure is never below what is proven."""
+    x = epsilon_per_unit * stretch * (1 + CERTIFIED_RATIO_TOL)
+    if not (math.isfinite(x) and x > 0):
+        return f"{x:g}"
+    e = math.floor(math.log10(x)) - 5
+    return f"{math.ceil(x / 10.0**e) * 10.0**e:.6g}"
+
+
 def guarantee_statement(
     epsilon_per_unit: float,
     stretch: float,
@@ -761,15 +773,16 @@ def guarantee_statement(
     exp(eps stretch d(i, j)) in the data's metric d (stretch = max D_G / d, the graph's dilation:
     Chatzikokolakis et al. 2013; Bordenabe, Chatzikokolakis and Palamidessi, CCS 2014); the eps-DP counts
     (and DP prior) add ``additive_epsilon`` by sequential composition (Dwork and Roth 2014, Thm 3.16)."""
-    metric = epsilon_per_unit * stretch
+    metric = stated_metric(epsilon_per_unit, stretch)
     return (
         f"for any individual and any two records r, r' in one component of the mDP graph, the probability of "
         f"every possible release (microdata, counts{', prior' if with_prior else ''}) changes by at most a factor "
-        f"exp({metric:g} * d(r, r') + {additive_epsilon:g}), d in {distance_unit} in the data's own metric "
+        f"exp({metric} * d(r, r') + {additive_epsilon:g}), d in {distance_unit} in the data's own metric "
         f"(eps {epsilon_per_unit:g} per {distance_unit} of the certified mechanism x stretch {stretch:.6g} of the "
         f"mDP graph, Chatzikokolakis et al. 2013 and Bordenabe et al. 2014, composed sequentially with the eps-DP "
         f"counts{' and prior' if with_prior else ''}, Dwork and Roth 2014 Thm 3.16); the budget is charged for "
-        f"records up to {protection_radius:g} {distance_unit} apart"
+        f"records up to {protection_radius:g} {distance_unit} apart (the factor includes the certificate's relative "
+        f"tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
     )
 
 
@@ -921,7 +934,8 @@ def _check_guarantee(prov: dict, inst: Record) -> list[str]:
         where, "metric_epsilon_per_unit (eps x stretch)", g.get("metric_epsilon_per_unit"), metric, RECOMPUTED
     )
     statement, unit = g.get("statement"), inst["distance_unit"]
-    needed = (f"exp({metric:g} * d(r, r') + {add:g})", f"d in {unit}", f"{radius:g} {unit}", f"stretch {stretch:.6g}")
+    shown = stated_metric(inst["epsilon"], stretch)
+    needed = (f"exp({shown} * d(r, r') + {add:g})", f"d in {unit}", f"{radius:g} {unit}", f"stretch {stretch:.6g}")
     missing = [n for n in needed if not (isinstance(statement, str) and n in statement)]
     if missing:
         findings.append(f"{where}: the statement does not say {'; '.join(missing)}")

@@ -97,12 +97,17 @@ def run_stage(
 ) -> ArtifactRef:
     """Run ``compute`` for ``stage`` unless a valid output of its key is stored (module docstring).
     ``private``: the output is derived from the secret table and stays owner-only (0700 / 0600) in the store
-    until the release stage publishes copies of it."""
+    until the release stage publishes copies of it; so is every output computed from a private upstream
+    object (a DP prior -> the instance -> the mechanism; the postprocess output -> the evaluation)."""
     key = stage_key(stage, module, params, upstream)
     s = Store(store)
+    # derived from the secret table, directly or through any upstream object: owner-only until published
+    private = private or any(ref is not None and s.is_private(ref) for ref in upstream.values())
     force = _refreshing()
     hit = None if force else s.valid_ref(stage, key)
     if hit is not None:
+        if private:
+            s.make_private(hit)
         logger().info("%s: reusing stored output %s", stage, key[:12])
         return hit
     for name, ref in upstream.items():

@@ -122,6 +122,24 @@ def kept_measure(private: PrivateStore, draw: Draw, name: str):
     return measure
 
 
+def check_radius(private: PrivateStore, population: str, radius: dict[str, Any]) -> None:
+    """One population, one unit of account: every charge of its budget is at the same protection radius
+    (``radius``: {"value", "unit"}), or totals would add eps x stretch x 2 km to eps x stretch x 1 m. The first
+    charge fixes it; a release asking for another is refused (BudgetRefused), nothing charged."""
+    from artifacts.private import BudgetRefused
+
+    for e in reversed(private.entries(population)):
+        if e.get("kind") == "new-budget":
+            return
+        held = (e.get("detail") or {}).get("radius") if e.get("kind") == "charge" else None
+        if held is not None and held != radius:
+            raise BudgetRefused(
+                f"population {population!r}'s budget is kept at a protection radius of {held['value']:g} "
+                f"{held['unit']}; this release asks for {radius['value']:g} {radius['unit']}: set [privacy] "
+                f"protection_radius = {held['value']:g} (or start a new budget: mdp-release ledger new-budget)"
+            )
+
+
 def charge_all(
     private: PrivateStore, draw: Draw, params: dict[str, Any], charges: dict[str, tuple[str, float]]
 ) -> tuple[Budget, float]:  # (the budget after them, what this call added)
@@ -129,10 +147,12 @@ def charge_all(
     budget after them and what this call added (0 for a re-run: every key already charged). Refused
     (BudgetRefused) before anything is recorded when they do not fit."""
     cap, require = params.get("max_total_epsilon"), bool(params.get("require_cap"))
+    check_radius(private, draw.population, params["radius"])
     budget = private.precheck(draw.population, {key: eps for key, (_, eps) in charges.items()}, cap, require)
     added = 0.0
     for key, (kind, eps) in charges.items():
         detail = {"kind": kind, "draw": draw.commitment, "release": params.get("release_key")}
+        detail["radius"] = params["radius"]
         budget, new = private.charge(draw.population, key, eps, detail, cap, require)
         added += eps if new else 0.0
     return budget, added
@@ -144,6 +164,7 @@ def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dic
     (same draw, same config: ``params["release_key"]``) has already charged counts 0, so a cached re-run
     near the cap is not refused; the exact charges are checked again when they are made."""
     private = PrivateStore(store.root)
+    check_radius(private, draw.population, params["radius"])
     paid = {
         (c["detail"].get("kind"), c["detail"].get("release"), c["detail"].get("draw"))
         for c in private.entries(draw.population)
@@ -157,13 +178,27 @@ def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dic
     return private.precheck(draw.population, planned, params.get("max_total_epsilon"), bool(params.get("require_cap")))
 
 
-def check_protection(protection: dict[str, Any], max_stretch: float, allow_unprotected: bool) -> None:
+def check_protection(
+    protection: dict[str, Any], max_stretch: float, allow_unprotected: bool, radius: float, eta: float
+) -> None:
     """Refuse (PrivacyError) a release whose mDP graph leaves records unprotected from each other -- more than
     one component, or a stretch above ``max_stretch`` -- unless the config says ``allow_unprotected = true``
     (the officer's summary then names who is unprotected). ``protection``: the graph stage's
     :meth:`mdp_core.protection.Protection.as_dict`."""
     n_comp = int(protection["n_components"])
     stretch = float(protection["stretch"])
+    if not math.isfinite(stretch):  # refused whatever the config: nothing finite can be stated or charged
+        raise PrivacyError(
+            "release refused: the mDP graph's stretch is unbounded -- some pair of records in one component has no "
+            "provable metric distance (an instance whose distances are stored only for neighbours and whose "
+            "records have no coordinates): give the records coordinates"
+        )
+    if radius < eta:
+        raise PrivacyError(
+            f"release refused: protection_radius = {radius:g} is below eta = {eta:g}: the budget is charged at the "
+            "protection radius, which may not be smaller than the mechanism's neighbourhood (a tiny radius would "
+            "make every release nearly free)"
+        )
     problems = []
     if n_comp > 1:
         sizes = protection.get("component_sizes") or []
@@ -289,7 +324,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
     _certified(inst, z)
-    radius = float(params.get("protection_radius") or inst.eta)
+    radius = float(params["radius"]["value"])
     protection = published_protection(
         read_json(store.path(upstream["graph"], "graph.json"))["protection"], params, radius, inst.eta
     )
@@ -300,16 +335,17 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     eps_counts = float(params["eps_counts"])
     mech_sha = upstream["mechanism"].files["mechanism.parquet"]
     inst_sha = upstream["instance"].files["instance.json"]
-    perturb_key = charge_key("perturb", draw, mech_sha, params.get("max_distance"))
+    perturb_key = charge_key("perturb", draw, mech_sha, inst_sha, params.get("max_distance"))
     counts_key = charge_key("counts", draw, inst_sha, zone.tolist(), eps_counts, params.get("max_distance"))
     mech_eps = mechanism_charge(inst.epsilon, protection, radius)
     charge_all(private, draw, params, {perturb_key: ("perturb", mech_eps), counts_key: ("counts", eps_counts)})
     at = private.position(draw.population, (perturb_key, counts_key))
     assert at is not None  # just charged (or charged before)
-    # The door is open: draw. A stream per mechanism: two releases of the same draw through different
-    # mechanisms must not share their uniforms (the pair of inverse-CDF outputs would pin u down); they are
-    # two charges, and the same mechanism and draw give the same outputs, which reveal nothing new.
-    outputs = release.perturb(z, records, draw.rng(f"perturb:{mech_sha}"))
+    # The door is open: draw. A stream per (mechanism, instance): two releases of the same draw through
+    # different mechanisms, or the same mechanism bytes over other records, must not share their uniforms (the
+    # pair of inverse-CDF outputs would pin u down); they are two charges, and the same mechanism, instance
+    # and draw give the same outputs, which reveal nothing new.
+    outputs = release.perturb(z, records, draw.rng(f"perturb:{mech_sha}:{inst_sha}"))
     write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
     cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
     table, meas = pp.release_counts(cells, zone, eps_counts, kept_measure(private, draw, counts_key))

@@ -186,11 +186,38 @@ def test_a_disconnected_graph_is_refused_unless_allowed(table, tmp_path):
 def test_the_guarantee_is_stated_in_the_metric(table, tmp_path):
     """Item 4: eps x stretch per unit of the data's own metric; the ledger charges eps x stretch x radius."""
     path, _ = table
-    refs = run_stages(tmp_path, config(tmp_path, path, privacy={"protection_radius": 1.0}, max_total_epsilon=100.0))
+    refs = run_stages(tmp_path, config(tmp_path, path, privacy={"protection_radius": 2.0}, max_total_epsilon=100.0))
     prov = provenance(tmp_path, refs)
     g, led = prov["guarantee"], prov["ledger"]
     assert g["stretch"] >= 1.0 and g["metric_epsilon_per_unit"] == pytest.approx(2.0 * g["stretch"])
-    assert led["this_release"] == pytest.approx(2.0 * g["stretch"] * 1.0 + 1.0)
+    assert led["this_release"] == pytest.approx(2.0 * g["stretch"] * 2.0 + 1.0)
+
+
+def test_one_population_one_protection_radius(table, tmp_path):
+    """A tiny radius would make every release nearly free, and totals at different radii add different units:
+    a radius below eta is refused, and a population's later releases keep its first radius."""
+    path, df = table
+    with pytest.raises(PrivacyError, match="below eta"):
+        run_stages(tmp_path, config(tmp_path, path, privacy={"protection_radius": 1e-6}, max_total_epsilon=100.0))
+    run_stages(tmp_path, config(tmp_path, path, privacy={"protection_radius": 2.0}, max_total_epsilon=100.0))
+    spent = PrivateStore(tmp_path).budget(POPULATION).spent
+    with pytest.raises(BudgetRefused, match="protection radius of 2 km"):
+        run_stages(tmp_path, config(tmp_path, versions(tmp_path, df)[0], privacy={"protection_radius": 3.0}))
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == spent
+
+
+def test_a_rerun_spends_nothing_and_is_not_refused_after_the_cap_was_lowered(table, tmp_path):
+    """A cached or reproduced release measures nothing new: lowering the cap below what was spent must not stop
+    it (a serve tick, run --from-manifest)."""
+    path, _ = table
+    cfg = config(tmp_path, path, max_total_epsilon=100.0)
+    run_stages(tmp_path, cfg)
+    priv = PrivateStore(tmp_path)
+    spent = priv.budget(POPULATION).spent
+    priv.set_cap(POPULATION, spent / 2, "officer", "lowered after the release")
+    shutil.rmtree(Store(tmp_path).root / "objects" / "postprocess")  # recomputed: the same charges
+    run_stages(tmp_path, cfg)
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == spent
 
 
 def test_a_planted_mechanism_is_never_drawn_from(table, tmp_path):
@@ -227,7 +254,8 @@ def test_a_planted_mechanism_is_never_drawn_from(table, tmp_path):
 
 
 def test_objects_derived_from_secrets_are_owner_only(table, tmp_path):
-    """Item 6: the postprocess object (and a DP prior) are 0700/0600 until published."""
+    """Item 6: the postprocess object, a DP prior and everything computed from them are 0700/0600 until
+    published."""
     path, _ = table
     refs = run_stages(tmp_path, config(tmp_path, path, prior="dp", eps_prior=0.5, max_total_epsilon=1000.0))
     store = Store(tmp_path)
@@ -236,8 +264,10 @@ def test_objects_derived_from_secrets_are_owner_only(table, tmp_path):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, stage
         for f in folder.iterdir():
             assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
-    public = store.root / refs["solve"].path
-    assert stat.S_IMODE((public / "mechanism.parquet").stat().st_mode) == 0o644
+    for stage in ("export", "solve", "evaluate"):  # computed from a private object: private too
+        assert stat.S_IMODE((store.root / refs[stage].path).stat().st_mode) == 0o700, stage
+    public = store.root / refs["graph"].path  # the public records' graph
+    assert stat.S_IMODE((public / "graph.json").stat().st_mode) == 0o644
 
 
 def test_published_rows_reveal_no_input_order(table, tmp_path):
