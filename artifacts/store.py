@@ -13,13 +13,13 @@ A stage writes into ``objects/<stage>/.<key>.tmp-<pid>-<random>/`` and renames t
 two runs compute the same key concurrently the first rename wins and the loser deletes its copy
 (both hold the same bytes: stage outputs are deterministic functions of the key's inputs). A release
 is staged in ``runs/.<run>.tmp-<pid>-<random>/``, checked there (``check``: the door,
-:mod:`mdp_core.audit`) and renamed into place only if the check passes. Stored and released files
+:mod:`mdp_core.release.audit`) and renamed into place only if the check passes. Stored and released files
 have mode 0644, except objects derived from the secret table (``writer(..., private=True)``: the DP
 prior, the postprocess stage's output), whose folder is 0700 and files 0600 until published: the
 published copies (:meth:`Store.publish`) are 0644.
 
 Retention is per release name (:meth:`Store.prune_releases`): a release folder belongs to the name of
-its manifest's config (:func:`flows.config.release_name_of`), a failure record to its ``record.json``'s
+its manifest's config (``name_of``, given by the caller: :func:`flows.config.manifest_release_name`), a failure record to its ``record.json``'s
 ``release``; one release's ``keep_releases`` never touches another's folders. :meth:`Store.usage` and
 :meth:`Store.prune_objects` are ``mdp-release store`` (flows/store_cli.py).
 
@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import InputError
-from mdp_core.files import file_sha256, write_json
+from mdp_core.runtime.files import file_sha256, write_json
 
 REF_SCHEMA_VERSION = 1
 DEFAULT_ROOT = "artifacts/store"
@@ -558,18 +558,17 @@ class Store:
         name = rec.get("release") if isinstance(rec, dict) else None
         return name if isinstance(name, str) else None
 
-    def releases_by_name(self, name_of: NameOf | None = None) -> dict[str, list[Path]]:
+    def releases_by_name(self, name_of: NameOf) -> dict[str, list[Path]]:
         """The release folders (:meth:`releases`, oldest first) grouped by release name: the name of each
-        manifest's config (``name_of``, default :func:`flows.config.release_name_of`); a folder whose
+        manifest's config (``name_of``: :func:`flows.config.manifest_release_name` in the pipeline); a folder whose
         manifest names none is under ``"?"``."""
-        name_of = name_of or _default_name_of
         groups: dict[str, list[Path]] = {}
         for folder in self.releases():
             m = _read_manifest(folder)
             groups.setdefault((name_of(m) if m is not None else None) or "?", []).append(folder)
         return groups
 
-    def prune_releases(self, keep: int, name: str, name_of: NameOf | None = None) -> list[Path]:
+    def prune_releases(self, keep: int, name: str, name_of: NameOf) -> list[Path]:
         """Keep the newest ``keep`` release folders of release ``name`` (and the one ``runs/latest`` points
         to) and as many of its failure records; its older ones are renamed to trash (readers keep working)
         and deleted by a later :meth:`clean_debris`. Nothing else is touched: another release's folders
@@ -595,7 +594,7 @@ class Store:
         return removed
 
     # ------------------------------------------------------------- housekeeping
-    def usage(self, name_of: NameOf | None = None) -> dict[str, Any]:
+    def usage(self, name_of: NameOf) -> dict[str, Any]:
         """What the store holds (``mdp-release store``): per release name its release folders (``count``,
         ``newest`` folder name, ``bytes``) and failure records (``failures``); per stage its objects
         (``count``, ``bytes``); the bytes of ``private/`` and ``prefect/`` (Prefect's cache records)."""
@@ -749,10 +748,3 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return m if isinstance(m, dict) else None
-
-
-def _default_name_of(manifest: dict[str, Any]) -> str | None:
-    """The release name of a manifest: its config's (:func:`flows.config.release_name_of`)."""
-    from flows.config import release_name_of  # the config's rules live there (imported late: no cycle)
-
-    return release_name_of(manifest.get("config"))

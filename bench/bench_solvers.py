@@ -7,7 +7,7 @@ Instances (issue 3): grid N in {200, 500, 1000}, K = 100, eta = 2 km, eps in {10
         --partition kmdv --subsets 4 --time-limit 600
     python bench/bench_solvers.py --instances grid200 --eps 10 --methods lp,colgen
 
-Every run goes through ``mdp_core.solve.solve`` (so the Benders mechanism is certified exactly like
+Every run goes through ``mdp_core.solvers.solve.solve`` (so the Benders mechanism is certified exactly like
 the LP's). ``peak_rss_mb`` is the process's resident high-water mark after the run (monotone over
 the process: run one method per process with --methods for a per-method peak).
 """
@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from mdp_core import lp
-from mdp_core.datasets import grid, synthetic
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.solvers import lp
+from mdp_core.solvers.solve import solve
 
 GRIDS = {"grid200": (10, 20), "grid500": (20, 25), "grid1000": (40, 25)}
 SYNTH = {"syn100": 100, "syn200": 200, "syn500": 500}
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _peak_kb() -> int:
     """Peak RSS (KB) of this process and of its finished children: solve() runs large solves in a child
-    process (mdp_core.isolate), whose memory RUSAGE_SELF does not see."""
+    process (mdp_core.runtime.isolate), whose memory RUSAGE_SELF does not see."""
     return max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 

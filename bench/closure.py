@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
     import suite  # bench/ is not a package
 
-    from mdp_core import rowgen
-    from mdp_core.highs import SolverOptions
-    from mdp_core.mechanisms import smooth_to_mdp
-    from mdp_core.verify import objective, verify
+    from mdp_core.solvers import rowgen
+    from mdp_core.solvers.mechanisms import smooth_to_mdp
+    from mdp_core.solvers.verify import objective, verify
+    from mdp_core.spec.solver_options import SolverOptions
 
     inst = suite.load(a.instance, a.rome)
     points = Path(a.points)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 def both(inst: Any, z: Any) -> dict[str, tuple[Any, int, float]]:
     """``smooth_to_mdp`` with Newton steps (the default) and without (``newton_rounds=0``, the former
     alternation): name -> (closure, sub-rounds, CPU seconds)."""
-    from mdp_core.mechanisms import smooth_to_mdp
+    from mdp_core.solvers.mechanisms import smooth_to_mdp
 
     got = {}
     for name, kw in (("newton", {}), ("plain", {"newton_rounds": 0})):
@@ -104,9 +104,10 @@ def both(inst: Any, z: Any) -> dict[str, tuple[Any, int, float]]:
 def random_inputs(kind: str, cases: int) -> None:
     import numpy as np
 
-    from mdp_core import mechanisms as mech
-    from mdp_core.datasets import from_points, grid, synthetic
-    from mdp_core.verify import objective, passes
+    from mdp_core.problem.datasets import grid, synthetic
+    from mdp_core.problem.datasets.common import from_points
+    from mdp_core.solvers import mechanisms as mech
+    from mdp_core.solvers.verify import objective, passes
 
     rng = np.random.default_rng(7)
     res: dict[str, list[Any]] = {"newton": [], "plain": []}

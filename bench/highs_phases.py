@@ -11,7 +11,7 @@ log lines), ``first_check`` (the first interrupt callback: until then a stop req
 HiGHS), ``largest_gap`` between two checks after that, and the number of checks. Measured here (2
 shared cores, HiGHS 1.15.1, dual simplex): 0.37 M rows first check at 1.1 s; 1.70 M at 11.9 s; 4.05 M at
 33.1 s on a busy machine (presolve 5.6-22.0 s, removing nothing) and 15.6 s on a quieter one (largest
-gap between checks afterwards 1.7 s); interior point at 4.05 M: 11.2 s. That is why :mod:`mdp_core.isolate` exists.
+gap between checks afterwards 1.7 s); interior point at 4.05 M: 11.2 s. That is why :mod:`mdp_core.runtime.isolate` exists.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     args = ap.parse_args()
 
-    from mdp_core.datasets import synthetic
-    from mdp_core.highs import SolverOptions, new_highs, pass_model, scale_costs
-    from mdp_core.lp import build_pmo
+    from mdp_core.problem.datasets import synthetic
+    from mdp_core.solvers.highs import new_highs, pass_model, scale_costs
+    from mdp_core.solvers.lp import build_pmo
+    from mdp_core.spec.solver_options import SolverOptions
 
     inst = synthetic(n_records=args.n, n_outputs=args.k, epsilon=10.0, seed=0)
     w, _ = scale_costs(inst.prior[:, None] * inst.costs)

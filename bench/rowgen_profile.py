@@ -11,7 +11,7 @@ seconds because on the shared machine wall time swings +-30 % with the other job
 single-threaded solve's CPU time hardly moves: compare variants by CPU seconds. A phase's CPU is its own
 thread's (``time.thread_time``: the closure runs in a second thread beside the next round's LP, so the
 phases' wall seconds overlap); the total is the process's (``time.process_time``).
-``--ipm-tol`` overrides the interior point's relative gap tolerance (:func:`mdp_core.rowgen.ipm_tolerance`)
+``--ipm-tol`` overrides the interior point's relative gap tolerance (:func:`mdp_core.solvers.rowgen.ipm_tolerance`)
 before every round. Progress lines go to stderr; the mechanism is verified at the end.
 """
 
@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import suite  # bench/ is not a package
 
-    from mdp_core import highs, rowgen
-    from mdp_core.highs import SolverOptions
-    from mdp_core.verify import objective, verify
+    from mdp_core.solvers import highs, rowgen
+    from mdp_core.solvers.verify import objective, verify
+    from mdp_core.spec.solver_options import SolverOptions
 
     inst = suite.load(a.instance, a.rome)
     timers: dict[str, float] = {}

@@ -16,7 +16,7 @@ Each run is a fresh process (so peak RSS is that run's own high-water mark, its 
 but not its cluster's workers, and one run's crash or memory cannot touch another); runs of one instance
 are consecutive, so compare ratios within one invocation: the machines are noisy.
 
-Instances come from the project's own exporters (``mdp_core.datasets``); the road ones read
+Instances come from the project's own exporters (``mdp_core.problem.datasets``); the road ones read
 ``../shared/data/rome_center`` and are skipped (with a JSON line saying so) when it is absent.
 """
 
@@ -78,7 +78,7 @@ DEFAULT = "grid500,syn500,rome500,text500,romeB300,gridKN300,disc210"
 
 def load(name: str, rome: str | Path | None = None):
     """The instance ``name``; road instances read the Rome tables from ``rome`` (default: :data:`ROME`)."""
-    from mdp_core.datasets import registry
+    from mdp_core.problem.datasets import registry
 
     _, kind, params = INSTANCES[name]
     params = dict(params)
@@ -124,8 +124,8 @@ def _run(
     name: str, method: str, args: dict[str, Any], time_limit: float, out: Any, workers: int, scheduler: str | None
 ) -> None:
     """Child process: solve once (on a Dask cluster when ``workers`` or ``scheduler``), send one result dict."""
-    from mdp_core.highs import SolverOptions
-    from mdp_core.solve import solve
+    from mdp_core.solvers.solve import solve
+    from mdp_core.spec.solver_options import SolverOptions
 
     try:
         inst = load(name)
@@ -178,7 +178,7 @@ def variant(label: str) -> tuple[str, dict[str, Any]]:
 
 def describe(name: str) -> dict[str, Any]:
     inst = load(name)
-    from mdp_core.auto import features
+    from mdp_core.solvers.auto import features
 
     f = features(inst)
     return {
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _peak_kb() -> int:
     """Peak RSS (KB) of this process and of its finished children: solve() runs large solves in a child
-    process (mdp_core.isolate), whose memory RUSAGE_SELF does not see."""
+    process (mdp_core.runtime.isolate), whose memory RUSAGE_SELF does not see."""
     return max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 

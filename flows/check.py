@@ -2,9 +2,9 @@
 without Prefect, a store or a solve.
 
 It validates the config (:func:`flows.config.load_config`), builds the dataset's instance directly (the
-ingest stage's :func:`mdp_core.datasets.registry.load`, then the graph stage's neighbour search at the
-configured eta), and, with ``[release] microdata``, reads the secret table (:func:`mdp_core.microdata.
-read_table`), maps each person to a record as the release will (:func:`mdp_core.microdata.locate`) and
+ingest stage's :func:`mdp_core.problem.datasets.registry.load`, then the graph stage's neighbour search at the
+configured eta), and, with ``[release] microdata``, reads the secret table (:func:`mdp_core.problem.microdata.
+read_table`), maps each person to a record as the release will (:func:`mdp_core.problem.microdata.locate`) and
 reports:
 
 * the file: rows, format, delimiter, recognised columns, kind of key, bad rows (row numbers);
@@ -82,15 +82,15 @@ def connecting_eta(points: Any, metric: str) -> float:
 
     Computed exactly without the N^2 matrix: the MST of a connected k-nearest-neighbour graph (k doubled
     until connected) has a largest edge u >= b*; every edge of the full MST weighs <= b* <= u, so the MST of
-    the graph of all pairs within u (:func:`mdp_core.graph.neighbour_edges`) has the same largest edge b*.
+    the graph of all pairs within u (:func:`mdp_core.problem.graph.neighbour_edges`) has the same largest edge b*.
     """
     import numpy as np
     import scipy.sparse as sp
     from scipy.sparse import csgraph
     from scipy.spatial import cKDTree
 
-    from mdp_core.graph import neighbour_edges
-    from mdp_core.metrics import EARTH_RADIUS_KM, unit_sphere
+    from mdp_core.problem.graph import neighbour_edges
+    from mdp_core.problem.metrics import EARTH_RADIUS_KM, unit_sphere
 
     pts = np.asarray(points, dtype=np.float64)
     n = pts.shape[0]
@@ -136,7 +136,7 @@ def _fmt(x: float) -> str:
 def run_check(config: str | Path) -> Report:
     """The check of the release configured in ``config`` (see the module docstring)."""
     from flows.config import load_config
-    from mdp_core.loaders import parameters
+    from mdp_core.spec.dataset_kinds import parameters
 
     t0 = time.perf_counter()
     rep = Report(str(config))
@@ -173,7 +173,7 @@ def _check_file(rep: Report, r: Any) -> Any:
     if r.microdata is None:
         rep.sections["simulated"] = {"n_individuals": r.simulated_individuals}
         return None
-    from mdp_core import microdata
+    from mdp_core.problem import microdata
 
     try:
         table = microdata.read_table(r.microdata)
@@ -193,13 +193,13 @@ def _check_file(rep: Report, r: Any) -> Any:
 
 def _check_instance(rep: Report, cfg: Any) -> tuple[Any, Any, int] | None:
     """The instance as the ingest and graph stages build it, its mDP graph's components and stretch
-    (:func:`mdp_core.protection.graph_protection`), refused as the release refuses them; returns (instance,
+    (:func:`mdp_core.release.protection.graph_protection`), refused as the release refuses them; returns (instance,
     component labels, the largest component's label), or None when the dataset does not load."""
     import numpy as np
 
-    from mdp_core.datasets import registry
-    from mdp_core.graph import components, neighbour_edges
-    from mdp_core.protection import graph_protection
+    from mdp_core.problem.datasets import registry
+    from mdp_core.problem.graph import components, neighbour_edges
+    from mdp_core.release.protection import graph_protection
 
     t1 = time.perf_counter()
     try:
@@ -268,7 +268,7 @@ def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int
     """People mapped to records as the release maps them: too far, unmappable, snap distances (terminal only)."""
     import numpy as np
 
-    from mdp_core import microdata
+    from mdp_core.problem import microdata
 
     unit, max_distance = inst.distance_unit, rep.sections["privacy"]["max_distance"]
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
-from mdp_core.methods import METHOD_NAMES
+from mdp_core.spec.methods import METHOD_NAMES
 
 
 def _positive_float(text: str) -> float:
@@ -42,13 +42,13 @@ def _positive_float(text: str) -> float:
 
 def _method_groups(p: argparse.ArgumentParser) -> list[str]:
     """The options every method shares (HiGHS settings, the repair limit) in one group, then one group per
-    method (mdp_core.methods), each flag built from its declaration (:meth:`mdp_core.options.Spec.add_argument`).
+    method (mdp_core.spec.methods), each flag built from its declaration (:meth:`mdp_core.spec.options.Spec.add_argument`).
     An option several methods declare (the gap, the executor, ...) is one flag, in the group "options of
     several methods", its help naming each method's default. Flags not given are absent from the namespace:
     the method's own default applies. Returns the method options' names."""
-    from mdp_core.methods import REGISTRY
-    from mdp_core.options import show, specs
-    from mdp_core.solver_options import RepairOptions, SolverOptions
+    from mdp_core.spec.methods import REGISTRY
+    from mdp_core.spec.options import show, specs
+    from mdp_core.spec.solver_options import RepairOptions, SolverOptions
 
     common = p.add_argument_group("solver options (every method)")
     for cls in (SolverOptions, RepairOptions):
@@ -83,16 +83,16 @@ def _method_groups(p: argparse.ArgumentParser) -> list[str]:
 
 
 def _solver_options(args: argparse.Namespace):
-    from mdp_core.options import specs
-    from mdp_core.solver_options import SolverOptions
+    from mdp_core.spec.options import specs
+    from mdp_core.spec.solver_options import SolverOptions
 
     return SolverOptions(**{s.name: getattr(args, s.name) for s in specs(SolverOptions) if hasattr(args, s.name)})
 
 
 def _check_method_flags(method: str, given: dict) -> None:
     """InputError naming the flags among ``given`` (option names) that ``method`` does not take."""
-    from mdp_core.methods import REGISTRY
-    from mdp_core.options import specs
+    from mdp_core.spec.methods import REGISTRY
+    from mdp_core.spec.options import specs
 
     flags = {s.name: s.flag for m in REGISTRY.values() for s in specs(m.options)}
     unknown = sorted(flags[n] for n in set(given) - {s.name for s in specs(REGISTRY[method].options)})
@@ -115,9 +115,10 @@ class _StderrLog:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from mdp_core import control
-    from mdp_core.io import read_instance, write_mechanism, write_table
-    from mdp_core.solve import solve
+    from mdp_core.problem.io import read_instance, write_table
+    from mdp_core.runtime import control
+    from mdp_core.solvers.solve import solve
+    from mdp_core.solvers.verify import write_mechanism
     from tasks.progress import Heartbeat
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
@@ -154,8 +155,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from mdp_core.io import read_instance, read_mechanism
-    from mdp_core.verify import verify
+    from mdp_core.problem.io import read_instance, read_mechanism
+    from mdp_core.solvers.verify import verify
 
     inst = read_instance(args.instance)
     z = read_mechanism(args.mechanism, inst.n_records, inst.n_outputs)
@@ -167,8 +168,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from artifacts import signing
-    from mdp_core.audit import audit_release, check_signature
+    from mdp_core.release import signing
+    from mdp_core.release.audit import audit_release, check_signature
 
     pin: str | bytes | None = None
     try:
@@ -214,7 +215,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from flows.cli_export import build_from_args
-    from mdp_core.io import write_instance
+    from mdp_core.problem.io import write_instance
 
     inst = build_from_args(args)
     meta = write_instance(inst, args.out)
@@ -296,7 +297,7 @@ def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _solve_arguments(p: argparse.ArgumentParser) -> None:
-    from mdp_core.methods import REGISTRY
+    from mdp_core.spec.methods import REGISTRY
 
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
     p.add_argument(

@@ -1,6 +1,6 @@
-"""``mdp-release export``: dataset options on the command line -> mdp_core.datasets.registry.load.
+"""``mdp-release export``: dataset options on the command line -> mdp_core.problem.datasets.registry.load.
 
-Every declared parameter of every loader (mdp_core.loaders.PARAMETERS) is an option here (``n_records`` ->
+Every declared parameter of every loader (mdp_core.spec.dataset_kinds.PARAMETERS) is an option here (``n_records`` ->
 ``--n-records``), with its declared type, help and default per kind; an option the chosen ``--dataset``
 does not take is an error, a value its declaration refuses (``--seed -1``) one error line (exit 2). List
 parameters take several values: ``--bbox S W N E``, ``--center LAT LON``, ``--words king queen``.
@@ -12,19 +12,19 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from mdp_core import loaders  # the kinds and their parameters, without importing a loader
 from mdp_core.errors import InputError
-from mdp_core.options import Spec, specs
+from mdp_core.spec import dataset_kinds
+from mdp_core.spec.options import Spec, specs
 
 if TYPE_CHECKING:
-    from mdp_core.instance import Instance
+    from mdp_core.problem.instance import Instance
 
 
 def options() -> dict[str, list[tuple[str, Spec]]]:
     """Every loader parameter, by name: the dataset kinds that take it and their declarations
-    (mdp_core.loaders.PARAMETERS), in declaration order."""
+    (mdp_core.spec.dataset_kinds.PARAMETERS), in declaration order."""
     out: dict[str, list[tuple[str, Spec]]] = {}
-    for kind, cls in loaders.PARAMETERS.items():
+    for kind, cls in dataset_kinds.PARAMETERS.items():
         for s in specs(cls):
             out.setdefault(s.name, []).append((kind, s))
     return out
@@ -40,7 +40,7 @@ def _help(entries: list[tuple[str, Spec]]) -> str:
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.allow_abbrev = False  # --output must not silently mean --outputs
-    p.add_argument("--dataset", required=True, choices=sorted(loaders.KINDS), help="dataset kind")
+    p.add_argument("--dataset", required=True, choices=sorted(dataset_kinds.KINDS), help="dataset kind")
     p.add_argument("--out", required=True, help="instance directory to write")
     for entries in options().values():
         first = entries[0][1]
@@ -54,7 +54,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The options the user gave that the chosen loader accepts; others given are an error."""
-    known = loaders.parameters(args.dataset)
+    known = dataset_kinds.parameters(args.dataset)
     given = {n: getattr(args, n) for n in options() if hasattr(args, n)}
     wrong = sorted(set(given) - set(known))
     if wrong:
@@ -65,6 +65,6 @@ def params_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_from_args(args: argparse.Namespace) -> Instance:
-    from mdp_core.datasets import registry
+    from mdp_core.problem.datasets import registry
 
     return registry.load(args.dataset, params_from_args(args))

@@ -16,18 +16,18 @@ Example (every key optional; these are the defaults of the built-in release)::
     max_stretch = 2.0   # refuse a mechanism whose graph stretches distances more than this (spanner dilation)
     allow_unprotected = false  # true: release even when the graph is split or over max_stretch (officer told who)
 
-    [partition]         # mdp_core.methods.PartitionOptions (Benders' partition)
+    [partition]         # mdp_core.spec.methods.PartitionOptions (Benders' partition)
     method = "kmdv"     # kmdv | kmrec | kmadj | bsc
     subsets = 2
     seed = 0
 
     [solve]
     method = "auto"     # auto | lp | rowgen | colgen | benders | exp | laplace | constopt
-    solver = "simplex"  # simplex | ipm  (every method: mdp_core.solver_options)
+    solver = "simplex"  # simplex | ipm  (every method: mdp_core.spec.solver_options)
     threads = 0
     # time_limit = 600.0  # seconds; unset: none
     max_mix = 0.01      # largest uniform-mixing weight the exact repair may use
-    # gap_rel = 1e-6    # the chosen method's own options (mdp_core.methods), unset: its default;
+    # gap_rel = 1e-6    # the chosen method's own options (mdp_core.spec.methods), unset: its default;
     #                   # one it does not take is an error
 
     [release]           # REQUIRED in a config file: microdata + population, or simulate = true
@@ -84,13 +84,14 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-# Only the declarations, which import no numerical library (a fully cached run never needs numpy, pandas,
-# scipy or HiGHS): each option's one name, type, default, help text and bounds (mdp_core.options).
-from mdp_core import loaders
 from mdp_core.errors import InputError
-from mdp_core.methods import METHOD_NAMES, REGISTRY, PartitionOptions
-from mdp_core.options import REQUIRED, Spec, show, specs
-from mdp_core.solver_options import RepairOptions, SolverOptions
+
+# Only the declarations, which import no numerical library (a fully cached run never needs numpy, pandas,
+# scipy or HiGHS): each option's one name, type, default, help text and bounds (mdp_core.spec.options).
+from mdp_core.spec import dataset_kinds
+from mdp_core.spec.methods import METHOD_NAMES, REGISTRY, PartitionOptions
+from mdp_core.spec.options import REQUIRED, Spec, show, specs
+from mdp_core.spec.solver_options import RepairOptions, SolverOptions
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -129,7 +130,7 @@ def _field(s: Spec, default: Any = REQUIRED, description: str | None = None) -> 
 
 
 # ----------------------------------------------------------------------------- dataset parameters
-# The loaders' parameters per kind as pydantic models, generated from their declarations (mdp_core.loaders):
+# The loaders' parameters per kind as pydantic models, generated from their declarations (mdp_core.spec.dataset_kinds):
 # every parameter but epsilon and eta (the [privacy] section's) with its declared type and default. They
 # validate ``dataset.params`` and make the flow's parameter schema (the Prefect run form) show each kind's
 # real fields.
@@ -137,9 +138,9 @@ PRIVACY_PARAMETERS = ("epsilon", "eta")
 
 
 def _params_model(kind: str) -> type[BaseModel]:
-    module, _, func = loaders.LOADER_PATHS[kind].partition(":")
+    module, _, func = dataset_kinds.LOADER_PATHS[kind].partition(":")
     fields: dict[str, Any] = {
-        s.name: _field(s) for s in specs(loaders.PARAMETERS[kind]) if s.name not in PRIVACY_PARAMETERS
+        s.name: _field(s) for s in specs(dataset_kinds.PARAMETERS[kind]) if s.name not in PRIVACY_PARAMETERS
     }
     return create_model(
         f"{kind.capitalize()}Params",
@@ -149,7 +150,7 @@ def _params_model(kind: str) -> type[BaseModel]:
     )
 
 
-DATASET_PARAMS: dict[str, type[BaseModel]] = {kind: _params_model(kind) for kind in loaders.KINDS}
+DATASET_PARAMS: dict[str, type[BaseModel]] = {kind: _params_model(kind) for kind in dataset_kinds.KINDS}
 
 
 def _dataset_variant(kind: str) -> type[BaseModel]:
@@ -164,12 +165,18 @@ def _dataset_variant(kind: str) -> type[BaseModel]:
 
 # The dataset section as a union discriminated by ``kind``: the JSON schema Prefect's run form shows.
 _DATASET_SCHEMA: TypeAdapter[Any] = TypeAdapter(
-    cast(Any, typing.Annotated[Union[tuple(_dataset_variant(k) for k in loaders.KINDS)], Field(discriminator="kind")])  # noqa: UP007
+    cast(
+        Any,
+        typing.Annotated[
+            Union[tuple(_dataset_variant(k) for k in dataset_kinds.KINDS)],  # noqa: UP007
+            Field(discriminator="kind"),
+        ],
+    )
 )
 
 
 class DatasetConfig(BaseModel):
-    """Which dataset to ingest: a kind of ``mdp_core.datasets.registry`` and its loader parameters.
+    """Which dataset to ingest: a kind of ``mdp_core.problem.datasets.registry`` and its loader parameters.
 
     ``params`` holds the parameters given (unset ones take the loader's default; the ingest stage's cache
     key is what was given), checked against the kind's :data:`DATASET_PARAMS` model: a parameter the
@@ -177,7 +184,7 @@ class DatasetConfig(BaseModel):
     (Prefect's run form) is the union of those models, discriminated by ``kind``."""
 
     model_config = STRICT
-    kind: Literal[loaders.KINDS] = "grid"  # type: ignore[valid-type]
+    kind: Literal[dataset_kinds.KINDS] = "grid"  # type: ignore[valid-type]
     params: dict[str, Any] = Field(default_factory=lambda: {"rows": 10, "cols": 20, "n_outputs": 100, "seed": 0})
 
     @field_validator("params")
@@ -209,7 +216,7 @@ class DatasetConfig(BaseModel):
                 {"where": where, "msg": first["msg"], "kind": repr(kind)},
             ) from None
         try:
-            loaders.validate(kind, v)
+            dataset_kinds.validate(kind, v)
         except InputError as exc:
             raise PydanticCustomError("dataset_params", "{msg}", {"msg": str(exc)}) from None
         return v
@@ -222,10 +229,10 @@ class DatasetConfig(BaseModel):
 
 
 # The default [privacy] max_stretch: the largest spanner dilation (max over pairs of D_G / d, D_G the
-# shortest path in the mDP graph) accepted without ``allow_unprotected``. Measured (mdp_core.protection's
+# shortest path in the mDP graph) accepted without ``allow_unprotected``. Measured (mdp_core.release.protection's
 # docstring): 1.08 on the paper grids, 1.24-1.69 on the papers' synthetic N(0, 1) eta 2 (six seeds), 1.01 on
 # Rome roads at eta 2 km, 1.18 on the Helsinki example; 3-6 on Rome at eta 0.4-0.5 km and 4.1 on GloVe text,
-# where a pair is protected as if it were 3-6 times farther apart than it is. = mdp_core.protection's.
+# where a pair is protected as if it were 3-6 times farther apart than it is. = mdp_core.release.protection's.
 DEFAULT_MAX_STRETCH = 2.0
 
 
@@ -263,11 +270,11 @@ class PrivacyConfig(BaseModel):
     )
 
 
-# [partition]: Benders' partition options (mdp_core.methods.PartitionOptions), under their config keys.
+# [partition]: Benders' partition options (mdp_core.spec.methods.PartitionOptions), under their config keys.
 PartitionConfig: type[BaseModel] = create_model(
     "PartitionConfig",
     __config__=STRICT,
-    __doc__="Benders' partition, also the release's partition stage (mdp_core.methods.PartitionOptions).",
+    __doc__="Benders' partition, also the release's partition stage (mdp_core.spec.methods.PartitionOptions).",
     **cast(dict[str, Any], {s.key: _field(s) for s in specs(PartitionOptions) if s.exposed}),
 )
 _PARTITION_FIELDS = {s.name for s in specs(PartitionOptions)}  # benders takes them from [partition]
@@ -299,13 +306,14 @@ def _method_fields() -> dict[str, tuple[Any, Any]]:
 
 class _SolveBase(BaseModel):
     """The [solve] section: the method, the options every method shares (HiGHS settings, the repair limit:
-    mdp_core.solver_options) with their declared defaults, and every method's options (mdp_core.methods),
+    mdp_core.spec.solver_options) with their declared defaults, and every method's options (mdp_core.spec.methods),
     unset meaning the chosen method's own default. An option the chosen method does not take is an error
     (as on the command line)."""
 
     model_config = STRICT
     method: Literal[METHOD_NAMES] = Field(  # type: ignore[valid-type]
-        "auto", description="auto: lp or rowgen from the instance's structure (mdp_core.auto); or a named method"
+        "auto",
+        description="auto: lp or rowgen from the instance's structure (mdp_core.solvers.auto); or a named method",
     )
 
     def _given(self, names: typing.Iterable[str]) -> dict[str, Any]:
@@ -319,7 +327,7 @@ class _SolveBase(BaseModel):
         return SolverOptions(**self.solver_settings())
 
     def repair_settings(self) -> dict[str, Any]:
-        """``{"max_mix": ...}``: how far the exact repair may go (mdp_core.solver_options.RepairOptions)."""
+        """``{"max_mix": ...}``: how far the exact repair may go (mdp_core.spec.solver_options.RepairOptions)."""
         return self._given(s.name for s in specs(RepairOptions))
 
     def method_args(self) -> dict[str, Any]:
@@ -364,7 +372,7 @@ POPULATION_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 class ReleaseConfig(BaseModel):
     """What is released and how it is accounted. Exactly one of: ``microdata``, the agency's secret table
-    (CSV or Parquet, one row per individual: ``lat, lon`` / ``x0..`` / ``record``; :mod:`mdp_core.microdata`)
+    (CSV or Parquet, one row per individual: ``lat, lon`` / ``x0..`` / ``record``; :mod:`mdp_core.problem.microdata`)
     with its ``population`` (whose records these are, across versions of the table: the ledger that
     bounds their total privacy loss is the population's); or ``simulate = true``, ``n_individuals``
     simulated people (a demo). Neither is an error: a forgotten ``microdata`` must never publish simulated
@@ -593,7 +601,7 @@ def release_name_of(data: Any) -> str | None:
         return None
     if not isinstance(eps, int | float) or isinstance(eps, bool):
         try:
-            value = loaders.parameters(kind).get("epsilon")
+            value = dataset_kinds.parameters(kind).get("epsilon")
         except Exception:
             value = None
         eps = float(value) if isinstance(value, int | float) else None
@@ -616,7 +624,7 @@ def effective_epsilon(cfg: ReleaseFlowConfig) -> float | None:
     if cfg.privacy.epsilon is not None:
         return cfg.privacy.epsilon
     try:
-        value = loaders.parameters(cfg.dataset.kind).get("epsilon")
+        value = dataset_kinds.parameters(cfg.dataset.kind).get("epsilon")
     except Exception:
         return None
     return float(value) if isinstance(value, int | float) else None
@@ -650,8 +658,8 @@ def to_parameter(cfg: ReleaseFlowConfig) -> dict[str, Any]:
     return out
 
 
-# Names a file parameter may take that are not paths (bundled data sets: mdp_core.loaders.BUNDLED; GloVe).
-_NOT_PATHS = loaders.NAMES | {"glove-6b-50d"}
+# Names a file parameter may take that are not paths (bundled data sets: mdp_core.spec.dataset_kinds.BUNDLED; GloVe).
+_NOT_PATHS = dataset_kinds.NAMES | {"glove-6b-50d"}
 
 
 def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -664,7 +672,7 @@ def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     if isinstance(ds, dict) and isinstance(ds.get("params"), dict):
         kind = ds.get("kind", "grid")
         params = dict(ds["params"])
-        for n in loaders.FILE_PARAMETERS.get(kind, ()):
+        for n in dataset_kinds.FILE_PARAMETERS.get(kind, ()):
             v = params.get(n)
             if isinstance(v, str) and v and v.lower() not in _NOT_PATHS and not Path(v).expanduser().is_absolute():
                 params[n] = str((base / v).resolve())
@@ -754,7 +762,7 @@ def as_config(value: Any) -> ReleaseFlowConfig:
 
 def manifest_draw(path: str | Path) -> str | None:
     """The public commitment of the secret draw a run manifest's release used (None before draws existed)."""
-    from mdp_core.files import read_json
+    from mdp_core.runtime.files import read_json
 
     value = (read_json(path).get("privacy") or {}).get("draw_commitment")
     return value if isinstance(value, str) else None
@@ -766,7 +774,7 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
     A manifest written before ``[release] simulate`` existed records ``n_individuals = 10000`` beside
     ``microdata`` (the old default, which does not mean simulated people): it is read as that release
     meant it -- simulated without microdata, the file's people with it (which then need a population)."""
-    from mdp_core.files import read_json
+    from mdp_core.runtime.files import read_json
 
     m = read_json(path)
     if m.get("format") != "mdp-release-manifest" or not isinstance(m.get("config"), dict):
@@ -786,3 +794,9 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
 DEFAULT_CONFIG = (
     ReleaseFlowConfig()
 )  # the built-in default release: simulated people (flows.release's default parameter)
+
+
+def manifest_release_name(manifest: dict[str, Any]) -> str | None:
+    """The release name of a run manifest (its config's, :func:`release_name_of`): what the store's
+    retention and usage group releases by (:meth:`artifacts.store.Store.prune_releases`)."""
+    return release_name_of(manifest.get("config"))

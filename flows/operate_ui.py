@@ -11,10 +11,13 @@ ledger after the run minus before it: :func:`ledger_snapshot`, :func:`run_spend`
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import logging
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -123,8 +126,8 @@ def _tolerance(tol: float) -> str:
 def realised_eps_text(cert: dict[str, Any]) -> str:
     """The certificate's realised epsilon rounded to the relative tolerance it was checked at, e.g.
     ``10 (checked to 1e-9)`` for 10.000000000064 (a difference below the tolerance is no breach, and the
-    digits below it are not shown; :func:`mdp_core.report.rounded_to_tolerance`)."""
-    from mdp_core.report import rounded_to_tolerance
+    digits below it are not shown; :func:`mdp_core.release.report.rounded_to_tolerance`)."""
+    from mdp_core.release.report import rounded_to_tolerance
 
     value = cert.get("max_realised_epsilon")
     tol = cert.get("ratio_tol")
@@ -427,3 +430,18 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
     except Exception as exc:
         log.warning("could not publish the failure artifact: %s", exc)
     return folder
+
+
+@contextlib.contextmanager
+def dask_logs_in_terminal(address: str | None, stream: Any = None) -> Iterator[None]:
+    """While the block runs, print on ``stream`` (default stderr) the log lines that Prefect task runs
+    write on the Dask workers of the scheduler at ``address`` (:mod:`tasks.dask_logs`): a remote
+    cluster, whose workers' terminals are not this one. ``None``: nothing to do (a local cluster's
+    workers inherit this terminal)."""
+    if not address:
+        yield
+        return
+    from tasks.dask_logs import forwarded_task_logs  # imports distributed: only for a Dask task runner
+
+    with forwarded_task_logs(address, stream if stream is not None else sys.stderr):
+        yield

@@ -25,26 +25,27 @@ from artifacts.private import Draw
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui
-from flows.config import (  # noqa: F401  (manifest_config: re-exported, it used to live here)
+from flows.config import (
     DEFAULT_CONFIG,
     STAGE_NAMES,
     ReleaseFlowConfig,
-    SolveConfig,
     StageName,
     as_config,
     config_hash,
     effective_epsilon,
-    manifest_config,
+    manifest_release_name,
     release_name,
     store_root,
 )
-from mdp_core import audit, control, loaders
 from mdp_core.errors import Interrupted, StageTimeout
-from mdp_core.files import file_sha256, read_json
+from mdp_core.release import audit
+from mdp_core.runtime import control
+from mdp_core.runtime.files import file_sha256, read_json
+from mdp_core.spec import dataset_kinds
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
-from tasks.common import dask_logs_in_terminal, stage_output
+from tasks.common import stage_output
 from tasks.progress import watch_cancellation
 
 STAGES = ("ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate")
@@ -64,9 +65,9 @@ PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "py
 
 def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     """Each stage's own parameters (what goes into its cache key besides upstream hashes)."""
-    inputs = {str(p): file_sha256(p) for p in loaders.input_files(cfg.dataset.kind, cfg.dataset.params)}
+    inputs = {str(p): file_sha256(p) for p in dataset_kinds.input_files(cfg.dataset.kind, cfg.dataset.params)}
     s = cfg.solve
-    method_args = s.method_args()  # the options of the chosen method set in [solve] (mdp_core.methods)
+    method_args = s.method_args()  # the options of the chosen method set in [solve] (mdp_core.spec.methods)
     return {
         "ingest": {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs},
         "graph": {"eta": cfg.privacy.eta},
@@ -108,7 +109,7 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, An
         }
     }
     if r.prior_source == "file":
-        from mdp_core.microdata import sha256_regular  # numpy / pandas: only for a prior file
+        from mdp_core.problem.microdata import sha256_regular  # numpy / pandas: only for a prior file
 
         out["prior"] = {"source": "file", "file": r.prior, "file_sha256": sha256_regular(r.prior, "prior")}
     elif r.prior_source == "dp":
@@ -389,7 +390,11 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
     point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)
     remote = config.run.dask_address if config.run.task_runner == "dask" else None  # its workers' logs: here too
-    with operate_ui.task_runner(config.run) as runner, dask_logs_in_terminal(remote), tags(*run_tags(config)):
+    with (
+        operate_ui.task_runner(config.run) as runner,
+        operate_ui.dask_logs_in_terminal(remote),
+        tags(*run_tags(config)),
+    ):
         futures = [
             runner.submit(
                 point_task,
@@ -423,7 +428,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     )
     control.check("release")  # a stop requested meanwhile: nothing is published
     operate_ui.at_stage(run_id, "release")
-    # The door: staged, re-verified from the exact bytes (mdp_core.audit), published only if it checks out;
+    # The door: staged, re-verified from the exact bytes (mdp_core.release.audit), published only if it checks out;
     # the exact bytes of a release already published from this config: nothing new (mf.publish_run).
     manifest = mf.publish_run(
         store,
@@ -435,5 +440,5 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
     operate_ui.after_release(store, Path(run_dir), manifest, rname, spent_before)  # runs/latest, UI artifact
     if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
-        store.prune_releases(config.run.keep_releases, rname)
+        store.prune_releases(config.run.keep_releases, rname, manifest_release_name)
     return manifest

@@ -278,7 +278,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
     from flows.release import release_flow
 
     quiet_console_errors(getattr(args, "debug", False))
-    from mdp_core.control import install_signal_handlers
+    from mdp_core.runtime.control import install_signal_handlers
 
     install_signal_handlers()  # SIGTERM / Ctrl-C: the running solve stops within seconds, nothing is published
     t0 = time.perf_counter()

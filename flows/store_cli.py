@@ -74,6 +74,7 @@ def summary_text(usage: dict[str, Any]) -> str:
 
 def store_from_cli(args: argparse.Namespace) -> int:
     from artifacts.store import Store, tree_bytes
+    from flows.config import manifest_release_name
 
     store = Store(_root(args))
     pruned: list[Path] = []
@@ -83,7 +84,7 @@ def store_from_cli(args: argparse.Namespace) -> int:
         pruned = store.prune_objects()
         freed = sum(sizes.get(p, 0) for p in pruned)
         store.clean_debris()
-    usage = store.usage()
+    usage = store.usage(manifest_release_name)
     if args.prune_objects:
         usage["pruned_objects"] = [str(p.relative_to(store.root)) for p in pruned]
         usage["pruned_bytes"] = freed

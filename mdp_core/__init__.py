@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
 
 if TYPE_CHECKING:
-    from mdp_core.instance import Instance
+    from mdp_core.problem.instance import Instance
 
 __all__ = ["Instance", "InputError", "MdpError", "PrivacyError", "SolverError"]
 __version__ = "0.1.0"
@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
     """``mdp_core.Instance`` on first use: importing the package stays free of numpy, pandas and scipy,
     so what needs only a light module (the CLI, the artifact store, a fully cached run) does not pay for them."""
     if name == "Instance":
-        from mdp_core.instance import Instance
+        from mdp_core.problem.instance import Instance
 
         return Instance
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,7 @@ A stage's cache key is sha256 over
 Code version: the sha256 of the source files of the stage's task module and of every module of this
 project (``mdp_core``, ``tasks``, ``artifacts``) that it imports, transitively -- found by reading
 ``import`` statements with :mod:`ast`. Editing a helper deep inside ``mdp_core`` that a stage uses
-(and of lazily referenced ``"module:function"`` strings, as in ``mdp_core.solve.METHODS``)
+(and of lazily referenced ``"module:function"`` strings, as in ``mdp_core.solvers.solve.METHODS``)
 therefore invalidates that stage (Prefect's own TASK_SOURCE policy hashes only the task function's
 text); editing a module the stage does not import does not.
 

@@ -7,26 +7,24 @@ output files into a private directory that is renamed into place. The output's `
 ``produced_by`` (flow run id) and ``produced_at`` (unix time): a run counts an output as a cache hit
 only when another run finished it before this run started (not a concurrent run).
 
-Stopping: ``compute`` runs under a stop token (:func:`mdp_core.control.scope`) armed with the task's
+Stopping: ``compute`` runs under a stop token (:func:`mdp_core.runtime.control.scope`) armed with the task's
 ``timeout_seconds``, so a solver deep inside HiGHS stops itself at the deadline (HiGHS's interrupt
 callback) and the stage raises :class:`~mdp_core.errors.StageTimeout` (a ``TimeoutError``: Prefect
-records TimedOut); :func:`mdp_core.control.request_stop` (SIGTERM, Ctrl-C, Cancel from Prefect) raises
+records TimedOut); :func:`mdp_core.runtime.control.request_stop` (SIGTERM, Ctrl-C, Cancel from Prefect) raises
 :class:`~mdp_core.errors.Interrupted` -- in a task run of the release flow the task then *returns*
 Prefect's ``Cancelled`` state (:func:`cancelled_state`: the run shows Cancelled, not a failed task with a
 traceback) and the flow turns it back into ``Interrupted`` (:func:`stage_output`). When Prefect's own timeout of the task (the same ``timeout_seconds``)
 lands first, it is turned into the same :class:`~mdp_core.errors.StageTimeout`, so the record names the
 stage. Either way the private directory is deleted: nothing is written. Large solves run in a killable
-child process (:mod:`mdp_core.isolate`), so the stop takes seconds even inside HiGHS's presolve.
+child process (:mod:`mdp_core.runtime.isolate`), so the stop takes seconds even inside HiGHS's presolve.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from prefect import get_run_logger
@@ -34,15 +32,15 @@ from prefect.context import FlowRunContext, TaskRunContext
 from prefect.states import State
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core import control
 from mdp_core.errors import Interrupted, MdpError, StageTimeout
+from mdp_core.runtime import control
 from tasks.cache import stage_key
 from tasks.progress import Heartbeat, note
 
-if TYPE_CHECKING:  # the stages import numpy / pandas / mdp_core.io when they compute, never on a cache hit
+if TYPE_CHECKING:  # the stages import numpy / pandas / mdp_core.problem.io when they compute, never on a cache hit
     import numpy as np
 
-    from mdp_core.instance import Instance
+    from mdp_core.problem.instance import Instance
 
 Compute = Callable[[ObjectWriter, Store, dict[str, Any], dict[str, ArtifactRef | None]], None]
 
@@ -193,14 +191,15 @@ def stage_output(stage: str, value: Any) -> ArtifactRef:
 
 def instance_of(store: Store, ref: ArtifactRef, epsilon: float | None = None) -> Instance:
     """Read the instance directory behind ``ref``."""
-    from mdp_core.io import read_instance
+    from mdp_core.problem.io import read_instance
 
     return read_instance(store.root / ref.path, epsilon=epsilon)
 
 
 def instance_with_graph(store: Store, dataset: ArtifactRef, graph: ArtifactRef, **changes: Any) -> Instance:
     """The ingested dataset with the edges of the ``graph`` stage (and eta from its graph.json)."""
-    from mdp_core.io import EDGE_SCHEMA, read_json, read_table
+    from mdp_core.problem.io import EDGE_SCHEMA, read_table
+    from mdp_core.runtime.files import read_json
 
     inst = instance_of(store, dataset)
     edges = read_table(store.path(graph, "edges.parquet"), schema=EDGE_SCHEMA)
@@ -235,18 +234,3 @@ class Throttled:
         if speak:
             self.last = now
             self.log.info("%s: %s", self.prefix, line)
-
-
-@contextlib.contextmanager
-def dask_logs_in_terminal(address: str | None, stream: Any = None) -> Iterator[None]:
-    """While the block runs, print on ``stream`` (default stderr) the log lines that Prefect task runs
-    write on the Dask workers of the scheduler at ``address`` (:mod:`tasks.dask_logs`): a remote
-    cluster, whose workers' terminals are not this one. ``None``: nothing to do (a local cluster's
-    workers inherit this terminal)."""
-    if not address:
-        yield
-        return
-    from tasks.dask_logs import forwarded_task_logs  # imports distributed: only for a Dask task runner
-
-    with forwarded_task_logs(address, stream if stream is not None else sys.stderr):
-        yield

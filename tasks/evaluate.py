@@ -7,9 +7,9 @@ flow's task runner); this stage reads their results (it never solves them itself
 evaluation.parquet (one row per mechanism, ``method`` column), utility_vs_eps.parquet (Qiu 2024 Fig. 7),
 cbdp_error.parquet (CBDP vs Laplace vs hierarchical on the released microdata's counts: Fioretto Fig. 5),
 report.md (the officer's page, the technical appendix, the claims block: a release's report is
-rendered from its claims by :func:`mdp_core.report.render_report`, so the audit can regenerate it) and PNG plots (released.png,
+rendered from its claims by :func:`mdp_core.release.report.render_report`, so the audit can regenerate it) and PNG plots (released.png,
 count_noise.png, bounds.png, partition.png for Benders, utility_vs_eps.png, cbdp_error.png; drawn by
-:mod:`mdp_core.report`). The Prefect table and markdown artifacts are published by
+:mod:`mdp_core.release.report`). The Prefect table and markdown artifacts are published by
 :func:`publish_report` on every run.
 """
 
@@ -24,7 +24,7 @@ from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import MdpError
-from mdp_core.solver_options import MAX_MIX
+from mdp_core.spec.solver_options import MAX_MIX
 from tasks.common import Throttled, instance_of, logger, output_zones, run_stage
 from tasks.progress import note
 
@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # numpy, pandas and the solvers are imported where a stage co
 
 def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None, step: str = ""):
     """Solve ``inst`` with ``method`` (the released method gets its own arguments), or None if it does not apply."""
-    from mdp_core.lp import SolverOptions
-    from mdp_core.solve import solve as solve_instance
+    from mdp_core.solvers.solve import solve as solve_instance
+    from mdp_core.spec.solver_options import SolverOptions
 
     released = method == params.get("method")
     args: dict[str, Any] = dict(params.get("method_args", {})) if released else {}
@@ -95,7 +95,7 @@ def point_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _point(inst, spec: dict[str, Any], labels: np.ndarray | None, step: str = "") -> tuple[dict[str, Any], dict | None]:
     """Solve one evaluation point: (the utility-vs-eps entry, the evaluation row or None)."""
-    from mdp_core import evaluate as ev
+    from mdp_core.release import evaluate as ev
 
     scaled = inst if spec["factor"] == 1.0 else inst.replace(epsilon=inst.epsilon * spec["factor"])
     solve_params = {
@@ -121,7 +121,7 @@ def _compute_point(w: ObjectWriter, store: Store, params: dict[str, Any], upstre
     import numpy as np
     import pandas as pd
 
-    from mdp_core.io import read_table, write_frame
+    from mdp_core.problem.io import read_table, write_frame
 
     inst = instance_of(store, upstream["instance"])
     labels = None
@@ -135,7 +135,7 @@ def _compute_point(w: ObjectWriter, store: Store, params: dict[str, Any], upstre
 
 
 def _read_point(store: Store, ref: ArtifactRef) -> tuple[dict[str, Any], dict | None]:
-    from mdp_core.io import read_table
+    from mdp_core.problem.io import read_table
 
     entry = read_table(store.path(ref, "point.parquet")).astype(object).to_dict(orient="records")[0]
     row = None
@@ -152,9 +152,10 @@ def _compute(
 ) -> None:
     import numpy as np
 
-    from mdp_core import evaluate as ev
-    from mdp_core import report
-    from mdp_core.io import atomic_write, read_json, read_mechanism, read_table, write_frame
+    from mdp_core.problem.io import read_mechanism, read_table, write_frame
+    from mdp_core.release import evaluate as ev
+    from mdp_core.release import report
+    from mdp_core.runtime.files import atomic_write, read_json
 
     inst = instance_of(store, upstream["instance"])
     mech = upstream["mechanism"]
@@ -227,14 +228,15 @@ def _compute(
 
 
 def _release_claims(store: Store, post: ArtifactRef, inst, info: dict, row: dict, w: ObjectWriter) -> dict[str, Any]:
-    """The claims the release's report is rendered from (:func:`mdp_core.report.release_claims`), and the
+    """The claims the release's report is rendered from (:func:`mdp_core.release.report.release_claims`), and the
     officer's page's two plots -- released points over the mDP graph and count noise, from public files only
-    (each captioned by :func:`mdp_core.report.figure_caption`)."""
+    (each captioned by :func:`mdp_core.release.report.figure_caption`)."""
     import numpy as np
 
-    from mdp_core import report
     from mdp_core.errors import InputError
-    from mdp_core.io import read_json, read_table
+    from mdp_core.problem.io import read_table
+    from mdp_core.release import report
+    from mdp_core.runtime.files import read_json
 
     prov = read_json(store.path(post, "release_provenance.json"))
     agg = read_table(store.path(post, "aggregates.parquet"))
@@ -324,7 +326,7 @@ def publish_report(store: str, evaluation: ArtifactRef, key: str = "mdp") -> Non
     s = Store(store)
     records = evaluation.meta.get("ui_table")
     if not isinstance(records, list):  # an evaluation stored before the table went into its meta
-        from mdp_core.io import read_table
+        from mdp_core.problem.io import read_table
 
         records = ui_records(read_table(s.path(evaluation, "evaluation.parquet")))
     publish_artifact("table", f"{key}-evaluation", records, f"mdp-release {key}: mechanisms compared")

@@ -17,7 +17,7 @@ from tasks.common import instance_with_graph, run_stage
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
-    from mdp_core.io import read_table, write_instance
+    from mdp_core.problem.io import read_table, write_instance
 
     changes: dict[str, Any] = {} if params.get("epsilon") is None else {"epsilon": float(params["epsilon"])}
     if upstream.get("prior") is not None:

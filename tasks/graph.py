@@ -3,9 +3,9 @@
 params: {"eta": float | None} (None: the dataset's own eta). Records with coordinates get a KD-tree neighbour search under the dataset's
 metric; a dataset without coordinates keeps its own edges with distance <= eta.
 
-graph.json (and the output's meta) also hold ``protection``: :meth:`mdp_core.protection.Protection.as_dict`
+graph.json (and the output's meta) also hold ``protection``: :meth:`mdp_core.release.protection.Protection.as_dict`
 of this graph over the records (components, component sizes, the stretch D_G / d against the data's own
-metric and its worst pair, :func:`mdp_core.protection.graph_protection`). Public data only: the records
+metric and its worst pair, :func:`mdp_core.release.protection.graph_protection`). Public data only: the records
 are the public universe of the release, never the secret table.
 """
 
@@ -21,9 +21,10 @@ from tasks.common import instance_of, run_stage
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
-    from mdp_core.graph import neighbour_edges
-    from mdp_core.io import write_json, write_table
-    from mdp_core.protection import graph_protection
+    from mdp_core.problem.graph import neighbour_edges
+    from mdp_core.problem.io import write_table
+    from mdp_core.release.protection import graph_protection
+    from mdp_core.runtime.files import write_json
 
     inst = instance_of(store, upstream["dataset"])
     eta = float(params["eta"]) if params.get("eta") is not None else inst.eta

@@ -1,4 +1,4 @@
-"""Stage ``ingest``: load a dataset (``mdp_core.datasets.registry``) into an instance directory.
+"""Stage ``ingest``: load a dataset (``mdp_core.problem.datasets.registry``) into an instance directory.
 
 params: {"kind": str, "params": {...loader parameters...}, "inputs": {path: sha256}} -- the input
 files' hashes are in the params, so editing an input file changes the key and re-runs ingestion.
@@ -16,8 +16,8 @@ from tasks.common import run_stage
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
-    from mdp_core.datasets import registry
-    from mdp_core.io import write_instance
+    from mdp_core.problem.datasets import registry
+    from mdp_core.problem.io import write_instance
 
     inst = registry.load(params["kind"], params.get("params", {}))
     meta = write_instance(inst, w.dir)

@@ -1,4 +1,4 @@
-"""Stage ``partition``: split the mDP graph into balanced subsets (``mdp_core.partition``).
+"""Stage ``partition``: split the mDP graph into balanced subsets (``mdp_core.problem.partition``).
 
 params: {"method": "kmdv"|"kmrec"|"kmadj"|"bsc", "subsets": M, "seed": int}.
 Writes partition.parquet (record_id, subset, role) and partition.json (the paper's Tables 1-2
@@ -19,9 +19,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
 
-    from mdp_core.io import write_json, write_table
-    from mdp_core.partition import balance_stats
-    from mdp_core.partition import partition as make_partition
+    from mdp_core.problem.io import write_table
+    from mdp_core.problem.partition import balance_stats
+    from mdp_core.problem.partition import partition as make_partition
+    from mdp_core.runtime.files import write_json
 
     inst = instance_with_graph(store, upstream["dataset"], upstream["graph"])
     part = make_partition(inst, params["method"], int(params["subsets"]), int(params["seed"]))

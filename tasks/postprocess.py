@@ -6,7 +6,7 @@ params: {"microdata": path | None, "population": str, "table_tag": hex, "draw": 
 "prior_source": str, "max_total_epsilon": float | None, "require_cap": bool, "protection_radius": float | None}.
 Upstream: the instance, the mechanism, the partition and the graph (its ``protection``: the stretch).
 
-Individuals: the agency's microdata file mapped to records (:mod:`mdp_core.microdata`), or -- without
+Individuals: the agency's microdata file mapped to records (:mod:`mdp_core.problem.microdata`), or -- without
 one, a demo -- ``n_individuals`` simulated from the prior. Every draw that protects them comes from
 the store's secret draw (:class:`artifacts.private.Draw`, OS entropy; ``params["draw"]`` is only its
 public commitment): each individual's output from its record's row of the mechanism, and the exact
@@ -15,7 +15,7 @@ kept in the private store so a re-run reproduces it. The cache key holds the tab
 secret, never its hash.
 
 Order, so that nothing is measured before the budget accepts it:
-  1. the mechanism is certified from its bytes (:func:`mdp_core.verify.verify`, exact tolerance,
+  1. the mechanism is certified from its bytes (:func:`mdp_core.solvers.verify.verify`, exact tolerance,
      graph against the metric): a mechanism planted in the store is never drawn from;
   2. the release's two measurements -- the perturbation (charge key: draw, mechanism sha256) and the
      counts (charge key: draw, instance, zones, eps_counts) -- are charged to the population's ledger
@@ -24,7 +24,7 @@ Order, so that nothing is measured before the budget accepts it:
 The object is private (0700 / 0600) until the release stage publishes copies.
 
 Files: microdata.parquet (output_id and the output's public coordinates, sorted by output: no row
-order), aggregates.parquet (:data:`mdp_core.postprocess.AGGREGATE_COLUMNS`), release_provenance.json
+order), aggregates.parquet (:data:`mdp_core.release.postprocess.AGGREGATE_COLUMNS`), release_provenance.json
 (sha256 of the mechanism and instance.json they were drawn from and of the two tables, the population,
 the protection the mDP graph gives, the guarantee, the ledger, the draw's commitment; checked at
 publication and by ``mdp-release audit``). No true record, true count or secret is written outside
@@ -53,7 +53,7 @@ def table_version(microdata: str) -> str:
     """The private id of one version of the secret table: sha256 of the file's bytes (a regular file only:
     a FIFO or a device is refused before it is opened). Never published (only :meth:`Draw.tag` of it
     reaches a cache key)."""
-    from mdp_core.microdata import sha256_regular
+    from mdp_core.problem.microdata import sha256_regular
 
     return sha256_regular(microdata)
 
@@ -100,12 +100,12 @@ def charge_key(kind: str, draw: Draw, *determinants: Any) -> str:
 
 
 def kept_measure(private: PrivateStore, draw: Draw, name: str):
-    """A ``measure(true, sensitivity, eps)`` for :func:`mdp_core.postprocess.release_counts` that makes the
+    """A ``measure(true, sensitivity, eps)`` for :func:`mdp_core.release.postprocess.release_counts` that makes the
     OpenDP measurement once per (draw, ``name``) and keeps it in the private store. ``name`` must be the
     measurement's charge key, charged before this is called."""
     import numpy as np
 
-    from mdp_core.noise import Measurement, discrete_laplace
+    from mdp_core.release.noise import Measurement, discrete_laplace
 
     def measure(true: np.ndarray, sensitivity: int, eps: float) -> Measurement:
         kept = name  # a hex id, as the private store's file names must be
@@ -184,7 +184,7 @@ def check_protection(
     """Refuse (PrivacyError) a release whose mDP graph leaves records unprotected from each other -- more than
     one component, or a stretch above ``max_stretch`` -- unless the config says ``allow_unprotected = true``
     (the officer's summary then names who is unprotected). ``protection``: the graph stage's
-    :meth:`mdp_core.protection.Protection.as_dict`."""
+    :meth:`mdp_core.release.protection.Protection.as_dict`."""
     n_comp = int(protection["n_components"])
     stretch = float(protection["stretch"])
     if not math.isfinite(stretch):  # refused whatever the config: nothing finite can be stated or charged
@@ -224,11 +224,12 @@ def check_protection(
 
 def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 record ids
     """Each individual's secret record: the microdata file mapped to records, or simulated from the prior."""
-    from mdp_core import microdata, release
+    from mdp_core.problem import microdata
+    from mdp_core.release import perturb
 
     path = params.get("microdata")
     if path is None:
-        return release.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals"))
+        return perturb.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals"))
     frame, version = microdata.read_with_sha256(path)  # the bytes hashed are the bytes read
     if draw.tag(version) != params["table_tag"]:
         raise InputError("the microdata file changed during the run; run again")
@@ -256,7 +257,7 @@ def mechanism_charge(epsilon: float, protection: dict[str, Any], radius: float) 
 
 def _certified(inst, z) -> None:
     """Certify the mechanism from the bytes about to be drawn from (exact tolerance, graph vs metric)."""
-    from mdp_core.verify import verify
+    from mdp_core.solvers.verify import verify
 
     cert = verify(inst, z)
     if not cert.passed:
@@ -303,7 +304,7 @@ def published_ledger(population: str, charge: float, at: dict[str, Any]) -> dict
 
 
 def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
-    from mdp_core.io import read_table
+    from mdp_core.problem.io import read_table
 
     labels = None
     if partition is not None:
@@ -316,10 +317,11 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
 
-    from mdp_core import audit, release
-    from mdp_core import postprocess as pp
-    from mdp_core.io import read_json, read_mechanism, write_frame, write_json
-    from mdp_core.microdata import cell_of_record
+    from mdp_core.problem.io import read_mechanism, write_frame
+    from mdp_core.problem.microdata import cell_of_record
+    from mdp_core.release import audit, perturb
+    from mdp_core.release import postprocess as pp
+    from mdp_core.runtime.files import read_json, write_json
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
@@ -345,8 +347,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # different mechanisms, or the same mechanism bytes over other records, must not share their uniforms (the
     # pair of inverse-CDF outputs would pin u down); they are two charges, and the same mechanism, instance
     # and draw give the same outputs, which reveal nothing new.
-    outputs = release.perturb(z, records, draw.rng(f"perturb:{mech_sha}:{inst_sha}"))
-    write_frame(w.file("microdata.parquet"), release.perturbed_microdata(inst, outputs))
+    outputs = perturb.perturb(z, records, draw.rng(f"perturb:{mech_sha}:{inst_sha}"))
+    write_frame(w.file("microdata.parquet"), perturb.perturbed_microdata(inst, outputs))
     cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
     table, meas = pp.release_counts(cells, zone, eps_counts, kept_measure(private, draw, counts_key))
     write_frame(w.file("aggregates.parquet"), table)

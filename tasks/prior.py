@@ -33,7 +33,7 @@ from tasks.postprocess import charge_all, charge_key, individuals, kept_measure
 def _from_file(path: str, n: int):  # -> (N,) float64
     import numpy as np
 
-    from mdp_core.microdata import read_table
+    from mdp_core.problem.microdata import read_table
 
     df = read_table(path, "prior").frame  # same reader: .csv / .parquet, special files refused, clear errors
     if "prior" not in df.columns or len(df) != n:
@@ -47,9 +47,9 @@ def _from_file(path: str, n: int):  # -> (N,) float64
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     import numpy as np
 
-    from mdp_core.io import write_table
-    from mdp_core.microdata import histogram
-    from mdp_core.noise import MOVE_SENSITIVITY
+    from mdp_core.problem.io import write_table
+    from mdp_core.problem.microdata import histogram
+    from mdp_core.release.noise import MOVE_SENSITIVITY
 
     inst = instance_with_graph(store, upstream["dataset"], upstream["graph"])
     n = inst.n_records

@@ -8,9 +8,9 @@ is doing now (the HiGHS iteration, from the stage's stop token) and how long ago
 
 :class:`ProgressArtifact` mirrors a long solve in the UI (``create_progress_artifact``): percent done =
 max(the proven gap's way from its first value down to the target, on a log scale; elapsed / time limit;
-components solved) from :class:`mdp_core.control.Progress` lines, and the latest line as description.
+components solved) from :class:`mdp_core.runtime.control.Progress` lines, and the latest line as description.
 Inside a round it moves too: the stage's heartbeat hands it what the solver is doing now ("rowgen round 2
-LP (1200 rows): HiGHS interior point iteration 12 ...", :mod:`mdp_core.highs`), and the iterations of the
+LP (1200 rows): HiGHS interior point iteration 12 ...", :mod:`mdp_core.solvers.highs`), and the iterations of the
 running LP, against the iteration count of the previous LP, advance the bar through the share of it the
 round is expected to take (:func:`round_slot`, :func:`lp_share`, :func:`within_round`). It never moves
 backwards within a stage; 100 % only when the solve returns.
@@ -19,7 +19,7 @@ backwards within a stage; 100 % only when the solve returns.
 from the key's latest version: a cached re-run adds nothing to the UI.
 
 Stopping: :func:`request_stop` and :func:`install_signal_handlers` (SIGTERM / SIGINT) are
-:mod:`mdp_core.control`'s; :func:`watch_cancellation` polls a flow run's state through Prefect's client
+:mod:`mdp_core.runtime.control`'s; :func:`watch_cancellation` polls a flow run's state through Prefect's client
 and requests the stop when the UI cancelled it.
 """
 
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mdp_core.control import (  # re-exported: what a flow calls to stop its stages
+from mdp_core.runtime.control import (  # re-exported: what a flow calls to stop its stages
     Progress,
     StopToken,
     clear_stop,
@@ -92,7 +92,7 @@ class Heartbeat:
 
     def watch(self, fn: Callable[[str], None]) -> None:
         """Call ``fn(activity)`` from the heartbeat's thread (about twice a second) whenever the stage's
-        token reports a new solver activity (:meth:`mdp_core.control.StopToken.set_activity`)."""
+        token reports a new solver activity (:meth:`mdp_core.runtime.control.StopToken.set_activity`)."""
         self._watchers.append(fn)
 
     def _tell_watchers(self) -> None:
@@ -155,7 +155,7 @@ class Heartbeat:
 
 _COMPONENT = re.compile(r"component (\d+)/(\d+)")
 _ITERATION = re.compile(r"iteration (\d+)")
-# what mdp_core.highs reports while an LP runs: "<what>: HiGHS interior point iteration 12 (3 s into this LP)"
+# what mdp_core.solvers.highs reports while an LP runs: "<what>: HiGHS interior point iteration 12 (3 s into this LP)"
 _ACTIVITY = re.compile(r"^(?P<what>.*?)HiGHS (?P<kind>interior point|simplex) iteration (?P<n>\d+)")
 
 # Iterations the first LP of a solve is guessed to take, before any LP of it has finished: HiGHS's interior

@@ -2,9 +2,9 @@
 
 Not cached: every flow run publishes its own ``runs/<run_name>/``. The released files, the instance
 the mechanism was certified against (``instance/``) and the manifest are staged in a temp folder, the
-final manifest.json is signed there with the agency's Ed25519 key (:mod:`artifacts.signing`:
+final manifest.json is signed there with the agency's Ed25519 key (:mod:`mdp_core.release.signing`:
 ``signature.json`` + ``public_key.pem``; the manifest lists every released file's sha256, so the
-signature covers the release) and the folder is re-checked by :func:`mdp_core.audit.check_publication`
+signature covers the release) and the folder is re-checked by :func:`mdp_core.release.audit.check_publication`
 against that key (the signature, then the exact bytes: every file's
 sha256 against the manifest, the mechanism verified against the instance, the certificate recorded
 in the manifest, microdata / aggregates drawn from this mechanism). Any discrepancy raises
@@ -20,10 +20,9 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from artifacts import signing
 from artifacts.store import ArtifactRef, Store
-from mdp_core import audit
-from mdp_core.files import TABLES
+from mdp_core.release import audit, signing
+from mdp_core.runtime.files import TABLES
 from tasks.common import logger
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.solver_options import MAX_MIX
+from mdp_core.spec.solver_options import MAX_MIX
 from tasks.common import Throttled, instance_of, logger, run_stage, stage_timeout
 from tasks.progress import ProgressArtifact, note, release_key
 
@@ -21,9 +21,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
 
-    from mdp_core.io import read_table, write_mechanism, write_table
-    from mdp_core.lp import SolverOptions
-    from mdp_core.solve import solve as solve_instance
+    from mdp_core.problem.io import read_table, write_table
+    from mdp_core.solvers.solve import solve as solve_instance
+    from mdp_core.solvers.verify import write_mechanism
+    from mdp_core.spec.solver_options import SolverOptions
 
     inst = instance_of(store, upstream["instance"])
     method = params["method"]
@@ -39,7 +40,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         limit=stage_timeout(),  # elapsed / the stage timeout is a floor of the percentage
     )
 
-    def progress(line: str) -> None:  # a mdp_core.control.Progress carries bounds, gap and time for the bar
+    def progress(line: str) -> None:  # a mdp_core.runtime.control.Progress carries bounds, gap and time for the bar
         log(line)
         bar(line)
         if "fallback" in line.lower():

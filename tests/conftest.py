@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdp_core.datasets import grid, synthetic
-from mdp_core.instance import Instance
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.instance import Instance
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -48,7 +48,7 @@ def synth_small() -> Instance:
 @pytest.fixture()
 def instance_dir(tmp_path: Path, grid_small: Instance) -> Path:
     """A freshly written instance directory of ``grid_small``."""
-    from mdp_core.io import write_instance
+    from mdp_core.problem.io import write_instance
 
     out = tmp_path / "inst"
     write_instance(grid_small, out)

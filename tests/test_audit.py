@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from conftest import run_stages
 
-from artifacts import signing
 from artifacts.store import Store
 from flows.cli import main
 from flows.config import parse_config
 from flows.release import release_fields, release_params
-from mdp_core import audit
 from mdp_core.errors import PrivacyError
-from mdp_core.io import _long, file_sha256, read_instance, read_json, write_instance, write_table
+from mdp_core.problem.io import _long, read_instance, write_instance, write_table
+from mdp_core.release import audit, signing
+from mdp_core.runtime.files import file_sha256, read_json
 from tasks import postprocess
 from tasks import release as release_task
 

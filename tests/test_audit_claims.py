@@ -21,8 +21,8 @@ from conftest import run_stages
 from test_audit import build, publish, resign
 
 from artifacts.store import Store
-from mdp_core import audit
-from mdp_core.files import file_sha256
+from mdp_core.release import audit
+from mdp_core.runtime.files import file_sha256
 
 
 @pytest.fixture(scope="module")
@@ -407,7 +407,8 @@ def test_only_publishable_files_listed(run):
 def test_allow_lists_cover_what_the_pipeline_writes():
     """The allow-lists name every column the writers can produce (they are kept apart so that the audit
     imports no solver); a new column in a writer must be added here deliberately."""
-    from mdp_core import benders, colgen, evaluate, postprocess, report, rowgen
+    from mdp_core.release import evaluate, postprocess, report
+    from mdp_core.solvers import benders, colgen, rowgen
 
     assert set(evaluate.COLUMNS) == audit.COLUMNS["evaluation.parquet"]
     assert tuple(postprocess.AGGREGATE_COLUMNS) == audit.AGGREGATE_COLUMNS

@@ -22,9 +22,9 @@ from test_audit import build, publish
 from test_audit_claims import claims_of, edit, edit_report, edit_table, read, rehash
 
 from flows.config import DEFAULT_MAX_STRETCH
-from mdp_core import audit, report
-from mdp_core.io import read_instance
-from mdp_core.metrics import pairwise
+from mdp_core.problem.io import read_instance
+from mdp_core.problem.metrics import pairwise
+from mdp_core.release import audit, report
 
 CAP = 100.0
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mdp_core import auto
-from mdp_core.datasets import synthetic
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import synthetic
+from mdp_core.solvers import auto
+from mdp_core.solvers.solve import solve
 
 
 @pytest.fixture(scope="module")

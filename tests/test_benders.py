@@ -7,16 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdp_core import benders, lp
-from mdp_core.datasets import grid, synthetic
 from mdp_core.errors import InputError
-from mdp_core.executor import SerialExecutor
-from mdp_core.graph import components
-from mdp_core.instance import Instance
-from mdp_core.partition import PARTITIONERS
-from mdp_core.result import RawSolution
-from mdp_core.solve import solve
-from mdp_core.verify import certify, verify
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.graph import components
+from mdp_core.problem.instance import Instance
+from mdp_core.runtime.executor import SerialExecutor
+from mdp_core.solvers import benders, lp
+from mdp_core.solvers.result import RawSolution
+from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import certify, verify
+from mdp_core.spec.methods import PARTITIONERS
 
 REL = 1e-7  # LP reference and bounds agree to HiGHS tolerance, not better
 

@@ -12,10 +12,17 @@ def _ref(files):
 
 def test_code_version_covers_transitive_project_modules():
     mods = code_modules("tasks.solve")
-    # the solve stage calls mdp_core.solve -> lp, verify; and lazily benders ("module:function" strings)
-    for m in ("tasks.solve", "tasks.common", "mdp_core.solve", "mdp_core.lp", "mdp_core.verify", "mdp_core.benders"):
+    # the solve stage calls mdp_core.solvers.solve -> lp, verify; and lazily benders ("module:function" strings)
+    for m in (
+        "tasks.solve",
+        "tasks.common",
+        "mdp_core.solvers.solve",
+        "mdp_core.solvers.lp",
+        "mdp_core.solvers.verify",
+        "mdp_core.solvers.benders",
+    ):
         assert m in mods, m
-    assert "mdp_core.partition" not in code_modules("tasks.graph")
+    assert "mdp_core.problem.partition" not in code_modules("tasks.graph")
     assert len(code_version("tasks.solve")) == 64
 
 

@@ -17,8 +17,8 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import cdist
 
 from flows.check import connecting_eta, round_up, run_check
-from mdp_core.graph import components, neighbour_edges
-from mdp_core.metrics import haversine_km
+from mdp_core.problem.graph import components, neighbour_edges
+from mdp_core.problem.metrics import haversine_km
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "flows" / "examples"

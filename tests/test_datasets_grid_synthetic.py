@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdp_core.datasets import grid, registry, synthetic
-from mdp_core.datasets.road import road_graph
 from mdp_core.errors import InputError
-from mdp_core.io import read_instance, write_instance
+from mdp_core.problem.datasets import grid, registry, synthetic
+from mdp_core.problem.datasets.road import road_graph
+from mdp_core.problem.io import read_instance, write_instance
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 ROME_NODES = DATA / "rome_center" / "nodes.csv"

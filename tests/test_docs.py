@@ -9,7 +9,7 @@
   declared markers and existing paths. A command none of these cover fails the test, named.
 * The README is at most 250 lines; every relative link of README.md and docs/*.md resolves (file and,
   for ``#anchor``, a heading of that file); docs/configuration.md is docs/gen_config.py's output; the
-  published-columns table of docs/privacy.md is ``mdp_core.audit.COLUMNS``.
+  published-columns table of docs/privacy.md is ``mdp_core.release.audit.COLUMNS``.
 
 Documents whose commands run a flow are marked ``slow`` (and ``flow``).
 """
@@ -220,7 +220,7 @@ def test_configuration_reference_is_generated() -> None:
 
 
 def test_published_columns_table_is_the_audit_allow_list() -> None:
-    from mdp_core.audit import COLUMNS, WITH_COORDINATES
+    from mdp_core.release.audit import COLUMNS, WITH_COORDINATES
 
     section = _section((REPO / "docs" / "privacy.md").read_text(), "What is published")
     table = {}

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdp_core import evaluate as ev
-from mdp_core.datasets import grid
 from mdp_core.errors import InputError
-from mdp_core.instance import Instance
-from mdp_core.mechanisms import exponential
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import grid
+from mdp_core.problem.instance import Instance
+from mdp_core.release import evaluate as ev
+from mdp_core.solvers.mechanisms import exponential
+from mdp_core.solvers.solve import solve
 
 E = math.e
 
@@ -134,8 +134,8 @@ ROME_NODES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "r
 @pytest.mark.skipif(not ROME_NODES.is_file(), reason="shared Rome data ../shared/data/rome_center absent")
 def test_real_rome_nodes_evaluation():
     """60 real Rome road nodes (haversine km): the packing bound and no-privacy bound hold."""
-    from mdp_core.datasets import from_points
-    from mdp_core.mechanisms import record_output_distances
+    from mdp_core.problem.datasets.common import from_points
+    from mdp_core.solvers.mechanisms import record_output_distances
 
     nodes = pd.read_csv(ROME_NODES)
     pts = nodes[["y", "x"]].drop_duplicates().sample(60, random_state=1).to_numpy()

@@ -14,10 +14,10 @@ import time
 import numpy as np
 import pytest
 
-from mdp_core.datasets import grid
 from mdp_core.errors import InputError
-from mdp_core.executor import DaskExecutor, ProcessExecutor, SerialExecutor, make_executor
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import grid
+from mdp_core.runtime.executor import DaskExecutor, ProcessExecutor, SerialExecutor, make_executor
+from mdp_core.solvers.solve import solve
 
 
 class _Counter:
@@ -182,7 +182,7 @@ dask_address = "{address}"
 def test_the_log_lines_of_a_remote_clusters_workers_reach_the_run_terminal(prefect_server, tmp_path):
     """``mdp-release run`` with ``[run] dask_address`` of a cluster that is not its child (started here,
     its workers print to this process): the evaluate-point task runs' lines appear in the run's
-    stderr, forwarded through the scheduler (tasks.common.dask_logs_in_terminal)."""
+    stderr, forwarded through the scheduler (flows.operate_ui.dask_logs_in_terminal)."""
     distributed = pytest.importorskip("distributed")
     import subprocess
     import sys

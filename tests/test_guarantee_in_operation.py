@@ -20,9 +20,9 @@ from conftest import run_stages
 from artifacts.private import BudgetRefused, LedgerError, PrivateStore
 from artifacts.store import Store
 from flows.config import parse_config
-from mdp_core.datasets import grid
 from mdp_core.errors import PrivacyError
-from mdp_core.io import read_json
+from mdp_core.problem.datasets import grid
+from mdp_core.runtime.files import read_json
 
 N_PEOPLE = 120
 POPULATION = "test-residents"
@@ -226,8 +226,8 @@ def test_a_planted_mechanism_is_never_drawn_from(table, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mdp_core.files import file_sha256
-    from mdp_core.io import read_mechanism
+    from mdp_core.problem.io import read_mechanism
+    from mdp_core.runtime.files import file_sha256
 
     path, df = table
     refs = run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=1000.0))

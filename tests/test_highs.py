@@ -1,4 +1,4 @@
-"""The HiGHS adapter (mdp_core.highs) on small real models, and the component iteration helper."""
+"""The HiGHS adapter (mdp_core.solvers.highs) on small real models, and the component iteration helper."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mdp_core import highs
 from mdp_core.errors import InputError
-from mdp_core.graph import component_blocks
-from mdp_core.result import Status
+from mdp_core.problem.graph import component_blocks
+from mdp_core.solvers import highs
+from mdp_core.solvers.result import Status
 
 
 def tiny(upper: float = 1.0) -> highs.LpModel:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from mdp_core.errors import InputError
-from mdp_core.instance import PRIOR_TOL, Instance
+from mdp_core.problem.instance import PRIOR_TOL, Instance
 
 
 def base(**changes) -> dict:

@@ -1,10 +1,10 @@
 """Long solves that can be stopped: a stop request, a deadline or a signal ends a real HiGHS solve within
-seconds (mdp_core.control, HiGHS's interrupt callback), executors terminate their workers, and a
+seconds (mdp_core.runtime.control, HiGHS's interrupt callback), executors terminate their workers, and a
 stopped stage writes nothing.
 
 The long instance: the full PMO LP of 150 Gaussian records, K = 40 (372,640 privacy rows). Solved to
 the end it took 76 s here (dual simplex; IPM alike); every test stops it after 2-6 s (above
-mdp_core.solve.ISOLATE_MIN_ROWS: it runs in a killable child process, mdp_core.isolate).
+mdp_core.solvers.solve.ISOLATE_MIN_ROWS: it runs in a killable child process, mdp_core.runtime.isolate).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import time
 import pytest
 
 from artifacts.store import Store
-from mdp_core import control
-from mdp_core.datasets import synthetic
 from mdp_core.errors import Interrupted, StageTimeout
-from mdp_core.executor import DaskExecutor, ProcessExecutor
-from mdp_core.io import write_instance
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import synthetic
+from mdp_core.problem.io import write_instance
+from mdp_core.runtime import control
+from mdp_core.runtime.executor import DaskExecutor, ProcessExecutor
+from mdp_core.solvers.solve import solve
 from tasks import solve as solve_task
 from tasks.progress import ProgressArtifact
 
@@ -241,7 +241,7 @@ def test_a_flow_run_times_out_or_is_cancelled_within_seconds(prefect_server, tmp
 
 
 def test_background_work_obeys_the_starting_threads_token_and_re_raises_its_errors(long_lp):
-    from mdp_core import highs, lp
+    from mdp_core.solvers import highs, lp
 
     def boom() -> None:
         raise ValueError("from the thread")

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mdp_core import io
 from mdp_core.errors import InputError, PrivacyError
-from mdp_core.solve import solve
+from mdp_core.problem import io
+from mdp_core.solvers.solve import solve
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -114,7 +114,7 @@ def test_optional_columns_with_strings_and_missing_values(tmp_path: Path, synth_
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path):
-    from mdp_core.datasets import synthetic
+    from mdp_core.problem.datasets import synthetic
 
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
         io.write_instance(synthetic(n_records=12, n_outputs=4, seed=seed), tmp_path / name)
@@ -406,7 +406,7 @@ def test_unverified_mechanism_is_not_written(tmp_path: Path, grid_small):
 
 @pytest.mark.parametrize("info", [{"objective": float("nan")}, {"lower_bound": float("-inf")}, {"x": object()}])
 def test_mechanism_with_unwritable_solve_info_writes_nothing(tmp_path: Path, grid_small, info):
-    from mdp_core.mechanisms import exponential
+    from mdp_core.solvers.mechanisms import exponential
 
     with pytest.raises(InputError, match="solve info is not strict JSON"):
         io.write_mechanism(grid_small, exponential(grid_small), tmp_path / "out", info)

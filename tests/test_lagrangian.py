@@ -1,4 +1,4 @@
-"""The row-sum Lagrangian bound (mdp_core.lagrangian): valid for any multipliers, at least rowgen's own
+"""The row-sum Lagrangian bound (mdp_core.solvers.lagrangian): valid for any multipliers, at least rowgen's own
 bound at its duals, valid when the lazy rows stop early, and identical on any number of workers."""
 
 from __future__ import annotations
@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mdp_core import highs, lagrangian, rowgen
-from mdp_core.datasets import grid, synthetic
-from mdp_core.datasets.common import from_points
 from mdp_core.errors import InputError
-from mdp_core.executor import ProcessExecutor
-from mdp_core.highs import SolverOptions
-from mdp_core.instance import Instance
-from mdp_core.methods import RowgenOptions
-from mdp_core.metrics import euclidean
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.instance import Instance
+from mdp_core.problem.metrics import euclidean
+from mdp_core.runtime.executor import ProcessExecutor
+from mdp_core.solvers import highs, lagrangian, rowgen
+from mdp_core.solvers.solve import solve
+from mdp_core.spec.methods import RowgenOptions
+from mdp_core.spec.solver_options import SolverOptions
 
 
 def path(n: int = 30, k: int = 8, eps: float = 3.0) -> Instance:

@@ -10,14 +10,15 @@ from conftest import SHARED_DATA, path_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdp_core import lp
-from mdp_core import privacy_rows as pr
-from mdp_core.datasets import from_points, grid, synthetic
 from mdp_core.errors import InputError, SolverError
-from mdp_core.instance import Instance
-from mdp_core.metrics import euclidean
-from mdp_core.solve import solve
-from mdp_core.verify import certify, objective, verify
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.instance import Instance
+from mdp_core.problem.metrics import euclidean
+from mdp_core.solvers import lp
+from mdp_core.solvers import privacy_rows as pr
+from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import certify, objective, verify
 
 qif = pytest.importorskip("qif", reason="the independent reference solver is the PyPI package qif (test extra)")
 
@@ -306,8 +307,8 @@ def test_real_rome_road_nodes_vs_qif_and_exponential():
         pytest.skip(f"real OSM data not found at {nodes_csv} (../shared/data is not part of the repository)")
     import pandas as pd
 
-    from mdp_core.mechanisms import exponential
-    from mdp_core.metrics import haversine_km
+    from mdp_core.problem.metrics import haversine_km
+    from mdp_core.solvers.mechanisms import exponential
 
     nodes = pd.read_csv(nodes_csv)
     idx = np.sort(np.random.default_rng(0).choice(len(nodes), 16, replace=False))
@@ -326,7 +327,7 @@ def test_large_eps_d_lp_agrees_with_an_independent_solve(eps, k):
     """Issue 11 finding 3: at eps * d 20-200 the raw LP was reported optimal 2x-8e6x above the optimum
     or failed ("unbounded", "Solve error"). With balanced rows and breakdown retries it agrees with
     column generation, and its status is honest (optimal only when its own bound closes the gap)."""
-    from mdp_core.solve import solve
+    from mdp_core.solvers.solve import solve
 
     inst = grid(5, 6, n_outputs=k, epsilon=eps)
     sol, ref = solve(inst, "lp"), solve(inst, "colgen")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from mdp_core.datasets import grid
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import grid
+from mdp_core.solvers.solve import solve
 
 pytestmark = pytest.mark.slow
 

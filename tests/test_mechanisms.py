@@ -9,13 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
 
-from mdp_core.datasets import from_points, grid, synthetic
 from mdp_core.errors import InputError
-from mdp_core.instance import Instance
-from mdp_core.mechanisms import NEWTON_ROUNDS, column_majorant, exponential, record_output_distances, smooth_to_mdp
-from mdp_core.metrics import euclidean, haversine_km
-from mdp_core.solve import solve
-from mdp_core.verify import objective, passes, verify
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.instance import Instance
+from mdp_core.problem.metrics import euclidean, haversine_km
+from mdp_core.solvers.mechanisms import (
+    NEWTON_ROUNDS,
+    column_majorant,
+    exponential,
+    record_output_distances,
+    smooth_to_mdp,
+)
+from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import objective, passes, verify
 
 
 def reference_em(eps: float, d: np.ndarray) -> np.ndarray:
@@ -152,7 +159,7 @@ def test_property_column_majorant_is_the_path_distance_closure(n, k, eta, eps, s
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import shortest_path
 
-    from mdp_core.mechanisms import column_majorant
+    from mdp_core.solvers.mechanisms import column_majorant
 
     rng = np.random.default_rng(seed)
     inst = from_points(rng.random((n, 2)), "euclidean", eta, eps, rng.random((n, k)))
@@ -168,7 +175,7 @@ def test_property_column_majorant_is_the_path_distance_closure(n, k, eta, eps, s
     np.testing.assert_array_equal(column_majorant(inst, z, chunk=1 << 40), got)
     assert verify(inst, got).n_violations == 0  # every ratio holds (rows no longer sum to 1)
     # with roots: the same bytes, and every entry is its root's entry times exp(-eps D)
-    from mdp_core.mechanisms import _majorant
+    from mdp_core.solvers.mechanisms import _majorant
 
     same, root = _majorant(inst, z, roots=True)
     np.testing.assert_array_equal(same, got)

@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 from scipy import integrate, special
 
-from mdp_core import mechanisms as mech
-from mdp_core.datasets import from_points, grid
 from mdp_core.errors import InputError
-from mdp_core.instance import Instance
-from mdp_core.solve import solve
-from mdp_core.verify import verify
+from mdp_core.problem.datasets import grid
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.instance import Instance
+from mdp_core.solvers import mechanisms as mech
+from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import verify
 
 
 def test_noise_radius_and_direction():

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdp_core import microdata
-from mdp_core.datasets import grid
 from mdp_core.errors import InputError
+from mdp_core.problem import microdata
+from mdp_core.problem.datasets import grid
 
 SECRET = "Zq7-SECRET-PERSON"  # a value that must never appear in a message
 
@@ -178,7 +178,7 @@ def test_headerless_file_is_refused_without_its_first_person(tmp_path, geo):
 
 
 def test_no_usable_columns_names_only_recognised_ones():
-    from mdp_core.datasets import synthetic
+    from mdp_core.problem.datasets import synthetic
 
     vectors = synthetic(n_records=10, n_outputs=3, dim=2, seed=0)
     df = pd.DataFrame({"lat": [41.9], "lon": [12.5], SECRET: [1]})

@@ -349,7 +349,7 @@ def test_console_script_and_python_P_ignore_package_named_folders_in_the_working
 
 
 def test_dask_workers_import_the_project_packages_whatever_the_working_directory(tmp_path):
-    """Dask worker processes (prefect-dask's local cluster, mdp_core.executor.DaskExecutor) import the
+    """Dask worker processes (prefect-dask's local cluster, mdp_core.runtime.executor.DaskExecutor) import the
     project's modules by name with the ``sys.path`` of the process that started them: started from the
     console script or a script run by its path, a folder there holding ``artifacts/``, ``tasks/`` and
     ``mdp_core/`` packages cannot shadow them (no preload, nothing bound by hand)."""

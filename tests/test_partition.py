@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdp_core import partition as P
-from mdp_core.datasets import grid, synthetic
 from mdp_core.errors import InputError
-from mdp_core.graph import components
-from mdp_core.instance import Instance
+from mdp_core.problem import partition as P
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.graph import components
+from mdp_core.problem.instance import Instance
 
 
 @pytest.fixture(scope="module")

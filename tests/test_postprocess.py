@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdp_core import postprocess as pp
 from mdp_core.errors import InputError
-from mdp_core.noise import discrete_laplace
+from mdp_core.release import postprocess as pp
+from mdp_core.release.noise import discrete_laplace
 
 
 def sparse_example(seed: int = 0, u: int = 200, nonzero: int = 8):
@@ -253,17 +253,17 @@ def test_error_curve_shape_and_trend():
 
 def test_released_mdp_histogram_as_extra_observation():
     """Adding the released histogram (expectation Z^T h) to the QP sharpens the secret-count estimate."""
-    from mdp_core import release
-    from mdp_core.datasets import grid
-    from mdp_core.mechanisms import exponential
+    from mdp_core.problem.datasets import grid
+    from mdp_core.release import perturb
+    from mdp_core.solvers.mechanisms import exponential
 
     inst = grid(6, 7, n_outputs=None, epsilon=6.0, eta=1.5, seed=0)
     z = exponential(inst)
     prior = np.zeros(42)
     prior[[3, 10, 11, 30]] = [0.4, 0.3, 0.2, 0.1]
-    rec = release.draw_individuals(prior, 400, np.random.default_rng(1))
+    rec = perturb.draw_individuals(prior, 400, np.random.default_rng(1))
     h = np.bincount(rec, minlength=42)
-    released = np.bincount(release.perturb(z, rec, np.random.default_rng(2)), minlength=42)
+    released = np.bincount(perturb.perturb(z, rec, np.random.default_rng(2)), minlength=42)
     feats = pp.make_features([np.arange(42), inst.records["row"].to_numpy(), np.zeros(42)], 42)
     true = [t.astype(float) for t in feats.aggregate(h)]
     b = 3 / 0.1  # Laplace scale of each of the k = 3 feature queries at eps_counts = 0.1

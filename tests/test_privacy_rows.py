@@ -1,4 +1,4 @@
-"""The shared privacy rows and Lagrangian bound (mdp_core.privacy_rows) against independent LP solves."""
+"""The shared privacy rows and Lagrangian bound (mdp_core.solvers.privacy_rows) against independent LP solves."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from mdp_core import privacy_rows as pr
-from mdp_core.verify import MAX_LOG_RATIO
+from mdp_core.solvers import privacy_rows as pr
+from mdp_core.solvers.verify import MAX_LOG_RATIO
 
 
 def test_rows_balanced_capped_and_numbered():

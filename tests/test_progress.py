@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from mdp_core import control
+from mdp_core.runtime import control
 from tasks.common import Throttled
 from tasks.progress import Heartbeat, ProgressArtifact, current
 

@@ -1,4 +1,4 @@
-"""mdp_core.protection: lower bounds of the metric, the mDP graph's stretch, the realised guarantee in
+"""mdp_core.release.protection: lower bounds of the metric, the mDP graph's stretch, the realised guarantee in
 the metric, and the graph stage's ``protection`` record."""
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mdp_core.datasets.common import from_points
-from mdp_core.datasets.grid import grid
 from mdp_core.errors import InputError
-from mdp_core.graph import path_distances
-from mdp_core.instance import Instance
-from mdp_core.lp import solve_lp
-from mdp_core.metrics import euclidean, haversine_km
-from mdp_core.protection import (
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.datasets.grid import grid
+from mdp_core.problem.graph import path_distances
+from mdp_core.problem.instance import Instance
+from mdp_core.problem.metrics import euclidean, haversine_km
+from mdp_core.release.protection import (
     Protection,
     graph_protection,
     lower_bound_kind,
@@ -26,7 +25,8 @@ from mdp_core.protection import (
     snap_stats,
     sparsified_edges,
 )
-from mdp_core.verify import certify, verify
+from mdp_core.solvers.lp import solve_lp
+from mdp_core.solvers.verify import certify, verify
 
 
 def _points_instance(pts: np.ndarray, eta: float, eps: float = 2.0, k: int | None = None) -> Instance:

@@ -20,10 +20,12 @@ from conftest import run_stages
 from artifacts.private import PrivateStore, commitment
 from artifacts.store import Store
 from flows.config import parse_config
-from mdp_core import evaluate, microdata, release
-from mdp_core.datasets import grid
 from mdp_core.errors import InputError
-from mdp_core.io import read_instance, read_json, read_mechanism
+from mdp_core.problem import microdata
+from mdp_core.problem.datasets import grid
+from mdp_core.problem.io import read_instance, read_mechanism
+from mdp_core.release import evaluate, perturb
+from mdp_core.runtime.files import read_json
 from tasks import postprocess
 
 N_PEOPLE = 400
@@ -254,7 +256,7 @@ def test_attack_from_the_published_folder(first, secret_table):
     chance = float(np.sum(np.bincount(out, minlength=inst.n_outputs) ** 2) / out.size**2)
     best_match = 0.0
     for s in sorted(numbers)[:2000]:
-        guess_out = release.perturb(z, truth, np.random.default_rng(s))  # even knowing the true records
+        guess_out = perturb.perturb(z, truth, np.random.default_rng(s))  # even knowing the true records
         best_match = max(best_match, float(np.mean(guess_out == out)))
     # the perturbed outputs agree with a fresh draw only as often as two independent draws do
     same_draw = float(np.mean([np.sum(z[r] ** 2) for r in truth]))

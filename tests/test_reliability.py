@@ -26,7 +26,7 @@ import pytest
 from conftest import QUIET
 
 from flows.cli import main
-from mdp_core.io import file_sha256
+from mdp_core.runtime.files import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -567,7 +567,8 @@ def test_store_path_is_a_file_and_debug_traceback(prefect_server, tmp_path):
 
 def _tamper_solve(store: Path, manifest: dict) -> None:
     """Replace the solve object's mechanism by a deterministic one and update ref.json to match."""
-    from mdp_core.io import _long, read_json, write_table
+    from mdp_core.problem.io import _long, write_table
+    from mdp_core.runtime.files import read_json
 
     obj = store / manifest["stages"]["solve"]["artifact"]
     n, k = read_json(obj / "solve.json")["n_records"], read_json(obj / "solve.json")["n_outputs"]
@@ -690,7 +691,7 @@ def test_kill9_resume_at_two_stages_gives_the_clean_release(prefect_server, tmp_
     drawn = {"microdata.parquet", "aggregates.parquet", "cbdp_error.parquet"}
     got = _released_bytes(store, m)
     _same_release({k: v for k, v in got.items() if k not in drawn}, {k: v for k, v in want.items() if k not in drawn})
-    from mdp_core.audit import audit_release
+    from mdp_core.release.audit import audit_release
 
     assert audit_release(store / "runs" / m["run_name"]) == []
 
@@ -723,6 +724,6 @@ def test_two_concurrent_runs(prefect_server, tmp_path):
             assert e["cache_hit"] == earlier, (stage, e["cache_hit"], meta, m["started_at"])
     a, b = (_released_bytes(store, m) for m in manifests)
     _same_release(a, b)
-    from mdp_core.audit import audit_release
+    from mdp_core.release.audit import audit_release
 
     assert all(audit_release(Path(m["run_dir"])) == [] for m in manifests)

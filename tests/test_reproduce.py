@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from flows.reproduce import compare as cmp
 from flows.reproduce import experiments as ex
 from flows.reproduce import report as rep
-from mdp_core import postprocess
 from mdp_core.errors import InputError
-from mdp_core.graph import neighbour_edges
+from mdp_core.problem.graph import neighbour_edges
+from mdp_core.release import postprocess
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -435,7 +435,7 @@ def test_stage_code_version_follows_the_experiment_code() -> None:
     mods = set()
     for name in ("flows.reproduce.stages", *stages.STAGE_MODULES["rp-timing"]):
         mods |= set(code_modules(name))
-    assert {"flows.reproduce.experiments", "mdp_core.solve", "mdp_core.partition"} <= mods
+    assert {"flows.reproduce.experiments", "mdp_core.solvers.solve", "mdp_core.problem.partition"} <= mods
     assert stages.stage_code_version("rp-timing") == stages.stage_code_version("rp-utility")  # same modules
     assert stages.stage_code_version("rp-report") != stages.stage_code_version("rp-timing")
 

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from mdp_core import lp, mechanisms
-from mdp_core import solve as solve_mod
-from mdp_core.datasets import grid
 from mdp_core.errors import InputError, SolverError
-from mdp_core.methods import Method
-from mdp_core.result import RawSolution, Status, gap_closed, honest_status
-from mdp_core.solve import solve
+from mdp_core.problem.datasets import grid
+from mdp_core.solvers import lp, mechanisms
+from mdp_core.solvers import solve as solve_mod
+from mdp_core.solvers.result import RawSolution, Status, gap_closed, honest_status
+from mdp_core.solvers.solve import solve
+from mdp_core.spec.methods import Method
 
 
 @contextlib.contextmanager
@@ -114,7 +114,7 @@ def test_cli_method_options_come_from_the_dataclasses(tmp_path, capsys) -> None:
     """`solve --help` options are generated from the option dataclasses; a flag the chosen method does
     not take is one error line naming it (exit 2), one it takes reaches the method."""
     from flows.cli import main
-    from mdp_core.io import write_instance
+    from mdp_core.problem.io import write_instance
 
     write_instance(grid(3, 4, n_outputs=5, epsilon=10.0, eta=2.0, seed=0), tmp_path / "inst")
     code = main(["solve", str(tmp_path / "inst"), "--method", "lp", "--rho0", "3", "--out", str(tmp_path / "a")])
@@ -157,9 +157,8 @@ def test_cli_method_options_come_from_the_dataclasses(tmp_path, capsys) -> None:
 
 
 def test_option_constraints_are_declared_once() -> None:
-    """Options validate against their fields' declared constraints (mdp_core.options.validate)."""
-    from mdp_core.benders import BendersOptions
-    from mdp_core.colgen import ColgenOptions
+    """Options validate against their fields' declared constraints (mdp_core.spec.options.validate)."""
+    from mdp_core.spec.methods import BendersOptions, ColgenOptions
 
     with pytest.raises(InputError, match=r"max_iterations must be an integer, got 2.5"):
         BendersOptions(max_iterations=2.5)

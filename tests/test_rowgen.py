@@ -12,16 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdp_core import auto, rowgen
-from mdp_core.datasets import grid, synthetic
-from mdp_core.datasets.common import from_points
 from mdp_core.errors import InputError
-from mdp_core.highs import SolverOptions
-from mdp_core.instance import Instance
-from mdp_core.metrics import euclidean
-from mdp_core.result import Status
-from mdp_core.solve import solve
-from mdp_core.verify import verify
+from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.instance import Instance
+from mdp_core.problem.metrics import euclidean
+from mdp_core.solvers import auto, rowgen
+from mdp_core.solvers.result import Status
+from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import verify
+from mdp_core.spec.solver_options import SolverOptions
 
 
 def slack(x: float) -> float:
@@ -189,8 +189,8 @@ def test_a_stop_during_overlapped_rounds_ends_the_solve_within_seconds():
     import threading
     import time
 
-    from mdp_core import control
     from mdp_core.errors import Interrupted
+    from mdp_core.runtime import control
 
     inst = synthetic(n_records=150, n_outputs=40, epsilon=10.0, seed=0)
     timer = threading.Timer(3.0, control.request_stop, args=("operator pressed stop",))

@@ -17,9 +17,8 @@ import pytest
 from test_audit import OTHER_KEY, build, publish
 from test_audit_claims import claims_of, edit, edit_table, read, rehash
 
-from artifacts import signing
 from flows.cli import main
-from mdp_core import audit, report
+from mdp_core.release import audit, report, signing
 
 
 @pytest.fixture(scope="module")

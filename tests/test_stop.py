@@ -1,5 +1,5 @@
 """Stopping a dense solve that HiGHS cannot interrupt itself: the solve runs in a killable child process
-(mdp_core.isolate), so a stage timeout, a stop request and SIGTERM end it within seconds, even while
+(mdp_core.runtime.isolate), so a stage timeout, a stop request and SIGTERM end it within seconds, even while
 HiGHS is in its presolve (no interrupt check there).
 
 The instance: the full LP of 300 Gaussian records (3-D N(0, 1), eta 2, eps 10), K = 100: 4,048,900
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from mdp_core import control
-from mdp_core.datasets import synthetic
 from mdp_core.errors import Interrupted, StageTimeout
-from mdp_core.io import write_instance
-from mdp_core.solve import ISOLATE_MIN_ROWS, solve
+from mdp_core.problem.datasets import synthetic
+from mdp_core.problem.io import write_instance
+from mdp_core.runtime import control
+from mdp_core.solvers.solve import ISOLATE_MIN_ROWS, solve
 
 STOP_WITHIN = 10.0  # seconds from the signal / deadline to the end (generous: 2 shared cores)
 REPO = Path(__file__).resolve().parents[1]

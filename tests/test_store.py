@@ -10,6 +10,7 @@ import time
 import pytest
 
 from artifacts.store import Store
+from flows.config import manifest_release_name
 
 
 def _write(store: Store, key: str, payload: bytes):
@@ -208,12 +209,12 @@ def test_prune_releases_keeps_the_newest_and_latest(tmp_path):
         _release(s, name, bytes([i]) * 4, {"name": "x"})
     _failure(s, "20260101-000000-0009-failed", "x")
     (tmp_path / "runs" / "latest").symlink_to(names[0])  # latest points at the oldest (a re-run of it)
-    removed = s.prune_releases(2, "x")
+    removed = s.prune_releases(2, "x", manifest_release_name)
     assert sorted(p.name for p in removed) == names[1:3]
     assert [p.name for p in s.releases()] == [names[0], *names[3:]]
     assert s.latest() == tmp_path / "runs" / names[0]
     assert (tmp_path / "runs" / "20260101-000000-0009-failed").is_dir()  # failure records: their own count
-    assert s.prune_releases(5, "x") == []
+    assert s.prune_releases(5, "x", manifest_release_name) == []
 
 
 def test_keep_releases_never_touches_another_releases_folders(tmp_path):
@@ -234,7 +235,7 @@ def test_keep_releases_never_touches_another_releases_folders(tmp_path):
     (tmp_path / "private" / "store.key").write_bytes(b"k" * 32)
     (tmp_path / "runs" / "latest").symlink_to(b[0])
     objects_before = sorted(p.name for ps in s.object_folders().values() for p in ps)
-    removed = s.prune_releases(1, "a")
+    removed = s.prune_releases(1, "a", manifest_release_name)
     assert sorted(p.name for p in removed) == sorted([*a[:2], "20260101-000000-fa01-failed"])
     left = sorted(p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
     assert left == sorted(
@@ -244,12 +245,15 @@ def test_keep_releases_never_touches_another_releases_folders(tmp_path):
     assert os.readlink(tmp_path / "runs" / "latest") == b[0]
     assert sorted(p.name for ps in s.object_folders().values() for p in ps) == objects_before
     assert (tmp_path / "private" / "store.key").read_bytes() == b"k" * 32
-    assert s.releases_by_name() == {"a": [tmp_path / "runs" / a[2]], "b": [tmp_path / "runs" / n for n in b]}
+    assert s.releases_by_name(manifest_release_name) == {
+        "a": [tmp_path / "runs" / a[2]],
+        "b": [tmp_path / "runs" / n for n in b],
+    }
     # a derived name (no `name` in the config) groups as flows.config.release_name derives it
     _release(s, "20260201-000000-c001", b"c", {"dataset": {"kind": "grid"}, "solve": {"method": "lp"}})
-    assert "grid-eps10-lp" in s.releases_by_name()
+    assert "grid-eps10-lp" in s.releases_by_name(manifest_release_name)
     with pytest.raises(Exception, match="keep_releases"):
-        s.prune_releases(0, "a")
+        s.prune_releases(0, "a", manifest_release_name)
 
 
 def test_writer_private_objects_are_0700_0600_until_published(tmp_path):

@@ -191,7 +191,8 @@ def _list_table(instance_dir: Path, name: str, digest: str) -> None:
     ["../../../../etc/hostname", "/etc/hostname", "..", ".", "sub/records.parquet", "", "a\\b.parquet", "x\0.parquet"],
 )
 def test_table_names_outside_the_instance_folder_are_refused(instance_dir, tmp_path, name):
-    from mdp_core.io import file_sha256, read_instance
+    from mdp_core.problem.io import read_instance
+    from mdp_core.runtime.files import file_sha256
 
     target = Path("/etc/hostname")
     digest = file_sha256(target) if target.is_file() else "0" * 64  # the right hash: only the name is wrong
@@ -201,7 +202,8 @@ def test_table_names_outside_the_instance_folder_are_refused(instance_dir, tmp_p
 
 
 def test_table_symlinks_out_of_the_folder_are_refused(instance_dir, tmp_path):
-    from mdp_core.io import file_sha256, read_instance
+    from mdp_core.problem.io import read_instance
+    from mdp_core.runtime.files import file_sha256
 
     outside = tmp_path / "outside.parquet"
     (instance_dir / "records.parquet").rename(outside)

@@ -10,8 +10,8 @@ from conftest import run_stages
 from artifacts.store import Store
 from flows.config import parse_config
 from flows.release import stage_params
-from mdp_core.io import read_instance, read_mechanism
-from mdp_core.verify import verify
+from mdp_core.problem.io import read_instance, read_mechanism
+from mdp_core.solvers.verify import verify
 from tasks import export, graph, solve
 
 

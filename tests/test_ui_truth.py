@@ -20,7 +20,8 @@ import pytest
 
 from artifacts.private import PrivateStore
 from flows import operate_ui
-from mdp_core import control, report
+from mdp_core.release import report
+from mdp_core.runtime import control
 from tasks import progress
 from tasks.progress import CEILING, Heartbeat, ProgressArtifact, lp_share, round_slot, within_round
 
@@ -206,7 +207,7 @@ def test_the_streets_are_a_sparse_backbone_with_the_graphs_components():
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    from mdp_core.datasets import grid
+    from mdp_core.problem.datasets import grid
 
     g = grid(10, 12, n_outputs=20, eta=3.0)  # a dense mDP graph: every record has many neighbours
     pts = g.record_points()
@@ -251,8 +252,8 @@ def test_every_figure_has_one_deterministic_caption_and_the_count_error_plot_exp
 
 def test_the_count_error_caption_matches_the_curve():
     """What the caption says, measured: on one output CBDP is up to about k times the Laplace baseline's
-    error, and on the coarser counts far better (mdp_core.postprocess.error_curve, seeded)."""
-    from mdp_core.postprocess import error_curve
+    error, and on the coarser counts far better (mdp_core.release.postprocess.error_curve, seeded)."""
+    from mdp_core.release.postprocess import error_curve
 
     rng = np.random.default_rng(0)
     k_out = 60

@@ -11,12 +11,12 @@ from conftest import path_instance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdp_core import verify as V
-from mdp_core.datasets import from_points
 from mdp_core.errors import InputError, PrivacyError
-from mdp_core.instance import Instance
-from mdp_core.lp import solve_lp
-from mdp_core.mechanisms import exponential
+from mdp_core.problem.datasets.common import from_points
+from mdp_core.problem.instance import Instance
+from mdp_core.solvers import verify as V
+from mdp_core.solvers.lp import solve_lp
+from mdp_core.solvers.mechanisms import exponential
 
 
 def two_records(eps: float) -> Instance:
@@ -278,7 +278,7 @@ def test_issue11_finding2_tolerance_is_relative_in_eps_units():
 def test_issue11_finding2_lp_on_near_duplicate_points_is_certified_exactly():
     """A real LP solve on points with 5 near-duplicate pairs (d = 1e-10): the released Z has realised
     eps <= eps (1 + 1e-9) (the old gate released realised eps 1.0000044 at eps = 1)."""
-    from mdp_core.metrics import euclidean
+    from mdp_core.problem.metrics import euclidean
 
     rng = np.random.default_rng(0)
     base = rng.random((10, 2))
@@ -362,7 +362,7 @@ def test_wrong_stored_distance_fails(grid_small):
 
 
 def test_haversine_graph_check_and_skip_note():
-    from mdp_core.datasets import from_points as fp
+    from mdp_core.problem.datasets.common import from_points as fp
 
     rng = np.random.default_rng(4)
     pts = np.c_[41.9 + rng.random(30) * 0.05, 12.5 + rng.random(30) * 0.05]

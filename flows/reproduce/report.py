@@ -17,7 +17,7 @@ import pandas as pd
 
 from flows.reproduce.compare import VERDICT_RULES, published_numbers
 from flows.reproduce.experiments import PAPER_ETA, PARTITION_STATS, DatasetSpec, cbdp_factors, utility_gain
-from mdp_core import report as plots
+from mdp_core.release import report as plots
 
 Params = Mapping[str, Mapping[str, Any]]
 

@@ -1,0 +1,45 @@
+"""Dataset kinds by name, with strict parameter checking: ``load("grid", {"rows": 10})``.
+
+Used by the CLI (``mdp-release export``) and the pipeline's ingest stage (the config's
+``[dataset]`` section), so both accept exactly the same parameters. :func:`input_files` names the
+files a dataset reads, so the pipeline can put their content hash into its cache key.
+
+What needs no loader (the kinds, their declared parameters and defaults, the file parameters, the input
+files) is in :mod:`mdp_core.spec.dataset_kinds`, which imports no loader; this module re-exports it and adds the loaders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mdp_core.errors import InputError
+from mdp_core.problem.datasets.grid import grid
+from mdp_core.problem.datasets.points import points
+from mdp_core.problem.datasets.road import road
+from mdp_core.problem.datasets.synthetic import synthetic
+from mdp_core.problem.datasets.text import text
+from mdp_core.problem.instance import Instance
+from mdp_core.spec.dataset_kinds import FILE_PARAMETERS, input_files, parameters, resolve, validate
+
+LOADERS: dict[str, Callable[..., Instance]] = {
+    "grid": grid,
+    "synthetic": synthetic,
+    "road": road,
+    "text": text,
+    "points": points,
+}
+
+__all__ = ["FILE_PARAMETERS", "LOADERS", "input_files", "load", "parameters"]
+
+
+def load(kind: str, params: dict[str, Any] | None = None) -> Instance:
+    """Build an instance of dataset ``kind``; unknown, missing or invalid parameters (their declarations in
+    :mod:`mdp_core.spec.dataset_kinds`) are an InputError."""
+    params = dict(params or {})
+    validate(kind, params)
+    params = {n: resolve(n, v) if n in FILE_PARAMETERS[kind] else v for n, v in params.items()}
+    try:
+        return LOADERS[kind](**params)
+    except TypeError as exc:  # wrong parameter types surface here
+        raise InputError(f"dataset {kind!r}: {exc}") from None

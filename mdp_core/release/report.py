@@ -1,0 +1,680 @@
+"""Plots (matplotlib, Agg backend, PNG) and the markdown report of a release.
+
+Every plot function writes one PNG atomically and returns its path. No timestamps are embedded
+(``metadata={"Software": None}``), so the same data gives the same bytes.
+
+report.md of a release is a pure function of its claims (:func:`release_claims`: every figure it states,
+each checked by ``mdp-release audit`` against the released files), the evaluation table's markdown and the
+released figure names (:func:`render_report`): the audit regenerates the whole text and compares it, so
+an edited sentence -- on the officer's page or in the technical appendix -- is a finding. This part
+imports no numpy / pandas (the door's audit of a cached re-run runs without them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mdp_core.runtime.files import atomic_write
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+_PNG_META = {"Software": None}
+
+
+def _plt():
+    """matplotlib.pyplot on the Agg backend, imported on first use (it costs ~1 s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=100, metadata=_PNG_META))
+    _plt().close(fig)
+    return path
+
+
+# What the bounds plot is titled and its curves labelled, per method that ran (a method not named here: its
+# own name and the generic labels).
+BOUND_PLOTS: dict[str, tuple[str, str, str]] = {
+    "benders": ("Benders decomposition", "lower bound (master)", "upper bound (best feasible)"),
+    "rowgen": ("Row generation", "lower bound (LP over the rows so far)", "upper bound (best feasible)"),
+    "colgen": ("Column generation", "lower bound", "upper bound (best feasible)"),
+}
+
+
+def bounds_title(method: str) -> str:
+    """The bounds plot's title for the method that ran (``rowgen`` -> "Row generation: bounds")."""
+    return f"{BOUND_PLOTS.get(method, (method, '', ''))[0]}: bounds"
+
+
+def plot_bounds(trace: pd.DataFrame, path: Path, method: str = "benders") -> Path:
+    """Upper / lower bound per iteration of the decomposition ``method`` that ran (Qiu 2024 Figs. 17-20),
+    from its trace table (columns ``iteration``, ``lower_bound``, ``upper_bound``; an infinite UB is not
+    drawn), titled for that method (:func:`bounds_title`)."""
+    import numpy as np
+
+    _, lower, upper = BOUND_PLOTS.get(method, (method, "lower bound", "upper bound (best feasible)"))
+    fig, ax = _plt().subplots(figsize=(6, 3.5))
+    it = trace["iteration"].to_numpy()
+    ax.plot(it, trace["lower_bound"].to_numpy(dtype=float), label=lower)
+    ub = trace["upper_bound"].to_numpy(dtype=float)
+    ax.plot(it, np.where(np.isfinite(ub), ub, np.nan), label=upper)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("expected utility loss")
+    ax.set_title(bounds_title(method))
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_partition(
+    points: np.ndarray, labels: np.ndarray, boundary: np.ndarray, path: Path, lonlat: bool = False
+) -> Path:
+    """Records coloured by subset, boundary records ringed (Figs. 13-16). >2-D points: first 2 PCs."""
+    import numpy as np
+
+    pts = np.asarray(points, dtype=float)
+    if pts.shape[1] > 2:
+        centred = pts - pts.mean(axis=0)
+        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        pts = centred @ vt[:2].T
+    elif lonlat:
+        pts = pts[:, ::-1]  # (lat, lon) -> x = lon, y = lat
+    fig, ax = _plt().subplots(figsize=(5.5, 5))
+    ax.scatter(pts[:, 0], pts[:, 1], c=labels, cmap="tab20", s=14, linewidths=0)
+    b = np.asarray(boundary, bool)
+    ax.scatter(pts[b, 0], pts[b, 1], facecolors="none", edgecolors="k", s=28, linewidths=0.6, label="boundary")
+    ax.set_title(f"partition: {int(labels.max()) + 1} subsets, {int(b.sum())} boundary records")
+    ax.legend(loc="best", fontsize=8)
+    ax.set_aspect("equal", adjustable="datalim")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _plane(points: np.ndarray, lonlat: bool, basis: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(P, 2) plot coordinates of ``points`` (P, D): x = lon, y = lat for ``lonlat``; the first 2 principal
+    components for D > 2 (of ``basis``'s points when given, so two sets share one projection); and the
+    (mean, (D, 2) axes) used, None for D <= 2."""
+    import numpy as np
+
+    pts = np.asarray(points, dtype=float)
+    if pts.shape[1] > 2:
+        ref = pts if basis is None else np.asarray(basis, dtype=float)
+        mean = ref.mean(axis=0)
+        axes = np.linalg.svd(ref - mean, full_matrices=False)[2][:2].T
+        return (pts - mean) @ axes, axes
+    if lonlat:
+        return pts[:, ::-1], None
+    return pts, None
+
+
+STREET_NEIGHBOURS = 3  # the released-points plot joins each record to this many of its nearest graph neighbours
+
+
+def nearest_edges(points: np.ndarray, edges: np.ndarray, per_record: int = STREET_NEIGHBOURS) -> np.ndarray:
+    """The edges (E', 2) of ``edges`` (E, 2) that are among the ``per_record`` shortest (by distance between
+    ``points`` (N, 2), ties by edge order) of one of their two records, or on a minimum spanning forest of
+    the graph (same lengths): a sparse, street-like backbone of a dense mDP graph, in the input order. Every
+    record keeps its nearest neighbours, and two records are joined by a path of kept edges exactly when the
+    graph joins them (a picture of the backbone never shows components the graph does not have)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    if e.shape[0] == 0 or per_record <= 0:
+        return e[:0]
+    pts = np.asarray(points, dtype=float)
+    length = np.linalg.norm(pts[e[:, 0]] - pts[e[:, 1]], axis=1)
+    node = np.concatenate([e[:, 0], e[:, 1]])
+    idx = np.concatenate([np.arange(e.shape[0])] * 2)
+    order = np.lexsort((idx, np.concatenate([length, length]), node))  # by node, then length, then edge
+    node, idx = node[order], idx[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(node)) + 1]
+    rank = np.arange(node.size) - np.repeat(starts, np.diff(np.r_[starts, node.size]))
+    keep = np.zeros(e.shape[0], dtype=bool)
+    keep[idx[rank < per_record]] = True
+    n = int(max(e.max() + 1, pts.shape[0]))
+    # edge i + 1 as the weight's tie-breaker would lose precision: lengths get a tiny positive floor instead
+    weights = sp.coo_matrix((np.maximum(length, 1e-300), (e[:, 0], e[:, 1])), shape=(n, n)).tocsr()
+    tree = minimum_spanning_tree(weights).tocoo()
+    pairs = {(int(min(a, b)), int(max(a, b))) for a, b in zip(tree.row, tree.col, strict=True)}
+    keep |= np.fromiter(((int(min(a, b)), int(max(a, b))) in pairs for a, b in e), dtype=bool, count=e.shape[0])
+    return e[keep]
+
+
+def plot_released_points(
+    points: np.ndarray,
+    counts: np.ndarray,
+    path: Path,
+    lonlat: bool = False,
+    records: np.ndarray | None = None,
+    edges: np.ndarray | None = None,
+) -> Path:
+    """The released outputs over the streets: one dot per output location ``points`` (K, D), area
+    proportional to the number of individuals released there ``counts`` (K,) (public: counted from
+    microdata.parquet), drawn over the mDP graph -- ``edges`` (E, 2) record index pairs between the
+    ``records`` (N, D), each record joined to its :data:`STREET_NEIGHBOURS` nearest graph neighbours and a
+    spanning forest (:func:`nearest_edges`) in light grey lines, the records as small grey dots -- in place of a street map
+    (the instance holds no road geometry; for road data its records are street nodes). >2-D: first 2 PCs
+    (of the records when given). lon/lat: x = lon, y = lat, the aspect corrected by cos(latitude)."""
+    import numpy as np
+
+    c = np.asarray(counts, dtype=float)
+    fig, ax = _plt().subplots(figsize=(6, 5.5))
+    if records is not None:
+        rec, _ = _plane(records, lonlat)
+        pts, _ = _plane(points, lonlat, basis=records)
+        if edges is not None and np.asarray(edges).size:
+            from matplotlib.collections import LineCollection
+
+            scale = np.array([math.cos(math.radians(float(np.mean(rec[:, 1])))), 1.0]) if lonlat else 1.0
+            e = nearest_edges(rec * scale, edges)  # lon shrunk by cos(lat): lengths as on the ground
+            ax.add_collection(
+                LineCollection(
+                    list(np.stack([rec[e[:, 0]], rec[e[:, 1]]], axis=1)),
+                    colors="0.75",
+                    linewidths=0.5,
+                    zorder=0,
+                    label=f"mDP graph: each record's {STREET_NEIGHBOURS} nearest neighbours",
+                )
+            )
+        ax.scatter(rec[:, 0], rec[:, 1], s=2, c="0.55", linewidths=0, zorder=1, label="records")
+    else:
+        pts, _ = _plane(points, lonlat)
+    ax.scatter(
+        pts[:, 0],
+        pts[:, 1],
+        s=4 + 200 * c / max(c.max(), 1.0),
+        alpha=0.6,
+        linewidths=0,
+        zorder=2,
+        color="tab:blue",
+        label="released outputs",
+    )
+    ax.set_xlabel("lon" if lonlat else "x0")
+    ax.set_ylabel("lat" if lonlat else "x1")
+    ax.tick_params(axis="x", labelrotation=30)
+    ax.set_title(f"released outputs: {int(c.sum())} individuals on {int((c > 0).sum())} of {c.size} outputs")
+    if lonlat and np.asarray(points).shape[1] == 2:
+        mid = float(np.mean(pts[:, 1]))
+        ax.set_aspect(1.0 / max(math.cos(math.radians(mid)), 1e-3), adjustable="datalim")
+    else:
+        ax.set_aspect("equal", adjustable="datalim")
+    ax.autoscale_view()
+    if records is not None:
+        ax.legend(loc="best", fontsize=7, markerscale=1.5)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_noise(scale: float, path: Path) -> Path:
+    """The distribution of the noise added to each released count: discrete Laplace of ``scale`` b,
+    P(k) = (1 - q) / (1 + q) q^|k|, q = exp(-1 / b)."""
+    import numpy as np
+
+    q = float(np.exp(-1.0 / scale))
+    k = np.arange(-int(np.ceil(6 * scale)), int(np.ceil(6 * scale)) + 1)
+    fig, ax = _plt().subplots(figsize=(6, 3.2))
+    ax.bar(k, (1 - q) / (1 + q) * q ** np.abs(k), width=0.9)
+    ax.set_xlabel("noise added to a count (individuals)")
+    ax.set_ylabel("probability")
+    ax.set_title(f"count noise: discrete Laplace, scale {scale:g}")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_lines(
+    x: Sequence[float],
+    series: dict[str, Sequence[float]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    path: Path,
+    logy: bool = False,
+) -> Path:
+    """Generic line plot: utility vs eps per mechanism (Fig. 7), CBDP error vs eps_counts (Fioretto Fig. 5)."""
+    fig, ax = _plt().subplots(figsize=(6, 3.5))
+    for name, ys in series.items():
+        ax.plot(list(x), list(ys), marker="o", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def markdown_table(frame: pd.DataFrame, floatfmt: str = ".6g") -> str:
+    """A GitHub-style markdown table (no extra dependency)."""
+    import numpy as np
+
+    cols = list(frame.columns)
+
+    def fmt(v) -> str:
+        if isinstance(v, (float, np.floating)):
+            return format(float(v), floatfmt)
+        return str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+CLAIMS_TAG = "mdp-release-claims"
+REPORT_VERSION = 3  # claims carrying everything the report states; the report is a function of them
+# The figures a report shows, in order: (png name, title). The officer's page shows the first two.
+PAGE_FIGURES = (("released.png", "Released outputs"), ("count_noise.png", "Noise added to each released count"))
+APPENDIX_FIGURES = (
+    ("utility_vs_eps.png", "Utility vs epsilon (Qiu 2024 Fig. 7)"),
+    ("cbdp_error.png", "Count error vs eps_counts (Fioretto Fig. 5)"),
+    ("bounds.png", "Bounds per iteration ({method_run})"),
+    ("partition.png", "Partition of the mDP graph"),
+)
+
+
+def _count_levels(c: dict) -> tuple[int, str, str, str]:
+    """(k, the count queries, what the outputs add up to, the coarser counts) of the release's counts."""
+    if (c.get("n_zones") or 0) > 1:
+        return 3, "each output, each zone, the total", "the zone counts and the total", "zone and total"
+    return 2, "each output and the total", "the total", "total"
+
+
+def figure_caption(name: str, c: dict) -> str | None:
+    """The one sentence printed under figure ``name`` (a png of :data:`PAGE_FIGURES` /
+    :data:`APPENDIX_FIGURES`), a pure function of the claims ``c`` (the audit regenerates it with the
+    report); None for a figure without one. A report without claims (:func:`technical_markdown`) passes
+    the instance's epsilon, eta, distance_unit, method and method_run."""
+    unit = c.get("distance_unit", "unit")
+    if name == "released.png":
+        return (
+            "Each blue dot is a released output location, its area proportional to the number of individuals "
+            f"released there; the grey dots are the records and the grey lines join each record to its "
+            f"{STREET_NEIGHBOURS} nearest neighbours in the mDP graph (records within eta = {_g(c['eta'], 'g')} "
+            f"{unit}, which the mechanism keeps hard to tell apart), with a spanning tree of the graph so that "
+            "records look connected exactly when the graph connects them; drawn in place of a street map, which "
+            "the release does not hold."
+        )
+    if name == "count_noise.png":
+        return (
+            "The probability of each amount of noise added to a published count before post-processing: "
+            f"discrete Laplace of scale {_g(c['count_noise_scale'], 'g')}, set by eps_counts = "
+            f"{_g(c['counts_epsilon'], 'g')}; a count is off by {mean_abs_error(c['count_noise_scale']):.3g} "
+            "individuals on average before the counts are made consistent."
+        )
+    if name == "utility_vs_eps.png":
+        return (
+            f"Expected utility loss (lower is better) of the released method `{c['method']}` and of each "
+            f"baseline, each re-solved at multiples of eps = {_g(c['epsilon'], 'g')} per {unit}: a larger eps "
+            "(a weaker guarantee) lets released locations stay closer to the true records, so the optimal "
+            "mechanism's loss can only fall as eps grows."
+        )
+    if name == "cbdp_error.png":
+        k, queries, sums, coarse = _count_levels(c)
+        return (
+            "Mean absolute error of one output's count (log scale) in a seeded simulation on the released counts. "
+            f"CBDP, the method of the published counts, spends eps_counts / {k} on each of its {k} count queries "
+            f"({queries}), so each output count carries about {k} times the noise of the Laplace baseline, "
+            "which spends all of eps_counts on the output counts alone: on a single output CBDP is expected to "
+            f"be up to about {k} times worse. It is used because its counts are consistent non-negative integers "
+            f"(the outputs add up exactly to {sums}) and its {coarse} counts are far more accurate than sums of "
+            "the baseline's output counts (mae_features in cbdp_error.parquet)."
+        )
+    if name == "bounds.png":
+        return (
+            f"The proven lower bound and the expected loss of the best feasible mechanism found (upper bound) "
+            f"after each iteration of `{c['method_run']}`: the optimum lies between them, and the solve stopped "
+            "when they met within the requested gap or at a limit."
+        )
+    if name == "partition.png":
+        return (
+            "The records coloured by the subset of the mDP graph Benders decomposition assigned them to; ringed "
+            "records are boundary records, with neighbours in another subset, which tie the subproblems together."
+        )
+    return None
+
+
+def _figure(title: str, name: str, c: dict, heading: bool = False) -> list[str]:
+    """A figure's markdown lines: (a heading,) the image and its caption (:func:`figure_caption`)."""
+    caption = figure_caption(name, c)
+    lines = [f"## {title}", ""] if heading else []
+    return lines + [f"![{title}]({name})", ""] + ([caption, ""] if caption else [])
+
+
+def release_claims(
+    inst_meta: dict, info: dict, prov: dict, row: dict, count_scale: float, n_zones: int
+) -> dict[str, Any]:
+    """Every figure the report states, as one JSON object: ``mdp-release audit`` checks each against
+    the released files (``<!-- mdp-release-claims {...} -->`` at the end of report.md) and regenerates
+    the whole report from it (:func:`render_report`), so an edited sentence is a finding.
+
+    ``inst_meta``: the instance's epsilon, eta, distance_unit, n_records, n_outputs, n_edges; ``info``:
+    solve.json; ``prov``: release_provenance.json (v2 or v3); ``row``: the released mechanism's
+    evaluation row; ``count_scale``: the output level's noise scale; ``n_zones``: zone rows of the counts."""
+    cert = info["certificate"]
+    auto = (info.get("extra") or {}).get("auto") or {}
+    return {
+        "report_version": REPORT_VERSION,
+        "epsilon": inst_meta["epsilon"],
+        "eta": inst_meta["eta"],
+        "distance_unit": inst_meta["distance_unit"],
+        "n_records": inst_meta["n_records"],
+        "n_outputs": inst_meta["n_outputs"],
+        "n_edges": inst_meta["n_edges"],
+        "n_zones": int(n_zones),
+        "n_individuals": prov["n_individuals"],
+        "microdata_source": prov["microdata_source"],
+        "population": prov.get("population"),
+        "counts_epsilon": prov["eps_counts"],
+        "count_noise_scale": float(count_scale),
+        "prior_epsilon": prov["eps_prior"],
+        "prior_source": prov["prior_source"],
+        "additive_epsilon": prov["guarantee"]["additive_epsilon"],
+        "guarantee": prov["guarantee"],
+        "ledger": prov["ledger"],
+        "protection": prov.get("protection"),
+        "draw_commitment": prov["draw_commitment"],
+        "method": info["method"],
+        "method_run": auto.get("method", info["method"]),
+        "auto_reason": auto.get("reason"),
+        "status": info["status"],
+        "objective": info["objective"],
+        "lower_bound": info.get("lower_bound"),
+        "gap": info.get("gap"),
+        "iterations": info.get("iterations"),
+        "seconds": info.get("seconds"),
+        "certificate_passed": bool(cert["passed"]),
+        "certificate_pairs": cert["n_pairs"],
+        "certificate_violations": cert["n_violations"],
+        "certificate_ratio_tol": cert["ratio_tol"],
+        "max_realised_epsilon": cert["max_realised_epsilon"],
+        "dist_loss_mean": _finite(row.get("dist_loss_mean")),
+        "adversary_error": _finite(row.get("adversary_error")),
+        "expected_loss": float(row["expected_loss"]),
+    }
+
+
+def _finite(value: object) -> float | None:
+    """A float cell as JSON can hold it: NaN / None -> None."""
+    if value is None:
+        return None
+    x = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(x) else x
+
+
+def _g(value: object, fmt: str = ".6g") -> str:
+    """A number in the prose (``fmt``), "none" for a missing one."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    return format(float(value), fmt)  # type: ignore[arg-type]
+
+
+def mean_abs_error(scale: float) -> float:
+    """E|X| of discrete Laplace noise of ``scale`` b: 2q / (1 - q^2), q = exp(-1/b) (= mdp_core.release.noise's,
+    without numpy: the audit regenerates the report without numerical imports)."""
+    if not scale > 0:
+        return 0.0
+    q = math.exp(-1.0 / scale)
+    return 2.0 * q / (1.0 - q * q)
+
+
+def rounded_to_tolerance(value: float, rel_tol: float) -> str:
+    """``value`` with the significant digits a relative tolerance ``rel_tol`` resolves (1e-9: 9 digits)."""
+    digits = max(1, math.ceil(-math.log10(rel_tol))) if rel_tol > 0 else 17
+    return format(float(value), f".{digits}g")
+
+
+def _spend_sentence(c: dict) -> str:
+    """The budget bullet: what this release is charged to whose budget, and what is left."""
+    led, g, unit = c["ledger"], c["guarantee"], c["distance_unit"]
+    prior = f" + eps_prior {c['prior_epsilon']:g} for the DP prior" if c["prior_source"] == "dp" else ""
+    if c.get("population") is None:  # a provenance v2 release (before populations)
+        limit = led.get("max_total_epsilon")
+        return (
+            f"- **Budget.** Mechanism eps = {c['epsilon']:g} per {unit} (neighbours within eta = {c['eta']:g} "
+            f"{unit}); counts eps = {c['counts_epsilon']:g}{prior}. This release spends {_g(led['this_release'])} "
+            f"(eps x eta + additive); this table's total so far is {_g(led['total_so_far'])} over "
+            f"{led['releases_so_far']} release(s)" + (f", limit {limit:g}." if limit is not None else ", no limit set.")
+        )
+    mech = g["metric_epsilon_per_unit"] * g["protection_radius"]
+    cap = led.get("max_total_epsilon")
+    budget = (
+        f"total so far {_g(led['total_so_far'])} of the cap {cap:g}, {_g(led['left'])} left"
+        if cap is not None
+        else f"total so far {_g(led['total_so_far'])}, no cap (a simulated population)"
+    )
+    return (
+        f"- **Budget.** This release is charged {_g(led['this_release'])} to population `{c['population']}`'s "
+        f"budget: eps {c['epsilon']:g} per {unit} x stretch {_g(g['stretch'], '.4g')} x protection radius "
+        f"{g['protection_radius']:g} {unit} = {_g(mech)} for the perturbed locations + eps_counts "
+        f"{c['counts_epsilon']:g} for the counts{prior} (each charged once, before it was measured); {budget} "
+        f"(ledger entry {led['ledger_seq']}, head "
+        f"`{str(led['ledger_head'])[:16]}...`)."
+    )
+
+
+def _protection_sentence(c: dict) -> str | None:
+    """The protection bullet (provenance v3): stretch, components (who is unprotected), snap distances."""
+    p, unit = c.get("protection"), c["distance_unit"]
+    if not p:
+        return None
+    g = c["guarantee"]
+    text = (
+        f"- **Protection in the data's metric.** Shortest paths in the mDP graph are at most "
+        f"{_g(p['stretch'], '.4g')} times the distance in {unit} (stretch; allowed up to {_g(p['max_stretch'], 'g')}), "
+        f"so two records of one component are protected at eps x stretch = {_g(g['metric_epsilon_per_unit'])} "
+        f"per {unit}, charged up to the protection radius {p['protection_radius']:g} {unit}. "
+    )
+    if p["connected"]:
+        text += "The graph is connected: every individual is protected from every other record."
+    else:
+        sizes = ", ".join(str(s) for s in p["component_sizes"])
+        text += (
+            f"The graph has {p['n_components']} components (sizes {sizes}): individuals at the "
+            f"{p['records_outside_largest']} record(s) outside the largest one are **not protected** from records "
+            "of the other components, and every individual's component may be revealed (released because "
+            f"allow_unprotected = {str(bool(p['allow_unprotected'])).lower()}). How many individuals that is, is a "
+            "count of the secret table and is not published (`mdp-release check` shows it to the operator)."
+        )
+    if p.get("max_distance") is not None:
+        text += (
+            f" Every individual was mapped to a record at most {_g(p['max_distance'], '.4g')} {unit} away (checked "
+            "for each one; their actual distances are not published)."
+        )
+    return text
+
+
+def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The report's first page, in plain language, for the officer who signs the release -- a pure
+    function of the claims ``c`` (:func:`release_claims`) and the released figure names: what was
+    released, the spend and what is left, the guarantee, the protection, the method actually run, the
+    certificate, the expected errors in the data's units."""
+    unit = c["distance_unit"]
+    who = (
+        f"{c['n_individuals']} **simulated** individuals (a demonstration: no real person is in this release)"
+        if c["microdata_source"] == "simulated"
+        else f"{c['n_individuals']} individuals of the agency's microdata file"
+    )
+    order = (
+        "one row each, sorted by output (nothing in it follows the input order)"
+        if c.get("population") is not None
+        else "one row each in the input order"
+    )
+    zones = f"per zone ({c['n_zones']}), " if c["n_zones"] > 1 else ""
+    chosen = f" (chosen by `auto`: {c['auto_reason']})" if c.get("auto_reason") else ""
+    tol = c["certificate_ratio_tol"]
+    adversary = (
+        f"the expected error of a Bayes-optimal attacker *when individuals follow the stated prior* (an "
+        f"expectation under the prior, not a bound on what any attacker achieves) is {_g(c['adversary_error'], '.4g')} "
+        f"{unit}"
+    )
+    lines = [
+        "# Release report",
+        "",
+        "## Summary for the signing officer",
+        "",
+        f"- **What is released.** `microdata.parquet`: {who}, {order}, holding only the perturbed output (an id "
+        f"and its coordinates) -- nothing else about the person. `aggregates.parquet`: counts of the *true* data "
+        f"per output cell ({c['n_outputs']}), {zones}and the total ({c['n_individuals']}, exact: it is the number "
+        "of microdata rows), with noise, made consistent non-negative integers.",
+        _spend_sentence(c),
+        f"- **Guarantee.** {c['guarantee']['statement']}.",
+    ]
+    protection = _protection_sentence(c)
+    lines += [protection] if protection else []
+    lines += [
+        f"- **Method run.** `{c['method_run']}`{chosen}: {c['status']}, expected loss {_g(c['objective'])}, proven "
+        f"lower bound {_g(c['lower_bound'])}, gap {_g(c['gap'])}.",
+        f"- **Certificate.** {'PASS' if c['certificate_passed'] else 'FAIL'}: every one of {c['certificate_pairs']} "
+        "neighbour pairs checked in both directions for every output; realised eps "
+        f"{rounded_to_tolerance(c['max_realised_epsilon'], tol)} per {unit} (checked to a relative tolerance of "
+        f"{tol:g}); {c['certificate_violations']} violations.",
+        f"- **Expected error.** A released location lies on average {_g(c['dist_loss_mean'], '.4g')} {unit} from "
+        f"the person's record; {adversary}; expected utility loss {_g(c['expected_loss'], '.4g')}. Each noisy "
+        f"count is off by {mean_abs_error(c['count_noise_scale']):.3g} individuals on average before "
+        f"post-processing (noise scale {c['count_noise_scale']:g}).",
+        "- **Reproducibility.** The randomness came from OS entropy; its secret stays in the store's private part, "
+        f"and the manifest holds only the commitment `{c['draw_commitment'][:16]}...`. A re-run from the "
+        "manifest on the same store reproduces these files byte for byte.",
+        "",
+    ]
+    for name, title in PAGE_FIGURES:
+        if name in figures:
+            lines += _figure(title, name, c)
+    return lines
+
+
+def appendix_markdown(c: dict, evaluation_md: str, figures: set[str] | frozenset[str]) -> list[str]:
+    """The technical appendix, also a function of the claims: sizes, the solve, the certificate, the
+    evaluation table (``evaluation_md``: :func:`evaluation_markdown` of evaluation.parquet) and the figures."""
+    unit = c["distance_unit"]
+    lines = [
+        "# Appendix: technical evaluation",
+        "",
+        f"N = {c['n_records']} records, K = {c['n_outputs']} outputs, |E| = {c['n_edges']} neighbour pairs, "
+        f"eps = {c['epsilon']:g} per {unit}, eta = {c['eta']:g} {unit}.",
+        "",
+        f"Released mechanism: **{c['method']}** ({c['status']}), expected loss {_g(c['objective'])}, "
+        f"lower bound {_g(c['lower_bound'])}, gap {_g(c['gap'])}, {c['iterations']} iterations, {c['seconds']} s.",
+        f"Privacy certificate: {'PASS' if c['certificate_passed'] else 'FAIL'}, realised eps "
+        f"{rounded_to_tolerance(c['max_realised_epsilon'], c['certificate_ratio_tol'])}, "
+        f"{c['certificate_violations']} violations over {c['certificate_pairs']} pairs.",
+        "",
+        evaluation_md,
+        "",
+    ]
+    for name, title in APPENDIX_FIGURES:
+        if name in figures:
+            lines += _figure(title.format(method_run=c["method_run"]), name, c, heading=True)
+    return lines
+
+
+def render_report(c: dict, evaluation_md: str, figures: set[str] | frozenset[str]) -> str:
+    """report.md of a release, entirely: the officer's page, the appendix, the claims block. A pure
+    function of the claims ``c``, the evaluation table's markdown and the released figure names, so
+    ``mdp-release audit`` regenerates it and compares every character."""
+    text = "\n".join(release_summary(c, figures) + appendix_markdown(c, evaluation_md, figures))
+    return f"{text}\n<!-- {CLAIMS_TAG} {json.dumps(c, sort_keys=True)} -->\n"
+
+
+def evaluation_markdown(path: Path) -> str:
+    """evaluation.parquet as the report's markdown table (read back from the file, so the writer and the
+    audit render the same bytes)."""
+    from mdp_core.problem.io import read_table
+
+    return markdown_table(read_table(path))
+
+
+def technical_markdown(inst, info: dict, table: pd.DataFrame, figures: list[tuple[str, str]]) -> str:
+    """The evaluation report of a run without a release (no claims): the instance, the mechanism's
+    solve and certificate, the evaluation table and the ``figures`` ((title, png name) pairs)."""
+    cert = info["certificate"]
+    lines = [
+        "# mdp-release evaluation",
+        "",
+        f"N = {inst.n_records} records, K = {inst.n_outputs} outputs, |E| = {inst.n_edges} neighbour pairs, "
+        f"eps = {inst.epsilon:g} per {inst.distance_unit}, eta = {inst.eta:g} {inst.distance_unit}.",
+        "",
+        f"Released mechanism: **{info['method']}** ({info['status']}), expected loss {info['objective']:.6g}, "
+        f"lower bound {info.get('lower_bound')}, gap {info.get('gap')}, {info['iterations']} iterations, "
+        f"{info['seconds']} s.",
+        f"Privacy certificate: {'PASS' if cert['passed'] else 'FAIL'}, realised eps {cert['max_realised_epsilon']}, "
+        f"{cert['n_violations']} violations over {cert['n_pairs']} pairs.",
+        "",
+        markdown_table(table),
+        "",
+    ]
+    c = {
+        "epsilon": inst.epsilon,
+        "eta": inst.eta,
+        "distance_unit": inst.distance_unit,
+        "method": info["method"],
+        "method_run": ((info.get("extra") or {}).get("auto") or {}).get("method", info["method"]),
+    }
+    for title, name in figures:
+        lines += _figure(title, name, c, heading=True)
+    return "\n".join(lines)
+
+
+def utility_curve(sweep: list[dict], distance_unit: str, path: Path) -> tuple[pd.DataFrame, str | None]:
+    """Utility vs eps (Qiu 2024 Fig. 7): the table of ``sweep`` entries (factor, epsilon, method,
+    expected_loss) sorted by method and eps, and its plot at ``path`` when there is more than one eps
+    (returns the figure's title, else None)."""
+    import numpy as np
+    import pandas as pd
+
+    utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)
+    if utility["epsilon"].nunique() <= 1:
+        return utility, None
+    series = {m: g.set_index("epsilon")["expected_loss"] for m, g in utility.groupby("method", sort=True)}
+    eps_grid = sorted(utility["epsilon"].unique())
+    plot_lines(
+        eps_grid,
+        {m: [s.get(e, np.nan) for e in eps_grid] for m, s in series.items()},
+        f"epsilon (per {distance_unit})",
+        "expected utility loss",
+        "Utility vs privacy budget",
+        path,
+    )
+    return utility, "Utility vs epsilon (Qiu 2024 Fig. 7)"
+
+
+def count_error_curve(
+    counts: np.ndarray, zones: np.ndarray, eps_values: Sequence[float], n_seeds: int, path: Path
+) -> tuple[pd.DataFrame, str]:
+    """CBDP vs Laplace vs hierarchical error per eps_counts (Fioretto Fig. 5) on ``counts`` (K,) with the
+    release's features (outputs, ``zones`` (K,) when more than one, total): a simulation on public counts
+    (the released microdata's), seeded; the table and its plot at ``path`` (and the figure's title)."""
+    import numpy as np
+
+    from mdp_core.release.postprocess import error_curve
+
+    k = counts.size
+    feats = [np.arange(k)] + ([zones] if np.unique(zones).size > 1 else []) + [np.zeros(k, np.int64)]
+    curve = error_curve(counts, feats, eps_values, n_seeds=n_seeds, seed=0)
+    piv = curve.pivot(index="eps_counts", columns="method", values="mae_singletons")
+    plot_lines(
+        list(piv.index),
+        {m: list(piv[m]) for m in piv.columns},
+        "eps_counts",
+        "mean abs. error per output count",
+        "Released counts: CBDP vs baselines",
+        path,
+        logy=True,
+    )
+    return curve, "Count error vs eps_counts (Fioretto Fig. 5)"

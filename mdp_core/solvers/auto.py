@@ -1,0 +1,165 @@
+"""The "auto" method: pick lp or rowgen from the instance's structure, and say why.
+
+Privacy contract
+    input:      an instance with its mDP graph (edges with d_ij <= eta).
+    guarantee:  eps-mDP per distance unit, through the method it delegates to and the certify gate.
+    holds by:   the certify gate (:func:`mdp_core.solvers.verify.certify`).
+    reference:  bench/README.md (the measurements behind the rule).
+
+The rule (:func:`choose`) looks only at the instance, the machine's CPU count and memory and the configured
+cluster, so the choice is deterministic for a given instance and machine setting. It is recorded in ``extra["auto"]``
+(``method``, ``reason`` and the features it used), which goes into solve.json and the manifest.
+
+* Dense graphs (mean degree >= ``AutoOptions.dense_degree`` = 40: the papers' eps * eta = 20 settings have 218-517
+  neighbours per record): row generation. It solves the same LP over the rows that bind, a few per
+  cent of them there, and keeps a valid lower bound all along; the full LP (11-52 M rows) does not
+  finish (bench/README.md: syn500, rome500, syn1000).
+* Sparse graphs (grids, binding road instances, text: degree 10-12): HiGHS solves the full LP
+  outright, up to ``AutoOptions.lp_max_rows`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
+  LP 33 s against 85 s for row generation; the LP's memory, 9.7 GB at 5.9 M rows, is what caps it).
+  Above that, row generation.
+* Benders is never chosen, and column generation only as the distributed path below. Measured on 2
+  cores (bench/README.md, "Which method wins"): Benders beats neither on any class; colgen beats the LP
+  only on small sparse grids (N <= 500, where both take seconds) and loses from N = 1,000 on and on
+  binding road instances.
+* The distributed path: column generation with its pricing LPs on a Dask cluster (``executor="dask"``),
+  when a cluster is configured (``scheduler``, a ``tcp://`` address) *and* the method picked above
+  would not fit in this machine's memory: its estimated peak (:func:`memory_estimate`) exceeds
+  ``memory_limit`` GB (default: 80 % of this machine's physical memory). The estimate is linear in the
+  full LP's privacy rows (:data:`MEMORY_MODEL`), a line above every peak measured here: the full LP
+  9.7 GB at 5.9 M rows (grid N = 5,000: about 1,650 bytes per row); row generation 0.75 GB at 52.5 M
+  rows (Rome N = 1,000), 1.29-1.33 GB at 169 M (synthetic N = 2,000) and 3.6 GB at 1,065 M
+  (synthetic N = 5,000, session 10), so 0.7 GB + 4 bytes per row (it was 16 bytes per row, from the two
+  smaller runs: 17 GB for N = 5,000, which would have sent it to a cluster it does not need). Per row
+  it falls with size: the (2E x K) mask of rows held takes 1 byte a row and the pair arrays 25 bytes a
+  pair (0.25 a row at K = 100), while the LPs it solves grow far more slowly than the full LP. Colgen
+  is the method whose work splits by output: each worker holds the pricing LPs of its outputs (each
+  with only its generated rows, a few times n of them), the client only the master (n x columns,
+  dense). It is picked because it fits, not because it was measured faster: on dense syn1000 its
+  master takes most of the time (gap 0.60 % after 1,200 s on a 2-worker cluster, where rowgen
+  certifies in 306 s), and on dense syn5000 its first master had not finished after 4.5 minutes, with
+  the client at 7.8 GB (bench/README.md, sessions 9 and 10). Without a cluster, or within the budget,
+  the single-machine choice stands.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mdp_core.problem.graph import components
+from mdp_core.problem.instance import Instance
+from mdp_core.solvers import colgen, lp, rowgen
+from mdp_core.solvers.result import RawSolution
+from mdp_core.spec.methods import AutoOptions, GapOptions
+from mdp_core.spec.solver_options import SolverOptions
+
+# the methods auto may pick: (function, options class)
+CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
+    "lp": (lp.method, lp.LpOptions),
+    "rowgen": (rowgen.method, rowgen.RowgenOptions),
+    "colgen": (colgen.method, colgen.ColgenOptions),  # only with executor="dask": the distributed path
+}
+
+# peak memory: (GB, bytes per full-LP privacy row), an upper line through the peaks measured here (docstring)
+MEMORY_MODEL = {"lp": (0.0, 1650.0), "rowgen": (0.7, 4.0)}
+MEMORY_SHARE = 0.8  # of this machine's physical memory: the default budget of one machine
+
+
+def features(instance: Instance) -> dict[str, Any]:
+    """What the rule looks at: sizes, degree, the largest component's full-LP rows, eps * eta, cores."""
+    n, k = instance.n_records, instance.n_outputs
+    count, labels = components(n, instance.edges)
+    comp_edges = np.bincount(labels[instance.edges[:, 0]], minlength=count) if instance.n_edges else np.zeros(1)
+    return {
+        "n_records": n,
+        "n_outputs": k,
+        "n_edges": instance.n_edges,
+        "mean_degree": round(2 * instance.n_edges / max(n, 1), 3),
+        "components": int(count),
+        "largest_component": int(np.bincount(labels).max(initial=0)),
+        "largest_component_rows": int(2 * comp_edges.max(initial=0) * k),
+        "eps_eta": round(instance.epsilon * instance.eta, 6),
+        "cores": os.cpu_count() or 1,
+    }
+
+
+def machine_memory() -> float:
+    """This machine's physical memory in GB (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 0.0
+
+
+def memory_estimate(method: str, f: dict[str, Any]) -> float:
+    """Estimated peak GB of ``method`` ("lp" or "rowgen") on an instance with features ``f``:
+    :data:`MEMORY_MODEL`'s GB plus its bytes per full-LP privacy row times the rows (the largest
+    component's for lp, which solves one component at a time; all of them for rowgen)."""
+    rows = f["largest_component_rows"] if method == "lp" else 2 * f["n_edges"] * f["n_outputs"]
+    fixed, per_row = MEMORY_MODEL[method]
+    return fixed + per_row * rows / 1e9
+
+
+def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str, Any]]:
+    """(method, reason, features) for ``instance`` (module docstring)."""
+    f = features(instance)
+    name, reason = _one_machine(f, params)
+    need = memory_estimate(name, f)
+    budget = params.memory_limit or MEMORY_SHARE * machine_memory()
+    f |= {"memory_estimate_gb": float(f"{need:.4g}"), "memory_budget_gb": float(f"{budget:.4g}")}
+    if params.scheduler and budget > 0 and need > budget:
+        return (
+            "colgen",
+            (
+                f"{name} would need about {need:.3g} GB (> {budget:.3g} GB on this machine): column generation with "
+                f"its pricing LPs on the Dask cluster at {params.scheduler}"
+            ),
+            f,
+        )
+    return name, reason, f
+
+
+def _one_machine(f: dict[str, Any], params: AutoOptions) -> tuple[str, str]:
+    """The single-machine choice: (method, reason)."""
+    rows, degree = f["largest_component_rows"], f["mean_degree"]
+    if degree >= params.dense_degree:
+        return (
+            "rowgen",
+            (
+                f"dense mDP graph (mean degree {degree:g} >= {params.dense_degree:g}; full LP {rows:,} privacy rows): "
+                "row generation solves it over the rows that bind"
+            ),
+        )
+    if rows > params.lp_max_rows:
+        return (
+            "rowgen",
+            (
+                f"largest component's full LP has {rows:,} privacy rows (> {params.lp_max_rows:,}): too large to "
+                "hold; row generation solves it over the rows that bind"
+            ),
+        )
+    return (
+        "lp",
+        (
+            f"sparse mDP graph (mean degree {degree:g}), largest component's full LP {rows:,} privacy rows "
+            f"(<= {params.lp_max_rows:,}): HiGHS solves it outright"
+        ),
+    )
+
+
+def method(
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: AutoOptions
+) -> RawSolution:
+    """The "auto" entry of :data:`mdp_core.solvers.solve.METHODS`: delegate to :func:`choose`'s method."""
+    name, reason, feats = choose(instance, params)
+    if progress:
+        progress(f"auto: {name} ({reason})")
+    f, cls = CHOICES[name]
+    extra: dict[str, Any] = {"executor": "dask", "scheduler": params.scheduler} if name == "colgen" else {}
+    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel, **extra))
+    raw.extra = {"auto": {"method": name, "reason": reason, "features": feats}} | raw.extra
+    return raw

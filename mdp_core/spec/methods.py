@@ -1,0 +1,198 @@
+"""Every solve method declared once: its registry entry and its typed options.
+
+Importing this module imports no solver, numpy, scipy or HiGHS (a test checks it): the command line
+(``mdp-release solve`` groups its flags by method from here), the release config and its Prefect
+parameter schema (flows/config.py), the release's cache keys (which a fully cached run computes) and the
+methods themselves (``lp.method(..., params: LpOptions)``) all read these declarations.
+
+Each :class:`Method` names its function as ``"module:function"``; :func:`mdp_core.solvers.solve.solve` imports the
+module on first use, so an unused method costs nothing. A method is ``f(instance, options: SolverOptions,
+progress, params: XOptions) -> RawSolution``. Shared groups of options are bases: :class:`GapOptions`
+(every method with a lower bound), :class:`ExecutorOptions` (colgen, benders), :class:`PartitionOptions`
+(benders, and the release's partition stage).
+
+No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.spec.options).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mdp_core.spec.options import Options, option
+from mdp_core.spec.solver_options import EXECUTORS, SOLVERS, Executor
+
+# The partitioners of Qiu 2024 (mdp_core.problem.partition.partition), named here so the config and the command
+# line can list them without importing scipy.
+PARTITIONERS: tuple[str, ...] = ("kmdv", "kmrec", "kmadj", "bsc")
+
+
+@dataclass(frozen=True)
+class GapOptions(Options):
+    """The requested gap, shared by every method with a lower bound: it stops the decomposition methods
+    and decides when "optimal" may be reported (:func:`mdp_core.solvers.result.honest_status`)."""
+
+    gap_abs: float = option(0.0, "optimal when UB - LB <= this (cost unit; the paper uses 0.01)", ge=0)
+    gap_rel: float = option(1e-6, "optimal when UB - LB <= this * |UB|", ge=0)
+
+
+@dataclass(frozen=True)
+class ExecutorOptions(Options):
+    """Where a decomposition's independent solves run (:mod:`mdp_core.runtime.executor`)."""
+
+    executor: str | Executor = option(
+        "auto",
+        "where independent solves run (colgen: pricing LPs; benders: subproblems)",
+        choices=EXECUTORS,
+    )
+    scheduler: str | None = option(
+        None, "with executor dask: a scheduler address (tcp://host:8786); unset: a local Dask cluster"
+    )
+
+
+@dataclass(frozen=True)
+class PartitionOptions(Options):
+    """Benders' partition of the mDP graph (:func:`mdp_core.problem.partition.partition`); the release's
+    ``[partition]`` section. The paper's M = 25 makes 73-99 % of the records boundary records; M = 2 was
+    fastest on a small machine (bench/README.md)."""
+
+    partition: str = option("kmdv", "partitioner", choices=PARTITIONERS, key="method")
+    n_subsets: int = option(2, "number of subsets M", ge=1, le=10_000, metavar="M", flag="subsets", key="subsets")
+    seed: int = option(0, "partitioner seed", ge=0)
+
+
+@dataclass(frozen=True)
+class AutoOptions(GapOptions):
+    """Options of the "auto" method: the requested gap, passed on to the method it picks (mdp_core.solvers.auto)."""
+
+    lp_max_rows: int = option(
+        8_000_000, "largest component's full-LP privacy rows up to which a sparse instance goes to lp", ge=1
+    )
+    dense_degree: float = option(40.0, "mean neighbours per record from which auto picks rowgen", gt=0)
+    scheduler: str | None = option(
+        None,
+        "a Dask scheduler (tcp://host:8786): where executor dask runs; auto sends instances too large for "
+        "this machine there",
+    )
+    memory_limit: float = option(
+        0.0, "GB one machine may use (0: 80 percent of its memory); above it auto uses the scheduler", ge=0
+    )
+
+
+@dataclass(frozen=True)
+class LpOptions(GapOptions):
+    """Options of the ``lp`` method: the LP itself has no knobs beyond the HiGHS settings; the gap says
+    when its dual (Lagrangian) bound proves the answer "optimal"."""
+
+
+@dataclass(frozen=True)
+class RowgenOptions(GapOptions):
+    """Options of the "rowgen" method (mdp_core.solvers.rowgen)."""
+
+    neighbours: int = option(4, "initial rows: each record's this many shortest edges", ge=0)
+    rows_per_round: int = option(
+        0, "violated rows added per round, largest deficit first (0 = max(20000, N K / 2))", ge=0
+    )
+    min_deficit: float = option(
+        1e-12, "a violated row enters only when z_ak / g_ab - z_bk exceeds this (probability mass)", ge=0
+    )
+    max_rounds: int = option(100, "LP solves at most", ge=1)
+    lp_solver: str = option(
+        "ipm",
+        "each round's LP: interior point without crossover, cold, or dual simplex, warm",
+        choices=SOLVERS,
+    )
+    lagrangian_steps: int = option(
+        0,
+        "after each round's LP, subgradient steps on the row-sum Lagrangian from its duals (0 = off)",
+        ge=0,
+    )
+    lagrangian_executor: str = option(
+        "serial", "where the Lagrangian's K subproblems run (mdp_core.solvers.lagrangian)", choices=EXECUTORS
+    )
+
+
+@dataclass(frozen=True)
+class ColgenOptions(ExecutorOptions, GapOptions):
+    """Options of the "colgen" method (mdp_core.solvers.colgen); a component stops when its gap is closed."""
+
+    max_iterations: int = option(200, "master solves at most (per component)", ge=1)
+    seeds_per_record: int = option(3, "cheapest outputs of each record given its seed column", ge=0)
+    tol: float = option(
+        1e-12,
+        "a column enters when its reduced cost per unit mass is below -max(tol, gap_rel |master| / (100 n))",
+        ge=0,
+    )
+    smoothing: float = option(
+        0.5, "Wentges dual smoothing weight: price at alpha * centre + (1 - alpha) * u (0 = off)", ge=0, lt=1
+    )
+    master_solver: str = option(
+        "simplex", "master LP: primal simplex, warm-started, or ipm + crossover, cold", choices=SOLVERS
+    )
+
+
+@dataclass(frozen=True)
+class BendersOptions(PartitionOptions, ExecutorOptions, GapOptions):
+    """Options of the "benders" method (mdp_core.solvers.benders); it stops when the gap is closed."""
+
+    labels: Any = option(None, "(N,) subset ids; overrides the partitioner", exposed=False)
+    max_iterations: int = option(1000, "master solves at most", ge=1)
+    initial_cuts: bool = option(False, "Property 3.2 rows between non-adjacent boundary records of a subset")
+    initial_cut_cap: float = option(12.0, "initial cuts only where eps * D <= this", gt=0)
+    rho0: float = option(4.0, "initial slack penalty (scaled costs: max p_i c_ik = 1)", gt=0)
+    stabilise: float = option(0.5, "weight of the stabilisation centre (0 = plain Benders)", ge=0, lt=1)
+    stall_iterations: int = option(
+        15,
+        "stop (feasible) when the gap is below STALL_GAP and no bound moved for this many iterations (0 = never)",
+        ge=0,
+    )
+    heuristic: bool = option(True, "the seed incumbent and the priced closure heuristic")
+
+
+@dataclass(frozen=True)
+class ExpOptions(Options):
+    """The exponential mechanism has no options."""
+
+
+@dataclass(frozen=True)
+class LaplaceOptions(Options):
+    """Options of the planar Laplace baseline (Monte Carlo, mdp_core.solvers.mechanisms)."""
+
+    n_samples: int = option(20_000, "Monte Carlo samples per record", ge=1)
+    seed: int = option(0, "Monte Carlo seed", ge=0)
+    smooth: bool = option(True, "pull the estimate onto the constraint set")
+
+
+@dataclass(frozen=True)
+class ConstoptOptions(Options):
+    """Options of ConstOPTMech (Imola et al. 2022, mdp_core.solvers.constopt)."""
+
+    r: int = option(10, "free LP entries per record (its r nearest outputs)", ge=1)
+    lambdas: tuple[float, ...] = option((0.001, 0.1, 1.0), "row-mass penalties tried", ge=0)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registry entry: the function (``"module:function"``, imported on first use, or the function), its
+    options dataclass and a one-line description. A baseline proves no bound on the PMO optimum: it
+    reports "feasible" with no lower bound."""
+
+    function: str | Callable[..., Any]
+    options: type[Options]
+    help: str
+    baseline: bool = False
+
+
+REGISTRY: dict[str, Method] = {
+    "auto": Method("mdp_core.solvers.auto:method", AutoOptions, "lp or rowgen from the instance's structure"),
+    "lp": Method("mdp_core.solvers.lp:method", LpOptions, "the exact LP (HiGHS), one component at a time"),
+    "rowgen": Method("mdp_core.solvers.rowgen:method", RowgenOptions, "the exact LP by row generation (dense graphs)"),
+    "colgen": Method("mdp_core.solvers.colgen:method", ColgenOptions, "the exact LP by column generation"),
+    "benders": Method(
+        "mdp_core.solvers.benders:method", BendersOptions, "partition + Benders decomposition (Qiu 2024)"
+    ),
+    "exp": Method("mdp_core.solvers.mechanisms:exponential_method", ExpOptions, "exponential mechanism", True),
+    "laplace": Method("mdp_core.solvers.mechanisms:planar_laplace_method", LaplaceOptions, "planar Laplace", True),
+    "constopt": Method("mdp_core.solvers.constopt:method", ConstoptOptions, "ConstOPTMech (Imola et al. 2022)", True),
+}
+METHOD_NAMES: tuple[str, ...] = tuple(REGISTRY)
+BASELINES = frozenset(name for name, m in REGISTRY.items() if m.baseline)
