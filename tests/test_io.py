@@ -15,6 +15,7 @@ import pytest
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.problem import io
 from mdp_core.solvers.solve import solve
+from mdp_core.solvers.verify import write_mechanism
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -125,8 +126,8 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path):
 
 def test_mechanism_round_trip_and_determinism(tmp_path: Path, grid_small):
     sol = solve(grid_small, "exp")
-    info = io.write_mechanism(grid_small, sol.z, tmp_path / "m1", sol.solve_info())
-    io.write_mechanism(grid_small, sol.z, tmp_path / "m2", sol.solve_info())
+    info = write_mechanism(grid_small, sol.z, tmp_path / "m1", sol.solve_info())
+    write_mechanism(grid_small, sol.z, tmp_path / "m2", sol.solve_info())
     assert (tmp_path / "m1/mechanism.parquet").read_bytes() == (tmp_path / "m2/mechanism.parquet").read_bytes()
     z = io.read_mechanism(tmp_path / "m1/mechanism.parquet")
     np.testing.assert_array_equal(z, sol.z)
@@ -400,7 +401,7 @@ def test_unverified_mechanism_is_not_written(tmp_path: Path, grid_small):
     z = np.eye(grid_small.n_records, grid_small.n_outputs)
     z[:, 0] += 1.0 - z.sum(axis=1)  # row-stochastic but far from private
     with pytest.raises(PrivacyError, match="refusing to write an unverified mechanism"):
-        io.write_mechanism(grid_small, z, tmp_path / "out", {"method": "test"})
+        write_mechanism(grid_small, z, tmp_path / "out", {"method": "test"})
     assert not (tmp_path / "out").exists() or listing(tmp_path / "out") == []
 
 
@@ -409,7 +410,7 @@ def test_mechanism_with_unwritable_solve_info_writes_nothing(tmp_path: Path, gri
     from mdp_core.solvers.mechanisms import exponential
 
     with pytest.raises(InputError, match="solve info is not strict JSON"):
-        io.write_mechanism(grid_small, exponential(grid_small), tmp_path / "out", info)
+        write_mechanism(grid_small, exponential(grid_small), tmp_path / "out", info)
     assert not (tmp_path / "out").exists()
 
 
