@@ -11,6 +11,11 @@ progress, params: XOptions) -> RawSolution``. Shared groups of options are bases
 (every method with a lower bound), :class:`ExecutorOptions` (colgen, benders), :class:`PartitionOptions`
 (benders, and the release's partition stage).
 
+What the pipeline does differently per method it reads from the entry's capability flags
+(:class:`Method`: ``baseline``, ``needs_partition``, ``delegates``, ``bounds``), never from a method's name;
+:data:`BASELINES`, :data:`PARTITIONED` and :data:`COMPARABLE` (the config's evaluate baselines) derive from
+them. Adding a method is one :data:`REGISTRY` entry plus its module (tests/test_registry.py).
+
 No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.spec.options).
 """
 
