@@ -1,6 +1,6 @@
 """``mdp-release export``: dataset options on the command line -> mdp_core.problem.datasets.registry.load.
 
-Every declared parameter of every loader (mdp_core.spec.dataset_kinds.PARAMETERS) is an option here (``n_records`` ->
+Every declared parameter of every dataset kind (mdp_core.spec.dataset_kinds.DECLARED) is an option here (``n_records`` ->
 ``--n-records``), with its declared type, help and default per kind; an option the chosen ``--dataset``
 does not take is an error, a value its declaration refuses (``--seed -1``) one error line (exit 2). List
 parameters take several values: ``--bbox S W N E``, ``--center LAT LON``, ``--words king queen``.
@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 
 def options() -> dict[str, list[tuple[str, Spec]]]:
     """Every loader parameter, by name: the dataset kinds that take it and their declarations
-    (mdp_core.spec.dataset_kinds.PARAMETERS), in declaration order."""
+    (each :class:`mdp_core.spec.dataset_kinds.Kind`'s ``params``), in declaration order."""
     out: dict[str, list[tuple[str, Spec]]] = {}
-    for kind, cls in dataset_kinds.PARAMETERS.items():
-        for s in specs(cls):
-            out.setdefault(s.name, []).append((kind, s))
+    for kind in dataset_kinds.DECLARED.values():
+        for s in specs(kind.params):
+            out.setdefault(s.name, []).append((kind.name, s))
     return out
 
 

@@ -89,7 +89,7 @@ from mdp_core.errors import InputError
 # Only the declarations, which import no numerical library (a fully cached run never needs numpy, pandas,
 # scipy or HiGHS): each option's one name, type, default, help text and bounds (mdp_core.spec.options).
 from mdp_core.spec import dataset_kinds
-from mdp_core.spec.methods import METHOD_NAMES, REGISTRY, PartitionOptions
+from mdp_core.spec.methods import COMPARABLE, METHOD_NAMES, REGISTRY, PartitionOptions
 from mdp_core.spec.options import REQUIRED, Spec, show, specs
 from mdp_core.spec.solver_options import RepairOptions, SolverOptions
 
@@ -277,13 +277,14 @@ PartitionConfig: type[BaseModel] = create_model(
     __doc__="Benders' partition, also the release's partition stage (mdp_core.spec.methods.PartitionOptions).",
     **cast(dict[str, Any], {s.key: _field(s) for s in specs(PartitionOptions) if s.exposed}),
 )
-_PARTITION_FIELDS = {s.name for s in specs(PartitionOptions)}  # benders takes them from [partition]
+_PARTITION_FIELDS = {s.name for s in specs(PartitionOptions)}  # a needs_partition method takes them from [partition]
 _COMMON = (SolverOptions, RepairOptions)
 
 
 def method_option_specs(method: str) -> list[Spec]:
-    """The [solve] options of ``method``: its declared options but Benders' partition (in [partition])."""
-    skip = _PARTITION_FIELDS if method == "benders" else set()
+    """The [solve] options of ``method``: its declared options but the partition's (in [partition]) for a
+    method that needs one (Method.needs_partition: Benders)."""
+    skip = _PARTITION_FIELDS if REGISTRY[method].needs_partition else set()
     return [s for s in specs(REGISTRY[method].options) if s.exposed and s.name not in skip]
 
 
@@ -469,7 +470,7 @@ def _simulated_release() -> ReleaseConfig:
     return ReleaseConfig(simulate=True)
 
 
-Baseline = Literal["exp", "laplace", "constopt", "lp", "rowgen", "colgen", "benders"]
+Baseline = Literal[COMPARABLE]  # type: ignore[valid-type]  # mdp_core.spec.methods: baselines, then optimal methods
 _DEFAULT_BASELINES: list[Baseline] = ["exp"]
 
 

@@ -24,6 +24,7 @@ from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import MdpError
+from mdp_core.spec.methods import needs_partition
 from mdp_core.spec.solver_options import MAX_MIX
 from tasks.common import Throttled, instance_of, logger, output_zones, run_stage
 from tasks.progress import note
@@ -40,7 +41,7 @@ def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None,
 
     released = method == params.get("method")
     args: dict[str, Any] = dict(params.get("method_args", {})) if released else {}
-    if method == "benders" and labels is not None:
+    if labels is not None and needs_partition(method):
         args["labels"] = labels
     t0 = time.perf_counter()
     # a baseline's lines say so ("evaluate[baseline laplace eps=10]: ... raw FAIL ..." is the baseline's own
@@ -204,7 +205,7 @@ def _compute(
     if "trace.parquet" in mech.files:
         report.plot_bounds(read_table(store.path(mech, "trace.parquet")), w.file("bounds.png"), method_run)
         figures.append((f"Bounds per iteration ({method_run})", "bounds.png"))
-    if method_run == "benders" and labels is not None and inst.coordinate_columns():
+    if labels is not None and needs_partition(method_run) and inst.coordinate_columns():
         report.plot_partition(
             inst.record_points(),
             labels,

@@ -48,8 +48,10 @@ from scipy.spatial import cKDTree
 from mdp_core.errors import InputError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import EARTH_RADIUS_KM, unit_sphere
+from mdp_core.spec import dataset_kinds
 
-KEY_COLUMNS = ("word", "osmid")  # record keys a ``record`` column is matched against, in this order
+# record keys a ``record`` column is matched against, in this order: each dataset kind's declared record_key
+KEY_COLUMNS: tuple[str, ...] = dataset_kinds.RECORD_KEYS
 ALIASES = {"latitude": "lat", "longitude": "lon", "lng": "lon", "long": "lon"}
 DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 SHOWN_ROWS = 10  # row numbers an error or a description lists (the count is always complete)

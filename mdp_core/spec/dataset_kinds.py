@@ -4,14 +4,17 @@
 scipy, which a fully cached release, the config and the command line must not pay for. What they need
 is here, importing none of them:
 
-* :data:`PARAMETERS` -- ``kind -> dataclass`` declaring each loader's parameters (type, default, help;
-  :mod:`mdp_core.spec.options`). The loaders take their defaults from these declarations, ``mdp-release
-  export`` makes its flags of them and the release config its typed ``dataset.params``;
-* :data:`LOADER_PATHS` -- ``kind -> "module:function"`` of each loader;
+* :data:`DECLARED` -- ``kind -> Kind``: one :class:`Kind` per dataset kind, declaring its loader's
+  parameters (a dataclass: type, default, help; :mod:`mdp_core.spec.options`), the loader's
+  ``"module:function"``, the parameters naming input files, the records.parquet columns the loader
+  publishes and the column microdata records are keyed by. Everything else is derived from it:
+  :data:`KINDS`, :data:`PARAMETERS` (the loaders take their defaults from these declarations, ``mdp-release
+  export`` makes its flags of them and the release config its typed ``dataset.params``), :data:`LOADER_PATHS`,
+  :data:`FILE_PARAMETERS`, :data:`RECORD_KEYS` and :func:`public_record_columns` (the audit's allow-list);
 * :func:`parameters`, :func:`check`, :func:`validate` -- a kind's parameters and defaults, and the check of
   given ones against the declaration (unknown, missing, wrong type or range: an InputError naming it);
-* :data:`FILE_PARAMETERS`, :func:`input_files` -- the parameters that name input files, and those files
-  (their content hashes go into the ingest stage's cache key);
+* :func:`input_files` -- the input files a dataset reads (their content hashes go into the ingest stage's
+  cache key);
 * :data:`BUNDLED`, :func:`resolve` -- real data shipped inside installed packages, by name (``pbf =
   "helsinki"``, ``vectors = "gensim-test"``, ``corpus = "gensim-lee"``).
 
@@ -121,30 +124,103 @@ class PointsParams(Options):
     seed: int = option(0, "random seed", ge=0)
 
 
-PARAMETERS: dict[str, type[Options]] = {
-    "grid": GridParams,
-    "synthetic": SyntheticParams,
-    "road": RoadParams,
-    "text": TextParams,
-    "points": PointsParams,
-}
-LOADER_PATHS: dict[str, str] = {
-    "grid": "mdp_core.problem.datasets.grid:grid",
-    "synthetic": "mdp_core.problem.datasets.synthetic:synthetic",
-    "road": "mdp_core.problem.datasets.road:road",
-    "text": "mdp_core.problem.datasets.text:text",
-    "points": "mdp_core.problem.datasets.points:points",
-}
-KINDS: tuple[str, ...] = tuple(LOADER_PATHS)
+@dataclass(frozen=True)
+class Kind:
+    """One dataset kind, declared once; adding a kind is one ``Kind(...)`` in :data:`DECLARED` plus its loader
+    module.
 
-# loader parameters that name input files
-FILE_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "grid": ("road_nodes", "road_edges", "road_osm", "road_pbf"),
-    "synthetic": (),
-    "road": ("nodes", "edges", "osm", "pbf"),
-    "text": ("vectors", "corpus"),
-    "points": ("path", "outputs", "costs"),
+    * ``params``: the loader's parameters (type, default, help); the loader takes exactly these, with these
+      defaults (tests/test_registry.py checks its signature);
+    * ``loader``: ``"module:function"``, imported by :mod:`mdp_core.problem.datasets.registry` only;
+    * ``file_parameters``: the parameters naming input files (their content hashes go into the ingest
+      stage's cache key; bundled names resolved by :func:`resolve`);
+    * ``public_columns``: the records.parquet columns the loader adds to the base ones
+      (:data:`BASE_RECORD_COLUMNS`, coordinates ``lat, lon`` or ``x0..``). They are published with the
+      public instance, so each must describe the public universe of records, never an individual
+      (the release audit allows exactly :func:`public_record_columns`);
+    * ``record_key``: the column a microdata ``record`` column is matched against
+      (:mod:`mdp_core.problem.microdata`), or None (record ids).
+    """
+
+    name: str
+    params: type[Options]
+    loader: str
+    file_parameters: tuple[str, ...] = ()
+    public_columns: frozenset[str] = frozenset()
+    record_key: str | None = None
+
+    def __post_init__(self) -> None:
+        fields = {s.name for s in specs(self.params)}
+        unknown = sorted(set(self.file_parameters) - fields)
+        if unknown:
+            raise TypeError(f"dataset kind {self.name!r}: file parameters {unknown} are not parameters")
+        if self.record_key is not None and self.record_key not in self.public_columns:
+            raise TypeError(f"dataset kind {self.name!r}: record key {self.record_key!r} is not a public column")
+        if ":" not in self.loader:
+            raise TypeError(f"dataset kind {self.name!r}: loader {self.loader!r} is not 'module:function'")
+
+
+_LOADERS = "mdp_core.problem.datasets"
+DECLARED: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind(
+            "grid",
+            GridParams,
+            f"{_LOADERS}.grid:grid",
+            file_parameters=("road_nodes", "road_edges", "road_osm", "road_pbf"),
+            # cell centre (degrees) and index; with a road graph, each cell's snapped node and snap distance
+            public_columns=frozenset({"lat", "lon", "row", "col", "road_osmid", "snap_km"}),
+        ),
+        Kind("synthetic", SyntheticParams, f"{_LOADERS}.synthetic:synthetic"),
+        Kind(
+            "road",
+            RoadParams,
+            f"{_LOADERS}.road:road",
+            file_parameters=("nodes", "edges", "osm", "pbf"),
+            public_columns=frozenset({"osmid"}),
+            record_key="osmid",
+        ),
+        Kind(
+            "text",
+            TextParams,
+            f"{_LOADERS}.text:text",
+            file_parameters=("vectors", "corpus"),
+            public_columns=frozenset({"word"}),
+            record_key="word",
+        ),
+        Kind(
+            "points",
+            PointsParams,
+            f"{_LOADERS}.points:points",
+            file_parameters=("path", "outputs", "costs"),
+            public_columns=frozenset({"id", "n_merged"}),  # the agency's own record id; records merged into one
+        ),
+    )
 }
+KINDS: tuple[str, ...] = tuple(DECLARED)
+PARAMETERS: dict[str, type[Options]] = {k.name: k.params for k in DECLARED.values()}
+LOADER_PATHS: dict[str, str] = {k.name: k.loader for k in DECLARED.values()}
+FILE_PARAMETERS: dict[str, tuple[str, ...]] = {k.name: k.file_parameters for k in DECLARED.values()}
+# the columns a microdata ``record`` column is matched against, in declaration order
+RECORD_KEYS: tuple[str, ...] = tuple(k.record_key for k in DECLARED.values() if k.record_key is not None)
+# records.parquet columns of every instance (mdp_core.problem.io.write_instance); coordinates are "lat",
+# "lon" (haversine) or x0, x1, ... (COORDINATE_COLUMN, Euclidean)
+BASE_RECORD_COLUMNS = frozenset({"record_id", "prior", "lat", "lon"})
+COORDINATE_COLUMN = r"x\d+"
+
+
+def public_record_columns() -> frozenset[str]:
+    """Every column a published records.parquet may have: :data:`BASE_RECORD_COLUMNS` and every kind's
+    ``public_columns`` (Euclidean coordinates ``x0..``, matching :data:`COORDINATE_COLUMN`, besides)."""
+    return BASE_RECORD_COLUMNS.union(*(k.public_columns for k in DECLARED.values()))
+
+
+def kind(name: str) -> Kind:
+    """The declaration of dataset kind ``name``; an unknown kind is an InputError listing the known ones."""
+    _check_kind(name)
+    return DECLARED[name]
+
 
 # parameter (suffix) -> name -> (package, path inside the package)
 BUNDLED: dict[str, dict[str, tuple[str, str]]] = {
@@ -156,8 +232,8 @@ NAMES = {name for table in BUNDLED.values() for name in table}
 
 
 def _check_kind(kind: str) -> None:
-    if kind not in LOADER_PATHS:
-        raise InputError(f"unknown dataset kind {kind!r}; choose one of {sorted(LOADER_PATHS)}")
+    if kind not in DECLARED:
+        raise InputError(f"unknown dataset kind {kind!r}; choose one of {sorted(DECLARED)}")
 
 
 def parameters(kind: str) -> dict[str, Any]:

@@ -11,6 +11,11 @@ progress, params: XOptions) -> RawSolution``. Shared groups of options are bases
 (every method with a lower bound), :class:`ExecutorOptions` (colgen, benders), :class:`PartitionOptions`
 (benders, and the release's partition stage).
 
+What the pipeline does differently per method it reads from the entry's capability flags
+(:class:`Method`: ``baseline``, ``needs_partition``, ``delegates``, ``bounds``), never from a method's name;
+:data:`BASELINES`, :data:`PARTITIONED` and :data:`COMPARABLE` (the config's evaluate baselines) derive from
+them. Adding a method is one :data:`REGISTRY` entry plus its module (tests/test_registry.py).
+
 No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.spec.options).
 """
 
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mdp_core.errors import InputError
 from mdp_core.spec.options import Options, option
 from mdp_core.spec.solver_options import EXECUTORS, SOLVERS, Executor
 
@@ -173,26 +179,93 @@ class ConstoptOptions(Options):
 @dataclass(frozen=True)
 class Method:
     """A registry entry: the function (``"module:function"``, imported on first use, or the function), its
-    options dataclass and a one-line description. A baseline proves no bound on the PMO optimum: it
-    reports "feasible" with no lower bound."""
+    options dataclass, a one-line description and the capabilities the pipeline branches on -- code asks
+    these flags, never a method's name.
+
+    * ``baseline``: a closed-form or heuristic mechanism (exp, laplace, constopt) versus the optimal LP
+      methods. A baseline proves no bound on the PMO optimum: it reports "feasible" with no lower bound
+      (:func:`mdp_core.solvers.solve.solve` never upgrades it to "optimal"), so it takes no gap options.
+    * ``needs_partition``: the method solves on a partition of the mDP graph (Qiu 2024's Benders): it takes
+      the partition stage's ``labels`` and its partitioner options come from the release's ``[partition]``
+      section, not ``[solve]``; its options class derives from :class:`PartitionOptions`.
+    * ``delegates``: the method picks another registered method and runs it (``auto``); the one that ran is
+      ``extra[name]["method"]`` of its solve.json. It is never a comparison baseline of itself.
+    * ``bounds``: for an iterative method writing trace.parquet, the bounds plot's (title, lower-bound label,
+      upper-bound label); None: no trace.
+
+    A declaration contradicting its options class (a partition method whose options lack
+    :class:`PartitionOptions`, a baseline with gap options) is a TypeError at import.
+    """
 
     function: str | Callable[..., Any]
     options: type[Options]
     help: str
     baseline: bool = False
+    needs_partition: bool = False
+    delegates: bool = False
+    bounds: tuple[str, str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.needs_partition != issubclass(self.options, PartitionOptions):
+            raise TypeError(
+                f"{self.options.__name__}: needs_partition={self.needs_partition} but the options "
+                f"{'do not ' if self.needs_partition else ''}derive from PartitionOptions"
+            )
+        if self.baseline and issubclass(self.options, GapOptions):
+            raise TypeError(f"{self.options.__name__}: a baseline proves no bound, so it takes no gap options")
 
 
+_UB = "upper bound (best feasible)"
 REGISTRY: dict[str, Method] = {
-    "auto": Method("mdp_core.solvers.auto:method", AutoOptions, "lp or rowgen from the instance's structure"),
-    "lp": Method("mdp_core.solvers.lp:method", LpOptions, "the exact LP (HiGHS), one component at a time"),
-    "rowgen": Method("mdp_core.solvers.rowgen:method", RowgenOptions, "the exact LP by row generation (dense graphs)"),
-    "colgen": Method("mdp_core.solvers.colgen:method", ColgenOptions, "the exact LP by column generation"),
-    "benders": Method(
-        "mdp_core.solvers.benders:method", BendersOptions, "partition + Benders decomposition (Qiu 2024)"
+    "auto": Method(
+        "mdp_core.solvers.auto:method", AutoOptions, "lp or rowgen from the instance's structure", delegates=True
     ),
-    "exp": Method("mdp_core.solvers.mechanisms:exponential_method", ExpOptions, "exponential mechanism", True),
-    "laplace": Method("mdp_core.solvers.mechanisms:planar_laplace_method", LaplaceOptions, "planar Laplace", True),
-    "constopt": Method("mdp_core.solvers.constopt:method", ConstoptOptions, "ConstOPTMech (Imola et al. 2022)", True),
+    "lp": Method("mdp_core.solvers.lp:method", LpOptions, "the exact LP (HiGHS), one component at a time"),
+    "rowgen": Method(
+        "mdp_core.solvers.rowgen:method",
+        RowgenOptions,
+        "the exact LP by row generation (dense graphs)",
+        bounds=("Row generation", "lower bound (LP over the rows so far)", _UB),
+    ),
+    "colgen": Method(
+        "mdp_core.solvers.colgen:method",
+        ColgenOptions,
+        "the exact LP by column generation",
+        bounds=("Column generation", "lower bound", _UB),
+    ),
+    "benders": Method(
+        "mdp_core.solvers.benders:method",
+        BendersOptions,
+        "partition + Benders decomposition (Qiu 2024)",
+        needs_partition=True,
+        bounds=("Benders decomposition", "lower bound (master)", _UB),
+    ),
+    "exp": Method("mdp_core.solvers.mechanisms:exponential_method", ExpOptions, "exponential mechanism", baseline=True),
+    "laplace": Method(
+        "mdp_core.solvers.mechanisms:planar_laplace_method", LaplaceOptions, "planar Laplace", baseline=True
+    ),
+    "constopt": Method(
+        "mdp_core.solvers.constopt:method", ConstoptOptions, "ConstOPTMech (Imola et al. 2022)", baseline=True
+    ),
 }
 METHOD_NAMES: tuple[str, ...] = tuple(REGISTRY)
 BASELINES = frozenset(name for name, m in REGISTRY.items() if m.baseline)
+PARTITIONED = frozenset(name for name, m in REGISTRY.items() if m.needs_partition)
+# What the evaluate stage may compare the released mechanism with: the baselines first, then the optimal
+# methods, in registry order; no delegating method (it would only repeat the method it picks).
+COMPARABLE: tuple[str, ...] = tuple(
+    sorted((n for n, m in REGISTRY.items() if not m.delegates), key=lambda n: not REGISTRY[n].baseline)
+)
+
+
+def method(name: str) -> Method:
+    """The registry entry of ``name``; an unknown name is an InputError listing the known ones."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise InputError(f"unknown method {name!r}; choose one of {list(METHOD_NAMES)}") from None
+
+
+def needs_partition(name: str) -> bool:
+    """Whether method ``name`` solves on the partition stage's labels (:attr:`Method.needs_partition`)."""
+    return method(name).needs_partition

@@ -5,30 +5,32 @@ Used by the CLI (``mdp-release export``) and the pipeline's ingest stage (the co
 files a dataset reads, so the pipeline can put their content hash into its cache key.
 
 What needs no loader (the kinds, their declared parameters and defaults, the file parameters, the input
-files) is in :mod:`mdp_core.spec.dataset_kinds`, which imports no loader; this module re-exports it and adds the loaders.
+files) is in :mod:`mdp_core.spec.dataset_kinds`, which imports no loader; this module re-exports it and imports
+each declared kind's loader from its ``"module:function"`` path.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 from mdp_core.errors import InputError
-from mdp_core.problem.datasets.grid import grid
-from mdp_core.problem.datasets.points import points
-from mdp_core.problem.datasets.road import road
-from mdp_core.problem.datasets.synthetic import synthetic
-from mdp_core.problem.datasets.text import text
 from mdp_core.problem.instance import Instance
-from mdp_core.spec.dataset_kinds import FILE_PARAMETERS, input_files, parameters, resolve, validate
+from mdp_core.spec.dataset_kinds import DECLARED, FILE_PARAMETERS, input_files, parameters, resolve, validate
 
-LOADERS: dict[str, Callable[..., Instance]] = {
-    "grid": grid,
-    "synthetic": synthetic,
-    "road": road,
-    "text": text,
-    "points": points,
-}
+
+def loader(path: str) -> Callable[..., Instance]:
+    """The loader function named ``"module:function"`` (a :class:`mdp_core.spec.dataset_kinds.Kind`'s ``loader``)."""
+    module, _, name = path.partition(":")
+    fn = getattr(importlib.import_module(module), name, None)
+    if not callable(fn):
+        raise TypeError(f"dataset loader {path!r}: {module} has no function {name!r}")
+    return fn
+
+
+# kind -> loader, imported from each declaration's "module:function" (no second list)
+LOADERS: dict[str, Callable[..., Instance]] = {k.name: loader(k.loader) for k in DECLARED.values()}
 
 __all__ = ["FILE_PARAMETERS", "LOADERS", "input_files", "load", "parameters"]
 
