@@ -85,11 +85,12 @@ def model_status(h: highspy.Highs) -> tuple[Status, str]:
 
 def _checked(status: highspy.HighsStatus, call: str) -> None:
     """Check the ``HighsStatus`` a HiGHS call returned: ``kError`` raises :class:`SolverError` naming
-    ``call``, ``kWarning`` is logged (HiGHS changed something, e.g. dropped tiny matrix values)."""
+    ``call``, ``kWarning`` is logged at debug level: it is routine (colgen's columns carry entries below
+    ``small_matrix_value``, which HiGHS drops with a warning)."""
     if status == highspy.HighsStatus.kOk:
         return
     if status == highspy.HighsStatus.kWarning:
-        log.warning("HiGHS %s returned a warning", call)
+        log.debug("HiGHS %s returned a warning", call)
         return
     raise SolverError(f"HiGHS {call} failed (returned {status})")
 
