@@ -1,6 +1,6 @@
 """Full LP vs Benders decomposition, side by side in one process; prints one JSON line per run.
 
-Instances (issue 3): grid N in {200, 500, 1000}, K = 100, eta = 2 km, eps in {10, 2} per km, and
+Instances: grid N in {200, 500, 1000}, K = 100, eta = 2 km, eps in {10, 2} per km, and
 3-D standard-normal synthetic points, eta = 2, eps = 10, N in {100, 200, 500}, K = 100.
 
     python bench/bench_solvers.py --instances grid200 --eps 10 --methods lp,benders \
