@@ -378,6 +378,20 @@ def render(rep: Report) -> str:
     """The report as text lines for the terminal."""
     s = rep.sections
     out = [f"mdp-release check: {rep.config}"]
+    u = _render_instance(s, out)
+    _render_data(s, out)
+    _render_graph(s, u, out)
+    _render_suggested(s, u, out)
+    out += [f"hint: {h}" for h in rep.hints]
+    if rep.accepted:
+        out.append(f"accepted: this release would be accepted (checked in {s.get('seconds', 0):.2f} s)")
+    else:
+        out += [f"refused: {why}" for why in rep.reasons]
+    return "\n".join(out)
+
+
+def _render_instance(s: dict[str, Any], out: list[str]) -> str:
+    """Append the instance and privacy lines; return the distance unit ("" without a dataset section)."""
     if "dataset" in s:
         ds, pv = s["dataset"], s["privacy"]
         u = ds["distance_unit"]
@@ -391,6 +405,11 @@ def render(rep: Report) -> str:
         )
     else:
         u = ""
+    return u
+
+
+def _render_data(s: dict[str, Any], out: list[str]) -> None:
+    """Append the microdata (or simulated) and mapping lines."""
     if "microdata" in s:
         md = s["microdata"]
         delim = f", {md['delimiter']}-delimited" if md["delimiter"] else ""
@@ -414,6 +433,10 @@ def render(rep: Report) -> str:
                 f"snap distance ({sd['unit']}): mean {_fmt(sd['mean'])}, 95th pct {_fmt(sd['p95'])}, "
                 f"max {_fmt(sd['max'])}  [{SECRET_NOTE}]"
             )
+
+
+def _render_graph(s: dict[str, Any], u: str, out: list[str]) -> None:
+    """Append the mDP graph, guarantee and budget lines."""
     if "graph" in s:
         g = s["graph"]
         extra = (
@@ -438,6 +461,10 @@ def render(rep: Report) -> str:
             f"budget: population {b['population']}: this release charges {b['charge']:.4g}; spent so far "
             f"{b.get('spent', 0.0):.4g}, {cap}"
         )
+
+
+def _render_suggested(s: dict[str, Any], u: str, out: list[str]) -> None:
+    """Append the suggested eta / max_distance line."""
     if "suggested" in s:
         sg = s["suggested"]
         parts = []
@@ -449,12 +476,6 @@ def render(rep: Report) -> str:
             parts.append(f"with max_distance unset (= eta): eta >= {sg['eta_if_max_distance_unset']:g} {u}")
         if parts:
             out.append("suggested: " + "; ".join(parts))
-    out += [f"hint: {h}" for h in rep.hints]
-    if rep.accepted:
-        out.append(f"accepted: this release would be accepted (checked in {s.get('seconds', 0):.2f} s)")
-    else:
-        out += [f"refused: {why}" for why in rep.reasons]
-    return "\n".join(out)
 
 
 CHECK_HELP = (

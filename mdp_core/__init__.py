@@ -1,29 +1,21 @@
 """mdp_core: the pure library behind mdp-release.
 
-Numpy / scipy / highspy only (pandas and pyarrow for I/O); no Prefect imports.
-Modules are small and named for what they are:
+Numpy / scipy / highspy only (pandas and pyarrow for I/O); no Prefect imports. Five layer subpackages
+above :mod:`mdp_core.errors` (``InputError``, ``PrivacyError``, ``SolverError``); a module imports only from
+its own layer or a lower one (tests/test_layers.py, docs/architecture.md):
 
-- ``instance``   -- the :class:`Instance` dataclass (one PMO problem) and its validation;
-- ``io``         -- the Parquet instance / mechanism format, atomic writes, content hashes;
-- ``metrics``    -- distance functions (Euclidean, haversine in km);
-- ``graph``      -- the mDP graph (neighbour pairs), components, path distances;
-- ``result``     -- ``RawSolution``, the ``Status`` enum, the gap rule and honest status;
-- ``highs``      -- the one HiGHS adapter (models from arrays, status map, time limits, retries);
-- ``options``    -- option dataclasses as the source of defaults, help texts and CLI arguments;
-- ``executor``   -- stateful per-key workers for independent solves (serial, processes);
-- ``lp``         -- the exact PMO linear program solved with HiGHS;
-- ``colgen``     -- column generation by output (exact LP, with a proven bound);
-- ``verify``     -- privacy certificates and the exact repair;
-- ``mechanisms`` -- baseline mechanisms (exponential mechanism, planar Laplace);
-- ``constopt``   -- ConstOPTMech (Imola et al. 2022) adapted to neighbour-threshold mDP;
-- ``solve``      -- one entry point: solve an instance with a method, verify, repair or refuse;
-- ``partition``  -- the four partitioners of Qiu 2024 and their balance statistics;
-- ``benders``    -- Benders decomposition over a partition (master + subproblems, cuts, bounds);
-- ``postprocess``-- CBDP consistent count release (Fioretto et al. 2018) and its baselines;
-- ``release``    -- individuals' microdata: draw, perturb, the released table;
-- ``evaluate``   -- utility, privacy and bound metrics of a mechanism;
-- ``report``     -- plots and markdown;
-- ``datasets``   -- built-in and real dataset loaders producing instances.
+- ``spec``     -- declarations, no numerical import: options and their defaults, the solver options, the
+  method registry (``methods``), the dataset kinds (``dataset_kinds``), the release contract (stages,
+  published files and their columns: ``contract``) and the exact privacy budget (``budget``);
+- ``runtime``  -- running long work: atomic files, the cooperative stop token (``control``), killable
+  child processes (``isolate``), per-key workers (``executor``);
+- ``problem``  -- the PMO instance and its validation, metrics, the mDP graph, the Parquet format (``io``),
+  partitions, the agency's microdata reader and the dataset loaders (``datasets/``);
+- ``solvers``  -- the one HiGHS adapter (``highs``), the exact LP, row and column generation, Benders, the
+  Lagrangian bound, the automatic choice, the baseline mechanisms, ConstOPTMech, the privacy
+  certificate and repair (``verify``) and the one entry point ``solve.solve``;
+- ``release``  -- protection in the data's metric, exact count noise, CBDP post-processing, the perturbed
+  microdata, evaluation, the audit, the report and signatures.
 """
 
 from __future__ import annotations

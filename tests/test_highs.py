@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import highspy
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mdp_core.errors import InputError
+from mdp_core.errors import InputError, SolverError
 from mdp_core.problem.graph import component_blocks
 from mdp_core.solvers import highs
 from mdp_core.solvers.result import Status
@@ -79,6 +80,60 @@ def test_options_are_validated_and_scale_costs() -> None:
     c, s = highs.scale_costs(np.array([[2.0, -4.0]]))
     assert s == 4.0 and np.abs(c).max() == 1.0
     assert highs.scale_costs(np.zeros((2, 2)))[1] == 1.0
+
+
+def test_an_unknown_or_invalid_option_raises_naming_it() -> None:
+    """setOptionValue's kError used to be ignored: HiGHS then silently kept its default."""
+    h = highs.quiet_highs()
+    with pytest.raises(SolverError, match="no_such_option"):
+        highs.set_option(h, "no_such_option", 1)
+    with pytest.raises(SolverError, match="presolve"):
+        highs.set_options(h, presolve="sometimes")
+    with pytest.raises(SolverError, match="time_limit"):
+        highs.set_option(h, "time_limit", -1.0)
+    highs.set_option(h, "presolve", "off")
+    assert highs._option(h, "presolve") == "off"
+
+
+def test_a_rejected_model_edit_raises() -> None:
+    h = highs.quiet_highs()
+    highs.pass_model(h, tiny())
+    with pytest.raises(SolverError, match="changeColsCost"):
+        highs.change_costs(h, np.array([5]), 1.0)  # no column 5
+    with pytest.raises(SolverError, match="addRows"):
+        highs.add_rows(h, sp.csr_matrix(np.array([[1.0, 0.0, 1.0]])), np.zeros(1), np.ones(1))  # column 2
+
+
+def _run(model: highs.LpModel, **options: object) -> highs.LpSolution:
+    h = highs.quiet_highs()
+    highs.set_options(h, **options)
+    highs.pass_model(h, model)
+    return highs.run(h)
+
+
+def test_each_kind_of_model_status_maps() -> None:
+    """Real HiGHS runs ending in each kind of model status, read from getModelStatus()."""
+    assert _run(tiny()).status is Status.OPTIMAL
+    infeasible = _run(tiny(-1.0), presolve="off")
+    assert infeasible.status is Status.INFEASIBLE and infeasible.x.size == 0
+    unbounded = highs.LpModel(  # min -x, x >= 0, no rows binding it
+        c=np.array([-1.0]),
+        a=sp.csc_matrix(np.array([[1.0]])),
+        row_lower=np.array([0.0]),
+        row_upper=np.array([np.inf]),
+        col_lower=np.zeros(1),
+        col_upper=np.full(1, np.inf),
+    )
+    assert _run(unbounded, presolve="off").status is Status.UNBOUNDED
+    either = _run(unbounded, allow_unbounded_or_infeasible=True)  # presolve stops: kUnboundedOrInfeasible
+    assert either.status is Status.INFEASIBLE and either.detail == "Primal infeasible or unbounded"
+    limited = _run(tiny(), presolve="off", simplex_iteration_limit=0)
+    assert limited.status is Status.ITERATION_LIMIT and limited.detail == "Iteration limit reached"
+    empty = highs.quiet_highs()  # no model at all: kModelEmpty, not an answer
+    sol = highs.run(empty)
+    assert sol.status is Status.ERROR and sol.failed and sol.detail == "Empty"
+    assert highs.STATUS_MAP[highspy.HighsModelStatus.kTimeLimit] is Status.TIME_LIMIT
+    assert set(highs.STATUS_MAP) <= set(highspy.HighsModelStatus.__members__.values())
 
 
 def test_component_blocks() -> None:

@@ -174,3 +174,19 @@ def test_no_re_exported_names() -> None:
             if imported not in _defined(MODULES[module]):
                 bad.append(f"{path.relative_to(ROOT)}:{line} takes {imported} from {module}, which does not define it")
     assert not bad, "\n".join(bad)
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines() -> None:
+    """Every function (``def``, nested ones too) of mdp_core, tasks, flows, artifacts and bench spans at most
+    80 lines, from its ``def`` (decorators excluded) to its last line."""
+    bad = []
+    for path in [*MODULES.values(), *sorted((ROOT / "bench").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} has {lines} lines")
+    assert not bad, "\n".join(bad)

@@ -398,9 +398,30 @@ def timing_experiment(
     with columns dataset, partitioner + the trace columns).
     """
     inst = build_instance(spec, n_records, n_outputs, seed)
-    rows, traces = [], []
     base = {"dataset": spec.name, "n_records": inst.n_records, "n_outputs": inst.n_outputs, "n_edges": inst.n_edges}
-    runs: list[tuple[str, str | None, SolverOptions, dict[str, Any]]] = []
+    rows, traces = [], []
+    for run in _timing_runs(partitioners, lp_solvers, n_subsets, seed, max_iterations, gap_rel, time_limit):
+        row, trace = _timing_run(inst, run, base)
+        rows.append(row)
+        if trace is not None and len(trace):
+            traces.append(trace.assign(dataset=spec.name, partitioner=run[1]))
+    return _timing_tables(rows, traces)
+
+
+_TimingRun = tuple[str, str | None, SolverOptions, dict[str, Any]]  # method, partitioner, options, method args
+
+
+def _timing_runs(
+    partitioners: Sequence[str],
+    lp_solvers: Sequence[str],
+    n_subsets: int,
+    seed: int,
+    max_iterations: int,
+    gap_rel: float,
+    time_limit: float,
+) -> list[_TimingRun]:
+    """The runs of :func:`timing_experiment`: Benders per partitioner, then the full LP per solver."""
+    runs: list[_TimingRun] = []
     for p in partitioners:
         runs.append(
             (
@@ -420,39 +441,45 @@ def timing_experiment(
         )
     for s in lp_solvers:
         runs.append(("lp", None, SolverOptions(solver=s, time_limit=time_limit), {}))
-    for method, part, opts, args in runs:
-        name = f"benders-{part}" if part else f"lp-{opts.solver or 'simplex'}"
-        t0 = time.perf_counter()
-        row: dict[str, Any] = dict(base, method=name, partitioner=part)
-        try:
-            sol = solve(inst, method, opts, **args)
-        except Exception as exc:  # a failing method is a row of the table (with its error), not a lost dataset
-            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
-            row |= {
-                "status": "no_feasible_solution" if "no feasible" in str(exc) else "failed",
-                "seconds": time.perf_counter() - t0,
-                "error": msg,
-            }
-            rows.append(row)
-            continue
-        ex = sol.extra
-        stats = ex.get("partition") or {}
+    return runs
+
+
+def _timing_run(inst: Instance, run: _TimingRun, base: dict[str, Any]) -> tuple[dict[str, Any], pd.DataFrame | None]:
+    """One run of :func:`timing_experiment`: (its table row, its Benders trace or None)."""
+    method, part, opts, args = run
+    name = f"benders-{part}" if part else f"lp-{opts.solver or 'simplex'}"
+    t0 = time.perf_counter()
+    row: dict[str, Any] = dict(base, method=name, partitioner=part)
+    try:
+        sol = solve(inst, method, opts, **args)
+    except Exception as exc:  # a failing method is a row of the table (with its error), not a lost dataset
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
         row |= {
-            "status": str(sol.status),
-            "seconds": sol.seconds,
-            "iterations": sol.iterations,
-            "objective": sol.objective,
-            "lower_bound": sol.lower_bound,
-            "gap": sol.gap,
-            "relative_gap": None if sol.gap is None else sol.gap / max(abs(sol.objective), 1e-300),
-            "boundary_fraction": stats.get("boundary_fraction"),
-            "internal_max": stats.get("internal_max"),
-            "optimality_cuts": ex.get("optimality_cuts"),
-            "rho_increases": ex.get("rho_increases"),
+            "status": "no_feasible_solution" if "no feasible" in str(exc) else "failed",
+            "seconds": time.perf_counter() - t0,
+            "error": msg,
         }
-        rows.append(row)
-        if sol.trace is not None and len(sol.trace):
-            traces.append(sol.trace.assign(dataset=spec.name, partitioner=part))
+        return row, None
+    ex = sol.extra
+    stats = ex.get("partition") or {}
+    row |= {
+        "status": str(sol.status),
+        "seconds": sol.seconds,
+        "iterations": sol.iterations,
+        "objective": sol.objective,
+        "lower_bound": sol.lower_bound,
+        "gap": sol.gap,
+        "relative_gap": None if sol.gap is None else sol.gap / max(abs(sol.objective), 1e-300),
+        "boundary_fraction": stats.get("boundary_fraction"),
+        "internal_max": stats.get("internal_max"),
+        "optimality_cuts": ex.get("optimality_cuts"),
+        "rho_increases": ex.get("rho_increases"),
+    }
+    return row, sol.trace
+
+
+def _timing_tables(rows: list[dict[str, Any]], traces: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(table with :data:`TIMING_COLUMNS`, traces with dataset and partitioner first)."""
     table = pd.DataFrame(rows).reindex(columns=TIMING_COLUMNS)
     for c in _TIMING_FLOATS:
         table[c] = pd.to_numeric(table[c], errors="coerce").astype("float64")

@@ -65,52 +65,61 @@ class ReproduceConfig(BaseModel):
 
 
 def _sizes(quick: bool, s: int, ds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    if quick:
-        return {
-            "rp-partition": {
-                "datasets": ds,
-                "n_records": 60,
-                "n_subsets": 3,
-                "seeds": [s],
-                "methods": list(ex.PARTITIONERS),
-            },
-            "rp-utility": {
-                "datasets": ds,
-                "n_records": 30,
-                "n_outputs": 30,
-                "paper_eps": [2.0, 10.0],
-                "seed": s,
-                "methods": ["lp", "exp"],
-            },
-            "rp-timing": {
-                "datasets": {"grid": ds["grid"]},
-                "n_records": 30,
-                "n_outputs": 30,
-                "n_subsets": 3,
-                "seed": s,
-                "partitioners": ["kmdv"],
-                "lp_solvers": ["simplex"],
-                "max_iterations": 20,
-                "gap_rel": 0.01,
-                "time_limit": 10.0,
-            },
-            "rp-scalability": {
-                "dataset": ds["text"],
-                "sizes": [20, 40],
-                "seed": s,
-                "rs": [10, 5],
-                "lp_time_limit": 20.0,
-            },
-            "rp-cbdp": {
-                "dataset": ds["grid"],
-                "n_records": 48,
-                "n_outputs": 30,
-                "n_individuals": 500,
-                "eps_counts": [0.1, 1.0],
-                "n_seeds": 2,
-                "seed": s,
-            },
-        }
+    """The parameters of every reproduction stage: a quick smoke run or the papers' sizes."""
+    return _quick_sizes(s, ds) if quick else _paper_sizes(s, ds)
+
+
+def _quick_sizes(s: int, ds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Small instances: a smoke run of every stage (``quick``)."""
+    return {
+        "rp-partition": {
+            "datasets": ds,
+            "n_records": 60,
+            "n_subsets": 3,
+            "seeds": [s],
+            "methods": list(ex.PARTITIONERS),
+        },
+        "rp-utility": {
+            "datasets": ds,
+            "n_records": 30,
+            "n_outputs": 30,
+            "paper_eps": [2.0, 10.0],
+            "seed": s,
+            "methods": ["lp", "exp"],
+        },
+        "rp-timing": {
+            "datasets": {"grid": ds["grid"]},
+            "n_records": 30,
+            "n_outputs": 30,
+            "n_subsets": 3,
+            "seed": s,
+            "partitioners": ["kmdv"],
+            "lp_solvers": ["simplex"],
+            "max_iterations": 20,
+            "gap_rel": 0.01,
+            "time_limit": 10.0,
+        },
+        "rp-scalability": {
+            "dataset": ds["text"],
+            "sizes": [20, 40],
+            "seed": s,
+            "rs": [10, 5],
+            "lp_time_limit": 20.0,
+        },
+        "rp-cbdp": {
+            "dataset": ds["grid"],
+            "n_records": 48,
+            "n_outputs": 30,
+            "n_individuals": 500,
+            "eps_counts": [0.1, 1.0],
+            "n_seeds": 2,
+            "seed": s,
+        },
+    }
+
+
+def _paper_sizes(s: int, ds: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The sizes of the papers' experiments (Qiu 2024, Imola 2022, Fioretto 2019)."""
     return {
         "rp-partition": {
             "datasets": ds,

@@ -36,7 +36,7 @@ Pricing for output k with master duals u (n,): m_k = min (c_k - u) . x  s.t.  x 
 leaving a row out could only relax pricing. Of the rest each pricing model holds only rows its
 solutions violated (lazily generated, at most n of the most violated per re-solve,
 :class:`PricingWorker`): on the dense syn1000 2,547 of 427,918 rows and 0.1 s, against 1.1 s over
-every row (bench/README.md, session 9). The column x* is made exactly conic by :func:`close` and
+every row (bench/README.md). The column x* is made exactly conic by :func:`close` and
 enters when its reduced cost per unit mass is below -``tol``.
 
 The K pricing LPs of every component run through :mod:`mdp_core.runtime.executor`, one stateful
@@ -96,7 +96,7 @@ column (1 in C; lambda = 1/K on each is the uniform mechanism, so the master is 
 and, for every record s, v_s = exp(-eps D'(s, .)) for the ``seeds_per_record`` outputs that are
 cheapest for s (D' = shortest-path distance with edge lengths capped at MAX_LOG_RATIO / eps; v_s
 is in C by the triangle inequality D'(s, b) <= D'(s, a) + d'_ab). With only the all-ones columns
-the method stalls (degenerate master; ../shared/notes/stack.md).
+the method stalls (a degenerate master).
 
 Tiny entries: every column is floored at ``FLOOR`` = 1e-13 times its maximum (max(x, f) keeps
 log x eps-Lipschitz, so the column stays in C and no zero sits opposite a non-zero). HiGHS's

@@ -5,7 +5,14 @@ The shape follows cvxpy's solver adapters: callers *build* arrays (:class:`LpMod
 HiGHS's answer into library terms (:class:`LpSolution`, statuses of :class:`mdp_core.solvers.result.Status`
 through :data:`STATUS_MAP`). ``highspy`` is imported nowhere else in ``mdp_core``.
 
-HiGHS traps handled here (../shared/notes/stack.md):
+Every HiGHS call returns a ``HighsStatus``, and every one is checked here, as cvxpy's HiGHS interface
+does: an option is set only by :func:`set_option` (a non-OK status, e.g. an option renamed in a later
+HiGHS, raises :class:`~mdp_core.errors.SolverError` naming it instead of silently keeping the default);
+a model edit (``passModel``, ``addRows``, ...) that returns ``kError`` raises, ``kWarning`` is logged
+(:func:`_checked`); the model status is read with ``getModelStatus()`` and compared with
+``highspy.HighsModelStatus`` members (:data:`STATUS_MAP`), never parsed from a repr.
+
+HiGHS traps handled here:
 
 * one global thread pool per process: changing ``threads`` after a solve needs
   ``resetGlobalScheduler`` or ``run()`` fails quietly (:func:`new_highs`);
@@ -27,6 +34,7 @@ HiGHS traps handled here (../shared/notes/stack.md):
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -44,23 +52,56 @@ from mdp_core.solvers.result import LIMITS, Status
 # the command line read them); re-exported here, where every solver module has always found them
 from mdp_core.spec.solver_options import INF, SOLVERS, SolverOptions  # noqa: F401
 
+log = logging.getLogger(__name__)
+
 DUAL_SIMPLEX, PRIMAL_SIMPLEX = 1, 4  # HiGHS simplex_strategy values
-STATUS_MAP: dict[str, Status] = {
-    "kOptimal": Status.OPTIMAL,
-    "kInfeasible": Status.INFEASIBLE,
-    "kUnbounded": Status.UNBOUNDED,
-    "kUnboundedOrInfeasible": Status.INFEASIBLE,
-    "kTimeLimit": Status.TIME_LIMIT,
-    "kIterationLimit": Status.ITERATION_LIMIT,
-    "kObjectiveBound": Status.OBJECTIVE_BOUND,
-    "kObjectiveTarget": Status.OBJECTIVE_TARGET,
-    "kInterrupt": Status.INTERRUPTED,
+_M = highspy.HighsModelStatus
+# HiGHS model status -> library status; every other one (kNotset, kLoadError, kModelError, kPresolveError,
+# kSolveError, kPostsolveError, kModelEmpty, kUnknown, kSolutionLimit, kMemoryLimit) is Status.ERROR.
+STATUS_MAP: dict[highspy.HighsModelStatus, Status] = {
+    _M.kOptimal: Status.OPTIMAL,
+    _M.kInfeasible: Status.INFEASIBLE,
+    _M.kUnbounded: Status.UNBOUNDED,
+    _M.kUnboundedOrInfeasible: Status.INFEASIBLE,
+    _M.kTimeLimit: Status.TIME_LIMIT,
+    _M.kIterationLimit: Status.ITERATION_LIMIT,
+    _M.kObjectiveBound: Status.OBJECTIVE_BOUND,
+    _M.kObjectiveTarget: Status.OBJECTIVE_TARGET,
+    _M.kInterrupt: Status.INTERRUPTED,
+    getattr(_M, "kHighsInterrupt", _M.kInterrupt): Status.INTERRUPTED,  # not in every highspy (nor its stubs)
 }
 _WITH_SOLUTION = frozenset({Status.OPTIMAL}) | LIMITS  # statuses whose primal point is read back
 
 
 def version() -> str:
     return str(highspy.Highs().version())
+
+
+def model_status(h: highspy.Highs) -> tuple[Status, str]:
+    """(library status, HiGHS's own text) of ``h``'s model status after a run."""
+    st = h.getModelStatus()
+    return STATUS_MAP.get(st, Status.ERROR), str(h.modelStatusToString(st))
+
+
+def _checked(status: highspy.HighsStatus, call: str) -> None:
+    """Check the ``HighsStatus`` a HiGHS call returned: ``kError`` raises :class:`SolverError` naming
+    ``call``, ``kWarning`` is logged at debug level: it is routine (colgen's columns carry entries below
+    ``small_matrix_value``, which HiGHS drops with a warning)."""
+    if status == highspy.HighsStatus.kOk:
+        return
+    if status == highspy.HighsStatus.kWarning:
+        log.debug("HiGHS %s returned a warning", call)
+        return
+    raise SolverError(f"HiGHS {call} failed (returned {status})")
+
+
+def set_option(h: highspy.Highs, name: str, value: Any) -> None:
+    """Set the HiGHS option ``name`` to ``value``. Any status but ``kOk`` raises :class:`SolverError`
+    naming the option: an unknown name (an option renamed in a later HiGHS), a value of the wrong type
+    or out of its range would otherwise leave HiGHS on its default without a word."""
+    status = h.setOptionValue(name, value)
+    if status != highspy.HighsStatus.kOk:
+        raise SolverError(f"HiGHS refused option {name}={value!r} (setOptionValue returned {status})")
 
 
 @dataclass
@@ -145,7 +186,7 @@ class _Watch:
 def quiet_highs() -> highspy.Highs:
     """A silent Highs object with HiGHS's default options that obeys the thread's stop token."""
     h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    set_option(h, "output_flag", False)
     watch = _Watch()
     h.cbSimplexInterrupt.subscribe(watch)
     h.cbIpmInterrupt.subscribe(watch)
@@ -161,28 +202,28 @@ def new_highs(options: SolverOptions, time_limit: float | None = None) -> highsp
     h = quiet_highs()
     _set_algorithm(h, options.solver)
     if options.threads:
-        h.setOptionValue("threads", int(options.threads))
-    h.setOptionValue("primal_feasibility_tolerance", options.primal_tolerance)
-    h.setOptionValue("dual_feasibility_tolerance", options.dual_tolerance)
-    h.setOptionValue("presolve", "on" if options.presolve else "off")
+        set_option(h, "threads", int(options.threads))
+    set_option(h, "primal_feasibility_tolerance", float(options.primal_tolerance))
+    set_option(h, "dual_feasibility_tolerance", float(options.dual_tolerance))
+    set_option(h, "presolve", "on" if options.presolve else "off")
     limit = options.time_limit if time_limit is None else time_limit
     if np.isfinite(limit):
-        h.setOptionValue("time_limit", float(max(limit, 1e-3)))
+        set_option(h, "time_limit", float(max(limit, 1e-3)))
     return h
 
 
 def _set_algorithm(h: highspy.Highs, solver: str) -> None:
-    h.setOptionValue("solver", "simplex" if solver == "simplex" else "ipm")
+    set_option(h, "solver", "simplex" if solver == "simplex" else "ipm")
     if solver == "simplex":
-        h.setOptionValue("simplex_strategy", DUAL_SIMPLEX)
+        set_option(h, "simplex_strategy", DUAL_SIMPLEX)
     else:
-        h.setOptionValue("run_crossover", "on")
+        set_option(h, "run_crossover", "on")
 
 
 def set_options(h: highspy.Highs, **values: Any) -> None:
-    """Set HiGHS options by name (e.g. ``simplex_strategy=4``, ``presolve="off"``)."""
+    """Set HiGHS options by name (e.g. ``simplex_strategy=4``, ``presolve="off"``); see :func:`set_option`."""
     for name, v in values.items():
-        h.setOptionValue(name, v)
+        set_option(h, name, v)
 
 
 def set_time_limit(h: highspy.Highs, remaining: float) -> None:
@@ -190,7 +231,7 @@ def set_time_limit(h: highspy.Highs, remaining: float) -> None:
     the object's cumulative run time (``getRunTime``, summed over every ``run()`` since it was
     created; checked on highspy 1.15), so a long-lived model needs that offset."""
     limit = h.getRunTime() + max(remaining, 1e-3) if np.isfinite(remaining) else INF
-    h.setOptionValue("time_limit", float(limit))
+    set_option(h, "time_limit", float(limit))
 
 
 def pass_model(h: highspy.Highs, model: LpModel) -> None:
@@ -211,8 +252,7 @@ def pass_model(h: highspy.Highs, model: LpModel) -> None:
     lp.a_matrix_.start_ = a.indptr.astype(np.int32)
     lp.a_matrix_.index_ = a.indices.astype(np.int32)
     lp.a_matrix_.value_ = a.data.astype(np.float64)
-    if h.passModel(lp) == highspy.HighsStatus.kError:
-        raise SolverError("HiGHS rejected the model (passModel returned kError)")
+    _checked(h.passModel(lp), f"passModel ({lp.num_row_} rows, {lp.num_col_} columns)")
     if model.hessian_diag is not None:
         n = lp.num_col_
         hess = highspy.HighsHessian()
@@ -221,15 +261,14 @@ def pass_model(h: highspy.Highs, model: LpModel) -> None:
         hess.start_ = np.arange(n + 1, dtype=np.int32)
         hess.index_ = np.arange(n, dtype=np.int32)
         hess.value_ = np.asarray(model.hessian_diag, dtype=np.float64)
-        if h.passHessian(hess) == highspy.HighsStatus.kError:
-            raise SolverError("HiGHS rejected the Hessian (passHessian returned kError)")
+        _checked(h.passHessian(hess), "passHessian")
 
 
 def add_rows(h: highspy.Highs, a: sp.csr_matrix, lower: np.ndarray, upper: np.ndarray) -> None:
     """Append rows lower <= a x <= upper (CSR); the next run warm-starts from the current basis."""
     if a.shape[0] == 0:
         return
-    h.addRows(
+    status = h.addRows(
         int(a.shape[0]),
         np.asarray(lower, np.float64),
         np.asarray(upper, np.float64),
@@ -238,12 +277,19 @@ def add_rows(h: highspy.Highs, a: sp.csr_matrix, lower: np.ndarray, upper: np.nd
         a.indices.astype(np.int32),
         a.data.astype(np.float64),
     )
+    _checked(status, f"addRows ({a.shape[0]} rows)")
+
+
+def add_vars(h: highspy.Highs, lower: np.ndarray, upper: np.ndarray) -> None:
+    """Append columns with bounds ``lower`` <= x <= ``upper`` ((m,) each), cost 0 and no matrix entries."""
+    lower = np.asarray(lower, np.float64)
+    _checked(h.addVars(int(lower.size), lower, np.asarray(upper, np.float64)), f"addVars ({lower.size} columns)")
 
 
 def add_cols(h: highspy.Highs, cost: np.ndarray, cols: sp.csc_matrix) -> None:
     """Append columns x >= 0 with ``cost`` and matrix entries ``cols`` (CSC, one column each)."""
     m = cols.shape[1]
-    h.addCols(
+    status = h.addCols(
         m,
         np.asarray(cost, np.float64),
         np.zeros(m),
@@ -253,23 +299,26 @@ def add_cols(h: highspy.Highs, cost: np.ndarray, cols: sp.csc_matrix) -> None:
         cols.indices.astype(np.int32),
         cols.data.astype(np.float64),
     )
+    _checked(status, f"addCols ({m} columns)")
 
 
 def delete_cols(h: highspy.Highs, cols: np.ndarray) -> None:
     """Delete columns ``cols`` (indices); later columns move down, keeping their order."""
     cols = np.asarray(cols, dtype=np.int32)
     if cols.size:
-        h.deleteCols(cols.size, cols)
+        _checked(h.deleteCols(cols.size, cols), f"deleteCols ({cols.size} columns)")
 
 
 def change_costs(h: highspy.Highs, cols: np.ndarray, cost: np.ndarray | float) -> None:
     cols = np.asarray(cols, dtype=np.int32)
-    h.changeColsCost(cols.size, cols, np.broadcast_to(np.asarray(cost, np.float64), cols.shape).copy())
+    values = np.broadcast_to(np.asarray(cost, np.float64), cols.shape).copy()
+    _checked(h.changeColsCost(cols.size, cols, values), "changeColsCost")
 
 
 def change_row_bounds(h: highspy.Highs, rows: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
     rows = np.asarray(rows, dtype=np.int32)
-    h.changeRowsBounds(rows.size, rows, np.asarray(lower, np.float64), np.asarray(upper, np.float64))  # type: ignore[attr-defined]
+    status = h.changeRowsBounds(rows.size, rows, np.asarray(lower, np.float64), np.asarray(upper, np.float64))  # type: ignore[attr-defined]
+    _checked(status, "changeRowsBounds")
 
 
 def costs(h: highspy.Highs) -> np.ndarray:
@@ -292,12 +341,15 @@ def basic_masks(h: highspy.Highs, n_cols: int, n_rows: int) -> tuple[np.ndarray,
 
 def _option(h: highspy.Highs, name: str) -> Any:
     got = h.getOptionValue(name)
-    return got[1] if isinstance(got, tuple) else got
+    if isinstance(got, tuple):  # (HighsStatus, value) in some highspy versions
+        _checked(got[0], f"getOptionValue({name!r})")
+        return got[1]
+    return got
 
 
 def clear_solver(h: highspy.Highs) -> None:
     """Forget the basis and solution: the next run starts cold."""
-    h.clearSolver()
+    _checked(h.clearSolver(), "clearSolver")
 
 
 # ------------------------------------------------------------------------------- running
@@ -323,17 +375,18 @@ def run(h: highspy.Highs, want_duals: bool = False, what: str = "") -> LpSolutio
     if watch is not None and watch.error is not None:
         raise watch.error
     token.check(what or "a HiGHS solve")
-    model_status = h.getModelStatus()
-    key = str(model_status).split(".")[-1]
-    status = STATUS_MAP.get(key, Status.ERROR)
-    if run_status == highspy.HighsStatus.kError and status == Status.OPTIMAL:
-        status = Status.ERROR
+    status, detail = model_status(h)
+    if run_status == highspy.HighsStatus.kError:
+        # a failed run: never an answer, whatever model status it left. An error *status*, not an
+        # exception: the retry ladders of run_robust exist for exactly these breakdowns.
+        status, detail = Status.ERROR, f"{detail} (run returned kError)"
+    elif run_status == highspy.HighsStatus.kWarning:  # a limit, an interrupt, a non-optimal end: expected
+        log.debug("HiGHS run %s ended with a warning: %s", what or "", detail)
     info = h.getInfo()
     iterations = int(info.simplex_iteration_count) + max(int(info.ipm_iteration_count), 0)
     x = np.zeros(0)
     duals = np.zeros(0)
     objective = float("nan")
-    detail = h.modelStatusToString(model_status)
     if status == Status.OPTIMAL and info.primal_solution_status != 2:
         # seen on colgen's warm-started master after columns were deleted: "Optimal" with a primal
         # point HiGHS itself calls infeasible. No caller can use it: a breakdown, for the retry ladder.
@@ -405,21 +458,21 @@ def run_robust(
             seconds, iterations = seconds + sol.seconds, iterations + sol.iterations
             for name, v in att.options:
                 saved.setdefault(name, _option(h, name))
-                h.setOptionValue(name, v)
+                set_option(h, name, v)
             if att.algorithm == "other":
                 for name in ("solver", "simplex_strategy", "run_crossover"):
                     saved.setdefault(name, _option(h, name))
                 current = "ipm" if current == "simplex" else "simplex"
                 _set_algorithm(h, current)
             if att.cold:
-                h.clearSolver()
+                clear_solver(h)
             if np.isfinite(deadline):
                 set_time_limit(h, remaining)
             sol = run(h, want_duals, what)
             sol.fallback = _describe(att, current, solver, first)
     finally:
         for name, v in saved.items():
-            h.setOptionValue(name, v)
+            set_option(h, name, v)
     sol.seconds += seconds
     sol.iterations += iterations
     return sol

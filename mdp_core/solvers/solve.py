@@ -1,6 +1,6 @@
 """One entry point: solve an instance with a method, then certify (verify / repair / refuse).
 
-``solve(instance, "lp")`` returns a :class:`Solution` whose ``z`` passed :func:`verify.verify`;
+``solve(instance, "lp")`` returns a :class:`Solution` whose ``z`` passed :func:`mdp_core.solvers.verify.verify`;
 ``solve_info()`` is what goes into solve.json.
 
 Methods are declared in :mod:`mdp_core.spec.methods` (:data:`METHODS`, their function imported on first use).
