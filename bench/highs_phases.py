@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from mdp_core.problem.datasets import synthetic
-    from mdp_core.solvers.highs import new_highs, pass_model, scale_costs
+    from mdp_core.solvers.highs import model_status, new_highs, pass_model, scale_costs, set_option
     from mdp_core.solvers.lp import build_pmo
     from mdp_core.spec.solver_options import SolverOptions
 
@@ -41,8 +41,8 @@ def main() -> None:
     model = build_pmo(w, inst.edges, inst.distances, inst.epsilon)
     h = new_highs(SolverOptions(solver=args.solver, time_limit=args.time_limit))
     pass_model(h, model)
-    h.setOptionValue("output_flag", True)  # into the logging callback only
-    h.setOptionValue("log_to_console", False)
+    set_option(h, "output_flag", True)  # into the logging callback only
+    set_option(h, "log_to_console", False)
     logs: list[tuple[float, str]] = []
     checks: list[float] = []
     t0 = [0.0]
@@ -72,7 +72,7 @@ def main() -> None:
                 "largest_gap": round(float(gaps.max()), 3) if gaps.size else None,
                 "checks": len(checks),
                 "run_seconds": round(total, 2),
-                "status": h.modelStatusToString(h.getModelStatus()),
+                "status": model_status(h)[1],
             }
         )
     )

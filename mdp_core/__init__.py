@@ -2,7 +2,8 @@
 
 Numpy / scipy / highspy only (pandas and pyarrow for I/O); no Prefect imports. Five layer subpackages
 above :mod:`mdp_core.errors` (``InputError``, ``PrivacyError``, ``SolverError``); a module imports only from
-its own layer or a lower one (tests/test_layers.py, docs/architecture.md):
+its own layer or a lower one, and every name has one import path: the module that defines it (nothing
+is re-exported, not even here) (tests/test_layers.py, docs/architecture.md):
 
 - ``spec``     -- declarations, no numerical import: options and their defaults, the solver options, the
   method registry (``methods``), the dataset kinds (``dataset_kinds``), the release contract (stages,
@@ -18,24 +19,4 @@ its own layer or a lower one (tests/test_layers.py, docs/architecture.md):
   microdata, evaluation, the audit, the report and signatures.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
-
-if TYPE_CHECKING:
-    from mdp_core.problem.instance import Instance
-
-__all__ = ["Instance", "InputError", "MdpError", "PrivacyError", "SolverError"]
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str) -> Any:
-    """``mdp_core.Instance`` on first use: importing the package stays free of numpy, pandas and scipy,
-    so what needs only a light module (the CLI, the artifact store, a fully cached run) does not pay for them."""
-    if name == "Instance":
-        from mdp_core.problem.instance import Instance
-
-        return Instance
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,7 @@ Baselines: :func:`laplace_rounded` (Laplace on the singleton counts with the who
 to the nearest non-negative integer) and :func:`hierarchical` (Hay et al.: a tree of the same
 features, budget split over its levels, weighted least-squares consistency, no non-negativity).
 
-Flow helpers: :func:`aggregate_counts` (the aggregates.parquet table) and :func:`error_curve`.
+Flow helpers: :func:`release_counts` (the aggregates.parquet table) and :func:`error_curve`.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdp_core.runtime.files import atomic_write
+from mdp_core.spec.methods import REGISTRY
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,13 +44,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-# What the bounds plot is titled and its curves labelled, per method that ran (a method not named here: its
-# own name and the generic labels).
-BOUND_PLOTS: dict[str, tuple[str, str, str]] = {
-    "benders": ("Benders decomposition", "lower bound (master)", "upper bound (best feasible)"),
-    "rowgen": ("Row generation", "lower bound (LP over the rows so far)", "upper bound (best feasible)"),
-    "colgen": ("Column generation", "lower bound", "upper bound (best feasible)"),
-}
+# What the bounds plot is titled and its curves labelled, per method that ran: each method's declared
+# ``bounds`` (mdp_core.spec.methods); a method without them: its own name and the generic labels.
+BOUND_PLOTS: dict[str, tuple[str, str, str]] = {n: m.bounds for n, m in REGISTRY.items() if m.bounds is not None}
 
 
 def bounds_title(method: str) -> str:
