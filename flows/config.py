@@ -500,7 +500,7 @@ TimeoutsConfig: type[BaseModel] = create_model(
     "TimeoutsConfig",
     __config__=STRICT,
     __doc__="Per-stage timeout in seconds (None: no limit). A stage that exceeds it fails the run.",
-    **{s.name: (float | None, Field(None, gt=0)) for s in contract.STAGES},
+    **cast(dict[str, Any], {s.name: (float | None, Field(None, gt=0)) for s in contract.STAGES}),
 )
 
 
