@@ -219,16 +219,16 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         "solve",
         False,
         _cols(
-            "iteration:any lower_bound:any upper_bound:any gap:any optimality_cuts:any penalised_subproblems:any "
-            "slack:any heuristic_upper_bound:any rho:any master_seconds:any sub_max_seconds:any "
-            "sub_total_seconds:any master_rows:any elapsed_seconds:any pricing_bound:any columns_added:any "
-            "pricing_seconds:any rows:any rows_added:any lp_seconds:any seconds:any"
+            "iteration:int64 lower_bound:double upper_bound:double gap:double optimality_cuts:any "
+            "penalised_subproblems:any slack:any heuristic_upper_bound:any rho:any master_seconds:any "
+            "sub_max_seconds:any sub_total_seconds:any master_rows:any elapsed_seconds:any pricing_bound:any "
+            "columns_added:any pricing_seconds:any rows:int64 rows_added:int64 lp_seconds:double seconds:double"
         ),
         volatile=frozenset(
             "master_seconds sub_max_seconds sub_total_seconds elapsed_seconds pricing_seconds lp_seconds seconds".split()
         ),
         all_columns=False,
-        doc="the TRACE_COLUMNS of mdp_core.solvers.benders, colgen or rowgen (one row per iteration)",
+        doc="the TRACE_COLUMNS of mdp_core.solvers.benders, colgen or rowgen (one row per iteration; types: rowgen's)",
     ),
     PublishedFile(
         "evaluation.parquet",
