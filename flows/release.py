@@ -158,7 +158,7 @@ def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: 
         "guarantee": prov["guarantee"],
         "ledger": prov["ledger"],
     }
-    for key in ("population", "protection"):  # provenance v3
+    for key in sorted(contract.PRIVACY_KEYS_V3_OPTIONAL):  # provenance v3: population, protection
         if key in prov:
             privacy[key] = prov[key]
     solve = {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")}

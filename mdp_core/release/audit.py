@@ -49,6 +49,10 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
 
 No finding = the release is what its files say.
 
+Which files a release must carry or may publish, their allowed columns and keys and the stage that wrote
+each are declared once, in :mod:`mdp_core.spec.contract`; :data:`REQUIRED`, :data:`PUBLISHED`,
+:data:`COLUMNS`, :data:`NAME_EXCEPTIONS`, the key sets and :func:`_stage_of` are views of it.
+
 The door (:func:`check_publication`) runs every step on every publication: there is no memo of content
 "already verified" (a file in the store that says so could be forged next to a planted mechanism). A fully
 cached re-run publishes nothing new (``flows.manifest.publish_run``), so it pays for none of this.
@@ -82,7 +86,7 @@ INSTANCE_TABLES = contract.INSTANCE_TABLES
 _LISTED = tuple(f for f in contract.PUBLISHED if f.listed)
 REQUIRED = tuple(f.path for f in _LISTED if f.required)  # every release lists them
 # Beside manifest.json, not listed in it (they sign it): mdp_core.release.signing.SIGNATURE / PUBLIC_KEY.
-SIGNATURE_FILES = tuple(f.path for f in contract.PUBLISHED if not f.listed and f.path != "manifest.json")
+SIGNATURE_FILES = contract.SIGNATURE_FILES
 # Everything a release may list (besides the top-level *.png figures): tasks.release.released_files.
 PUBLISHED = frozenset(f.path for f in _LISTED if "*" not in f.path)
 

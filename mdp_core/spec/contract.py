@@ -315,6 +315,10 @@ PUBLISHED: tuple[PublishedFile, ...] = (
 )
 
 
+# Beside manifest.json, not listed in it (they sign it): mdp_core.release.signing.SIGNATURE / PUBLIC_KEY.
+SIGNATURE_FILES: tuple[str, ...] = tuple(f.path for f in PUBLISHED if not f.listed and f.path != "manifest.json")
+
+
 def published(path: str) -> PublishedFile:
     """The declaration of the release file ``path`` (relative; a top-level ``*.png`` matches the figures'
     pattern). KeyError when a release publishes no such file."""
