@@ -26,16 +26,24 @@ from mdp_core.release import audit
 from mdp_core.spec import contract
 
 
-@pytest.fixture(scope="module", params=["lp", "rowgen"])
-def release(request, tmp_path_factory) -> Path:
-    """A published release of test_audit's small grid: solved by lp (no trace) or rowgen (trace.parquet)."""
-    root = tmp_path_factory.mktemp(f"store-{request.param}")
-    if request.param == "lp":
-        store, refs = build(root)
-        return publish(store, refs)
+@pytest.fixture(scope="module")
+def lp_release(tmp_path_factory) -> Path:
+    """A published release of test_audit's small grid, solved by lp (no trace)."""
+    store, refs = build(tmp_path_factory.mktemp("store-lp"))
+    return publish(store, refs)
+
+
+@pytest.fixture(scope="module")
+def rowgen_release(tmp_path_factory) -> Path:
+    """The same release solved by rowgen: with trace.parquet."""
+    root = tmp_path_factory.mktemp("store-rowgen")
     cfg = parse_config(config(root).model_dump(mode="json") | {"solve": {"method": "rowgen"}})
-    refs = run_stages(root, cfg)
-    return publish(Store(root), refs, cfg=cfg)
+    return publish(Store(root), run_stages(root, cfg), cfg=cfg)
+
+
+@pytest.fixture(params=["lp_release", "rowgen_release"])
+def release(request) -> Path:
+    return request.getfixturevalue(request.param)
 
 
 def _files(folder: Path) -> list[str]:
@@ -143,18 +151,18 @@ def test_audit_lists_are_derived_from_the_contract() -> None:
             assert audit._stage_of(f.path) == (f.stage, f.file)
 
 
-def test_an_undeclared_column_is_a_finding(release: Path, tmp_path: Path) -> None:
+def test_an_undeclared_column_is_a_finding(lp_release: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    shutil.copytree(release, run)
+    shutil.copytree(lp_release, run)
     table = pq.read_table(run / "cbdp_error.parquet")
     pq.write_table(table.append_column("note", pa.array(["x"] * table.num_rows)), run / "cbdp_error.parquet")
     set_listed_hash(run, "cbdp_error.parquet")
     assert "cbdp_error.parquet: column note is not allowed in a published file" in audit.audit_release(run)
 
 
-def test_an_undeclared_file_is_a_finding(release: Path, tmp_path: Path) -> None:
+def test_an_undeclared_file_is_a_finding(lp_release: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    shutil.copytree(release, run)
+    shutil.copytree(lp_release, run)
     (run / "notes.txt").write_text("x")
     m = json.loads((run / "manifest.json").read_text())
     m["released_files"]["notes.txt"] = ""
