@@ -88,7 +88,7 @@ from mdp_core.errors import InputError
 
 # Only the declarations, which import no numerical library (a fully cached run never needs numpy, pandas,
 # scipy or HiGHS): each option's one name, type, default, help text and bounds (mdp_core.spec.options).
-from mdp_core.spec import dataset_kinds
+from mdp_core.spec import contract, dataset_kinds
 from mdp_core.spec.methods import COMPARABLE, METHOD_NAMES, REGISTRY, PartitionOptions
 from mdp_core.spec.options import REQUIRED, Spec, show, specs
 from mdp_core.spec.solver_options import RepairOptions, SolverOptions
@@ -96,9 +96,10 @@ from mdp_core.spec.solver_options import RepairOptions, SolverOptions
 STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-# The pipeline stages, in order. ``refresh_from`` takes one: a Literal, so the flow's parameter schema
-# is a JSON-schema enum and the UI shows a drop-down (an Enum class would shadow str.partition).
-StageName = Literal["ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate", "release"]
+# The pipeline stages, in order (declared in mdp_core.spec.contract). ``refresh_from`` takes one: a Literal, so
+# the flow's parameter schema is a JSON-schema enum and the UI shows a drop-down (an Enum class would shadow
+# str.partition).
+StageName = Literal[contract.STAGE_NAMES]  # type: ignore[valid-type]
 STAGE_NAMES: tuple[str, ...] = typing.get_args(StageName)
 
 
@@ -364,7 +365,8 @@ else:
     )
 
 
-PRIOR_SOURCES = ("dataset", "uniform", "dp")
+# the named priors of ``[release] prior`` (anything else: a public .csv / .parquet file, prior_source "file")
+PRIOR_SOURCES = tuple(s for s in contract.PRIOR_SOURCES if s != contract.PRIOR_FILE)
 
 
 DEFAULT_N_INDIVIDUALS = 10_000  # simulated people when ``simulate`` and no ``n_individuals``
@@ -494,19 +496,13 @@ class EvaluateConfig(BaseModel):
         return v
 
 
-class TimeoutsConfig(BaseModel):
-    """Per-stage timeout in seconds (None: no limit). A stage that exceeds it fails the run."""
-
-    model_config = STRICT
-    ingest: float | None = Field(None, gt=0)
-    graph: float | None = Field(None, gt=0)
-    prior: float | None = Field(None, gt=0)
-    partition: float | None = Field(None, gt=0)
-    export: float | None = Field(None, gt=0)
-    solve: float | None = Field(None, gt=0)
-    postprocess: float | None = Field(None, gt=0)
-    evaluate: float | None = Field(None, gt=0)
-    release: float | None = Field(None, gt=0)
+# Per-stage timeout in seconds: one optional field per declared stage (mdp_core.spec.contract.STAGES).
+TimeoutsConfig: type[BaseModel] = create_model(
+    "TimeoutsConfig",
+    __config__=STRICT,
+    __doc__="Per-stage timeout in seconds (None: no limit). A stage that exceeds it fails the run.",
+    **cast(dict[str, Any], {s.name: (float | None, Field(None, gt=0)) for s in contract.STAGES}),
+)
 
 
 class RunConfig(BaseModel):

@@ -21,7 +21,7 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel
 
 from artifacts.store import ArtifactRef, Store
-from mdp_core.release.audit import SIGNATURE_FILES
+from mdp_core.spec.contract import SIGNATURE_FILES
 
 MANIFEST_VERSION = 1
 Released = dict[str, tuple[ArtifactRef, str]]  # published file name -> (artifact, file name inside it)

@@ -41,14 +41,14 @@ from mdp_core.errors import Interrupted, StageTimeout
 from mdp_core.release import audit
 from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
-from mdp_core.spec import dataset_kinds
+from mdp_core.spec import contract, dataset_kinds
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
 from tasks.common import stage_output
 from tasks.progress import watch_cancellation
 
-STAGES = ("ingest", "graph", "prior", "partition", "export", "solve", "postprocess", "evaluate")
+STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.spec.contract.STAGES; then release)
 _TASKS: dict[str, Any] = {
     "ingest": ingest.ingest,
     "graph": graph.graph,
@@ -59,7 +59,7 @@ _TASKS: dict[str, Any] = {
     "postprocess": postprocess.postprocess,
     "evaluate": evaluate.evaluate,
 }
-SOLVE_SUMMARY = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
+SOLVE_SUMMARY = contract.MANIFEST_SOLVE_KEYS  # the manifest's solve summary: these keys of solve.json
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
 
@@ -158,7 +158,7 @@ def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: 
         "guarantee": prov["guarantee"],
         "ledger": prov["ledger"],
     }
-    for key in ("population", "protection"):  # provenance v3
+    for key in sorted(contract.PRIVACY_KEYS_V3_OPTIONAL):  # provenance v3: population, protection
         if key in prov:
             privacy[key] = prov[key]
     solve = {k: solve_info.get(k) for k in SOLVE_SUMMARY} | {"auto": solve_info.get("extra", {}).get("auto")}
@@ -355,11 +355,11 @@ def _cancelled(ctx: FlowRunContext | None, exc: Interrupted) -> State[Any]:
 
 
 def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool, draw: str | None) -> dict[str, Any]:
-    """The body of :func:`release_flow`."""
+    """The body of :func:`release_flow`: the stages (:func:`prepare`, then :func:`_solve_and_evaluate`), the
+    manifest (:func:`_run_manifest`), the publication through the door, then retention."""
     if refresh_from is not None and refresh_from not in STAGE_NAMES:
         raise ValueError(f"refresh_from must be one of {list(STAGE_NAMES)}, got {refresh_from!r}")
-    refresh_name = refresh_from
-    first_refresh = STAGES.index(refresh_name) if refresh_name in STAGES else len(STAGES)
+    first_refresh = STAGES.index(refresh_from) if refresh_from in STAGES else len(STAGES)
     store = Store(store_root(config))
     store.clean_debris()  # temp / trash folders a killed run left behind (kill -9): gone before this run starts
     ctx = FlowRunContext.get()
@@ -385,10 +385,46 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
 
     spent_before = operate_ui.ledger_snapshot(store.root)  # this run's spend = the ledger after minus before
     refs, _ = prepare(config, store, params, run, note, new_draw, draw)
+    refs |= _solve_and_evaluate(config, store, params, run, refs, STAGES.index("evaluate") >= first_refresh)
+    evaluate.publish_report(str(store.root), refs["evaluate"], key=rname)
+    fields = {
+        "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
+        "refresh_from": refresh_from,
+        "package_versions": package_versions(PACKAGES),
+    }
+    manifest = _run_manifest(config, store, refs, run_id, entries, fields)
+    control.check("release")  # a stop requested meanwhile: nothing is published
+    operate_ui.at_stage(run_id, "release")
+    # The door: staged, re-verified from the exact bytes (mdp_core.release.audit), published only if it checks out;
+    # the exact bytes of a release already published from this config: nothing new (mf.publish_run).
+    manifest = mf.publish_run(
+        store,
+        manifest,
+        release_task.released_files(refs["solve"], refs["postprocess"], refs["evaluate"], refs["export"]),
+        publish=lambda name, files, m: stage_task("release", config, store)(str(store.root), name, files, m),
+    )
+    run_dir = manifest["run_dir"]
+    operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
+    operate_ui.after_release(store, Path(run_dir), manifest, rname, spent_before)  # runs/latest, UI artifact
+    if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
+        store.prune_releases(config.run.keep_releases, rname, manifest_release_name)
+    return manifest
+
+
+def _solve_and_evaluate(
+    config: ReleaseFlowConfig,
+    store: Store,
+    params: dict[str, dict[str, Any]],
+    run: Any,
+    refs: dict[str, ArtifactRef],
+    refresh_points: bool,
+) -> dict[str, ArtifactRef]:
+    """The solve, postprocess and evaluate stages after :func:`prepare` (``run(stage, **upstream)``): the
+    evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the configured task
+    runner ([run] task_runner: threads or Dask), running beside the main solve (``refresh_points``:
+    recompute them). Returns {stage: output} of the three stages."""
     g, part, inst = refs["graph"], refs["partition"], refs["export"]
-    # The evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the
-    # configured task runner ([run] task_runner: threads or Dask), running beside the main solve.
-    point_task = stage_task("evaluate_point", config, store, STAGES.index("evaluate") >= first_refresh)
+    point_task = stage_task("evaluate_point", config, store, refresh_points)
     remote = config.run.dask_address if config.run.task_runner == "dask" else None  # its workers' logs: here too
     with (
         operate_ui.task_runner(config.run) as runner,
@@ -411,34 +447,25 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         post = run("postprocess", instance=inst, mechanism=sol, graph=g, partition=part)
         points = [f.result() for f in futures]
     ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post, points=points)
-    evaluate.publish_report(str(store.root), ev, key=rname)
+    return {"solve": sol, "postprocess": post, "evaluate": ev}
 
+
+def _run_manifest(
+    config: ReleaseFlowConfig,
+    store: Store,
+    refs: dict[str, ArtifactRef],
+    run_id: str,
+    entries: dict[str, dict[str, Any]],
+    fields: dict[str, Any],
+) -> dict[str, Any]:
+    """The run manifest before publication: the stages' ``entries``, their code versions, the flow's
+    ``fields`` and the ``privacy`` / ``solve`` blocks (:func:`release_fields`) of the released files."""
     finished = _dt.datetime.now(_dt.UTC)
-    solve_info = read_json(store.path(sol, "solve.json"))
-    inst_meta = read_json(store.path(inst, "instance.json"))
-    prov = read_json(store.path(post, audit.PROVENANCE))
-    fields: dict[str, Any] = {
-        "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
-        "refresh_from": refresh_name,
-        "package_versions": package_versions(PACKAGES),
-    } | release_fields(inst_meta, solve_info, prov)
+    solve_info = read_json(store.path(refs["solve"], "solve.json"))
+    inst_meta = read_json(store.path(refs["export"], "instance.json"))
+    prov = read_json(store.path(refs["postprocess"], audit.PROVENANCE))
+    fields = fields | release_fields(inst_meta, solve_info, prov)
     code_versions = {s: code_version(_TASKS[s].fn.__module__) for s in STAGES}
-    manifest = mf.new_manifest(
+    return mf.new_manifest(
         "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields
     )
-    control.check("release")  # a stop requested meanwhile: nothing is published
-    operate_ui.at_stage(run_id, "release")
-    # The door: staged, re-verified from the exact bytes (mdp_core.release.audit), published only if it checks out;
-    # the exact bytes of a release already published from this config: nothing new (mf.publish_run).
-    manifest = mf.publish_run(
-        store,
-        manifest,
-        release_task.released_files(sol, post, ev, inst),
-        publish=lambda name, files, m: stage_task("release", config, store)(str(store.root), name, files, m),
-    )
-    run_dir = manifest["run_dir"]
-    operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
-    operate_ui.after_release(store, Path(run_dir), manifest, rname, spent_before)  # runs/latest, UI artifact
-    if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
-        store.prune_releases(config.run.keep_releases, rname, manifest_release_name)
-    return manifest

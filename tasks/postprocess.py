@@ -43,9 +43,10 @@ from prefect import task
 from artifacts.private import Budget, Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import InputError, PrivacyError
+from mdp_core.spec import contract
 from tasks.common import instance_of, output_zones, run_stage
 
-PROVENANCE_VERSION = 3
+PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.spec.contract: what this stage writes
 SIMULATED_PREFIX = "simulated-"
 
 

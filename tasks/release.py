@@ -22,30 +22,26 @@ from prefect.cache_policies import NO_CACHE
 
 from artifacts.store import ArtifactRef, Store
 from mdp_core.release import audit, signing
-from mdp_core.runtime.files import TABLES
+from mdp_core.spec import contract
 from tasks.common import logger
 
 
 def released_files(
     mechanism: ArtifactRef, postprocess: ArtifactRef, evaluate: ArtifactRef, instance: ArtifactRef
 ) -> dict[str, tuple[ArtifactRef, str]]:
-    """{name in the run folder: (stage output, file name)} of everything a release publishes."""
-    released = {
-        "mechanism.parquet": (mechanism, "mechanism.parquet"),
-        "solve.json": (mechanism, "solve.json"),
-        "microdata.parquet": (postprocess, "microdata.parquet"),
-        "aggregates.parquet": (postprocess, "aggregates.parquet"),
-        audit.PROVENANCE: (postprocess, audit.PROVENANCE),
-        "evaluation.parquet": (evaluate, "evaluation.parquet"),
-        "report.md": (evaluate, "report.md"),
-    }
-    if "trace.parquet" in mechanism.files:
-        released["trace.parquet"] = (mechanism, "trace.parquet")
-    for name in evaluate.files:
-        if name.endswith(".png") or name in ("utility_vs_eps.parquet", "cbdp_error.parquet"):
-            released[name] = (evaluate, name)
-    for name in (*TABLES, "instance.json"):
-        released[f"{audit.INSTANCE_DIR}/{name}"] = (instance, name)
+    """{name in the run folder: (stage output, file name)} of everything a release publishes: each file the
+    contract declares as listed (:data:`mdp_core.spec.contract.PUBLISHED`), from its stage's output --
+    a required one always, an optional one (trace, evaluation files, figures) when the stage wrote it."""
+    outputs = {"solve": mechanism, "postprocess": postprocess, "evaluate": evaluate, "export": instance}
+    released: dict[str, tuple[ArtifactRef, str]] = {}
+    for f in contract.PUBLISHED:
+        ref = outputs.get(f.stage)
+        if not f.listed or ref is None:
+            continue
+        if "*" in f.path:  # the figures: every file of the stage's output the pattern matches
+            released |= {name: (ref, name) for name in sorted(ref.files) if f.matches(name)}
+        elif f.required or f.file in ref.files:
+            released[f.path] = (ref, f.file)
     return released
 
 

@@ -49,6 +49,10 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
 
 No finding = the release is what its files say.
 
+Which files a release must carry or may publish, their allowed columns and keys and the stage that wrote
+each are declared once, in :mod:`mdp_core.spec.contract`; :data:`REQUIRED`, :data:`PUBLISHED`,
+:data:`COLUMNS`, :data:`NAME_EXCEPTIONS`, the key sets and :func:`_stage_of` are views of it.
+
 The door (:func:`check_publication`) runs every step on every publication: there is no memo of content
 "already verified" (a file in the store that says so could be forged next to a planted mechanism). A fully
 cached re-run publishes nothing new (``flows.manifest.publish_run``), so it pays for none of this.
@@ -66,108 +70,49 @@ from typing import Any
 from mdp_core.errors import MdpError, PrivacyError
 from mdp_core.runtime.files import file_sha256
 from mdp_core.solvers.result import BOUND_TOLERANCE, gap_closed
+from mdp_core.spec import contract
 from mdp_core.spec.methods import GapOptions
 
 # Step 2 imports numpy, pandas and pyarrow (mdp_core.problem.io, mdp_core.solvers.verify) when it runs, not at import.
 
-INSTANCE_DIR = "instance"
-PROVENANCE = "release_provenance.json"
-PROVENANCE_FORMAT = "mdp-release-provenance"
-PROVENANCE_VERSION = 3  # what the pipeline writes: population, protection, the v3 guarantee and ledger
-PROVENANCE_VERSIONS = (2, 3)  # v2: releases made before populations (still audited, with the v2 formulas)
+# The release contract (mdp_core.spec.contract) declares every published file once; these are its views.
+INSTANCE_DIR = contract.INSTANCE_DIR
+PROVENANCE = contract.PROVENANCE
+PROVENANCE_FORMAT = contract.PROVENANCE_FORMAT
+PROVENANCE_VERSION = contract.PROVENANCE_VERSION
+PROVENANCE_VERSIONS = contract.PROVENANCE_VERSIONS
 CLAIMS_TAG = "mdp-release-claims"  # = mdp_core.release.report.CLAIMS_TAG (not imported: it pulls in pandas)
-INSTANCE_TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
-REQUIRED = (
-    "mechanism.parquet",
-    "solve.json",
-    "microdata.parquet",
-    "aggregates.parquet",
-    PROVENANCE,
-    f"{INSTANCE_DIR}/instance.json",
-)
+INSTANCE_TABLES = contract.INSTANCE_TABLES
+_LISTED = tuple(f for f in contract.PUBLISHED if f.listed)
+REQUIRED = tuple(f.path for f in _LISTED if f.required)  # every release lists them
 # Beside manifest.json, not listed in it (they sign it): mdp_core.release.signing.SIGNATURE / PUBLIC_KEY.
-SIGNATURE_FILES = ("signature.json", "public_key.pem")
-# Everything a release may publish (besides top-level *.png figures): tasks.release.released_files.
-PUBLISHED = frozenset(
-    {
-        *REQUIRED,
-        "trace.parquet",
-        "evaluation.parquet",
-        "utility_vs_eps.parquet",
-        "cbdp_error.parquet",
-        "report.md",
-        *(f"{INSTANCE_DIR}/{t}" for t in INSTANCE_TABLES),
-    }
-)
+SIGNATURE_FILES = contract.SIGNATURE_FILES
+# Everything a release may list (besides the top-level *.png figures): tasks.release.released_files.
+PUBLISHED = frozenset(f.path for f in _LISTED if "*" not in f.path)
 
 # ----------------------------------------------------------------------------- allow-lists
-COORDINATE = re.compile(r"x\d+")  # euclidean coordinates x0, x1, ...; haversine ones are lat, lon
-WITH_COORDINATES = frozenset(
-    {"microdata.parquet", f"{INSTANCE_DIR}/records.parquet", f"{INSTANCE_DIR}/outputs.parquet"}
-)
-AGGREGATE_COLUMNS = ("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale")
-COLUMNS: dict[str, frozenset[str]] = {
-    "mechanism.parquet": frozenset({"i", "k", "prob"}),
-    "microdata.parquet": frozenset({"individual", "output_id", "output_record_id", "lat", "lon"}),
-    "aggregates.parquet": frozenset(AGGREGATE_COLUMNS),
-    # mdp_core.release.evaluate.COLUMNS
-    "evaluation.parquet": frozenset(
-        "method n_records n_outputs n_edges lp_rows lp_nonzeros epsilon eta distance_unit expected_loss loss_q95 "
-        "loss_max dist_loss_mean dist_loss_q95 dist_loss_max verified realised_epsilon eps_tight eps_tight_delta "
-        "gv_ratio gv_count gv_max gv_mean lower_bound gap relative_gap no_privacy_bound packing_bound "
-        "packing_centers packing_radius adversary_error seconds".split()
-    ),
-    "utility_vs_eps.parquet": frozenset({"factor", "epsilon", "method", "expected_loss"}),
-    # mdp_core.release.postprocess.CURVE_COLUMNS: the error curve simulated on the released counts
-    "cbdp_error.parquet": frozenset(
-        {"eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_repeats"}
-    ),
-    # the TRACE_COLUMNS of mdp_core.solvers.benders, colgen and rowgen
-    "trace.parquet": frozenset(
-        "iteration lower_bound upper_bound gap optimality_cuts penalised_subproblems slack heuristic_upper_bound "
-        "rho master_seconds sub_max_seconds sub_total_seconds master_rows elapsed_seconds pricing_bound "
-        "columns_added pricing_seconds rows rows_added lp_seconds seconds".split()
-    ),
-    # the public universe of records (mdp_core.problem.io.write_instance and the dataset loaders' extra columns)
-    f"{INSTANCE_DIR}/records.parquet": frozenset(
-        {"record_id", "prior", "lat", "lon", "row", "col", "road_osmid", "snap_km", "osmid", "word", "id", "n_merged"}
-    ),
-    f"{INSTANCE_DIR}/outputs.parquet": frozenset({"output_id", "record_id", "lat", "lon", "id"}),
-    f"{INSTANCE_DIR}/edges.parquet": frozenset({"i", "j", "distance"}),
-    f"{INSTANCE_DIR}/costs.parquet": frozenset({"i", "k", "cost"}),
-}
-FORBIDDEN = ("seed", "secret", "true_", "record_id")  # in any published column or provenance key
+COORDINATE = contract.COORDINATE
+_PARQUET = tuple(f for f in _LISTED if f.columns is not None)
+WITH_COORDINATES = frozenset(f.path for f in _PARQUET if f.coordinates)
+AGGREGATE_COLUMNS = contract.published("aggregates.parquet").column_names
+COLUMNS: dict[str, frozenset[str]] = {f.path: frozenset(f.column_names) for f in _PARQUET}
+FORBIDDEN = contract.FORBIDDEN  # in any published column or provenance key
 # Allowed names holding a FORBIDDEN fragment: the public record ids of the instance and each released output's
 # record.
-NAME_EXCEPTIONS: dict[str, frozenset[str]] = {
-    "microdata.parquet": frozenset({"output_record_id"}),
-    f"{INSTANCE_DIR}/records.parquet": frozenset({"record_id"}),
-    f"{INSTANCE_DIR}/outputs.parquet": frozenset({"record_id"}),
-}
-SOLVE_KEYS = frozenset(
-    "method status objective lower_bound upper_bound gap relative_gap iterations seconds solver options repair "
-    "extra certificate mechanism_sha256 n_records n_outputs".split()
-)
-MANIFEST_SOLVE_KEYS = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
-GUARANTEE_KEYS_V2 = frozenset({"epsilon_per_unit", "additive_epsilon", "distance_unit", "statement"})
-GUARANTEE_KEYS = GUARANTEE_KEYS_V2 | {"stretch", "metric_epsilon_per_unit", "protection_radius"}
-LEDGER_KEYS_V2 = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
-LEDGER_KEYS = frozenset("population this_release total_so_far max_total_epsilon left ledger_seq ledger_head".split())
-PROTECTION_KEYS = frozenset(
-    "n_components component_sizes stretch connected records_outside_largest worst_pair protection_radius "
-    "max_stretch allow_unprotected unprotected_individuals snap_mean snap_max max_distance".split()
-)
-PROVENANCE_KEYS_V2 = frozenset(
-    "format version mechanism_sha256 instance_json_sha256 microdata_sha256 aggregates_sha256 n_individuals "
-    "microdata_source eps_counts counts_sensitivity eps_prior prior_source draw_commitment guarantee ledger".split()
-)
-PROVENANCE_KEYS = PROVENANCE_KEYS_V2 | {"population", "protection"}
+NAME_EXCEPTIONS: dict[str, frozenset[str]] = {f.path: f.name_exceptions for f in _PARQUET if f.name_exceptions}
+ORDERED = frozenset(f.path for f in _PARQUET if f.ordered)  # exactly the declared columns, in order
+SOLVE_KEYS = contract.SOLVE_KEYS
+MANIFEST_SOLVE_KEYS = contract.MANIFEST_SOLVE_KEYS
+GUARANTEE_KEYS_V2 = contract.GUARANTEE_KEYS_V2
+GUARANTEE_KEYS = contract.GUARANTEE_KEYS
+LEDGER_KEYS_V2 = contract.LEDGER_KEYS_V2
+LEDGER_KEYS = contract.LEDGER_KEYS
+PROTECTION_KEYS = contract.PROTECTION_KEYS
+PROVENANCE_KEYS_V2 = contract.PROVENANCE_KEYS_V2
+PROVENANCE_KEYS = contract.PROVENANCE_KEYS
 POPULATION = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
-PRIVACY_KEYS = frozenset(
-    "mechanism_epsilon eta distance_unit certificate counts_epsilon prior_epsilon prior_source microdata_source "
-    "n_individuals draw_commitment guarantee ledger".split()
-)
-PRIVACY_KEYS_V3_OPTIONAL = frozenset({"population", "protection"})  # allowed (repeating the provenance) in v3
+PRIVACY_KEYS = contract.PRIVACY_KEYS
+PRIVACY_KEYS_V3_OPTIONAL = contract.PRIVACY_KEYS_V3_OPTIONAL  # allowed (repeating the provenance) in v3
 # privacy-block key -> the provenance key it repeats
 PRIVACY_FROM_PROVENANCE = {
     "counts_epsilon": "eps_counts",
@@ -194,8 +139,8 @@ CLAIM_KEYS = frozenset(
     "certificate_passed certificate_pairs certificate_violations certificate_ratio_tol max_realised_epsilon "
     "dist_loss_mean adversary_error expected_loss".split()
 )
-PRIOR_SOURCES = frozenset({"dataset", "uniform", "dp", "file"})
-MICRODATA_SOURCES = frozenset({"file", "simulated"})
+PRIOR_SOURCES = frozenset(contract.PRIOR_SOURCES)
+MICRODATA_SOURCES = contract.MICRODATA_SOURCES
 DEFAULT_GAP = (GapOptions.gap_abs, GapOptions.gap_rel)  # the declared gap, when solve.json records none
 EXACT = 1e-12  # relative: the same number written twice (a copy, or the same computation on the same bytes)
 RECOMPUTED = 1e-9  # relative: a figure recomputed from the released files (sums in another order)
@@ -311,7 +256,8 @@ def _check_listed_files(d: Path, listed: dict) -> tuple[dict[str, str], list[str
 
 
 def _publishable(name: str) -> bool:
-    return name in PUBLISHED or ("/" not in name and name.endswith(".png"))
+    """A file a release lists (:data:`mdp_core.spec.contract.PUBLISHED`: the declared files and figures)."""
+    return contract.is_published(name) and contract.published(name).listed
 
 
 def _check_folder(d: Path, listed: dict) -> list[str]:
@@ -327,13 +273,13 @@ def _check_folder(d: Path, listed: dict) -> list[str]:
 
 
 def _stage_of(name: str) -> tuple[str, str]:
-    """(pipeline stage, file name in its output) of a published file (tasks.release.released_files)."""
+    """(pipeline stage, file name in its output) of a published file (:attr:`PublishedFile.stage` /
+    :attr:`~mdp_core.spec.contract.PublishedFile.file`); an undeclared name: the evaluate stage's (the
+    export stage's under ``instance/``)."""
+    if contract.is_published(name) and contract.published(name).listed:
+        return contract.published(name).stage, name.rpartition("/")[2]
     if name.startswith(f"{INSTANCE_DIR}/"):
         return "export", name.split("/", 1)[1]
-    if name in ("mechanism.parquet", "solve.json", "trace.parquet"):
-        return "solve", name
-    if name in ("microdata.parquet", "aggregates.parquet", PROVENANCE):
-        return "postprocess", name
     return "evaluate", name
 
 
@@ -368,8 +314,9 @@ def _check_columns(d: Path, actual: dict[str, str]) -> list[str]:
                 continue
             if _forbidden(col) or not (col in allowed or (coords and COORDINATE.fullmatch(col))):
                 findings.append(f"{name}: column {col} is not allowed in a published file")
-        if name == "aggregates.parquet" and tuple(cols) != AGGREGATE_COLUMNS:
-            findings.append(f"aggregates.parquet: columns {cols} are not {list(AGGREGATE_COLUMNS)} in this order")
+        if name in ORDERED and tuple(cols) != contract.published(name).column_names:
+            want = list(contract.published(name).column_names)
+            findings.append(f"{name}: columns {cols} are not {want} in this order")
     return findings
 
 

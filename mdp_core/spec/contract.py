@@ -1,0 +1,333 @@
+"""The release contract, declared once: the pipeline's stages and every file a release publishes.
+
+Plain Python (no numerical import): the config (``flows/config.py``: ``StageName``, ``[run.timeouts]``), the
+flow (``flows/release.py``: its stage order, the manifest's ``solve`` summary), the publication
+(:func:`tasks.release.released_files`), the audit (:mod:`mdp_core.release.audit`: which files a release
+must carry, which it may publish, their allowed columns and keys, which stage wrote each) and the docs all
+read these declarations. ``tests/test_contract.py`` builds a real release and checks that every file the
+writers produce is exactly what is declared here (columns, Arrow types, JSON keys), and that nothing
+undeclared sits in a release folder.
+
+The privacy contract behind the declarations: a published file holds only public values -- no column or key
+names a seed, a secret, a true value or a secret record id (:data:`FORBIDDEN`, checked by the audit on
+every publication); the stages that read the agency's secret table are marked ``reads_secret`` (their
+outputs are owner-only until published; docs/privacy.md).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+
+# ----------------------------------------------------------------------------- stages
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: ``name`` (its ``[run.timeouts]`` key, ``refresh_from`` value and task name),
+    ``doc`` (one line), ``reads_secret`` (reads the agency's secret microdata table), ``cached`` (a cached
+    Prefect task whose output the store keeps; ``release``, the publication, is not)."""
+
+    name: str
+    doc: str
+    reads_secret: bool = False
+    cached: bool = True
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", "load the dataset kind's public universe of records and outputs"),
+    Stage("graph", "the eta-graph of records and its protection (components, stretch)"),
+    Stage("prior", "the prior the mechanism is optimised for (uniform, a file, or a DP histogram)", True),
+    Stage("partition", "the partition of the records (benders; the counts' zones)"),
+    Stage("export", "the instance the mechanism is certified against (instance.json + 4 tables)"),
+    Stage("solve", "the optimal mechanism, its certificate and bounds"),
+    Stage("postprocess", "perturbed microdata, DP counts and the release's provenance (the secret draw)", True),
+    Stage("evaluate", "utility, baselines, the count-error curve and report.md"),
+    Stage("release", "sign, check at the door and publish runs/<run>/", cached=False),
+)
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)  # in run order
+CACHED_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.cached)
+
+
+def stage(name: str) -> Stage:
+    """The declared stage ``name`` (KeyError for an undeclared one)."""
+    for s in STAGES:
+        if s.name == name:
+            return s
+    raise KeyError(f"no stage {name!r} (one of {', '.join(STAGE_NAMES)})")
+
+
+# ----------------------------------------------------------------------------- columns and files
+@dataclass(frozen=True)
+class Column:
+    """A published Parquet column: its ``name``, Arrow type (``str(pyarrow type)``, e.g. ``int64``,
+    ``double``, ``large_string``, ``bool``; None: depends on the input, e.g. a points file's ``id``) and doc."""
+
+    name: str
+    dtype: str | None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class PublishedFile:
+    """A file of a release folder.
+
+    ``path``: relative to the folder (a top-level ``*.png`` pattern for figures); ``stage``: the stage whose
+    output holds it (under its last path component, :attr:`file`); ``required``: every release lists it.
+    ``columns`` (Parquet: the allowed columns in written order) or ``keys`` (JSON: the top-level keys;
+    ``nested``: {key: keys of that object}); ``volatile``: columns / keys (report claims) whose values differ
+    between two identical re-runs (wall-clock seconds, timestamps). ``all_columns``: the writer writes every
+    declared column (else a subset: a method's trace, a dataset kind's records); ``ordered``: in this order;
+    ``coordinates``: may also hold the euclidean coordinates ``x0, x1, ...`` (double); ``name_exceptions``:
+    public columns whose names hold a :data:`FORBIDDEN` fragment. ``listed``: listed in the manifest's
+    ``released_files`` (False: manifest.json and the signature files beside it)."""
+
+    path: str
+    stage: str
+    required: bool
+    columns: tuple[Column, ...] | None = None
+    keys: frozenset[str] | None = None
+    volatile: frozenset[str] = frozenset()
+    doc: str = ""
+    nested: dict[str, frozenset[str]] = field(default_factory=dict)
+    all_columns: bool = True
+    ordered: bool = False
+    coordinates: bool = False
+    name_exceptions: frozenset[str] = frozenset()
+    listed: bool = True
+
+    @property
+    def file(self) -> str:
+        """The file's name in its stage's output (``instance/edges.parquet`` -> ``edges.parquet``)."""
+        return self.path.rpartition("/")[2]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns or ())
+
+    def matches(self, name: str) -> bool:
+        """``name`` (relative path) is this file (a pattern matches top-level names only)."""
+        if "*" not in self.path:
+            return name == self.path
+        return "/" not in name and fnmatch.fnmatchcase(name, self.path)
+
+
+def _cols(spec: str, doc: str = "") -> tuple[Column, ...]:
+    """Columns from ``"name:type name:type ..."`` (type ``any``: None)."""
+    out = []
+    for item in spec.split():
+        name, _, dtype = item.partition(":")
+        out.append(Column(name, None if dtype == "any" else dtype, doc))
+    return tuple(out)
+
+
+INSTANCE_DIR = "instance"
+PROVENANCE = "release_provenance.json"
+PROVENANCE_FORMAT = "mdp-release-provenance"
+PROVENANCE_VERSION = 3  # what the pipeline writes: population, protection, the v3 guarantee and ledger
+PROVENANCE_VERSIONS = (2, 3)  # v2: releases made before populations (still audited, with the v2 formulas)
+FORBIDDEN = ("seed", "secret", "true_", "record_id")  # in no published column or provenance key
+COORDINATE = re.compile(r"x\d+")  # euclidean coordinates x0, x1, ...; haversine ones are lat, lon
+PRIOR_FILE = "file"  # the prior_source of a public prior file
+PRIOR_SOURCES: tuple[str, ...] = ("dataset", "uniform", "dp", PRIOR_FILE)  # provenance prior_source values
+MICRODATA_SOURCES = frozenset({"file", "simulated"})
+
+SOLVE_KEYS = frozenset(
+    "method status objective lower_bound upper_bound gap relative_gap iterations seconds solver options repair "
+    "extra certificate mechanism_sha256 n_records n_outputs".split()
+)
+# the manifest's ``solve`` summary (flows.release.release_fields; plus ``auto``): these keys of solve.json
+MANIFEST_SOLVE_KEYS = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
+GUARANTEE_KEYS_V2 = frozenset({"epsilon_per_unit", "additive_epsilon", "distance_unit", "statement"})
+GUARANTEE_KEYS = GUARANTEE_KEYS_V2 | {"stretch", "metric_epsilon_per_unit", "protection_radius"}
+LEDGER_KEYS_V2 = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
+LEDGER_KEYS = frozenset("population this_release total_so_far max_total_epsilon left ledger_seq ledger_head".split())
+PROTECTION_KEYS = frozenset(
+    "n_components component_sizes stretch connected records_outside_largest worst_pair protection_radius "
+    "max_stretch allow_unprotected unprotected_individuals snap_mean snap_max max_distance".split()
+)
+PROVENANCE_KEYS_V2 = frozenset(
+    "format version mechanism_sha256 instance_json_sha256 microdata_sha256 aggregates_sha256 n_individuals "
+    "microdata_source eps_counts counts_sensitivity eps_prior prior_source draw_commitment guarantee ledger".split()
+)
+PROVENANCE_KEYS = PROVENANCE_KEYS_V2 | {"population", "protection"}
+# the manifest's ``privacy`` block (flows.release.release_fields); v3 adds the optional keys
+PRIVACY_KEYS = frozenset(
+    "mechanism_epsilon eta distance_unit certificate counts_epsilon prior_epsilon prior_source microdata_source "
+    "n_individuals draw_commitment guarantee ledger".split()
+)
+PRIVACY_KEYS_V3_OPTIONAL = frozenset({"population", "protection"})
+INSTANCE_KEYS = frozenset(
+    "format schema_version epsilon eta distance_unit metric n_records n_outputs n_edges tables provenance".split()
+)
+INSTANCE_TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
+# flows.manifest.new_manifest + the release flow's fields + released_files (publish_run)
+MANIFEST_KEYS = frozenset(
+    "format version run_name flow_run_id created_at config stages code_versions started_at refresh_from "
+    "package_versions privacy solve released_files".split()
+)
+SIGNATURE_KEYS = frozenset("format version algorithm key_fingerprint signature signed_file signed_sha256".split())
+
+# Today's public columns of records.parquet across dataset kinds (mdp_core.problem.io.write_instance and the
+# loaders' extra columns); the dataset kinds' own declarations replace this constant.
+RECORD_COLUMNS = _cols(
+    "record_id:int64 prior:double lat:double lon:double row:int64 col:int64 road_osmid:int64 snap_km:double "
+    "osmid:int64 word:large_string id:any n_merged:int64"
+)
+AGGREGATE_COLUMNS = ("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale")
+_SECONDS = frozenset({"seconds"})
+
+PUBLISHED: tuple[PublishedFile, ...] = (
+    PublishedFile(
+        "mechanism.parquet", "solve", True, _cols("i:int64 k:int64 prob:double"), doc="the mechanism z_ik, long form"
+    ),
+    PublishedFile("solve.json", "solve", True, keys=SOLVE_KEYS, volatile=_SECONDS, doc="the solve and certificate"),
+    PublishedFile(
+        "microdata.parquet",
+        "postprocess",
+        True,
+        _cols("individual:int64 output_id:int64 output_record_id:int64 lat:double lon:double"),
+        all_columns=False,
+        coordinates=True,
+        name_exceptions=frozenset({"output_record_id"}),
+        doc="each individual's released output and its public coordinates (v2 also: individual)",
+    ),
+    PublishedFile(
+        "aggregates.parquet",
+        "postprocess",
+        True,
+        _cols(
+            "level:large_string block:int64 label:large_string n_members:int64 count:int64 eps_counts:double "
+            "noise:large_string noise_scale:double"
+        ),
+        ordered=True,
+        doc="DP counts (discrete Laplace) of the released outputs by level",
+    ),
+    PublishedFile(
+        PROVENANCE,
+        "postprocess",
+        True,
+        keys=PROVENANCE_KEYS,
+        nested={"guarantee": GUARANTEE_KEYS, "ledger": LEDGER_KEYS, "protection": PROTECTION_KEYS},
+        doc="the release's provenance, guarantee and ledger (format v3)",
+    ),
+    PublishedFile(
+        f"{INSTANCE_DIR}/instance.json", "export", True, keys=INSTANCE_KEYS, doc="the certified instance's header"
+    ),
+    PublishedFile(
+        "trace.parquet",
+        "solve",
+        False,
+        _cols(
+            "iteration:int64 lower_bound:double upper_bound:double gap:double optimality_cuts:any "
+            "penalised_subproblems:any slack:any heuristic_upper_bound:any rho:any master_seconds:any "
+            "sub_max_seconds:any sub_total_seconds:any master_rows:any elapsed_seconds:any pricing_bound:any "
+            "columns_added:any pricing_seconds:any rows:int64 rows_added:int64 lp_seconds:double seconds:double"
+        ),
+        volatile=frozenset(
+            "master_seconds sub_max_seconds sub_total_seconds elapsed_seconds pricing_seconds lp_seconds seconds".split()
+        ),
+        all_columns=False,
+        doc="the TRACE_COLUMNS of mdp_core.solvers.benders, colgen or rowgen (one row per iteration; types: rowgen's)",
+    ),
+    PublishedFile(
+        "evaluation.parquet",
+        "evaluate",
+        False,
+        _cols(
+            "method:large_string n_records:int64 n_outputs:int64 n_edges:int64 lp_rows:int64 lp_nonzeros:int64 "
+            "epsilon:double eta:double distance_unit:large_string expected_loss:double loss_q95:double "
+            "loss_max:double dist_loss_mean:double dist_loss_q95:double dist_loss_max:double verified:bool "
+            "realised_epsilon:double eps_tight:double eps_tight_delta:double gv_ratio:double gv_count:int64 "
+            "gv_max:double gv_mean:double lower_bound:double gap:double relative_gap:double "
+            "no_privacy_bound:double packing_bound:double packing_centers:int64 packing_radius:double "
+            "adversary_error:double seconds:double"
+        ),
+        volatile=_SECONDS,
+        doc="mdp_core.release.evaluate.COLUMNS: the released method and the baselines",
+    ),
+    PublishedFile(
+        "utility_vs_eps.parquet",
+        "evaluate",
+        False,
+        _cols("factor:double epsilon:double method:large_string expected_loss:double"),
+        doc="each mechanism re-solved at eps x factor",
+    ),
+    PublishedFile(
+        "cbdp_error.parquet",
+        "evaluate",
+        False,
+        _cols(
+            "eps_counts:double method:large_string mae_singletons:double mae_features:double weighted_l2:double "
+            "n_repeats:int64"
+        ),
+        doc="mdp_core.release.postprocess.CURVE_COLUMNS: the count-error curve",
+    ),
+    PublishedFile(
+        "report.md", "evaluate", False, volatile=_SECONDS, doc="the officer's page (claims: report_version 3)"
+    ),
+    PublishedFile(
+        f"{INSTANCE_DIR}/records.parquet",
+        "export",
+        False,
+        RECORD_COLUMNS,
+        all_columns=False,
+        coordinates=True,
+        name_exceptions=frozenset({"record_id"}),
+        doc="the public universe of records",
+    ),
+    PublishedFile(
+        f"{INSTANCE_DIR}/outputs.parquet",
+        "export",
+        False,
+        _cols("output_id:int64 record_id:int64 lat:double lon:double id:any"),
+        all_columns=False,
+        coordinates=True,
+        name_exceptions=frozenset({"record_id"}),
+        doc="the outputs (each one record's public coordinates)",
+    ),
+    PublishedFile(
+        f"{INSTANCE_DIR}/edges.parquet", "export", False, _cols("i:int64 j:int64 distance:double"), doc="the eta-graph"
+    ),
+    PublishedFile(
+        f"{INSTANCE_DIR}/costs.parquet", "export", False, _cols("i:int64 k:int64 cost:double"), doc="the loss c_ik"
+    ),
+    PublishedFile("*.png", "evaluate", False, doc="figures (top level)"),
+    PublishedFile(
+        "manifest.json",
+        "release",
+        True,
+        keys=MANIFEST_KEYS,
+        volatile=frozenset({"run_name", "flow_run_id", "created_at", "started_at", "stages"}),
+        listed=False,
+        doc="the run manifest (every released file's sha256)",
+    ),
+    PublishedFile(
+        "signature.json",
+        "release",
+        False,
+        keys=SIGNATURE_KEYS,
+        volatile=frozenset({"signature", "signed_sha256"}),
+        listed=False,
+        doc="Ed25519 signature over manifest.json's bytes (mdp_core.release.signing)",
+    ),
+    PublishedFile("public_key.pem", "release", False, listed=False, doc="the agency's public key"),
+)
+
+
+# Beside manifest.json, not listed in it (they sign it): mdp_core.release.signing.SIGNATURE / PUBLIC_KEY.
+SIGNATURE_FILES: tuple[str, ...] = tuple(f.path for f in PUBLISHED if not f.listed and f.path != "manifest.json")
+
+
+def published(path: str) -> PublishedFile:
+    """The declaration of the release file ``path`` (relative; a top-level ``*.png`` matches the figures'
+    pattern). KeyError when a release publishes no such file."""
+    for f in PUBLISHED:
+        if f.matches(path):
+            return f
+    raise KeyError(f"{path!r} is not a file a release publishes")
+
+
+def is_published(path: str) -> bool:
+    """Whether a release publishes ``path`` (a declared file)."""
+    return any(f.matches(path) for f in PUBLISHED)
