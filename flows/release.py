@@ -42,6 +42,7 @@ from mdp_core.release import audit
 from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
 from mdp_core.spec import contract, dataset_kinds
+from mdp_core.spec.methods import needs_partition
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
@@ -438,12 +439,12 @@ def _solve_and_evaluate(
                     "store": str(store.root),
                     "params": spec,
                     "instance": inst,
-                    "partition": part if spec["method"] == "benders" else None,
+                    "partition": part if needs_partition(spec["method"]) else None,
                 },
             )
             for spec in evaluate.point_specs(params["evaluate"])
         ]
-        sol = run("solve", instance=inst, partition=part if config.solve.method == "benders" else None)
+        sol = run("solve", instance=inst, partition=part if needs_partition(config.solve.method) else None)
         post = run("postprocess", instance=inst, mechanism=sol, graph=g, partition=part)
         points = [f.result() for f in futures]
     ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post, points=points)

@@ -20,6 +20,8 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from mdp_core.spec import dataset_kinds
+
 
 # ----------------------------------------------------------------------------- stages
 @dataclass(frozen=True)
@@ -168,12 +170,20 @@ MANIFEST_KEYS = frozenset(
 )
 SIGNATURE_KEYS = frozenset("format version algorithm key_fingerprint signature signed_file signed_sha256".split())
 
-# Today's public columns of records.parquet across dataset kinds (mdp_core.problem.io.write_instance and the
-# loaders' extra columns); the dataset kinds' own declarations replace this constant.
-RECORD_COLUMNS = _cols(
-    "record_id:int64 prior:double lat:double lon:double row:int64 col:int64 road_osmid:int64 snap_km:double "
-    "osmid:int64 word:large_string id:any n_merged:int64"
-)
+# The Arrow type of every public records.parquet column a dataset kind may declare. Which columns exist is
+# declared once, with the kinds (mdp_core.spec.dataset_kinds.public_record_columns); a declared column
+# without a type here is an error at import.
+_RECORD_TYPES = {
+    c.name: c
+    for c in _cols(
+        "record_id:int64 prior:double lat:double lon:double row:int64 col:int64 road_osmid:int64 snap_km:double "
+        "osmid:int64 word:large_string id:any n_merged:int64"
+    )
+}
+_untyped = dataset_kinds.public_record_columns() - set(_RECORD_TYPES)
+if _untyped:
+    raise TypeError(f"records.parquet columns declared by a dataset kind without an Arrow type: {sorted(_untyped)}")
+RECORD_COLUMNS = tuple(c for n, c in _RECORD_TYPES.items() if n in dataset_kinds.public_record_columns())
 AGGREGATE_COLUMNS = ("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale")
 _SECONDS = frozenset({"seconds"})
 
