@@ -147,9 +147,12 @@ def mechanism_epsilon(epsilon_per_unit: float, stretch: float, protection_radius
 def additive_epsilon(prov: Mapping[str, Any]) -> float | None:
     """eps_counts + eps_prior of a provenance record (exact sum, as a float); None when either is missing
     or not a number."""
-    parts = [prov.get("eps_counts"), prov.get("eps_prior")]
-    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and p >= 0 for p in parts):
-        return None
+    parts: list[float] = []
+    for key in ("eps_counts", "eps_prior"):
+        p = prov.get(key)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
+            return None
+        parts.append(p)
     return float(compose(parts))
 
 
