@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdp_core.errors import InputError, PrivacyError
+from mdp_core.spec import budget as exact
 
 if TYPE_CHECKING:
     import numpy as np
@@ -99,7 +100,6 @@ SECRET_BYTES = 32
 KEY_BYTES = 32
 POPULATION_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 GENESIS_PREV = "0" * 64
-SLACK = 1e-12  # relative slack of the cap comparison (sums of floats)
 KINDS = ("genesis", "cap", "lower", "raise", "charge", "new-budget")
 _ENTRY_NAME = re.compile(r"^[0-9]{8}\.json$")
 NEW_BUDGET_HINT = "mdp-release ledger new-budget --population {pop} --cap X --by WHO --why TEXT"
@@ -170,8 +170,9 @@ def charge_key(draw: Draw, what: str, params: Mapping[str, Any]) -> str:
 class Budget:
     """A population's budget as its verified ledger states it.
 
-    ``cap``: the stored cap (None: none yet); ``spent``: the sum of the charges' epsilons since the
-    ledger began or the last new budget; ``left`` = cap - spent (None without a cap; may be negative
+    ``cap``: the stored cap (None: none yet); ``spent``: the charges' epsilons since the ledger began or the
+    last new budget, composed exactly (:func:`mdp_core.spec.budget.compose`) and rounded once to a float;
+    ``left`` = cap - spent (exact, then rounded) (None without a cap; may be negative
     after a lowering); ``n_charges``: charges in the current budget; ``seq``/``head``: index and hash
     (64 hex) of the last entry (-1 and ``"0" * 64`` for an empty ledger), what a published manifest
     commits to; ``notes``: remarks for the operator (e.g. a config asking a higher cap than stored)."""
@@ -262,10 +263,6 @@ def _check_epsilon(value: float, what: str, positive: bool = False) -> float:
     if not math.isfinite(x) or x < 0 or (positive and x == 0):
         raise InputError(f"{what} must be a finite number {'> 0' if positive else '>= 0'}, got {x!r}")
     return x
-
-
-def _over(total: float, cap: float) -> bool:
-    return total > cap * (1 + SLACK)
 
 
 # ------------------------------------------------------------------------------------------- store
@@ -489,21 +486,21 @@ class PrivateStore:
     def _state(population: str, chain: list[dict[str, Any]], notes: Sequence[str] = ()) -> Budget:
         """The budget a verified chain states (the current budget: since the last new-budget entry)."""
         cap: float | None = None
-        spent = 0.0
         n = 0
         for e in chain:
             if e["kind"] == "new-budget":
-                spent, n = 0.0, 0
+                n = 0
             elif e["kind"] == "charge":
-                spent += float(e["epsilon"])
                 n += 1
             cap = None if e.get("cap") is None else float(e["cap"])
+        spent = _spent(chain)
+        left = exact.Budget.of(cap).left(spent)
         head = _entry_hash(chain[-1]) if chain else GENESIS_PREV
         return Budget(
             population=population,
             cap=cap,
-            spent=spent,
-            left=None if cap is None else cap - spent,
+            spent=float(spent),
+            left=None if left is None else float(left),
             n_charges=n,
             seq=len(chain) - 1,
             head=head,
@@ -565,7 +562,7 @@ class PrivateStore:
         if not chain and kind != "genesis":
             self._append(population, chain, "genesis", "mdp-release", "ledger created", None)
         state = self._state(population, chain)
-        spent = 0.0 if kind == "new-budget" else state.spent + float(fields.get("epsilon", 0.0))
+        spent = 0.0 if kind == "new-budget" else float(exact.compose([*_charges(chain), fields.get("epsilon", 0.0)]))
         entry: dict[str, Any] = {
             "seq": len(chain),
             "prev": state.head,
@@ -616,7 +613,7 @@ class PrivateStore:
     ) -> Budget:
         """Refuse (BudgetRefused) a release whose planned charges (charge key -> epsilon; keys already
         charged in the current budget cost 0) would take the population above its cap (the cap
-        :meth:`charge` would enforce with this ``config_cap``; relative slack 1e-12), or when there is no
+        :meth:`charge` would enforce with this ``config_cap``; exact arithmetic), or when there is no
         cap while ``require_cap``. Writes nothing. Returns the budget with that cap and the current spend."""
         if config_cap is not None:
             config_cap = _check_epsilon(config_cap, "max_total_epsilon", positive=True)
@@ -625,13 +622,14 @@ class PrivateStore:
         cap, _, notes = self._effective_cap(state.cap, config_cap)
         charged = self._charged(chain)
         new = {k: _check_epsilon(e, f"planned charge {k[:12]}") for k, e in planned.items() if k not in charged}
-        total = state.spent + sum(new.values())
-        self._refuse(population, cap, state.spent, total, len(new), require_cap)
+        spent = _charges(chain)
+        self._refuse(population, cap, spent, list(new.values()), require_cap)
+        left = exact.Budget.of(cap).left(spent)
         return Budget(
             population,
             cap,
             state.spent,
-            None if cap is None else cap - state.spent,
+            None if left is None else float(left),
             state.n_charges,
             state.seq,
             state.head,
@@ -639,8 +637,13 @@ class PrivateStore:
         )
 
     @staticmethod
-    def _refuse(population: str, cap: float | None, spent: float, total: float, n_new: int, require_cap: bool) -> None:
-        if n_new == 0:  # every planned charge was made before: a re-run measures nothing new, whatever the cap now
+    def _refuse(
+        population: str, cap: float | None, spent: Sequence[float], new: Sequence[float], require_cap: bool
+    ) -> None:
+        """BudgetRefused when the ``new`` charges (epsilons) on top of the ``spent`` ones do not fit ``cap``
+        (:meth:`mdp_core.spec.budget.Budget.admits`: exact arithmetic, no slack), or without a cap while
+        ``require_cap``. Nothing new: never refused (a re-run measures nothing new, whatever the cap now)."""
+        if not new:
             return
         if cap is None:
             if require_cap:
@@ -649,10 +652,11 @@ class PrivateStore:
                     "release (or mdp-release ledger cap --population P --set X --by WHO --why TEXT)"
                 )
             return
-        if _over(total, cap):
+        if not exact.Budget.of(cap).admits(spent, new):
+            total, so_far = exact.compose([*spent, *new]), exact.compose(spent)
             raise BudgetRefused(
-                f"release refused: it would bring population {population!r}'s privacy spend to {total:.6g} "
-                f"(cap {cap:g}; spent so far {spent:.6g}; {n_new} new charge(s)); nothing was measured"
+                f"release refused: it would bring population {population!r}'s privacy spend to {total} "
+                f"(cap {cap:g}; spent so far {so_far}; {len(new)} new charge(s)); nothing was measured"
             )
 
     def charge(
@@ -684,7 +688,7 @@ class PrivateStore:
             cap, kind, notes = self._effective_cap(state.cap, config_cap)
             if key in self._charged(chain):
                 return self._state(population, chain, notes), False
-            self._refuse(population, cap, state.spent, state.spent + epsilon, 1, require_cap)
+            self._refuse(population, cap, _charges(chain), [epsilon], require_cap)
             if kind is not None:
                 why = (
                     "first cap, from the config's max_total_epsilon"
@@ -781,6 +785,22 @@ class PrivateStore:
                 f"(seq {seqs}; the ledger has {len(chain)} entries): it was rolled back or replaced; {hint} "
                 "records the decision to start again"
             )
+
+
+def _charges(chain: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The epsilons of the current budget's charges (since the last new-budget entry), in ledger order."""
+    out: list[float] = []
+    for e in chain:
+        if e["kind"] == "new-budget":
+            out = []
+        elif e["kind"] == "charge":
+            out.append(float(e["epsilon"]))
+    return out
+
+
+def _spent(chain: Sequence[Mapping[str, Any]]) -> exact.Epsilon:
+    """The current budget's spend: its charges composed exactly (:func:`mdp_core.spec.budget.compose`)."""
+    return exact.compose(_charges(chain))
 
 
 def _who(by: str, why: str) -> tuple[str, str]:

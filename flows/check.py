@@ -313,10 +313,12 @@ def _check_budget(rep: Report, cfg: Any) -> None:
     """The population's budget in the config's store (read only; nothing is created): what the release
     would charge (eps x stretch x protection radius + counts + prior) against what is left."""
     from flows.config import store_root
+    from mdp_core.spec.budget import Budget, compose
 
     r, pv = cfg.release, rep.sections["privacy"]
     radius = cfg.privacy.protection_radius or pv["eta"]
-    charge = pv["metric_epsilon"] * radius + r.eps_counts + (r.eps_prior if r.prior_source == "dp" else 0.0)
+    parts = [pv["metric_epsilon"] * radius, r.eps_counts, r.eps_prior if r.prior_source == "dp" else 0.0]
+    charge = float(compose(parts))  # exact composition (mdp_core.spec.budget), rounded once
     budget: dict[str, Any] = {"population": r.population, "charge": charge}
     rep.sections["budget"] = budget
     if r.microdata is None:
@@ -340,7 +342,7 @@ def _check_budget(rep: Report, cfg: Any) -> None:
             )
         elif r.max_total_epsilon is None:
             rep.reasons.append(f"population {r.population!r} has no cap yet: set [release] max_total_epsilon")
-        elif charge > r.max_total_epsilon:
+        elif not Budget.of(r.max_total_epsilon).admits([], parts):
             rep.reasons.append(f"this release would be charged {charge:.4g}, above max_total_epsilon")
         budget |= {"spent": 0.0, "cap": r.max_total_epsilon}
         return

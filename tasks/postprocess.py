@@ -44,6 +44,7 @@ from artifacts.private import Budget, Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.spec import contract
+from mdp_core.spec.budget import compose, mechanism_epsilon
 from tasks.common import instance_of, output_zones, run_stage
 
 PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.spec.contract: what this stage writes
@@ -150,13 +151,13 @@ def charge_all(
     cap, require = params.get("max_total_epsilon"), bool(params.get("require_cap"))
     check_radius(private, draw.population, params["radius"])
     budget = private.precheck(draw.population, {key: eps for key, (_, eps) in charges.items()}, cap, require)
-    added = 0.0
+    added: list[float] = []
     for key, (kind, eps) in charges.items():
         detail = {"kind": kind, "draw": draw.commitment, "release": params.get("release_key")}
         detail["radius"] = params["radius"]
         budget, new = private.charge(draw.population, key, eps, detail, cap, require)
-        added += eps if new else 0.0
-    return budget, added
+        added += [eps] if new else []
+    return budget, float(compose(added))
 
 
 def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dict[str, float]) -> Budget:
@@ -248,60 +249,9 @@ def check_microdata(store: Store, params: dict[str, Any], instance: ArtifactRef)
 
 
 def mechanism_charge(epsilon: float, protection: dict[str, Any], radius: float) -> float:
-    """The ledger charge of a perturbation: eps (per unit) x stretch x protection radius (design: the metric
-    guarantee e^(eps stretch d) evaluated at d = the radius the agency protects people within)."""
-    stretch = float(protection["stretch"])
-    if not math.isfinite(stretch) or stretch < 1.0:
-        raise PrivacyError(f"the mDP graph's stretch {stretch!r} is not a finite number >= 1")
-    return float(epsilon) * stretch * float(radius)
-
-
-def _certified(inst, z) -> None:
-    """Certify the mechanism from the bytes about to be drawn from (exact tolerance, graph vs metric)."""
-    from mdp_core.solvers.verify import verify
-
-    cert = verify(inst, z)
-    if not cert.passed:
-        raise PrivacyError(
-            "the mechanism stored for this release fails its mDP certificate at the moment of drawing "
-            f"({cert.n_violations} violation(s), max row-sum error {cert.max_row_sum_error:.3g}); nothing is drawn"
-        )
-
-
-def published_protection(graph_protection: dict[str, Any], params: dict[str, Any], radius: float, eta: float) -> dict:
-    """The provenance's ``protection`` block: the graph stage's figures (public: the records are) and the
-    release's settings. Counts and distances of the secret table's people are not published (no DP): null;
-    the bound every individual was checked against (max_distance) is."""
-    pair = graph_protection.get("worst_pair") or {}
-    return {
-        "n_components": int(graph_protection["n_components"]),
-        "component_sizes": [int(x) for x in graph_protection["component_sizes"]],
-        "stretch": float(graph_protection["stretch"]),
-        "connected": bool(graph_protection["connected"]),
-        "records_outside_largest": int(graph_protection["records_outside_largest"]),
-        "worst_pair": [int(pair["i"]), int(pair["j"])] if "i" in pair else None,
-        "protection_radius": radius,
-        "max_stretch": float(params["max_stretch"]),
-        "allow_unprotected": bool(params.get("allow_unprotected")),
-        "unprotected_individuals": None,
-        "snap_mean": None,
-        "snap_max": None,
-        "max_distance": float(params.get("max_distance") or eta),
-    }
-
-
-def published_ledger(population: str, charge: float, at: dict[str, Any]) -> dict[str, Any]:
-    """The provenance's ``ledger`` block: this release's charge and the population's ledger as it stood right
-    after the release's last charge (``at``: :meth:`PrivateStore.position`), the same on every recomputation."""
-    return {
-        "population": population,
-        "this_release": charge,
-        "total_so_far": at["spent"],
-        "max_total_epsilon": at["cap"],
-        "left": None if at["cap"] is None else at["cap"] - at["spent"],
-        "ledger_seq": at["seq"],
-        "ledger_head": at["head"],
-    }
+    """The ledger charge of a perturbation (:func:`mdp_core.spec.budget.mechanism_epsilon`): eps (per unit) x
+    the graph's ``protection["stretch"]`` x the protection radius."""
+    return mechanism_epsilon(epsilon, float(protection["stretch"]), radius)
 
 
 def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
@@ -315,76 +265,58 @@ def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
 
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
+    """The release (:mod:`mdp_core.release.make`) with the store's secret draw and the population's ledger:
+    plan (certify the mechanism), charge, then draw and measure; write the tables and the provenance."""
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
-    import numpy as np
-
     from mdp_core.problem.io import read_mechanism, write_frame
-    from mdp_core.problem.microdata import cell_of_record
-    from mdp_core.release import audit, perturb
-    from mdp_core.release import postprocess as pp
+    from mdp_core.release import audit, make
     from mdp_core.runtime.files import read_json, write_json
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
-    _certified(inst, z)
-    radius = float(params["radius"]["value"])
-    protection = published_protection(
-        read_json(store.path(upstream["graph"], "graph.json"))["protection"], params, radius, inst.eta
-    )
+    graph = read_json(store.path(upstream["graph"], "graph.json"))["protection"]
+    settings = (params["max_stretch"], bool(params.get("allow_unprotected")), params.get("max_distance") or inst.eta)
+    protection = make.published_protection(graph, float(params["radius"]["value"]), *settings)
+    eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
+    plan = make.plan_release(inst, z, protection, float(params["eps_counts"]), eps_prior)  # certifies z
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
     records = individuals(params, inst, draw)
     zone = _zones(store, inst, upstream.get("partition"))
-    eps_counts = float(params["eps_counts"])
-    mech_sha = upstream["mechanism"].files["mechanism.parquet"]
-    inst_sha = upstream["instance"].files["instance.json"]
-    perturb_key = charge_key("perturb", draw, mech_sha, inst_sha, params.get("max_distance"))
-    counts_key = charge_key("counts", draw, inst_sha, zone.tolist(), eps_counts, params.get("max_distance"))
-    mech_eps = mechanism_charge(inst.epsilon, protection, radius)
-    charge_all(private, draw, params, {perturb_key: ("perturb", mech_eps), counts_key: ("counts", eps_counts)})
-    at = private.position(draw.population, (perturb_key, counts_key))
+    mech_sha, inst_sha = upstream["mechanism"].files["mechanism.parquet"], upstream["instance"].files["instance.json"]
+    limit = params.get("max_distance")
+    keys = {
+        "perturb": charge_key("perturb", draw, mech_sha, inst_sha, limit),
+        "counts": charge_key("counts", draw, inst_sha, zone.tolist(), plan.eps_counts, limit),
+    }
+    charge_all(private, draw, params, {keys[s.kind]: (s.kind, float(s.epsilon)) for s in plan.spends})
+    at = private.position(draw.population, tuple(keys.values()))
     assert at is not None  # just charged (or charged before)
     # The door is open: draw. A stream per (mechanism, instance): two releases of the same draw through
     # different mechanisms, or the same mechanism bytes over other records, must not share their uniforms (the
     # pair of inverse-CDF outputs would pin u down); they are two charges, and the same mechanism, instance
     # and draw give the same outputs, which reveal nothing new.
-    outputs = perturb.perturb(z, records, draw.rng(f"perturb:{mech_sha}:{inst_sha}"))
-    write_frame(w.file("microdata.parquet"), perturb.perturbed_microdata(inst, outputs))
-    cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
-    table, meas = pp.release_counts(cells, zone, eps_counts, kept_measure(private, draw, counts_key))
-    write_frame(w.file("aggregates.parquet"), table)
-
-    eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
-    additive = eps_counts + eps_prior
-    stretch = protection["stretch"]
-    ledger = published_ledger(draw.population, audit.this_release(inst.epsilon, stretch, radius, additive), at)
-    promise = audit.guarantee_record(inst.epsilon, stretch, radius, additive, inst.distance_unit, bool(eps_prior))
+    rng = draw.rng(f"perturb:{mech_sha}:{inst_sha}")
+    rel = make.make_release(inst, z, records, zone, plan, rng, kept_measure(private, draw, keys["counts"]))
+    write_frame(w.file("microdata.parquet"), rel.microdata)
+    write_frame(w.file("aggregates.parquet"), rel.aggregates)
+    ledger = make.published_ledger(draw.population, plan.guarantee.charge(), at)
     source = "simulated" if params.get("microdata") is None else "file"
-    write_json(
-        w.file(audit.PROVENANCE),
-        audit.provenance(
-            store.path(upstream["mechanism"], "mechanism.parquet"),
-            store.path(upstream["instance"], "instance.json"),
-            w.file("microdata.parquet"),
-            w.file("aggregates.parquet"),
-            format="mdp-release-provenance",
-            version=PROVENANCE_VERSION,
-            n_individuals=int(records.shape[0]),
-            microdata_source=source,
-            population=draw.population,
-            eps_counts=eps_counts,
-            counts_sensitivity=int(meas.sensitivity),
-            eps_prior=eps_prior,
-            prior_source=params["prior_source"],
-            draw_commitment=draw.commitment,
-            protection=protection,
-            guarantee=promise,
-            ledger=ledger,
-        ),
+    fields = make.provenance_fields(rel, plan, eps_prior, params["prior_source"], protection, ledger)
+    fields |= {"population": draw.population, "microdata_source": source, "draw_commitment": draw.commitment}
+    record = audit.provenance(
+        store.path(upstream["mechanism"], "mechanism.parquet"),
+        store.path(upstream["instance"], "instance.json"),
+        w.file("microdata.parquet"),
+        w.file("aggregates.parquet"),
+        format="mdp-release-provenance",
+        version=PROVENANCE_VERSION,
+        **fields,
     )
+    write_json(w.file(audit.PROVENANCE), record)
     w.meta.update(
-        {"n_individuals": int(records.shape[0]), "microdata_source": source, "population": draw.population}
-        | {"eps_counts": eps_counts, "ledger": ledger, "guarantee": promise}
+        {"n_individuals": rel.n_individuals, "microdata_source": source, "population": draw.population}
+        | {"eps_counts": plan.eps_counts, "ledger": ledger, "guarantee": record["guarantee"]}
     )
 
 

@@ -25,6 +25,7 @@ from flows.config import DEFAULT_MAX_STRETCH
 from mdp_core.problem.io import read_instance
 from mdp_core.problem.metrics import pairwise
 from mdp_core.release import audit, report
+from mdp_core.spec import budget
 
 CAP = 100.0
 
@@ -117,7 +118,7 @@ def to_v3(run: Path) -> None:
         "version": 3,
         "population": population,
         "protection": protection,
-        "guarantee": audit.guarantee_record(
+        "guarantee": budget.guarantee_record(
             eps, protection["stretch"], protection["protection_radius"], add, inst["distance_unit"], False
         ),
         "ledger": {

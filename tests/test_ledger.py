@@ -68,6 +68,21 @@ def test_charge_refused_above_the_cap_writes_nothing(tmp_path):
     assert made and b.left == pytest.approx(0.0)
 
 
+def test_the_ledger_composes_exactly(tmp_path):
+    """0.1 + 0.2 fits a cap of 0.3 (the float sum 0.30000000000000004 does not), and anything above the cap
+    is refused, however small (the old relative slack 1e-12 let 0.3 + 1e-14 through)."""
+    priv = PrivateStore(tmp_path)
+    priv.charge(POP, k(1), 0.1, {}, 0.3, True)
+    assert priv.precheck(POP, {k(2): 0.2}, 0.3, True).cap == 0.3
+    b, made = priv.charge(POP, k(2), 0.2, {}, 0.3, True)
+    assert made and b.spent == 0.3 and b.left == 0.0 and priv.entries(POP)[-1]["spent"] == 0.3
+    with pytest.raises(BudgetRefused):
+        priv.precheck(POP, {k(3): 1e-14}, 0.3, True)
+    with pytest.raises(BudgetRefused):
+        priv.charge(POP, k(3), 1e-14, {}, 0.3, True)
+    assert PrivateStore(tmp_path).budget(POP) == b  # the floats written read back to the same exact total
+
+
 def test_precheck_refuses_and_writes_nothing(tmp_path):
     priv = PrivateStore(tmp_path)
     assert priv.precheck(POP, {k(1): 3.0}, 5.0, True).cap == 5.0

@@ -71,6 +71,7 @@ from mdp_core.errors import MdpError, PrivacyError
 from mdp_core.runtime.files import file_sha256
 from mdp_core.solvers.result import BOUND_TOLERANCE, gap_closed
 from mdp_core.spec import contract
+from mdp_core.spec.budget import additive_epsilon, stated_metric, this_release
 from mdp_core.spec.methods import GapOptions
 
 # Step 2 imports numpy, pandas and pyarrow (mdp_core.problem.io, mdp_core.solvers.verify) when it runs, not at import.
@@ -687,84 +688,10 @@ def _check_counts(prov: dict, facts: Record) -> list[str]:
     return findings
 
 
-def _additive(prov: dict) -> float | None:
-    eps_counts, eps_prior = _num(prov.get("eps_counts")), _num(prov.get("eps_prior"))
-    return None if eps_counts is None or eps_prior is None else eps_counts + eps_prior
-
-
-CERTIFIED_RATIO_TOL = 1e-9  # = mdp_core.solvers.verify.RATIO_TOL (not imported: it pulls in numpy)
-
-
-def stated_metric(epsilon_per_unit: float, stretch: float) -> str:
-    """The metric epsilon as the statement prints it: eps x stretch x (1 + the certificate's relative
-    tolerance), rounded *up* to 6 significant digits, so the printed figure is never below what is proven."""
-    x = epsilon_per_unit * stretch * (1 + CERTIFIED_RATIO_TOL)
-    if not (math.isfinite(x) and x > 0):
-        return f"{x:g}"
-    e = math.floor(math.log10(x)) - 5
-    return f"{math.ceil(x / 10.0**e) * 10.0**e:.6g}"
-
-
-def guarantee_statement(
-    epsilon_per_unit: float,
-    stretch: float,
-    protection_radius: float,
-    additive_epsilon: float,
-    distance_unit: str,
-    with_prior: bool,
-) -> str:
-    """The v3 guarantee in words (what ``guarantee.statement`` says; the audit checks its figures).
-
-    A certified mechanism gives z_ik <= exp(eps d_ij) z_jk on the mDP graph's edges, hence
-    exp(eps D_G(i, j)) for any two records of one component (D_G: shortest path), and
-    exp(eps stretch d(i, j)) in the data's metric d (stretch = max D_G / d, the graph's dilation:
-    Chatzikokolakis et al. 2013; Bordenabe, Chatzikokolakis and Palamidessi, CCS 2014); the eps-DP counts
-    (and DP prior) add ``additive_epsilon`` by sequential composition (Dwork and Roth 2014, Thm 3.16)."""
-    metric = stated_metric(epsilon_per_unit, stretch)
-    return (
-        f"for any individual and any two records r, r' in one component of the mDP graph, the probability of "
-        f"every possible release (microdata, counts{', prior' if with_prior else ''}) changes by at most a factor "
-        f"exp({metric} * d(r, r') + {additive_epsilon:g}), d in {distance_unit} in the data's own metric "
-        f"(eps {epsilon_per_unit:g} per {distance_unit} of the certified mechanism x stretch {stretch:.6g} of the "
-        f"mDP graph, Chatzikokolakis et al. 2013 and Bordenabe et al. 2014, composed sequentially with the eps-DP "
-        f"counts{' and prior' if with_prior else ''}, Dwork and Roth 2014 Thm 3.16); the budget is charged for "
-        f"records up to {protection_radius:g} {distance_unit} apart (the factor includes the certificate's relative "
-        f"tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
-    )
-
-
-def guarantee_record(
-    epsilon_per_unit: float,
-    stretch: float,
-    protection_radius: float,
-    additive_epsilon: float,
-    distance_unit: str,
-    with_prior: bool,
-) -> dict[str, Any]:
-    """The provenance v3 ``guarantee`` block (what tasks/postprocess.py writes; the audit checks each figure)."""
-    return {
-        "epsilon_per_unit": epsilon_per_unit,
-        "stretch": stretch,
-        "metric_epsilon_per_unit": epsilon_per_unit * stretch,
-        "protection_radius": protection_radius,
-        "additive_epsilon": additive_epsilon,
-        "distance_unit": distance_unit,
-        "statement": guarantee_statement(
-            epsilon_per_unit, stretch, protection_radius, additive_epsilon, distance_unit, with_prior
-        ),
-    }
-
-
-def this_release(epsilon_per_unit: float, stretch: float, protection_radius: float, additive_epsilon: float) -> float:
-    """A release's charge to its population's ledger: eps x stretch x protection_radius (the perturbed
-    locations) + additive (counts, DP prior); what ``ledger.this_release`` must say."""
-    return epsilon_per_unit * stretch * protection_radius + additive_epsilon
-
-
 def _check_guarantee_v2(prov: dict, inst: Record) -> list[str]:
     """The guarantee: eps per unit and unit of the instance, additive eps = eps_counts + eps_prior, and the
     statement says exp(eps * d(r, r') + additive) in that unit."""
-    where, g, add = f"{PROVENANCE} guarantee", _obj(prov.get("guarantee")), _additive(prov)
+    where, g, add = f"{PROVENANCE} guarantee", _obj(prov.get("guarantee")), additive_epsilon(prov)
     findings = _compare(where, "epsilon_per_unit", g.get("epsilon_per_unit"), inst["epsilon"])
     findings += _compare(where, "distance_unit", g.get("distance_unit"), inst["distance_unit"])
     findings += _compare(where, "additive_epsilon", g.get("additive_epsilon"), add)
@@ -782,7 +709,7 @@ def _check_guarantee_v2(prov: dict, inst: Record) -> list[str]:
 
 def _check_ledger_v2(prov: dict, inst: Record) -> list[str]:
     """this_release = eps * eta + additive; this_release <= total_so_far <= max_total_epsilon (when set)."""
-    where, led, add = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), _additive(prov)
+    where, led, add = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), additive_epsilon(prov)
     if add is None:
         return []
     spend = inst["epsilon"] * inst["eta"] + add
@@ -866,7 +793,7 @@ def _check_guarantee(prov: dict, inst: Record) -> list[str]:
         f"{PROVENANCE} guarantee",
         _obj(prov.get("guarantee")),
         _obj(prov.get("protection")),
-        _additive(prov),
+        additive_epsilon(prov),
     )
     findings = _compare(where, "epsilon_per_unit", g.get("epsilon_per_unit"), inst["epsilon"])
     findings += _compare(where, "distance_unit", g.get("distance_unit"), inst["distance_unit"])
@@ -1083,7 +1010,7 @@ def signed_claims(facts: Record, solve: dict, prov: dict) -> Record:
         "count_noise_scale": _obj(agg.get("scales")).get("output"),
         "prior_epsilon": prov.get("eps_prior"),
         "prior_source": prov.get("prior_source"),
-        "additive_epsilon": _additive(prov),
+        "additive_epsilon": additive_epsilon(prov),
         "guarantee": prov.get("guarantee"),
         "ledger": prov.get("ledger"),
         "protection": prov.get("protection"),
@@ -1271,9 +1198,6 @@ __all__ = [
     "provenance",
     "signed_claims",
     "check_signature",
-    "guarantee_record",
-    "guarantee_statement",
-    "this_release",
     "INSTANCE_DIR",
     "PROVENANCE",
     "COLUMNS",

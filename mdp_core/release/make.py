@@ -1,0 +1,187 @@
+"""The release as a library call: perturb each individual of a secret table through a certified mechanism and
+measure the DP counts of the true data, with the guarantee it states and the spends it must be charged.
+
+No store, no ledger, no Prefect: the caller (``tasks/postprocess.py`` in the pipeline, or a user of the
+library alone) keeps the secret draw and the budget. Two calls, so that nothing is measured before the budget
+accepts (the release's privacy contract: :mod:`mdp_core.spec.budget`, ``docs/privacy.md``):
+
+  1. :func:`plan_release` certifies the mechanism from the array about to be drawn from
+     (:func:`mdp_core.solvers.verify.verify`, exact tolerance, graph against the metric: PrivacyError, nothing
+     drawn, when it fails) and returns the :class:`Plan`: the :class:`~mdp_core.spec.budget.Guarantee` and the
+     two spends -- "perturb" (eps x stretch x protection radius) and "counts" (eps_counts);
+  2. the caller charges ``plan.spends`` (a ledger, or :meth:`mdp_core.spec.budget.Budget.admits`);
+  3. :func:`make_release` draws each individual's output from its record's row (``rng``: a secret stream,
+     e.g. :meth:`artifacts.private.Draw.rng`) and measures the counts (``measure``: exact discrete Laplace,
+     kept by the caller so a re-run reproduces it); :func:`provenance_fields` gives the provenance record.
+
+Example (a library user, no ledger)::
+
+    plan = plan_release(inst, z, protection, eps_counts=1.0)
+    if not Budget.of(cap).admits(spent, plan.spends): raise ...
+    rel = make_release(inst, z, records, zone, plan, rng)   # rel.microdata, rel.aggregates: DataFrames
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mdp_core.errors import PrivacyError
+from mdp_core.problem.instance import Instance
+from mdp_core.problem.microdata import cell_of_record
+from mdp_core.release import perturb
+from mdp_core.release.noise import discrete_laplace
+from mdp_core.release.postprocess import Measure, release_counts
+from mdp_core.solvers.verify import verify
+from mdp_core.spec.budget import Budget, Guarantee, Spend, mechanism_epsilon
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a release promises and costs, known before anything is drawn: its ``guarantee`` and its
+    ``spends`` (("perturb", eps x stretch x radius), ("counts", eps_counts)); the DP prior, if any, is
+    charged by the stage that measures it and enters only the guarantee's additive epsilon."""
+
+    guarantee: Guarantee
+    eps_counts: float
+    spends: tuple[Spend, ...]
+
+    def spend(self, kind: str) -> Spend:
+        """The spend of ``kind`` ("perturb" or "counts")."""
+        return next(s for s in self.spends if s.kind == kind)
+
+
+@dataclass(frozen=True)
+class Release:
+    """The released tables: ``microdata`` (output_id and the output's public coordinates, sorted by output),
+    ``aggregates`` (:data:`mdp_core.release.postprocess.AGGREGATE_COLUMNS`), the counts' L1
+    ``counts_sensitivity`` and ``n_individuals``."""
+
+    microdata: pd.DataFrame
+    aggregates: pd.DataFrame
+    counts_sensitivity: int
+    n_individuals: int
+
+
+def certify(inst: Instance, z: np.ndarray) -> None:
+    """PrivacyError unless ``z`` (N, K) passes its mDP certificate against ``inst`` (exact tolerance)."""
+    cert = verify(inst, z)
+    if not cert.passed:
+        raise PrivacyError(
+            "the mechanism stored for this release fails its mDP certificate at the moment of drawing "
+            f"({cert.n_violations} violation(s), max row-sum error {cert.max_row_sum_error:.3g}); nothing is drawn"
+        )
+
+
+def plan_release(
+    inst: Instance, z: np.ndarray, protection: Mapping[str, Any], eps_counts: float, eps_prior: float = 0.0
+) -> Plan:
+    """Certify ``z`` and state the release's guarantee and spends. ``protection``: the provenance's protection
+    block (:func:`published_protection`: ``stretch`` and ``protection_radius`` in the instance's unit);
+    ``eps_prior``: the DP prior's epsilon (0 for a public prior)."""
+    certify(inst, z)
+    stretch, radius = float(protection["stretch"]), float(protection["protection_radius"])
+    mech = mechanism_epsilon(inst.epsilon, stretch, radius)
+    additive = Spend.of("counts", eps_counts).epsilon + Spend.of("prior", eps_prior).epsilon
+    promise = Guarantee(inst.epsilon, stretch, radius, float(additive), inst.distance_unit, bool(eps_prior))
+    return Plan(promise, float(eps_counts), (Spend.of("perturb", mech), Spend.of("counts", eps_counts)))
+
+
+def make_release(
+    inst: Instance,
+    z: np.ndarray,
+    records: np.ndarray,
+    zone: np.ndarray,
+    plan: Plan,
+    rng: np.random.Generator,
+    measure: Measure = discrete_laplace,
+) -> Release:
+    """Draw and measure, once ``plan.spends`` are charged: each individual's output from row
+    ``records[n]`` ((n,) int64 secret record ids) of ``z`` with ``rng``, and the counts per output cell and
+    per zone (``zone``: (K,) labels) by ``measure`` at ``plan.eps_counts``."""
+    outputs = perturb.perturb(z, records, rng)
+    cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
+    table, meas = release_counts(cells, zone, plan.eps_counts, measure)
+    return Release(perturb.perturbed_microdata(inst, outputs), table, int(meas.sensitivity), int(records.shape[0]))
+
+
+def published_protection(
+    graph_protection: Mapping[str, Any],
+    radius: float,
+    max_stretch: float,
+    allow_unprotected: bool,
+    max_distance: float,
+) -> dict[str, Any]:
+    """The provenance's ``protection`` block: the graph stage's figures (public: the records are) and the
+    release's settings. Counts and distances of the secret table's people are not published (no DP): null;
+    the bound every individual was checked against (``max_distance``) is."""
+    pair = graph_protection.get("worst_pair") or {}
+    return {
+        "n_components": int(graph_protection["n_components"]),
+        "component_sizes": [int(x) for x in graph_protection["component_sizes"]],
+        "stretch": float(graph_protection["stretch"]),
+        "connected": bool(graph_protection["connected"]),
+        "records_outside_largest": int(graph_protection["records_outside_largest"]),
+        "worst_pair": [int(pair["i"]), int(pair["j"])] if "i" in pair else None,
+        "protection_radius": radius,
+        "max_stretch": float(max_stretch),
+        "allow_unprotected": bool(allow_unprotected),
+        "unprotected_individuals": None,
+        "snap_mean": None,
+        "snap_max": None,
+        "max_distance": float(max_distance),
+    }
+
+
+def published_ledger(population: str, charge: float, at: Mapping[str, Any]) -> dict[str, Any]:
+    """The provenance's ``ledger`` block: this release's ``charge`` and the population's ledger as it stood
+    right after the release's last charge (``at``: {"seq", "head", "spent", "cap"}, e.g.
+    :meth:`artifacts.private.PrivateStore.position`), the same on every recomputation."""
+    left = Budget.of(at["cap"]).left(float(at["spent"]))  # exact, then rounded once
+    return {
+        "population": population,
+        "this_release": charge,
+        "total_so_far": at["spent"],
+        "max_total_epsilon": at["cap"],
+        "left": None if left is None else float(left),
+        "ledger_seq": at["seq"],
+        "ledger_head": at["head"],
+    }
+
+
+def provenance_fields(
+    release: Release,
+    plan: Plan,
+    eps_prior: float,
+    prior_source: str,
+    protection: Mapping[str, Any],
+    ledger: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The provenance record's figures of a release (beside the files' sha256s, the format and version, and
+    the caller's population, microdata_source and draw_commitment)."""
+    return {
+        "n_individuals": release.n_individuals,
+        "eps_counts": plan.eps_counts,
+        "counts_sensitivity": release.counts_sensitivity,
+        "eps_prior": eps_prior,
+        "prior_source": prior_source,
+        "protection": dict(protection),
+        "guarantee": plan.guarantee.record(),
+        "ledger": dict(ledger),
+    }
+
+
+__all__ = [
+    "Plan",
+    "Release",
+    "certify",
+    "make_release",
+    "plan_release",
+    "provenance_fields",
+    "published_ledger",
+    "published_protection",
+]

@@ -1,0 +1,145 @@
+"""Exact privacy arithmetic (mdp_core.spec.budget) and the release as a library call (mdp_core.release.make)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mdp_core.errors import InputError, PrivacyError
+from mdp_core.spec.budget import (
+    Budget,
+    Epsilon,
+    Guarantee,
+    Spend,
+    additive_epsilon,
+    compose,
+    guarantee_record,
+    mechanism_epsilon,
+    stated_metric,
+    this_release,
+)
+
+EPS = st.floats(min_value=0.0, max_value=100.0, allow_nan=False, allow_infinity=False)
+
+
+def test_a_cap_of_0_3_admits_0_1_plus_0_2() -> None:
+    assert 0.1 + 0.2 > 0.3  # the float sum the old ledger compared (with a slack)
+    assert compose([0.1, 0.2]) == Epsilon.of(0.3)
+    assert Budget.of(0.3).admits([0.1], [0.2])
+    assert Budget.of(0.3).admits(0.1, Spend.of("counts", 0.2))
+    assert Budget.of(0.3).left([0.1, 0.2]) == 0
+
+
+def test_refused_above_the_cap_by_any_amount() -> None:
+    assert not Budget.of(0.3).admits([0.1, 0.2], [1e-300])
+    assert not Budget.of(1.0).admits([0.5], [0.5000000000000001])
+    assert Budget.of(None).admits([1e9], [1e9])  # no cap: the caller decides whether one is required
+
+
+def test_epsilon_is_exact_and_refuses_what_is_not_a_budget() -> None:
+    assert Epsilon.of(0.1).value == Fraction(1, 10)
+    assert Epsilon.of(Fraction(1, 3)).value == Fraction(1, 3)
+    assert float(Epsilon.of(0.1)) == 0.1
+    for bad in (float("nan"), float("inf"), -0.5, True, "0.1"):
+        with pytest.raises(InputError):
+            Epsilon.of(bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(EPS, max_size=12), st.randoms())
+def test_compose_is_order_independent_and_the_exact_sum(eps: list[float], rnd) -> None:
+    shuffled = list(eps)
+    rnd.shuffle(shuffled)
+    exact = sum((Fraction(repr(x)) for x in eps), Fraction(0))
+    assert compose(eps).value == exact
+    assert compose(shuffled) == compose(eps)
+    assert compose([Spend.of("x", e) for e in eps]) == compose(eps)
+
+
+@settings(max_examples=200, deadline=None)
+@given(EPS, EPS, EPS)
+def test_admits_is_exact_comparison(cap: float, a: float, b: float) -> None:
+    assert Budget.of(cap).admits([a], [b]) == (Fraction(repr(a)) + Fraction(repr(b)) <= Fraction(repr(cap)))
+
+
+def test_the_statement_and_the_record() -> None:
+    g = Guarantee(0.5, 1.25, 2.0, 1.5, "km", True)
+    text = g.statement()
+    assert f"exp({stated_metric(0.5, 1.25)} * d(r, r') + 1.5)" in text
+    assert "d in km" in text and "stretch 1.25" in text and "up to 2 km apart" in text
+    assert "counts, prior" in text and "Dwork and Roth 2014 Thm 3.16" in text
+    assert g.record() == guarantee_record(0.5, 1.25, 2.0, 1.5, "km", True)
+    assert g.record()["metric_epsilon_per_unit"] == 0.625
+    assert g.charge() == this_release(0.5, 1.25, 2.0, 1.5) == 0.5 * 1.25 * 2.0 + 1.5
+    assert "prior" not in Guarantee(0.5, 1.0, 2.0, 1.0, "m", False).statement().split("(microdata")[1][:20]
+
+
+def test_stated_metric_never_below_what_is_proven() -> None:
+    for eps, stretch in ((1.0, 1.0), (0.123456789, 1.7), (10.0, 3.3333333)):
+        assert float(stated_metric(eps, stretch)) >= eps * stretch
+
+
+def test_additive_and_mechanism_charge() -> None:
+    assert additive_epsilon({"eps_counts": 0.1, "eps_prior": 0.2}) == 0.3  # exact, not 0.30000000000000004
+    assert additive_epsilon({"eps_counts": 1.0}) is None
+    assert additive_epsilon({"eps_counts": True, "eps_prior": 0.0}) is None
+    assert mechanism_epsilon(0.5, 2.0, 3.0) == 3.0
+    for bad in (0.5, float("inf"), float("nan")):
+        with pytest.raises(PrivacyError):
+            mechanism_epsilon(1.0, bad, 1.0)
+
+
+def test_spec_budget_imports_nothing_numerical() -> None:
+    code = (
+        "import sys, mdp_core.spec.budget; "
+        "bad = [m for m in ('numpy', 'scipy', 'pandas', 'prefect') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_library_makes_a_release_without_prefect(grid_small) -> None:
+    """plan (certify, spends), the caller's budget check, then draw and measure: no store, no Prefect."""
+    code = """
+import sys
+import numpy as np
+from mdp_core.problem.datasets import grid
+from mdp_core.release.make import make_release, plan_release, published_protection
+from mdp_core.release.protection import graph_protection
+from mdp_core.spec.budget import Budget, compose
+
+inst = grid(4, 5, n_outputs=6)
+z = np.full((inst.n_records, inst.n_outputs), 1.0 / inst.n_outputs)  # equal rows: certified for any eps
+prot = published_protection(graph_protection(inst, inst.edges, inst.distances).as_dict(), inst.eta, 2.0, False, inst.eta)
+plan = plan_release(inst, z, prot, eps_counts=1.0)
+assert [s.kind for s in plan.spends] == ["perturb", "counts"]
+assert float(compose(plan.spends)) == plan.guarantee.charge()
+assert Budget.of(plan.guarantee.charge()).admits([], plan.spends)
+assert not Budget.of(1.0).admits([], plan.spends)
+rng = np.random.default_rng(0)
+records = rng.integers(0, inst.n_records, 50)
+rel = make_release(inst, z, records, np.zeros(inst.n_outputs, dtype=np.int64), plan, rng)
+assert rel.n_individuals == 50 and len(rel.microdata) == 50 and rel.counts_sensitivity == 2
+assert "prefect" not in sys.modules
+print(plan.guarantee.statement())
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert "exp(" in out and "d in km" in out
+
+
+def test_the_library_refuses_an_uncertified_mechanism(grid_small) -> None:
+    from mdp_core.release.make import plan_release
+
+    z = np.zeros((grid_small.n_records, grid_small.n_outputs))
+    z[:, 0] = 1.0
+    z[0] = 0.0
+    z[0, 1] = 1.0  # record 0 never reaches output 0, its neighbours always do: no finite eps
+    prot = {"stretch": 1.0, "protection_radius": grid_small.eta}
+    with pytest.raises(PrivacyError, match="fails its mDP certificate"):
+        plan_release(grid_small, z, prot, eps_counts=1.0)
