@@ -19,8 +19,10 @@ Tiers (issue 31), marked here from what a test uses, never by hand-kept lists of
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -165,12 +167,217 @@ def run_stages(root, cfg) -> dict:
     return refs
 
 
+# ----------------------------------------------------------------------------- a released release
+# The release every audit / signing test tampers with: the stage tasks' ``.fn`` (real HiGHS, real store, no
+# Prefect server), published through ``tasks.release.release.fn`` -- the code the flow's ``release`` runs.
+def release_config(root: Path):
+    """A 4 x 5 grid release (eps = 3 / km, eta = 2 km, K = 6, 2 subsets, 200 simulated individuals)."""
+    from flows.config import parse_config
+
+    return parse_config(
+        {
+            "store": str(root),
+            "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
+            "privacy": {"epsilon": 3.0, "eta": 2.0},
+            "partition": {"subsets": 2},
+            "release": {"simulate": True, "n_individuals": 200},
+            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"]},
+        }
+    )
+
+
+def build_release(root: Path) -> tuple:
+    """Every stage of :func:`release_config` into the store at ``root``: (Store, {stage: ArtifactRef})."""
+    from artifacts.store import Store
+
+    return Store(root), run_stages(root, release_config(root))
+
+
+def manifest_fields(store, refs: dict, sol, post, cfg=None) -> dict:
+    """The manifest's ``config``, ``privacy`` and ``solve`` blocks as flows.release.release_flow writes them."""
+    from flows.release import release_fields
+    from mdp_core.release import audit
+    from mdp_core.runtime.files import read_json
+
+    solve_info = read_json(store.path(sol, "solve.json"))
+    inst_meta = read_json(store.path(refs["export"], "instance.json"))
+    prov = read_json(store.path(post, audit.PROVENANCE))
+    cfg = cfg or release_config(store.root)
+    return {"config": cfg.model_dump(mode="json")} | release_fields(inst_meta, solve_info, prov)
+
+
+def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:
+    """What the flow's publication does: manifest (as the flow writes it) + the release task; the release
+    folder. ``cfg``: the config the stages ran with (default :func:`release_config`)."""
+    from tasks import release as release_task
+
+    sol, post = sol or refs["solve"], post or refs["postprocess"]
+    released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
+    manifest = {
+        "format": "mdp-release-manifest",
+        "version": 1,
+        "run_name": run_name,
+        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "postprocess": post}).items()},
+        **manifest_fields(store, refs, sol, post, cfg),
+        "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
+    }
+    return Path(release_task.release.fn(str(store.root), run_name, released, manifest))
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    """The published release folder of :func:`release_config` (one per test module: do not edit it)."""
+    return publish_release(*build_release(tmp_path_factory.mktemp("store")))
+
+
+@pytest.fixture()
+def run(released: Path, tmp_path: Path) -> Path:
+    """A copy of :func:`released` outside any store, for one test to tamper with."""
+    out = tmp_path / "run"
+    shutil.copytree(released, out)
+    return out
+
+
+def _other_key():
+    from mdp_core.release import signing
+
+    return signing.Ed25519PrivateKey.generate()
+
+
+# A key that is not the agency's: tampered copies (outside any store, so no key is pinned) are re-signed
+# with it, so that each test sees the claim it tampers with, not only the broken signature.
+OTHER_KEY = _other_key()
+
+
+def resign(run: Path) -> None:
+    """Sign the release folder ``run`` again, with :data:`OTHER_KEY`."""
+    from mdp_core.release import signing
+
+    signing.sign_release(run, OTHER_KEY)
+
+
+def read(run: Path, name: str) -> dict:
+    """The JSON file ``name`` of the release folder ``run``."""
+    return json.loads((run / name).read_text())
+
+
+def rehash(run: Path, name: str) -> None:
+    """Record ``name``'s new sha256 wherever the release names it (provenance, then the manifest's
+    released files and stage entry), and re-sign (:func:`resign`): only the claim itself is then wrong."""
+    from mdp_core.release import audit
+    from mdp_core.runtime.files import file_sha256
+
+    stage, file = audit._stage_of(name)
+    if name in ("microdata.parquet", "aggregates.parquet"):
+        p = read(run, audit.PROVENANCE)
+        p[f"{name.split('.')[0]}_sha256"] = file_sha256(run / name)
+        write(run, audit.PROVENANCE, p)
+    if name != "manifest.json":
+        m = read(run, "manifest.json")
+        m["released_files"][name] = m["stages"][stage]["files"][file] = file_sha256(run / name)
+        (run / "manifest.json").write_text(json.dumps(m))
+    resign(run)
+
+
+def write(run: Path, name: str, value: dict) -> None:
+    """Replace the JSON file ``name`` of ``run`` by ``value`` and :func:`rehash` it."""
+    (run / name).write_text(json.dumps(value))
+    rehash(run, name)
+
+
+def edit(run: Path, name: str, change: Callable[[dict], object]) -> None:
+    """Apply ``change`` (in place) to the JSON file ``name`` of ``run``; rehashed."""
+    value = read(run, name)
+    change(value)
+    write(run, name, value)
+
+
+def edit_table(run: Path, name: str, change: Callable) -> None:
+    """Apply ``change`` (in place, to a pandas DataFrame) to the Parquet file ``name`` of ``run``; rehashed."""
+    import pyarrow.parquet as pq
+
+    frame = pq.read_table(run / name).to_pandas()
+    change(frame)
+    frame.to_parquet(run / name, index=False)
+    rehash(run, name)
+
+
+def edit_report(run: Path, change: Callable[[str], str]) -> None:
+    """Replace report.md of ``run`` by ``change(its text)``; rehashed."""
+    (run / "report.md").write_text(change((run / "report.md").read_text()))
+    rehash(run, "report.md")
+
+
+def claims_of(run: Path) -> dict:
+    """The machine-readable claims block of report.md."""
+    m = re.search(r"<!-- mdp-release-claims (\{.*\}) -->", (run / "report.md").read_text())
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+# ----------------------------------------------------------------------------- a secret microdata table
+N_PEOPLE = 400
+POPULATION = "test-people"
+
+
+def people_table(path: Path, seed: int = 7, n: int = N_PEOPLE):
+    """A made-up secret table written to ``path`` (CSV) and returned: people near the cells of the 5 x 6 grid
+    (lat, lon), with an internal id (ssn)."""
+    import pandas as pd
+
+    inst = grid(5, 6, n_outputs=None, seed=0)
+    rng = np.random.default_rng(seed)
+    home = rng.choice(inst.n_records, size=n, p=np.linspace(1, 3, inst.n_records) / np.linspace(1, 3, 30).sum())
+    pts = inst.records[["lat", "lon"]].to_numpy()[home] + rng.normal(0, 0.0005, size=(n, 2))
+    df = pd.DataFrame({"ssn": [f"123-45-{k:04d}" for k in range(n)], "lat": pts[:, 0], "lon": pts[:, 1]})
+    df.to_csv(path, index=False)
+    return df
+
+
+def people_config(root: Path, table: Path, **release):
+    """A 5 x 6 grid release (eps = 2 / km, eta = 1.5 km) of the agency's table ``table``; ``release``: more
+    ``[release]`` settings."""
+    from flows.config import parse_config
+
+    return parse_config(
+        {
+            "store": str(root),
+            "dataset": {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}},
+            "privacy": {"epsilon": 2.0, "eta": 1.5},
+            "partition": {"subsets": 2},
+            "release": {"microdata": str(table), "population": POPULATION, "eps_counts": 1.0}
+            | {"max_total_epsilon": 1000.0}
+            | release,
+            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 2},
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- the mdp-release console script
+MDP = str(Path(sys.executable).parent / "mdp-release")  # the console script, as a user runs it
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+def server_env(server: dict, home: Path, **more: str) -> dict[str, str]:
+    """The environment of a command run against the session's Prefect ``server`` (:func:`prefect_server`):
+    quiet, its API URL and home, ``MDP_RELEASE_HOME`` = ``home``, and ``more``."""
+    env = os.environ | QUIET | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"])}
+    return env | {"MDP_RELEASE_HOME": str(home)} | more
+
+
+def run_command(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``args`` (e.g. ``[MDP, "run", ...]``) to its end in ``cwd``, output captured as text."""
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 # ----------------------------------------------------------------------------- tiers (issue 31)
 OPS_TIMEOUT = 900  # s: a test of the ops tier (real servers, scheduled runs, browsers); others: pyproject's 300 s
 # What makes a test "ops", by kind: a regular expression over the source of the test, its fixtures and the
 # test module's helpers and string constants they reach.
 OPS_SIGNS: dict[str, re.Pattern[str]] = {
-    "a Prefect server": re.compile(r"\bprefect_server\b|prefect_test_harness|[\"']server[\"'],\s*[\"']start[\"']|\bserver start\b"),
+    "a Prefect server": re.compile(
+        r"\bprefect_server\b|prefect_test_harness|[\"']server[\"'],\s*[\"']start[\"']|\bserver start\b"
+    ),
     "a browser": re.compile(r"chromium|playwright|\bcdp\.|find_chromium"),
     "a Dask cluster": re.compile(r"LocalCluster|\bdistributed\b|DaskTaskRunner|\bdask_cluster\b"),
     "an mdp-release subprocess": re.compile(r"/mdp-release$|which\([\"']mdp-release[\"']\)", re.M),
@@ -223,7 +430,11 @@ def ops_reasons(item: pytest.Item) -> list[str]:
         for fixturedef in defs:
             func = inspect.unwrap(fixturedef.func)
             code = getattr(func, "__code__", None)
-            if code is not None and code.co_filename.startswith(tests_dir) and fixturedef.argname != "_no_servers_outside_ops":
+            if (
+                code is not None
+                and code.co_filename.startswith(tests_dir)
+                and fixturedef.argname != "_no_servers_outside_ops"
+            ):
                 _reached(func, funcs)
     if isinstance(item, pytest.Function):
         _reached(item.function, funcs)
