@@ -36,7 +36,7 @@ from mdp_core.solvers.verify import objective, verify
 CFG = release_config(Path("."))  # the released release's settings (conftest.release_config)
 EPS, ETA = CFG.privacy.epsilon, CFG.privacy.eta
 N, EPS_COUNTS = CFG.release.n_individuals, CFG.release.eps_counts
-K = CFG.dataset.params.n_outputs
+K = CFG.dataset.params["n_outputs"]
 
 
 def loss_and_ratio(run: Path) -> tuple[float, float]:
