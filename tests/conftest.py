@@ -384,7 +384,12 @@ OPS_SIGNS: dict[str, re.Pattern[str]] = {
 }
 # Tests measured over ~3 s (--durations=0 on the 2-core machine, seconds noted) in modules whose owners mark
 # them explicitly: {node id prefix: seconds}. Remove an entry once its module carries ``@pytest.mark.slow``.
-MEASURED_SLOW: dict[str, float] = {}
+MEASURED_SLOW: dict[str, float] = {
+    "test_docs.py::test_every_shell_command_works_as_written[README.md]": 155.0,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/reproduce.md]": 46.0,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/methods.md]": 20.0,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/datasets.md]": 9.0,
+}
 
 
 def _reached(func: Callable, seen: dict[int, object]) -> None:
