@@ -27,8 +27,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import types
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -77,7 +79,7 @@ def instance_dir(tmp_path: Path, grid_small: Instance) -> Path:
     return out
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -88,7 +90,7 @@ def prefect_server(tmp_path_factory):
     """A real `prefect server start` on a free loopback port, ONE for the whole test session (every test
     module that needs a server uses this fixture): {"url": API URL, "home": its PREFECT_HOME}."""
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     # The scheduler looks for due deployments every 5 s instead of 60 s: scheduled-run tests finish sooner.
     # The UI must call this server's API (not the default port 4200); SQLite waits longer for its lock on
@@ -368,6 +370,197 @@ def server_env(server: dict, home: Path, **more: str) -> dict[str, str]:
 def run_command(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     """``args`` (e.g. ``[MDP, "run", ...]``) to its end in ``cwd``, output captured as text."""
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- stopping a dense solve
+# (tests/test_stop.py, tests/test_cancel.py)
+STOP_WITHIN = 10.0  # seconds from the signal / deadline to the end (generous: 2 shared cores)
+
+
+def children(pid: int) -> set[int]:
+    """Every descendant of ``pid`` (Linux /proc), but multiprocessing's resource tracker (one per process
+    that used spawn, alive until that process ends)."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = {int(x) for x in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo += sorted(kids - out)
+            out |= kids
+    return {p for p in out if b"resource_tracker" not in cmdline(p)}
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: set[int], within: float) -> set[int]:
+    end = time.monotonic() + within
+    while time.monotonic() < end and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return {p for p in pids if alive(p)}
+
+
+DENSE_RUN_CONFIG = """
+store = "{store}"
+[dataset]
+kind = "synthetic"
+params = {{ n_records = 300, n_outputs = 100, seed = 0 }}
+[privacy]
+epsilon = 10.0
+eta = 2.0
+[solve]
+method = "lp"
+[release]
+simulate = true
+n_individuals = 300
+[evaluate]
+baselines = []
+eps_factors = [1.0]
+{extra}
+"""
+
+
+def run_until_solving(server, tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen, list[str], float]:
+    """``mdp-release run`` on the dense instance; returns once the solve stage has started (its first
+    log line), with the stderr lines collected by a thread and the time the solve started."""
+    cfg = tmp_path / "dense.toml"
+    cfg.write_text(DENSE_RUN_CONFIG.format(store=tmp_path / "store", extra=extra))
+    env = os.environ | {
+        "PREFECT_API_URL": server["url"],
+        "PREFECT_HOME": str(server["home"]),
+        "MDP_RELEASE_HOME": str(tmp_path),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "MPLBACKEND": "Agg",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for ln in proc.stderr:
+            lines.append(ln)
+            if "solve[lp]: N=300" in ln:
+                started.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not started.wait(120):
+        proc.kill()
+        raise AssertionError("the solve stage did not start:\n" + "".join(lines[-30:]))
+    return proc, lines, time.monotonic()
+
+
+def nothing_published(store: Path) -> None:
+    runs = [p.name for p in (store / "runs").iterdir()] if (store / "runs").exists() else []
+    assert all(n.endswith("-failed") for n in runs), runs
+    solve_dir = store / "objects" / "solve"
+    assert not solve_dir.exists() or not any(solve_dir.iterdir())
+
+
+# ----------------------------------------------------------------------------- scheduled runs on the session's server
+# (tests/test_operate.py, tests/test_operate_microdata.py)
+def operate_env(server, tmp_path: Path) -> dict[str, str]:
+    return (
+        os.environ
+        | QUIET
+        | {
+            "PREFECT_API_URL": server["url"],
+            "PREFECT_HOME": str(server["home"]),
+            "MDP_RELEASE_HOME": str(tmp_path),
+            "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+            "PREFECT_WORKER_QUERY_SECONDS": "2",
+        }
+    )
+
+
+def api_post(server, path: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(
+        server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    for attempt in range(4):  # a busy 2-core machine can keep the server from answering for a while
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.load(r)
+        except (TimeoutError, OSError):
+            if attempt == 3:
+                raise
+            time.sleep(2)
+    raise AssertionError("unreachable")
+
+
+def runs_of(server, deployment: str) -> list[dict]:
+    return api_post(server, "/flow_runs/filter", {"deployments": {"name": {"any_": [deployment]}}})
+
+
+def start_logged(args: list[str], cwd: Path, env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=env,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def first_completed(server, procs: dict[str, subprocess.Popen], limit: float) -> dict[str, dict]:
+    """{deployment: its first COMPLETED flow run} for every deployment of ``procs`` (its serving process),
+    waiting at most ``limit`` s; a deployment's process is stopped once it has one (a failed or crashed run
+    fails the test at once); every process is stopped on the way out."""
+    done: dict[str, dict] = {}
+    try:
+        t0 = time.monotonic()
+        while len(done) < len(procs) and time.monotonic() - t0 < limit:
+            for dep in procs:
+                if dep in done:
+                    continue
+                runs = runs_of(server, dep)
+                failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
+                assert not failed, f"{dep}: {failed[0]['state']['message']}"
+                ok = [r for r in runs if r["state_type"] == "COMPLETED"]
+                if ok:  # the first: it published (a later identical one publishes nothing new)
+                    done[dep] = min(ok, key=lambda r: r["start_time"])
+                    stop_group(procs[dep])  # one completed scheduled run is the proof: spare the machine
+            time.sleep(3)
+    finally:
+        for p in procs.values():
+            stop_group(p)
+    return done
 
 
 # ----------------------------------------------------------------------------- tiers (issue 31)

@@ -22,6 +22,7 @@ from conftest import (
     people_table,
     publish_release,
     read,
+    rehash,  # noqa: F401 -- tests/test_audit_v3.py imports it from here until it imports conftest's
     release_config,
     run_stages,
     write,
