@@ -582,6 +582,11 @@ MEASURED_SLOW: dict[str, float] = {
     "test_docs.py::test_every_shell_command_works_as_written[docs/reproduce.md]": 46.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/methods.md]": 20.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/datasets.md]": 9.0,
+    "test_rowgen.py::test_lagrangian_steps_keep_the_bound_valid_and_save_rounds[process]": 6.2,
+    "test_rowgen.py::test_a_stop_during_overlapped_rounds_ends_the_solve_within_seconds": 3.1,
+    "test_benders.py::test_process_executor_matches_serial": 3.9,
+    "test_guarantee_in_operation.py::test_versions_of_a_table_spend_from_one_population_budget": 3.3,
+    "test_guarantee_in_operation.py::test_the_cap_is_kept_whatever_a_later_config_says": 3.1,
 }
 
 
