@@ -681,9 +681,31 @@ def _no_servers_outside_ops(request: pytest.FixtureRequest, monkeypatch: pytest.
         popen_init(self, args, *a, **kw)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
-    spec = sys.modules.get("distributed.deploy.spec")
-    before = len(spec.SpecCluster._instances) if spec else 0
+    try:  # every Dask cluster (LocalCluster, in-process or not) is a SpecCluster (~0.2 s to import, once)
+        from distributed.deploy.spec import SpecCluster
+    except ImportError:  # without the dask extra no test can start one
+        pass
+    else:
+        monkeypatch.setattr(SpecCluster, "__init__", lambda *a, **kw: refuse("a Dask cluster"))
     yield
-    spec = sys.modules.get("distributed.deploy.spec")
-    if spec is not None and len(spec.SpecCluster._instances) > before:
-        refuse("a Dask cluster")
+
+
+TIER_SECONDS: dict[str, list[float]] = {}  # tier -> [seconds of setup + call + teardown, number of tests]
+
+
+def _tier(keywords: object) -> str:
+    return next((t for t in ("ops", "slow", "fast") if t in keywords), "fast")  # type: ignore[operator]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration to its test's tier (the ``when == "call"`` phase counts the test once)."""
+    entry = TIER_SECONDS.setdefault(_tier(report.keywords), [0.0, 0])
+    entry[0] += report.duration
+    entry[1] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """One line per tier: the seconds its tests took (setup + call + teardown) and how many ran."""
+    if TIER_SECONDS:
+        parts = [f"{t} {TIER_SECONDS[t][0]:.1f} s ({TIER_SECONDS[t][1]} tests)" for t in sorted(TIER_SECONDS)]
+        terminalreporter.write_line("time by tier: " + ", ".join(parts))
