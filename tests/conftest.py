@@ -1,13 +1,37 @@
-"""Shared fixtures: small real instances (no mocks) and a helper to edit instance directories."""
+"""Shared fixtures (small real instances, no mocks; the session's Prefect server; a released release and
+its tampering helpers; the ``mdp-release`` subprocess runner) and the suite's tiers.
+
+Tiers (issue 31), marked here from what a test uses, never by hand-kept lists of modules:
+
+- ``ops``: the test needs a Prefect server (the ``prefect_server`` fixture, ``prefect_test_harness``, a
+  ``prefect server start`` subprocess), a browser (chromium / playwright / ``tests/cdp.py``), a Dask cluster
+  (``LocalCluster``, ``distributed``, ``DaskTaskRunner``) or runs the ``mdp-release`` console script in a
+  subprocess. Found in the test function, its fixtures and the module's helpers they call (names resolved
+  transitively in the test module). Per-test timeout 900 s.
+- ``slow``: measured over about 3 s on the 2-core development machine (``--durations=0``): an explicit
+  ``@pytest.mark.slow`` in the test module, or :data:`MEASURED_SLOW` below for modules whose owners have
+  not marked them yet. Per-test timeout 300 s (``timeout`` in pyproject.toml).
+- ``fast``: everything else; ``pytest -m "not slow and not ops"`` (under 2 minutes). A fast or slow test
+  that starts a server, a browser or a cluster anyway fails (:func:`_no_servers_outside_ops`): it must
+  reveal it through one of the signs above, or be marked ``ops``.
+"""
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import types
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +79,7 @@ def instance_dir(tmp_path: Path, grid_small: Instance) -> Path:
     return out
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -66,7 +90,7 @@ def prefect_server(tmp_path_factory):
     """A real `prefect server start` on a free loopback port, ONE for the whole test session (every test
     module that needs a server uses this fixture): {"url": API URL, "home": its PREFECT_HOME}."""
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     # The scheduler looks for due deployments every 5 s instead of 60 s: scheduled-run tests finish sooner.
     # The UI must call this server's API (not the default port 4200); SQLite waits longer for its lock on
@@ -143,3 +167,545 @@ def run_stages(root, cfg) -> dict:
         points=points,
     )
     return refs
+
+
+# ----------------------------------------------------------------------------- a released release
+# The release every audit / signing test tampers with: the stage tasks' ``.fn`` (real HiGHS, real store, no
+# Prefect server), published through ``tasks.release.release.fn`` -- the code the flow's ``release`` runs.
+def release_config(root: Path):
+    """A 4 x 5 grid release (eps = 3 / km, eta = 2 km, K = 6, 2 subsets, 200 simulated individuals)."""
+    from flows.config import parse_config
+
+    return parse_config(
+        {
+            "store": str(root),
+            "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
+            "privacy": {"epsilon": 3.0, "eta": 2.0},
+            "partition": {"subsets": 2},
+            "release": {"simulate": True, "n_individuals": 200},
+            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"]},
+        }
+    )
+
+
+def build_release(root: Path) -> tuple:
+    """Every stage of :func:`release_config` into the store at ``root``: (Store, {stage: ArtifactRef})."""
+    from artifacts.store import Store
+
+    return Store(root), run_stages(root, release_config(root))
+
+
+def manifest_fields(store, refs: dict, sol, post, cfg=None) -> dict:
+    """The manifest's ``config``, ``privacy`` and ``solve`` blocks as flows.release.release_flow writes them."""
+    from flows.release import release_fields
+    from mdp_core.release import audit
+    from mdp_core.runtime.files import read_json
+
+    solve_info = read_json(store.path(sol, "solve.json"))
+    inst_meta = read_json(store.path(refs["export"], "instance.json"))
+    prov = read_json(store.path(post, audit.PROVENANCE))
+    cfg = cfg or release_config(store.root)
+    return {"config": cfg.model_dump(mode="json")} | release_fields(inst_meta, solve_info, prov)
+
+
+def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:
+    """What the flow's publication does: manifest (as the flow writes it) + the release task; the release
+    folder. ``cfg``: the config the stages ran with (default :func:`release_config`)."""
+    from tasks import release as release_task
+
+    sol, post = sol or refs["solve"], post or refs["postprocess"]
+    released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
+    manifest = {
+        "format": "mdp-release-manifest",
+        "version": 1,
+        "run_name": run_name,
+        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "postprocess": post}).items()},
+        **manifest_fields(store, refs, sol, post, cfg),
+        "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
+    }
+    return Path(release_task.release.fn(str(store.root), run_name, released, manifest))
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    """The published release folder of :func:`release_config` (one per test module: do not edit it)."""
+    return publish_release(*build_release(tmp_path_factory.mktemp("store")))
+
+
+@pytest.fixture()
+def run(released: Path, tmp_path: Path) -> Path:
+    """A copy of :func:`released` outside any store, for one test to tamper with."""
+    out = tmp_path / "run"
+    shutil.copytree(released, out)
+    return out
+
+
+def _other_key():
+    from mdp_core.release import signing
+
+    return signing.Ed25519PrivateKey.generate()
+
+
+# A key that is not the agency's: tampered copies (outside any store, so no key is pinned) are re-signed
+# with it, so that each test sees the claim it tampers with, not only the broken signature.
+OTHER_KEY = _other_key()
+
+
+def resign(run: Path) -> None:
+    """Sign the release folder ``run`` again, with :data:`OTHER_KEY`."""
+    from mdp_core.release import signing
+
+    signing.sign_release(run, OTHER_KEY)
+
+
+def read(run: Path, name: str) -> dict:
+    """The JSON file ``name`` of the release folder ``run``."""
+    return json.loads((run / name).read_text())
+
+
+def rehash(run: Path, name: str) -> None:
+    """Record ``name``'s new sha256 wherever the release names it (provenance, then the manifest's
+    released files and stage entry), and re-sign (:func:`resign`): only the claim itself is then wrong."""
+    from mdp_core.release import audit
+    from mdp_core.runtime.files import file_sha256
+
+    stage, file = audit._stage_of(name)
+    if name in ("microdata.parquet", "aggregates.parquet"):
+        p = read(run, audit.PROVENANCE)
+        p[f"{name.split('.')[0]}_sha256"] = file_sha256(run / name)
+        write(run, audit.PROVENANCE, p)
+    if name != "manifest.json":
+        m = read(run, "manifest.json")
+        m["released_files"][name] = m["stages"][stage]["files"][file] = file_sha256(run / name)
+        (run / "manifest.json").write_text(json.dumps(m))
+    resign(run)
+
+
+def write(run: Path, name: str, value: dict) -> None:
+    """Replace the JSON file ``name`` of ``run`` by ``value`` and :func:`rehash` it."""
+    (run / name).write_text(json.dumps(value))
+    rehash(run, name)
+
+
+def edit(run: Path, name: str, change: Callable[[dict], object]) -> None:
+    """Apply ``change`` (in place) to the JSON file ``name`` of ``run``; rehashed."""
+    value = read(run, name)
+    change(value)
+    write(run, name, value)
+
+
+def edit_table(run: Path, name: str, change: Callable) -> None:
+    """Apply ``change`` (in place, to a pandas DataFrame) to the Parquet file ``name`` of ``run``; rehashed."""
+    import pyarrow.parquet as pq
+
+    frame = pq.read_table(run / name).to_pandas()
+    change(frame)
+    frame.to_parquet(run / name, index=False)
+    rehash(run, name)
+
+
+def edit_report(run: Path, change: Callable[[str], str]) -> None:
+    """Replace report.md of ``run`` by ``change(its text)``; rehashed."""
+    (run / "report.md").write_text(change((run / "report.md").read_text()))
+    rehash(run, "report.md")
+
+
+def claims_of(run: Path) -> dict:
+    """The machine-readable claims block of report.md."""
+    m = re.search(r"<!-- mdp-release-claims (\{.*\}) -->", (run / "report.md").read_text())
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+# ----------------------------------------------------------------------------- a secret microdata table
+N_PEOPLE = 400
+POPULATION = "test-people"
+
+
+def people_table(path: Path, seed: int = 7, n: int = N_PEOPLE):
+    """A made-up secret table written to ``path`` (CSV) and returned: people near the cells of the 5 x 6 grid
+    (lat, lon), with an internal id (ssn)."""
+    import pandas as pd
+
+    inst = grid(5, 6, n_outputs=None, seed=0)
+    rng = np.random.default_rng(seed)
+    home = rng.choice(inst.n_records, size=n, p=np.linspace(1, 3, inst.n_records) / np.linspace(1, 3, 30).sum())
+    pts = inst.records[["lat", "lon"]].to_numpy()[home] + rng.normal(0, 0.0005, size=(n, 2))
+    df = pd.DataFrame({"ssn": [f"123-45-{k:04d}" for k in range(n)], "lat": pts[:, 0], "lon": pts[:, 1]})
+    df.to_csv(path, index=False)
+    return df
+
+
+def people_config(root: Path, table: Path, **release):
+    """A 5 x 6 grid release (eps = 2 / km, eta = 1.5 km) of the agency's table ``table``; ``release``: more
+    ``[release]`` settings."""
+    from flows.config import parse_config
+
+    return parse_config(
+        {
+            "store": str(root),
+            "dataset": {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}},
+            "privacy": {"epsilon": 2.0, "eta": 1.5},
+            "partition": {"subsets": 2},
+            "release": {"microdata": str(table), "population": POPULATION, "eps_counts": 1.0}
+            | {"max_total_epsilon": 1000.0}
+            | release,
+            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 2},
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- the mdp-release console script
+MDP = str(Path(sys.executable).parent / "mdp-release")  # the console script, as a user runs it
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+def server_env(server: dict, home: Path, **more: str) -> dict[str, str]:
+    """The environment of a command run against the session's Prefect ``server`` (:func:`prefect_server`):
+    quiet, its API URL and home, ``MDP_RELEASE_HOME`` = ``home``, and ``more``."""
+    env = os.environ | QUIET | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"])}
+    return env | {"MDP_RELEASE_HOME": str(home)} | more
+
+
+def run_command(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``args`` (e.g. ``[MDP, "run", ...]``) to its end in ``cwd``, output captured as text."""
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- stopping a dense solve
+# (tests/test_stop.py, tests/test_cancel.py)
+STOP_WITHIN = 10.0  # seconds from the signal / deadline to the end (generous: 2 shared cores)
+
+
+def children(pid: int) -> set[int]:
+    """Every descendant of ``pid`` (Linux /proc), but multiprocessing's resource tracker (one per process
+    that used spawn, alive until that process ends)."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = {int(x) for x in (task / "children").read_text().split()}
+            except OSError:
+                continue
+            todo += sorted(kids - out)
+            out |= kids
+    return {p for p in out if b"resource_tracker" not in cmdline(p)}
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: set[int], within: float) -> set[int]:
+    end = time.monotonic() + within
+    while time.monotonic() < end and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return {p for p in pids if alive(p)}
+
+
+DENSE_RUN_CONFIG = """
+store = "{store}"
+[dataset]
+kind = "synthetic"
+params = {{ n_records = 300, n_outputs = 100, seed = 0 }}
+[privacy]
+epsilon = 10.0
+eta = 2.0
+[solve]
+method = "lp"
+[release]
+simulate = true
+n_individuals = 300
+[evaluate]
+baselines = []
+eps_factors = [1.0]
+{extra}
+"""
+
+
+def run_until_solving(server, tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen, list[str], float]:
+    """``mdp-release run`` on the dense instance; returns once the solve stage has started (its first
+    log line), with the stderr lines collected by a thread and the time the solve started."""
+    cfg = tmp_path / "dense.toml"
+    cfg.write_text(DENSE_RUN_CONFIG.format(store=tmp_path / "store", extra=extra))
+    env = os.environ | {
+        "PREFECT_API_URL": server["url"],
+        "PREFECT_HOME": str(server["home"]),
+        "MDP_RELEASE_HOME": str(tmp_path),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "MPLBACKEND": "Agg",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for ln in proc.stderr:
+            lines.append(ln)
+            if "solve[lp]: N=300" in ln:
+                started.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not started.wait(120):
+        proc.kill()
+        raise AssertionError("the solve stage did not start:\n" + "".join(lines[-30:]))
+    return proc, lines, time.monotonic()
+
+
+def nothing_published(store: Path) -> None:
+    runs = [p.name for p in (store / "runs").iterdir()] if (store / "runs").exists() else []
+    assert all(n.endswith("-failed") for n in runs), runs
+    solve_dir = store / "objects" / "solve"
+    assert not solve_dir.exists() or not any(solve_dir.iterdir())
+
+
+# ----------------------------------------------------------------------------- scheduled runs on the session's server
+# (tests/test_operate.py, tests/test_operate_microdata.py)
+def operate_env(server, tmp_path: Path) -> dict[str, str]:
+    return (
+        os.environ
+        | QUIET
+        | {
+            "PREFECT_API_URL": server["url"],
+            "PREFECT_HOME": str(server["home"]),
+            "MDP_RELEASE_HOME": str(tmp_path),
+            "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+            "PREFECT_WORKER_QUERY_SECONDS": "2",
+        }
+    )
+
+
+def api_post(server, path: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(
+        server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    for attempt in range(4):  # a busy 2-core machine can keep the server from answering for a while
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.load(r)
+        except (TimeoutError, OSError):
+            if attempt == 3:
+                raise
+            time.sleep(2)
+    raise AssertionError("unreachable")
+
+
+def runs_of(server, deployment: str) -> list[dict]:
+    return api_post(server, "/flow_runs/filter", {"deployments": {"name": {"any_": [deployment]}}})
+
+
+def start_logged(args: list[str], cwd: Path, env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=env,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def first_completed(server, procs: dict[str, subprocess.Popen], limit: float) -> dict[str, dict]:
+    """{deployment: its first COMPLETED flow run} for every deployment of ``procs`` (its serving process),
+    waiting at most ``limit`` s; a deployment's process is stopped once it has one (a failed or crashed run
+    fails the test at once); every process is stopped on the way out."""
+    done: dict[str, dict] = {}
+    try:
+        t0 = time.monotonic()
+        while len(done) < len(procs) and time.monotonic() - t0 < limit:
+            for dep in procs:
+                if dep in done:
+                    continue
+                runs = runs_of(server, dep)
+                failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
+                assert not failed, f"{dep}: {failed[0]['state']['message']}"
+                ok = [r for r in runs if r["state_type"] == "COMPLETED"]
+                if ok:  # the first: it published (a later identical one publishes nothing new)
+                    done[dep] = min(ok, key=lambda r: r["start_time"])
+                    stop_group(procs[dep])  # one completed scheduled run is the proof: spare the machine
+            time.sleep(3)
+    finally:
+        for p in procs.values():
+            stop_group(p)
+    return done
+
+
+# ----------------------------------------------------------------------------- tiers (issue 31)
+OPS_TIMEOUT = 900  # s: a test of the ops tier (real servers, scheduled runs, browsers); others: pyproject's 300 s
+# What makes a test "ops", by kind: a regular expression over the source of the test, its fixtures and the
+# test module's helpers and string constants they reach.
+OPS_SIGNS: dict[str, re.Pattern[str]] = {
+    "a Prefect server": re.compile(
+        r"\bprefect_server\b|prefect_test_harness|[\"']server[\"'],\s*[\"']start[\"']|\bserver start\b"
+    ),
+    "a browser": re.compile(r"chromium|playwright|\bcdp\.|find_chromium"),
+    "a Dask cluster": re.compile(r"LocalCluster|\bdistributed\b|DaskTaskRunner|\bdask_cluster\b"),
+    "an mdp-release subprocess": re.compile(r"/mdp-release$|which\([\"']mdp-release[\"']\)", re.M),
+}
+# Tests measured over ~3 s (--durations=0 on the 2-core machine, seconds noted) in modules whose owners mark
+# them explicitly: {node id prefix: seconds}. Remove an entry once its module carries ``@pytest.mark.slow``.
+MEASURED_SLOW: dict[str, float] = {
+    "test_docs.py::test_every_shell_command_works_as_written[README.md]": 155.0,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/reproduce.md]": 46.0,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/methods.md]": 20.0,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/datasets.md]": 9.0,
+    "test_rowgen.py::test_lagrangian_steps_keep_the_bound_valid_and_save_rounds[process]": 6.2,
+    "test_rowgen.py::test_a_stop_during_overlapped_rounds_ends_the_solve_within_seconds": 3.1,
+    "test_benders.py::test_process_executor_matches_serial": 3.9,
+    "test_guarantee_in_operation.py::test_versions_of_a_table_spend_from_one_population_budget": 3.3,
+    "test_guarantee_in_operation.py::test_the_cap_is_kept_whatever_a_later_config_says": 3.1,
+}
+
+
+def _reached(func: Callable, seen: dict[int, object]) -> None:
+    """Add ``func`` and what it names in its own test module (functions, classes, string constants),
+    transitively, to ``seen`` (id -> object)."""
+    if id(func) in seen:
+        return
+    seen[id(func)] = func
+    code = getattr(func, "__code__", None)
+    module = getattr(func, "__globals__", {})
+    if code is None:
+        return
+    names: set[str] = set()
+    stack = [code]
+    while stack:  # nested functions, lambdas and comprehensions
+        c = stack.pop()
+        names |= set(c.co_names)
+        stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    tests_dir = str(Path(__file__).parent)
+    for name in names:
+        value = module.get(name)
+        if isinstance(value, str):
+            seen.setdefault(id(value), value)
+        elif isinstance(value, types.FunctionType) and value.__code__.co_filename.startswith(tests_dir):
+            _reached(value, seen)
+
+
+def _source_of(obj: object) -> str:
+    if isinstance(obj, str):
+        return obj
+    try:
+        return inspect.getsource(obj)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return ""
+
+
+def ops_reasons(item: pytest.Item) -> list[str]:
+    """What a collected test uses that puts it in the ops tier (empty: none)."""
+    funcs: dict[int, object] = {}
+    fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    tests_dir = str(Path(__file__).parent)
+    for defs in fixturedefs.values():
+        for fixturedef in defs:
+            func = inspect.unwrap(fixturedef.func)
+            code = getattr(func, "__code__", None)
+            if (
+                code is not None
+                and code.co_filename.startswith(tests_dir)
+                and fixturedef.argname != "_no_servers_outside_ops"
+            ):
+                _reached(func, funcs)
+    if isinstance(item, pytest.Function):
+        _reached(item.function, funcs)
+    text = "\n".join(_source_of(f) for f in funcs.values())
+    return [kind for kind, sign in OPS_SIGNS.items() if sign.search(text)]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test ``ops`` / ``slow`` (see the module docstring); ``fast`` is what is neither."""
+    for item in items:
+        if ops_reasons(item):
+            item.add_marker(pytest.mark.ops)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(OPS_TIMEOUT))
+        if any(item.nodeid.startswith(f"tests/{prefix}") for prefix in MEASURED_SLOW):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("ops") is None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.fast)
+
+
+SERVER_PROCESS = re.compile(r"uvicorn|prefect\.server|\bserver start\b|chrom|playwright|distributed|dask-")
+
+
+@pytest.fixture(autouse=True)
+def _no_servers_outside_ops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test outside the ops tier that starts a Prefect server (``prefect server start``, the ephemeral or
+    test-harness uvicorn), a browser or a Dask cluster fails, naming what it started."""
+    if request.node.get_closest_marker("ops") is not None:
+        yield
+        return
+
+    def refuse(what: str) -> None:
+        pytest.fail(f"{request.node.nodeid} starts {what} but is not in the ops tier (see tests/conftest.py)")
+
+    popen_init = subprocess.Popen.__init__
+
+    def guarded(self, args, *a, **kw):  # type: ignore[no-untyped-def]
+        line = " ".join(map(str, args)) if isinstance(args, list | tuple) else str(args)
+        if SERVER_PROCESS.search(line):
+            refuse(f"the process {line[:120]!r}")
+        popen_init(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+    try:  # every Dask cluster (LocalCluster, in-process or not) is a SpecCluster (~0.2 s to import, once)
+        from distributed.deploy.spec import SpecCluster
+    except ImportError:  # without the dask extra no test can start one
+        pass
+    else:
+        monkeypatch.setattr(SpecCluster, "__init__", lambda *a, **kw: refuse("a Dask cluster"))
+    yield
+
+
+TIER_SECONDS: dict[str, list[float]] = {}  # tier -> [seconds of setup + call + teardown, number of tests]
+
+
+def _tier(keywords: object) -> str:
+    return next((t for t in ("ops", "slow", "fast") if t in keywords), "fast")  # type: ignore[operator]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration to its test's tier (the ``when == "call"`` phase counts the test once)."""
+    entry = TIER_SECONDS.setdefault(_tier(report.keywords), [0.0, 0])
+    entry[0] += report.duration
+    entry[1] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """One line per tier: the seconds its tests took (setup + call + teardown) and how many ran."""
+    if TIER_SECONDS:
+        parts = [f"{t} {TIER_SECONDS[t][0]:.1f} s ({TIER_SECONDS[t][1]} tests)" for t in sorted(TIER_SECONDS)]
+        terminalreporter.write_line("time by tier: " + ", ".join(parts))

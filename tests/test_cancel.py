@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_stop import STOP_WITHIN, _children, _nothing_published, _run_until_solving, _wait_gone
+from conftest import DENSE_RUN_CONFIG, STOP_WITHIN, children, nothing_published, run_until_solving, wait_gone
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
@@ -91,7 +91,7 @@ def _check_cancelled(server: dict[str, Any], run_id: str, store: Path, reason: s
     record = _record(store)
     assert record["state"] == "cancelled" and record["stage"] == "solve", record
     assert record["reason"].startswith("cancelled at solve: Interrupted: solve stopped: " + reason), record
-    _nothing_published(store)
+    nothing_published(store)
     keys = store / "prefect" / "keys"  # the stopped stage left no Prefect cache record
     stage_keys = {p.name for p in (store / "objects").glob("*/*")} if (store / "objects").exists() else set()
     assert not keys.exists() or {p.name for p in keys.iterdir()} <= stage_keys
@@ -101,11 +101,11 @@ def test_prefect_flow_run_cancel_ends_a_cli_run_cancelled_within_seconds(prefect
     """``prefect flow-run cancel ID`` of a running ``mdp-release run``: the run is Cancelled (not left
     Cancelling) within seconds, its solve task run Cancelled, one record, exit 1."""
     since = time.time()
-    proc, lines, _ = _run_until_solving(prefect_server, tmp_path)
+    proc, lines, _ = run_until_solving(prefect_server, tmp_path)
     try:
         run_id = _flow_run_of(prefect_server, since)["id"]
         time.sleep(3.0)
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         env = os.environ | {"PREFECT_API_URL": prefect_server["url"], "PREFECT_HOME": str(prefect_server["home"])}
         t0 = time.monotonic()
         out = subprocess.run(
@@ -128,7 +128,7 @@ def test_prefect_flow_run_cancel_ends_a_cli_run_cancelled_within_seconds(prefect
     assert proc.returncode == 1, text[-3000:]
     assert "mdp-release: error: solve stopped: the flow run was cancelled (Cancelling)" in text, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
-    assert not _wait_gone(workers, STOP_WITHIN)
+    assert not wait_gone(workers, STOP_WITHIN)
     _check_cancelled(prefect_server, run_id, tmp_path / "store", "the flow run was cancelled (Cancelling)")
 
 
@@ -136,7 +136,7 @@ def test_sigterm_ends_a_cli_run_cancelled(prefect_server, tmp_path):
     """SIGTERM to ``mdp-release run`` during the solve: the run ends Cancelled (not Failed) within
     seconds, its solve task run Cancelled, one record, exit 1."""
     since = time.time()
-    proc, lines, _ = _run_until_solving(prefect_server, tmp_path)
+    proc, lines, _ = run_until_solving(prefect_server, tmp_path)
     try:
         run_id = _flow_run_of(prefect_server, since)["id"]
         time.sleep(3.0)
@@ -161,10 +161,8 @@ def test_cancel_of_a_served_run_ends_it_and_its_solve_task_cancelled(prefect_ser
     its solve task run Cancelled without a traceback (before: Failed with one), one cancellation record
     (the run's process writes it; the runner's own ``on_cancellation`` hook, called after the process
     ended, finds it written and no longer fails), and serve keeps serving."""
-    from test_stop import RUN_CONFIG
-
     cfg = tmp_path / "dense.toml"
-    cfg.write_text('name = "cancel-serve"\n' + RUN_CONFIG.format(store=tmp_path / "store", extra=""))
+    cfg.write_text('name = "cancel-serve"\n' + DENSE_RUN_CONFIG.format(store=tmp_path / "store", extra=""))
     env = os.environ | {
         "PREFECT_API_URL": prefect_server["url"],
         "PREFECT_HOME": str(prefect_server["home"]),
@@ -236,18 +234,16 @@ def test_cancel_of_a_served_run_ends_it_and_its_solve_task_cancelled(prefect_ser
     record = _record(tmp_path / "store")
     assert record["state"] == "cancelled" and record["flow_run_id"] == run_id, record
     assert record["reason"].startswith("cancelled at solve: "), record
-    _nothing_published(tmp_path / "store")
+    nothing_published(tmp_path / "store")
 
 
 def test_sigterm_to_a_batch_cancels_its_running_release(prefect_server, tmp_path):
     """SIGTERM to ``mdp-release run --config a --config b`` during a's solve: a's release run ends Cancelled
     with its record in its own store, b never starts, the batch run ends Cancelled, exit 1."""
-    from test_stop import RUN_CONFIG
-
     paths = []
     for name in ("batch-a", "batch-b"):
         path = tmp_path / f"{name}.toml"
-        path.write_text(f'name = "{name}"\n' + RUN_CONFIG.format(store=tmp_path / name, extra=""))
+        path.write_text(f'name = "{name}"\n' + DENSE_RUN_CONFIG.format(store=tmp_path / name, extra=""))
         paths.append(path)
     env = os.environ | {
         "PREFECT_API_URL": prefect_server["url"],

@@ -8,9 +8,7 @@ manifests (``stages.<name>.cache_hit``), never from timing.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 import urllib.request
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import run_command, server_env
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
@@ -27,7 +26,6 @@ STAGES = ["ingest", "graph", "partition", "export", "solve", "postprocess", "eva
 TIMED = {"evaluation.parquet", "trace.parquet"}
 # Drawn with the store's secret draw: the same bytes from the same store, different in another store.
 DRAWN = {"microdata.parquet", "aggregates.parquet", "cbdp_error.parquet"}
-QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg"}
 
 
 CONFIG = """
@@ -56,15 +54,11 @@ def _run(server, tmp_path: Path, store: Path, *extra: str, **cfg) -> dict:
     values = {"store": store, "epsilon": 10.0, "partition": "kmdv", "method": "benders"} | cfg
     path = tmp_path / f"cfg-{time.monotonic_ns()}.toml"
     path.write_text(CONFIG.format(**values) + values.get("tail", ""))
-    env = (
-        os.environ
-        | QUIET
-        | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
-    )
+    env = server_env(server, tmp_path)
     args = [sys.executable, "-m", "flows.cli", "run", "--json", *extra]
     if "--from-manifest" not in extra:
         args += ["--config", str(path)]
-    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_command(args, tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)  # this run's manifest (a run that published nothing new has no file of its own)
 
@@ -176,9 +170,9 @@ def test_rerun_from_manifest_reproduces_parquet_bytes(prefect_server, tmp_path):
         if name in TIMED or name in ("solve.json", "report.md"):  # wall-clock timings inside
             continue
         assert again["released_files"][name] == digest, name
-    env = os.environ | QUIET | {"PREFECT_API_URL": prefect_server["url"], "PREFECT_HOME": str(prefect_server["home"])}
+    env = server_env(prefect_server, tmp_path)
     args = [sys.executable, "-m", "flows.cli", "run", "--from-manifest", str(saved), "--store", str(tmp_path / "b")]
-    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_command(args, tmp_path, env)
     assert proc.returncode == 2 and "reproduced only from the store that made it" in proc.stderr, proc.stderr[-2000:]
 
 
@@ -208,15 +202,11 @@ max_workers = {workers}
 
 
 def _cli(server, tmp_path: Path, *configs: Path) -> list[dict]:
-    env = (
-        os.environ
-        | QUIET
-        | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
-    )
+    env = server_env(server, tmp_path)
     args = [sys.executable, "-m", "flows.cli", "run", "--json"]
     for c in configs:
         args += ["--config", str(c)]
-    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_command(args, tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout)
     return out if isinstance(out, list) else [out]

@@ -34,6 +34,7 @@ def long_lp():
     return synthetic(n_records=150, n_outputs=40, epsilon=10.0, seed=0)
 
 
+@pytest.mark.slow  # 6.2 s measured (--durations=0, 2 shared cores)
 def test_stop_request_from_another_thread_ends_a_long_solve(long_lp):
     asked: list[float] = []
 
@@ -59,6 +60,7 @@ def test_stop_request_from_another_thread_ends_a_long_solve(long_lp):
     assert "solve stopped: operator pressed stop" in str(err) and "lp component" in str(err)
 
 
+@pytest.mark.slow  # 3.3 s measured (--durations=0, 2 shared cores)
 def test_a_3_s_deadline_stops_the_solve_with_a_timeout(long_lp):
     t0 = time.monotonic()
     with control.scope(timeout=3.0, label="solve"), pytest.raises(StageTimeout) as info:
@@ -85,6 +87,7 @@ def test_sigint_inside_highs_is_raised_after_the_run_stops(long_lp):
     assert time.monotonic() - t0 < 2.0 + STOP_WITHIN
 
 
+@pytest.mark.slow  # 3.2 s measured (--durations=0, 2 shared cores)
 def test_a_stopped_stage_writes_nothing(tmp_path, long_lp):
     store = Store(tmp_path)
     with store.writer("export", "k" * 64) as w:
@@ -139,6 +142,7 @@ class _Sleeper:
         return os.getpid()
 
 
+@pytest.mark.slow  # 5.1 s measured (--durations=0, 2 shared cores)
 def test_stopping_a_process_executor_terminates_its_workers():
     ex = ProcessExecutor(2)
     ex.start(_Sleeper, [1, 2])

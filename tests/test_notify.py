@@ -19,7 +19,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
-from conftest import QUIET
+from conftest import QUIET, free_port
 
 from flows import notify
 from flows.cli import main
@@ -141,10 +141,8 @@ def test_without_a_server_it_says_how_to_get_one_exit_2(tmp_path):
 
 
 def test_a_server_that_does_not_answer_is_an_error_exit_2(monkeypatch, tmp_path, capsys):
-    from conftest import _free_port
-
     monkeypatch.setattr("flows.run.STATE_FILE", tmp_path / "server.json")
-    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{_free_port()}/api")
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{free_port()}/api")
     assert main(["notify", "--release", "x", "--webhook", "http://127.0.0.1:9/h"]) == 2
     assert "no Prefect server answers at http://127.0.0.1:" in capsys.readouterr().err
 

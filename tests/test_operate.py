@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -22,13 +21,23 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import QUIET
+from conftest import (
+    MDP,
+    PREFECT,
+    QUIET,
+    api_post,
+    first_completed,
+    free_port,
+    operate_env,
+    run_command,
+    runs_of,
+    start_logged,
+    stop_group,
+)
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-MDP = str(Path(sys.executable).parent / "mdp-release")  # the console script, as a user runs it
-PREFECT = str(Path(sys.executable).parent / "prefect")
 
 CONFIG = """
 name = "{name}"
@@ -51,91 +60,6 @@ counts_seeds = 2
 """
 
 
-def _env(server, tmp_path: Path) -> dict[str, str]:
-    return (
-        os.environ
-        | QUIET
-        | {
-            "PREFECT_API_URL": server["url"],
-            "PREFECT_HOME": str(server["home"]),
-            "MDP_RELEASE_HOME": str(tmp_path),
-            "PREFECT_RUNNER_POLL_FREQUENCY": "2",
-            "PREFECT_WORKER_QUERY_SECONDS": "2",
-        }
-    )
-
-
-def _run(args: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """A command to its end, output captured as text."""
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def _api(server, path: str, body: dict) -> list[dict]:
-    req = urllib.request.Request(
-        server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    for attempt in range(4):  # a busy 2-core machine can keep the server from answering for a while
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return json.load(r)
-        except (TimeoutError, OSError):
-            if attempt == 3:
-                raise
-            time.sleep(2)
-    raise AssertionError("unreachable")
-
-
-def _runs_of(server, deployment: str) -> list[dict]:
-    return _api(server, "/flow_runs/filter", {"deployments": {"name": {"any_": [deployment]}}})
-
-
-def _start(args: list[str], cwd: Path, env: dict, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=env,
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def first_completed(server, procs: dict[str, subprocess.Popen], limit: float) -> dict[str, dict]:
-    """{deployment: its first COMPLETED flow run} for every deployment of ``procs`` (its serving process),
-    waiting at most ``limit`` s; a deployment's process is stopped once it has one (a failed or crashed run
-    fails the test at once); every process is stopped on the way out."""
-    done: dict[str, dict] = {}
-    try:
-        t0 = time.monotonic()
-        while len(done) < len(procs) and time.monotonic() - t0 < limit:
-            for dep in procs:
-                if dep in done:
-                    continue
-                runs = _runs_of(server, dep)
-                failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
-                assert not failed, f"{dep}: {failed[0]['state']['message']}"
-                ok = [r for r in runs if r["state_type"] == "COMPLETED"]
-                if ok:  # the first: it published (a later identical one publishes nothing new)
-                    done[dep] = min(ok, key=lambda r: r["start_time"])
-                    _stop(procs[dep])  # one completed scheduled run is the proof: spare the machine
-            time.sleep(3)
-    finally:
-        for p in procs.values():
-            _stop(p)
-    return done
-
-
 def _write_config(folder: Path, name: str, store: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
@@ -144,7 +68,7 @@ def _write_config(folder: Path, name: str, store: str) -> Path:
 
 
 def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_server, tmp_path):
-    env = _env(prefect_server, tmp_path)
+    env = operate_env(prefect_server, tmp_path)
     # A working directory full of traps: folders named like the project's top-level packages.
     cwd = tmp_path / "elsewhere"
     for trap in ("artifacts", "tasks", "mdp_core"):
@@ -191,11 +115,11 @@ def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_se
     assert deployed.returncode == 0, deployed.stderr[-3000:]
     assert "sched-pool" in deployed.stdout and "prefect worker start --pool sched-pool" in deployed.stdout
     procs = {
-        "sched-serve-serve": _start(
+        "sched-serve-serve": start_logged(
             [MDP, "serve", "--interval", "30", "--config", str(serve_cfg)], cwd, env, tmp_path / "serve.log"
         ),
-        "sched-python": _start([sys.executable, str(script)], cwd, env, tmp_path / "python.log"),
-        "sched-worker-sched-pool": _start(
+        "sched-python": start_logged([sys.executable, str(script)], cwd, env, tmp_path / "python.log"),
+        "sched-worker-sched-pool": start_logged(
             [PREFECT, "worker", "start", "--pool", "sched-pool"],
             cwd,
             env,
@@ -214,7 +138,7 @@ def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_se
     assert set(done) == set(procs), {d: logs[d] for d in procs if d not in done}
     assert "never awaited" not in logs["sched-serve-serve"]  # serve stopped by SIGTERM, cleanly
     assert procs["sched-serve-serve"].returncode == 0, logs["sched-serve-serve"]
-    left = [r for r in _runs_of(prefect_server, "sched-serve-serve") if r["state_type"] == "SCHEDULED"]
+    left = [r for r in runs_of(prefect_server, "sched-serve-serve") if r["state_type"] == "SCHEDULED"]
     assert not left, f"{len(left)} scheduled runs left after serve stopped"
 
     releases = {  # deployment -> (release name, store)
@@ -235,14 +159,14 @@ def test_scheduled_runs_complete_by_serve_cli_python_serve_and_worker(prefect_se
 
 
 def test_prefect_yaml_deploys_the_flow_from_this_checkout(prefect_server, tmp_path):
-    env = _env(prefect_server, tmp_path) | {"PWD": str(REPO)}
-    created = _run(
+    env = operate_env(prefect_server, tmp_path) | {"PWD": str(REPO)}
+    created = run_command(
         [sys.executable, "-m", "prefect", "work-pool", "create", "mdp-release", "--type", "process"], REPO, env, 120
     )
     assert created.returncode == 0 or "already exists" in created.stdout + created.stderr, created.stderr[-2000:]
-    proc = _run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], REPO, env, 180)
+    proc = run_command([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], REPO, env, 180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    deps = {d["name"]: d for d in _api(prefect_server, "/deployments/filter", {})}
+    deps = {d["name"]: d for d in api_post(prefect_server, "/deployments/filter", {})}
     nightly = deps["nightly"]
     assert nightly["entrypoint"] == "flows/release.py:release_flow" and nightly["work_pool_name"] == "mdp-release"
     assert nightly["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}]
@@ -250,25 +174,25 @@ def test_prefect_yaml_deploys_the_flow_from_this_checkout(prefect_server, tmp_pa
 
 
 def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, tmp_path):
-    env = _env(prefect_server, tmp_path)
+    env = operate_env(prefect_server, tmp_path)
     cfg = tmp_path / "fail.toml"
     # The solve stage gets 1 ms: it times out, the flow fails, the hook records why.
     cfg.write_text(CONFIG.format(name="fails", store=str(tmp_path / "st")) + "[run.timeouts]\nsolve = 0.001\n")
-    proc = _run([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
+    proc = run_command([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
     assert proc.returncode == 1, proc.stderr[-2000:]  # a run failure, not bad input (TimeoutError is an OSError)
     records = list((tmp_path / "st" / "runs").glob("*-failed/FAILED.txt"))
     assert len(records) == 1
     reason = records[0].read_text().splitlines()[0]
     assert reason.startswith("solve: ") and ("timeout" in reason.lower() or "timed out" in reason.lower()), reason
-    runs = _api(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["release:fails"]}}})
+    runs = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["release:fails"]}}})
     assert runs and runs[0]["state_type"] == "FAILED"
-    arts = _api(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["fails-failure"]}}})
+    arts = api_post(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["fails-failure"]}}})
     assert arts and reason in arts[0]["data"]
 
     # [run.timeouts] release applies to the publication too: every stage computes, the door times out,
     # nothing is published.
     cfg.write_text(CONFIG.format(name="late", store=str(tmp_path / "st2")) + "[run.timeouts]\nrelease = 0.001\n")
-    proc = _run([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
+    proc = run_command([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     published = [d.name for d in (tmp_path / "st2" / "runs").iterdir()]
     assert len(published) == 1 and published[0].endswith("-failed"), published
@@ -412,7 +336,7 @@ def test_server_command_reuses_a_running_server_and_reports_status(prefect_serve
     assert started.returncode == 0 and started.stdout == f"export PREFECT_API_URL={prefect_server['url']}\n"
     status = cli("status")
     assert status.returncode == 0 and prefect_server["url"] in status.stdout
-    second = cli("start", "--port", str(_free_port()))  # would orphan the first: refused, nothing started
+    second = cli("start", "--port", str(free_port()))  # would orphan the first: refused, nothing started
     assert second.returncode == 2 and "already running at " + prefect_server["url"] in second.stderr, second.stderr
     assert cli("stop").returncode == 0
     assert cli("status").returncode == 1
@@ -422,7 +346,7 @@ def test_server_command_reuses_a_running_server_and_reports_status(prefect_serve
 
 def test_deploy_with_cron_and_run_now(prefect_server, tmp_path):
     """The README's `mdp-release deploy --pool releases --cron ...` and `prefect deployment run ...`."""
-    env = _env(prefect_server, tmp_path)
+    env = operate_env(prefect_server, tmp_path)
     cfg = _write_config(tmp_path, "cron-release", str(tmp_path / "st"))
     proc = subprocess.run(
         [
@@ -444,14 +368,14 @@ def test_deploy_with_cron_and_run_now(prefect_server, tmp_path):
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    dep = [d for d in _api(prefect_server, "/deployments/filter", {}) if d["name"] == "cron-release-releases"][0]
+    dep = [d for d in api_post(prefect_server, "/deployments/filter", {}) if d["name"] == "cron-release-releases"][0]
     assert [s["schedule"]["cron"] for s in dep["schedules"]] == ["0 3 * * *"]
     assert dep["parameters"]["config"]["store"] == str(tmp_path / "st") and dep["work_pool_name"] == "releases"
-    now = _run(
+    now = run_command(
         [sys.executable, "-m", "prefect", "deployment", "run", "mdp-release/cron-release-releases"], tmp_path, env, 120
     )
     assert now.returncode == 0, now.stdout[-2000:] + now.stderr[-2000:]
-    assert _runs_of(prefect_server, "cron-release-releases"), "no flow run created"
+    assert runs_of(prefect_server, "cron-release-releases"), "no flow run created"
 
 
 def _readme_operations() -> tuple[list[str], str]:
@@ -496,7 +420,7 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
     env |= {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5"}  # for the server `server start` starts
     env |= {"COLUMNS": "250"}  # prefect's tables: full names
     env.pop("PREFECT_API_URL", None)
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     background: dict[str, subprocess.Popen] = {}
     try:
@@ -504,20 +428,22 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
             if i == 0:
                 command += f" --port {port}"
             if command.startswith(("mdp-release serve ", "prefect worker start ")):
-                background[command] = _start(["bash", "-c", f"exec {command}"], work, env, tmp_path / f"bg{i}.log")
+                background[command] = start_logged(
+                    ["bash", "-c", f"exec {command}"], work, env, tmp_path / f"bg{i}.log"
+                )
                 continue
-            proc = _run(["bash", "-c", command], work, env, 240)
+            proc = run_command(["bash", "-c", command], work, env, 240)
             assert proc.returncode == 0, (command, proc.stdout[-2000:], proc.stderr[-2000:])
             if i == 0:
                 assert proc.stdout == f"export PREFECT_API_URL={url}\n", proc.stdout
-                background["python"] = _start([sys.executable, "-c", python], work, env, tmp_path / "python.log")
+                background["python"] = start_logged([sys.executable, "-c", python], work, env, tmp_path / "python.log")
             if command.startswith("prefect deployment ls"):
                 assert f"{name}-releases" in proc.stdout, proc.stdout[-2000:]  # it talks to that server
         server = {"url": url}
         t0, done = time.monotonic(), {}
         while time.monotonic() - t0 < 300 and len(done) < 2:
             for dep in (f"{name}-serve", f"{name}-releases"):
-                runs = _runs_of(server, dep)
+                runs = runs_of(server, dep)
                 failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
                 assert not failed, f"{dep}: {failed[0]['state']['message']}"
                 if any(r["state_type"] == "COMPLETED" for r in runs):
@@ -525,21 +451,21 @@ def test_readme_operations_work_as_written_after_server_start(tmp_path):
             time.sleep(3)
         logs = {p.name: p.read_text(errors="replace")[-2000:] for p in tmp_path.glob("*.log")}
         assert set(done) == {f"{name}-serve", f"{name}-releases"}, logs
-        deployments = {d["name"] for d in _api(server, "/deployments/filter", {})}
+        deployments = {d["name"] for d in api_post(server, "/deployments/filter", {})}
         assert {f"{name}-serve", f"{name}-releases", "nightly"} <= deployments  # the Python API found it
     except BaseException:  # stop the server anyway (it runs in a session of its own)
-        _run(["bash", "-c", "mdp-release server stop"], work, env, 120)
+        run_command(["bash", "-c", "mdp-release server stop"], work, env, 120)
         raise
     finally:
         for proc in background.values():
-            _stop(proc)
+            stop_group(proc)
     [(i, serve)] = [(i, background[c]) for i, c in enumerate(commands) if c.startswith("mdp-release serve ")]
     serve_log = (tmp_path / f"bg{i}.log").read_text(errors="replace")
     assert serve.returncode == 0 and "never awaited" not in serve_log, serve_log[-2000:]
-    assert not [r for r in _runs_of(server, f"{name}-serve") if r["state_type"] == "SCHEDULED"]
+    assert not [r for r in runs_of(server, f"{name}-serve") if r["state_type"] == "SCHEDULED"]
     releases = [p for p in (store / "runs").iterdir() if p.name != "latest"]
     assert releases and all((p / "manifest.json").is_file() for p in releases)
-    stopped = _run(["bash", "-c", "mdp-release server stop"], work, env, 120)
+    stopped = run_command(["bash", "-c", "mdp-release server stop"], work, env, 120)
     assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped"
     assert "PREFECT_API_URL" not in (home / "profiles.toml").read_text()
     t0 = time.monotonic()
@@ -552,14 +478,6 @@ def urllib_healthy(url: str) -> bool:
     from flows.run import healthy
 
     return healthy(url)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 PRIVATE = ("PREFECT__", "os._exit", "sys.modules", "sys.argv[0]", "SubprocessASGIServer", "drain_all", "prefect._")
@@ -597,7 +515,7 @@ def _first_stderr_line(args: list[str], cwd: Path, env: dict) -> tuple[float, st
 
 def test_every_long_command_shows_a_first_line_within_5_s(prefect_server, tmp_path):
     """`run`, `export`, `solve` (the slow starters): a first line on stderr within 5 s of starting (or done)."""
-    env = _env(prefect_server, tmp_path)
+    env = operate_env(prefect_server, tmp_path)
     cfg = _write_config(tmp_path, "first-line", str(tmp_path / "st"))
     inst = tmp_path / "inst"
     cases = [

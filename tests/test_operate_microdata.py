@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_operate import MDP, PREFECT, _env, _start, first_completed
+from conftest import MDP, PREFECT, first_completed, operate_env, start_logged
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "flows" / "examples" / "helsinki-release.toml"
@@ -33,7 +33,7 @@ def _example(folder: Path, name: str, store: str) -> Path:
 
 
 def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server, tmp_path):
-    env = _env(prefect_server, tmp_path)
+    env = operate_env(prefect_server, tmp_path)
     conf = tmp_path / "conf"
     serve_cfg = _example(conf, "hel-serve", "stores/serve")
     worker_cfg = _example(conf, "hel-worker", "stores/worker")
@@ -47,10 +47,10 @@ def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server,
     )
     assert deployed.returncode == 0, deployed.stderr[-3000:]
     procs = {
-        "hel-serve-serve": _start(
+        "hel-serve-serve": start_logged(
             [MDP, "serve", "--interval", "30", "--config", str(serve_cfg)], tmp_path, env, tmp_path / "serve.log"
         ),
-        "hel-worker-hel-pool": _start(
+        "hel-worker-hel-pool": start_logged(
             [PREFECT, "worker", "start", "--pool", "hel-pool"], tmp_path, env, tmp_path / "worker.log"
         ),
     }

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_stages
+from conftest import N_PEOPLE, POPULATION, run_stages
+from conftest import people_config as config
+from conftest import people_table as people
 
 from artifacts.private import PrivateStore, commitment
 from artifacts.store import Store
-from flows.config import parse_config
 from mdp_core.errors import InputError
 from mdp_core.problem import microdata
 from mdp_core.problem.datasets import grid
@@ -27,35 +28,6 @@ from mdp_core.problem.io import read_instance, read_mechanism
 from mdp_core.release import evaluate, perturb
 from mdp_core.runtime.files import read_json
 from tasks import postprocess
-
-N_PEOPLE = 400
-POPULATION = "test-people"
-
-
-def people(path: Path, seed: int = 7, n: int = N_PEOPLE) -> pd.DataFrame:
-    """A made-up secret table: people near the cells of the 5 x 6 grid (lat, lon), with an internal id."""
-    inst = grid(5, 6, n_outputs=None, seed=0)
-    rng = np.random.default_rng(seed)
-    home = rng.choice(inst.n_records, size=n, p=np.linspace(1, 3, inst.n_records) / np.linspace(1, 3, 30).sum())
-    pts = inst.records[["lat", "lon"]].to_numpy()[home] + rng.normal(0, 0.0005, size=(n, 2))
-    df = pd.DataFrame({"ssn": [f"123-45-{k:04d}" for k in range(n)], "lat": pts[:, 0], "lon": pts[:, 1]})
-    df.to_csv(path, index=False)
-    return df
-
-
-def config(root: Path, table: Path, **release):
-    return parse_config(
-        {
-            "store": str(root),
-            "dataset": {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}},
-            "privacy": {"epsilon": 2.0, "eta": 1.5},
-            "partition": {"subsets": 2},
-            "release": {"microdata": str(table), "population": POPULATION, "eps_counts": 1.0}
-            | {"max_total_epsilon": 1000.0}
-            | release,
-            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 2},
-        }
-    )
 
 
 @pytest.fixture(scope="module")

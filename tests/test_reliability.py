@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import QUIET
+from conftest import run_command, server_env
 
 from flows.cli import main
 from mdp_core.runtime.files import file_sha256
@@ -442,18 +442,14 @@ def flow_cmd(server, tmp_path: Path, store: Path, *extra: str, debug: bool = Fal
     )
     path = tmp_path / f"cfg-{time.monotonic_ns()}.toml"
     path.write_text(FLOW_CONFIG.format(**values))
-    env = (
-        os.environ
-        | QUIET
-        | {"PREFECT_API_URL": server["url"], "PREFECT_HOME": str(server["home"]), "MDP_RELEASE_HOME": str(tmp_path)}
-    )
+    env = server_env(server, tmp_path)
     args = [sys.executable, "-m", "flows.cli", *(["--debug"] if debug else []), "run", "--config", str(path), *extra]
     return args, env
 
 
 def run_flow(server, tmp_path: Path, store: Path, *extra: str, **cfg) -> subprocess.CompletedProcess:
     args, env = flow_cmd(server, tmp_path, store, *extra, **cfg)
-    return subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return run_command(args, tmp_path, env)
 
 
 def latest_manifest(store: Path) -> dict:
@@ -557,7 +553,7 @@ def test_store_path_is_a_file_and_debug_traceback(prefect_server, tmp_path):
     proc = run_flow(prefect_server, tmp_path, tmp_path / "store")
     assert proc.returncode == 2 and len(error_lines(proc.stderr)) == 1, proc.stderr[-3000:]
     args, env = flow_cmd(prefect_server, tmp_path, tmp_path / "s2", debug=True, rows=-1)  # --debug: the traceback too
-    dbg = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    dbg = run_command(args, tmp_path, env)
     assert (
         dbg.returncode == 2
         and "Traceback" in dbg.stderr

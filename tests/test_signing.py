@@ -14,24 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from test_audit import OTHER_KEY, build, publish
-from test_audit_claims import claims_of, edit, edit_table, read, rehash
+from conftest import OTHER_KEY, claims_of, edit, edit_table, read, rehash
 
 from flows.cli import main
 from mdp_core.release import audit, report, signing
 
-
-@pytest.fixture(scope="module")
-def released(tmp_path_factory) -> Path:
-    store, refs = build(tmp_path_factory.mktemp("store"))
-    return publish(store, refs)
-
-
-@pytest.fixture()
-def run(released, tmp_path) -> Path:
-    out = tmp_path / "run"
-    shutil.copytree(released, out)
-    return out
+# the fixtures ``released`` (the published release) and ``run`` (a copy to tamper with): tests/conftest.py
 
 
 def raw_fingerprint(pem: bytes) -> str:

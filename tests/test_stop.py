@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import STOP_WITHIN, children, nothing_published, run_until_solving, wait_gone
 
 from mdp_core.errors import Interrupted, StageTimeout
 from mdp_core.problem.datasets import synthetic
@@ -26,7 +27,6 @@ from mdp_core.problem.io import write_instance
 from mdp_core.runtime import control
 from mdp_core.solvers.solve import ISOLATE_MIN_ROWS, solve
 
-STOP_WITHIN = 10.0  # seconds from the signal / deadline to the end (generous: 2 shared cores)
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -37,57 +37,18 @@ def dense():
     return inst
 
 
-def _children(pid: int) -> set[int]:
-    """Every descendant of ``pid`` (Linux /proc), but multiprocessing's resource tracker (one per process
-    that used spawn, alive until that process ends)."""
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                kids = {int(x) for x in (task / "children").read_text().split()}
-            except OSError:
-                continue
-            todo += sorted(kids - out)
-            out |= kids
-    return {p for p in out if b"resource_tracker" not in _cmdline(p)}
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _wait_gone(pids: set[int], within: float) -> set[int]:
-    end = time.monotonic() + within
-    while time.monotonic() < end and any(_alive(p) for p in pids):
-        time.sleep(0.1)
-    return {p for p in pids if _alive(p)}
-
-
 @pytest.mark.slow
 def test_a_stage_timeout_ends_a_dense_solve_inside_presolve(dense):
     """5 s into the solve HiGHS is still in its preamble (first interrupt check at 33 s): the child
     process is killed, the stage raises StageTimeout within seconds, and no process is left."""
-    before = _children(os.getpid())
+    before = children(os.getpid())
     t0 = time.monotonic()
     with control.scope(timeout=5.0, label="solve"), pytest.raises(StageTimeout) as info:
         solve(dense, "lp")
     took = time.monotonic() - t0
     assert 5.0 <= took < 5.0 + STOP_WITHIN, took
     assert "solve exceeded its timeout of 5 s" in str(info.value) and info.value.stage == "solve"
-    assert not _wait_gone(_children(os.getpid()) - before, 5.0)
+    assert not wait_gone(children(os.getpid()) - before, 5.0)
 
 
 @pytest.mark.slow
@@ -130,13 +91,13 @@ def test_sigterm_ends_mdp_release_solve_and_its_solver_process(tmp_path, dense):
         assert proc.stderr is not None
         assert "solving" in proc.stderr.readline()  # the instance is read; the solve starts
         time.sleep(8.0)
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         assert workers, "the solve runs in a child process"
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=STOP_WITHIN)
         assert time.monotonic() - t0 < STOP_WITHIN
-        assert not _wait_gone(workers, STOP_WITHIN), "the solver process outlived the command"
+        assert not wait_gone(workers, STOP_WITHIN), "the solver process outlived the command"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -144,80 +105,15 @@ def test_sigterm_ends_mdp_release_solve_and_its_solver_process(tmp_path, dense):
     assert not out.exists() or not any(out.iterdir())
 
 
-RUN_CONFIG = """
-store = "{store}"
-[dataset]
-kind = "synthetic"
-params = {{ n_records = 300, n_outputs = 100, seed = 0 }}
-[privacy]
-epsilon = 10.0
-eta = 2.0
-[solve]
-method = "lp"
-[release]
-simulate = true
-n_individuals = 300
-[evaluate]
-baselines = []
-eps_factors = [1.0]
-{extra}
-"""
-
-
-def _run_until_solving(server, tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen, list[str], float]:
-    """``mdp-release run`` on the dense instance; returns once the solve stage has started (its first
-    log line), with the stderr lines collected by a thread and the time the solve started."""
-    cfg = tmp_path / "dense.toml"
-    cfg.write_text(RUN_CONFIG.format(store=tmp_path / "store", extra=extra))
-    env = os.environ | {
-        "PREFECT_API_URL": server["url"],
-        "PREFECT_HOME": str(server["home"]),
-        "MDP_RELEASE_HOME": str(tmp_path),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "MPLBACKEND": "Agg",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for ln in proc.stderr:
-            lines.append(ln)
-            if "solve[lp]: N=300" in ln:
-                started.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    if not started.wait(120):
-        proc.kill()
-        raise AssertionError("the solve stage did not start:\n" + "".join(lines[-30:]))
-    return proc, lines, time.monotonic()
-
-
-def _nothing_published(store: Path) -> None:
-    runs = [p.name for p in (store / "runs").iterdir()] if (store / "runs").exists() else []
-    assert all(n.endswith("-failed") for n in runs), runs
-    solve_dir = store / "objects" / "solve"
-    assert not solve_dir.exists() or not any(solve_dir.iterdir())
-
-
 @pytest.mark.slow
 @pytest.mark.flow
 def test_sigterm_ends_a_release_run_within_seconds(prefect_server, tmp_path):
     """SIGTERM to ``mdp-release run`` 6 s into the dense solve: the run ends within seconds with a
     record naming the stage, its solver process is gone and nothing is published."""
-    proc, lines, _ = _run_until_solving(prefect_server, tmp_path)
+    proc, lines, _ = run_until_solving(prefect_server, tmp_path)
     try:
         time.sleep(6.0)
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=STOP_WITHIN)
@@ -230,8 +126,8 @@ def test_sigterm_ends_a_release_run_within_seconds(prefect_server, tmp_path):
     assert took < STOP_WITHIN, (took, text[-3000:])
     assert proc.returncode != 0
     assert "solve stopped: SIGTERM received" in text, text[-3000:]
-    assert not _wait_gone(workers, STOP_WITHIN)
-    _nothing_published(tmp_path / "store")
+    assert not wait_gone(workers, STOP_WITHIN)
+    nothing_published(tmp_path / "store")
 
 
 @pytest.mark.slow
@@ -239,7 +135,7 @@ def test_sigterm_ends_a_release_run_within_seconds(prefect_server, tmp_path):
 def test_a_stage_timeout_ends_a_release_run_within_seconds(prefect_server, tmp_path):
     """``[run.timeouts] solve = 5``: the dense solve (> 90 s) ends TimedOut about 5 s after it started;
     the failure record names the stage; nothing is published."""
-    proc, lines, started = _run_until_solving(prefect_server, tmp_path, "[run.timeouts]\nsolve = 5\n")
+    proc, lines, started = run_until_solving(prefect_server, tmp_path, "[run.timeouts]\nsolve = 5\n")
     try:
         proc.wait(timeout=5.0 + STOP_WITHIN + 10.0)  # + the run's own teardown (failure hook, logs)
     finally:
@@ -254,4 +150,4 @@ def test_a_stage_timeout_ends_a_release_run_within_seconds(prefect_server, tmp_p
     assert len(records) == 1
     record = records[0].read_text()
     assert "solve exceeded its timeout of 5 s" in record, record
-    _nothing_published(tmp_path / "store")
+    nothing_published(tmp_path / "store")
