@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ipm-tol", type=float, default=None, help="interior point relative gap tolerance (override)")
     ap.add_argument("--rome", default=None, help="directory of the Rome node/edge tables (default: suite's)")
     ap.add_argument("--threads", type=int, default=1, help="HiGHS threads (HiPO, with highspy-extras, uses them)")
+    ap.add_argument("--seed", type=int, default=None, help="the instance's exporter seed (default: its own, 0)")
     ap.add_argument("--options", default="{}", help="further RowgenOptions as JSON, e.g. '{\"neighbours\": 3}'")
     a = ap.parse_args(argv)
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     from mdp_core.solvers.verify import objective, verify
     from mdp_core.spec.solver_options import SolverOptions
 
-    inst = suite.load(a.instance, a.rome)
+    inst = suite.load(a.instance, a.rome, a.seed)
     timers: dict[str, float] = {}
 
     def timed(mod: Any, name: str) -> None:
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     lb = raw.lower_bound if raw.lower_bound is not None else float("-inf")
     out = {
         "instance": a.instance,
+        "seed": a.seed,
         "N": inst.n_records,
         "K": inst.n_outputs,
         "edges": int(inst.n_edges),

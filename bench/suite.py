@@ -76,12 +76,16 @@ DISTRIBUTED = ("colgen", "benders")  # methods with an executor (--cluster / --s
 DEFAULT = "grid500,syn500,rome500,text500,romeB300,gridKN300,disc210"
 
 
-def load(name: str, rome: str | Path | None = None):
-    """The instance ``name``; road instances read the Rome tables from ``rome`` (default: :data:`ROME`)."""
+def load(name: str, rome: str | Path | None = None, seed: int | None = None):
+    """The instance ``name``; road instances read the Rome tables from ``rome`` (default: :data:`ROME`).
+    ``seed``: the exporter's random seed (which records are sampled, which become outputs; None: the
+    exporter's default, 0), for the seed spread of a method on one instance class."""
     from mdp_core.problem.datasets import registry
 
     _, kind, params = INSTANCES[name]
     params = dict(params)
+    if seed is not None:
+        params["seed"] = seed
     if kind == "road":
         where = Path(rome) if rome else ROME
         if not where.is_dir():
@@ -121,14 +125,21 @@ def _worker_peaks(address: str) -> list[float]:
 
 
 def _run(
-    name: str, method: str, args: dict[str, Any], time_limit: float, out: Any, workers: int, scheduler: str | None
+    name: str,
+    method: str,
+    args: dict[str, Any],
+    time_limit: float,
+    out: Any,
+    workers: int,
+    scheduler: str | None,
+    seed: int | None = None,
 ) -> None:
     """Child process: solve once (on a Dask cluster when ``workers`` or ``scheduler``), send one result dict."""
     from mdp_core.solvers.solve import solve
     from mdp_core.spec.solver_options import SolverOptions
 
     try:
-        inst = load(name)
+        inst = load(name, seed=seed)
         with _cluster(workers, scheduler) as address:
             if address and method in DISTRIBUTED:
                 args = args | {"executor": "dask", "scheduler": address}
@@ -176,8 +187,8 @@ def variant(label: str) -> tuple[str, dict[str, Any]]:
     return method, options
 
 
-def describe(name: str) -> dict[str, Any]:
-    inst = load(name)
+def describe(name: str, seed: int | None = None) -> dict[str, Any]:
+    inst = load(name, seed=seed)
     from mdp_core.solvers.auto import features
 
     f = features(inst)
@@ -206,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         help="run colgen / benders / auto on a fresh N-worker LocalCluster",
     )
     ap.add_argument("--scheduler", help="run colgen / benders / auto on the Dask cluster at this address (tcp://...)")
+    ap.add_argument("--seed", type=int, default=None, help="the instances' exporter seed (default: theirs, 0)")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args(argv)
     if a.cluster < 0 or (a.cluster and a.scheduler):
@@ -219,7 +231,9 @@ def main(argv: list[str] | None = None) -> None:
         if name not in INSTANCES:
             raise SystemExit(f"unknown instance {name!r}; --list shows them")
         try:
-            base = {"instance": name, **describe(name)}
+            base = {"instance": name, **describe(name, a.seed)}
+            if a.seed is not None:
+                base["seed"] = a.seed
         except FileNotFoundError as e:
             print(json.dumps({"instance": name, "status": "skipped", "reason": str(e)}), flush=True)
             continue
@@ -230,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             if method == "benders":
                 args |= {"n_subsets": a.subsets, "executor": a.executor}
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_run, args=(name, method, args, a.time_limit, child, a.cluster, a.scheduler))
+            p = ctx.Process(target=_run, args=(name, method, args, a.time_limit, child, a.cluster, a.scheduler, a.seed))
             p.start()
             child.close()
             try:

@@ -220,3 +220,41 @@ def test_lagrangian_steps_keep_the_bound_valid_and_save_rounds(executor):
 def test_lagrangian_steps_grid_and_components():
     check_against_lp(grid(5, 6, n_outputs=8, epsilon=10.0), lagrangian_steps=10)
     check_against_lp(synthetic(n_records=40, n_outputs=8, dim=4, sigma=4.0, epsilon=10.0, seed=2), lagrangian_steps=10)
+
+
+def test_share_count_takes_the_largest_deficits_up_to_the_share_of_their_sum():
+    d = np.array([1.0, 5.0, 1.0, 3.0])
+    assert rowgen.share_count(d, 0.8) == 2  # 5 + 3 = 8 of 10
+    assert rowgen.share_count(d, 0.81) == 3
+    assert rowgen.share_count(d, 1.0) == 4
+    assert rowgen.share_count(d, 0.0) == 0
+    assert rowgen.share_count(np.zeros(0), 0.99) == 0
+
+
+def test_deficit_share_adds_the_largest_deficits_beyond_the_limit():
+    inst = synthetic(n_records=60, n_outputs=10, epsilon=10.0, seed=3)
+    rows = rowgen._Rows.of(inst)
+    z = np.random.default_rng(0).dirichlet(np.ones(10), size=60)
+    every = rowgen.violated(z, rows, 1e-12, 10**9)
+    few = rowgen.violated(z, rows, 1e-12, 5)
+    more = rowgen.violated(z, rows, 1e-12, 5, share=0.99)
+    p = rows.pairs
+
+    def deficit(sel):
+        return z[p.a[sel[0]], sel[1]] / p.g[sel[0]] - z[p.b[sel[0]], sel[1]]
+
+    assert few[0].size == 5 and every[0].size > more[0].size > 5
+    assert more[0].size == rowgen.share_count(deficit(every), 0.99)
+    assert np.sum(deficit(more)) >= 0.99 * np.sum(deficit(every)) - 1e-12
+    assert set(zip(*few, strict=True)) <= set(zip(*more, strict=True))  # the largest deficits, the limit's included
+    assert deficit(more).min() >= np.sort(deficit(every))[::-1][more[0].size - 1]
+    assert rowgen.violated(z, rows, 1e-12, 10**9, share=0.5)[0].size == every[0].size  # a limit above stays
+
+
+@pytest.mark.parametrize(
+    "inst",
+    [synthetic(n_records=80, n_outputs=12, epsilon=10.0, seed=5), grid(8, 10, n_outputs=15, epsilon=10.0)],
+    ids=["synthetic80", "grid80"],
+)
+def test_deficit_share_rounds_reach_the_lp_optimum(inst):
+    check_against_lp(inst, deficit_share=0.99, rows_per_round=50, neighbours=1, gap_rel=1e-4)

@@ -36,7 +36,10 @@ Algorithm (one HiGHS model, every record and output; connected components need n
 5. Stop when UB - LB is within the requested gap. Otherwise add the violated rows
    z_ak - g_ab z_bk > 0 (g_ab = exp(eps d_ab)) with the largest *deficit* (z_ak / g_ab - z_bk: the
    mass the closure must add to z_bk; rows with e^20 ratios and tiny z_ak cost nothing to repair
-   and are not worth a row), at most ``rows_per_round`` of them, and go to 2.
+   and are not worth a row), at most ``rows_per_round`` of them, and go to 2. With ``deficit_share``
+   s > 0 (off by default) the count rises to the number of largest-deficit rows whose deficits sum
+   to s of all violated rows' deficit, when that is more (:func:`share_count`; measured in
+   bench/README.md, "Rows per round and the upper bound": no round saved where it matters).
 
 Why the lower bound is valid: :mod:`mdp_core.solvers.privacy_rows` (the Lagrangian bound, rule for capped
 rows) with multipliers lam = max(-y, 0) from LP_R's row duals y and 0 on the rows outside R; it
@@ -136,9 +139,14 @@ def lower_bound(c: np.ndarray, rows: _Rows, priv_dual: np.ndarray, k: int) -> fl
     return pr.lagrangian_bound(c.reshape(n, k), terms)
 
 
-def violated(z: np.ndarray, rows: _Rows, min_deficit: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
+def violated(
+    z: np.ndarray, rows: _Rows, min_deficit: float, limit: int, share: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(edge ids, outputs) of at most ``limit`` rows outside the model with deficit
-    z_ak / g - z_bk > ``min_deficit``, largest deficit first (streamed in chunks of edges)."""
+    z_ak / g - z_bk > ``min_deficit``, largest deficit first (streamed in chunks of edges).
+
+    ``share`` > 0 raises ``limit`` to the number of largest-deficit rows whose deficits sum to that
+    share of all violated rows' deficit (:func:`share_count`)."""
     k = z.shape[1]
     step = max(1, CHUNK // max(k, 1))
     empty = np.zeros(0, np.int64)
@@ -154,11 +162,22 @@ def violated(z: np.ndarray, rows: _Rows, min_deficit: float, limit: int) -> tupl
         found_k.append(kk)
         found_s.append(deficit[e, kk])
     ei, ki, score = np.concatenate(found_e), np.concatenate(found_k), np.concatenate(found_s)
+    if share > 0 and ei.size > limit:
+        limit = max(limit, share_count(score, share))
     if ei.size > limit:
         keep = np.argpartition(-score, limit - 1)[:limit]
         keep = keep[np.lexsort((ki[keep], ei[keep]))]  # deterministic order
         ei, ki = ei[keep], ki[keep]
     return ei, ki
+
+
+def share_count(deficit: np.ndarray, share: float) -> int:
+    """How many of the largest ``deficit`` values it takes for their sum to reach ``share`` of the sum
+    of all (at least 1 when any is positive)."""
+    if deficit.size == 0 or share <= 0:
+        return 0
+    cum = np.cumsum(np.sort(deficit)[::-1])
+    return int(min(deficit.size, np.searchsorted(cum, share * cum[-1]) + 1))
 
 
 def ipm_tolerance(gap_rel: float) -> float:
@@ -265,6 +284,17 @@ def method(
             lag.close()
 
 
+def _solve_lp(h: Any, rows: _Rows, params: RowgenOptions, deadline: float, it: int) -> highs.LpSolution:
+    """Round ``it``'s LP over the rows the model holds now (cold interior point, or warm simplex)."""
+    highs.set_time_limit(h, deadline - time.perf_counter())
+    if params.lp_solver == "ipm":
+        highs.clear_solver(h)
+    what = f"rowgen round {it} LP ({rows.count} rows)"
+    return highs.run_robust(
+        h, RETRIES, want_duals=True, accept=ACCEPT, solver=params.lp_solver, deadline=deadline, what=what
+    )
+
+
 def _rounds(
     instance: Instance,
     options: SolverOptions,
@@ -286,15 +316,7 @@ def _rounds(
     trace: list[dict] = []
     status = Status.TIME_LIMIT
 
-    def solve_lp(it: int) -> highs.LpSolution:
-        highs.set_time_limit(h, deadline - time.perf_counter())
-        if params.lp_solver == "ipm":
-            highs.clear_solver(h)
-        what = f"rowgen round {it} LP ({rows.count} rows)"
-        return highs.run_robust(
-            h, RETRIES, want_duals=True, accept=ACCEPT, solver=params.lp_solver, deadline=deadline, what=what
-        )
-
+    solve_lp = partial(_solve_lp, h, rows, params, deadline)
     it, held = 1, rows.count
     sol = solve_lp(1) if deadline > time.perf_counter() else None
     while sol is not None:
@@ -306,7 +328,7 @@ def _rounds(
         lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
         bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline)
         upper = control.Background(bounds, name="rowgen-closure")
-        ei, ki = violated(z, rows, params.min_deficit, limit)  # while the closure runs
+        ei, ki = violated(z, rows, params.min_deficit, limit, params.deficit_share)  # while the closure runs
         held = rows.count
         more = ei.size > 0 and it < params.max_rounds and deadline > time.perf_counter()
         if more:  # round it + 1's LP starts now, beside the closure
@@ -327,28 +349,12 @@ def _rounds(
             lag_rounds.append({"round": it} | asc.stats())
             lag_note = f", Lagrangian {asc.bound:.6g} ({asc.evaluations} evals, {asc.seconds:.1f}s)"
         closed = gap_closed(best_ub, lb, params.gap_abs, params.gap_rel)
-        added = 0 if closed else int(ei.size)
-        values = (it, lb, best_ub, best_ub - lb, held, added, round(sol.seconds, 3), round(time.perf_counter() - t0, 3))
-        trace.append(dict(zip(TRACE_COLUMNS, values, strict=True)))
-        line = control.Progress(
-            "rowgen",
-            f"round {it}",
-            lower=lb,
-            upper=best_ub,
-            gap_abs=params.gap_abs,
-            gap_rel=params.gap_rel,
-            elapsed=time.perf_counter() - t0,
-            time_limit=options.time_limit,
-            detail=f"{held} rows (+{added}), LP {sol.seconds:.1f}s{' ' + sol.fallback if sol.fallback else ''}{lag_note}",
-        )
-        control.report(progress, line)
+        held_added = (held, 0 if closed else int(ei.size))
+        _report(progress, options, params, t0, it, (lb, best_ub), held_added, sol, lag_note, trace)
         if closed or not more:  # closed, no row left worth adding, the round limit or the time limit
             if more:
                 _discard(nxt, spec, f"round {it} closed the gap")
-            if closed or ei.size == 0:
-                status = Status.OPTIMAL if closed else Status.FEASIBLE
-            else:
-                status = Status.ITERATION_LIMIT if it >= params.max_rounds else Status.TIME_LIMIT
+            status = _final_status(closed, int(ei.size), it, params)
             break
         sol = nxt.result(f"rowgen round {it + 1} LP")
         it += 1
@@ -364,3 +370,44 @@ def _rounds(
     return RawSolution(
         best_z, status, lb if np.isfinite(lb) else None, len(trace), extra, pd.DataFrame(trace, columns=TRACE_COLUMNS)
     )
+
+
+def _final_status(closed: bool, violated_left: int, it: int, params: RowgenOptions) -> Status:
+    """Why the rounds ended: the gap closed (optimal), no violated row left worth adding (feasible:
+    every bound is proven but the gap is open), the round limit or else the time limit."""
+    if closed:
+        return Status.OPTIMAL
+    if violated_left == 0:
+        return Status.FEASIBLE
+    return Status.ITERATION_LIMIT if it >= params.max_rounds else Status.TIME_LIMIT
+
+
+def _report(
+    progress: Callable[[str], None] | None,
+    options: SolverOptions,
+    params: RowgenOptions,
+    t0: float,
+    it: int,
+    bounds: tuple[float, float],
+    held_added: tuple[int, int],
+    sol: highs.LpSolution,
+    lag_note: str,
+    trace: list[dict],
+) -> None:
+    """Append round ``it``'s trace row (bounds (lower, best upper), rows (held, added)) and report it."""
+    (lb, ub), (held, added) = bounds, held_added
+    values = (it, lb, ub, ub - lb, held, added, round(sol.seconds, 3), round(time.perf_counter() - t0, 3))
+    trace.append(dict(zip(TRACE_COLUMNS, values, strict=True)))
+    fallback = " " + sol.fallback if sol.fallback else ""
+    line = control.Progress(
+        "rowgen",
+        f"round {it}",
+        lower=lb,
+        upper=ub,
+        gap_abs=params.gap_abs,
+        gap_rel=params.gap_rel,
+        elapsed=time.perf_counter() - t0,
+        time_limit=options.time_limit,
+        detail=f"{held} rows (+{added}), LP {sol.seconds:.1f}s{fallback}{lag_note}",
+    )
+    control.report(progress, line)

@@ -102,6 +102,13 @@ class RowgenOptions(GapOptions):
         1e-12, "a violated row enters only when z_ak / g_ab - z_bk exceeds this (probability mass)", ge=0
     )
     max_rounds: int = option(100, "LP solves at most", ge=1)
+    deficit_share: float = option(
+        0.0,
+        "more rows per round: every violated row of the largest deficits summing to this share of all"
+        " violated rows' deficit, when more than rows_per_round (0 = off)",
+        ge=0,
+        le=1,
+    )
     lp_solver: str = option(
         "ipm",
         "each round's LP: interior point without crossover, cold, or dual simplex, warm",
