@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instance", default="rome500", help="a bench/suite.py instance name")
     ap.add_argument("--gap-rel", type=float, default=1e-3)
@@ -39,17 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="HiGHS threads (HiPO, with highspy-extras, uses them)")
     ap.add_argument("--seed", type=int, default=None, help="the instance's exporter seed (default: its own, 0)")
     ap.add_argument("--options", default="{}", help="further RowgenOptions as JSON, e.g. '{\"neighbours\": 3}'")
-    a = ap.parse_args(argv)
+    return ap
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    import suite  # bench/ is not a package
 
+def _instrument(a: argparse.Namespace, timers: dict[str, float]) -> None:
+    """Wrap rowgen's phases and HiGHS's runs so that their wall and CPU seconds add up in ``timers``."""
     from mdp_core.solvers import highs, rowgen
-    from mdp_core.solvers.verify import objective, verify
-    from mdp_core.spec.solver_options import SolverOptions
-
-    inst = suite.load(a.instance, a.rome, a.seed)
-    timers: dict[str, float] = {}
 
     def timed(mod: Any, name: str) -> None:
         orig = getattr(mod, name)
@@ -78,6 +73,22 @@ def main(argv: list[str] | None = None) -> None:
 
         highs.run_robust = with_tolerance
     timed(highs, "run_robust")
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = _parser().parse_args(argv)
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import suite  # bench/ is not a package
+
+    from mdp_core.solvers import rowgen
+    from mdp_core.solvers.verify import objective, verify
+    from mdp_core.spec.solver_options import SolverOptions
+
+    inst = suite.load(a.instance, a.rome, a.seed)
+    timers: dict[str, float] = {}
+
+    _instrument(a, timers)
     lp_cpu: list[float] = []
     t0 = time.perf_counter()
 
