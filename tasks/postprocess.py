@@ -274,6 +274,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
+    make.certify(inst, z)  # first: a mechanism that fails its certificate is refused before anything else
     graph = read_json(store.path(upstream["graph"], "graph.json"))["protection"]
     settings = (params["max_stretch"], bool(params.get("allow_unprotected")), params.get("max_distance") or inst.eta)
     protection = make.published_protection(graph, float(params["radius"]["value"]), *settings)
