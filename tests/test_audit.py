@@ -12,36 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_stages
+from conftest import build_release as build
+from conftest import publish_release as publish
+from conftest import release_config as config
+from conftest import resign
 
 from artifacts.store import Store
 from flows.cli import main
-from flows.config import parse_config
-from flows.release import release_fields, release_params
+from flows.release import release_params
 from mdp_core.errors import PrivacyError
 from mdp_core.problem.io import _long, read_instance, write_instance, write_table
-from mdp_core.release import audit, signing
+from mdp_core.release import audit
 from mdp_core.runtime.files import file_sha256, read_json
 from tasks import postprocess
-from tasks import release as release_task
-
-
-def config(root: Path):
-    return parse_config(
-        {
-            "store": str(root),
-            "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
-            "privacy": {"epsilon": 3.0, "eta": 2.0},
-            "partition": {"subsets": 2},
-            "release": {"simulate": True, "n_individuals": 200},
-            "evaluate": {"eps_factors": [1.0], "baselines": ["exp"]},
-        }
-    )
-
-
-def build(root: Path) -> tuple[Store, dict]:
-    refs = run_stages(root, config(root))
-    return Store(root), refs
 
 
 def postprocess_params(store: Store, refs: dict) -> dict:
@@ -51,31 +34,6 @@ def postprocess_params(store: Store, refs: dict) -> dict:
         {"instance": refs["export"].content_hash, "n": cfg.release.simulated_individuals}
     )
     return release_params(cfg, postprocess.secret_draw(store, population, version))["postprocess"]
-
-
-def manifest_fields(store: Store, refs: dict, sol, post, cfg=None) -> dict:
-    """The manifest's ``config``, ``privacy`` and ``solve`` blocks as flows.release.release_flow writes them."""
-    solve_info = read_json(store.path(sol, "solve.json"))
-    inst_meta = read_json(store.path(refs["export"], "instance.json"))
-    prov = read_json(store.path(post, audit.PROVENANCE))
-    cfg = cfg or config(store.root)
-    return {"config": cfg.model_dump(mode="json")} | release_fields(inst_meta, solve_info, prov)
-
-
-def publish(store: Store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:
-    """What the flow's publication does: manifest (as the flow writes it) + the release task. ``cfg``: the
-    config the stages ran with (default :func:`config`)."""
-    sol, post = sol or refs["solve"], post or refs["postprocess"]
-    released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
-    manifest = {
-        "format": "mdp-release-manifest",
-        "version": 1,
-        "run_name": run_name,
-        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "postprocess": post}).items()},
-        **manifest_fields(store, refs, sol, post, cfg),
-        "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
-    }
-    return Path(release_task.release.fn(str(store.root), run_name, released, manifest))
 
 
 @pytest.fixture(scope="module")
@@ -102,15 +60,6 @@ def deterministic(n: int, k: int) -> np.ndarray:
 
 def replace_mechanism(path: Path, z: np.ndarray) -> None:
     write_table(path, _long(z) | {"prob": z.ravel()})
-
-
-# A key that is not the agency's: tampered copies (outside any store, so no key is pinned) are re-signed
-# with it, so that each test sees the claim it tampers with, not only the broken signature.
-OTHER_KEY = signing.Ed25519PrivateKey.generate()
-
-
-def resign(run: Path) -> None:
-    signing.sign_release(run, OTHER_KEY)
 
 
 def set_listed_hash(run: Path, name: str) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from test_audit import build, publish
+from conftest import build_release as build
+from conftest import publish_release as publish
 from test_audit_claims import claims_of, edit, edit_report, edit_table, read, rehash
 
 from flows.config import DEFAULT_MAX_STRETCH

@@ -16,8 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import build_release as build
+from conftest import publish_release as publish
+from conftest import release_config as config
 from conftest import run_stages
-from test_audit import build, config, publish, set_listed_hash
+from test_audit import set_listed_hash
 
 from artifacts.store import Store
 from flows.config import STAGE_NAMES, TimeoutsConfig, parse_config
