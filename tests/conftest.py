@@ -441,14 +441,7 @@ def run_until_solving(server, tmp_path: Path, extra: str = "") -> tuple[subproce
     log line), with the stderr lines collected by a thread and the time the solve started."""
     cfg = tmp_path / "dense.toml"
     cfg.write_text(DENSE_RUN_CONFIG.format(store=tmp_path / "store", extra=extra))
-    env = os.environ | {
-        "PREFECT_API_URL": server["url"],
-        "PREFECT_HOME": str(server["home"]),
-        "MDP_RELEASE_HOME": str(tmp_path),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "MPLBACKEND": "Agg",
-    }
+    env = server_env(server, tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
         cwd=tmp_path,

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import run_command, server_env
 
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets import grid
@@ -184,28 +185,13 @@ def test_the_log_lines_of_a_remote_clusters_workers_reach_the_run_terminal(prefe
     its workers print to this process): the evaluate-point task runs' lines appear in the run's
     stderr, forwarded through the scheduler (flows.operate_ui.dask_logs_in_terminal)."""
     distributed = pytest.importorskip("distributed")
-    import subprocess
     import sys
 
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
         cfg = tmp_path / "remote.toml"
         cfg.write_text(REMOTE_RUN.format(store=tmp_path / "st", address=c.scheduler_address))
-        env = os.environ | {
-            "PREFECT_API_URL": prefect_server["url"],
-            "PREFECT_HOME": str(prefect_server["home"]),
-            "MDP_RELEASE_HOME": str(tmp_path),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "DO_NOT_TRACK": "1",
-            "MPLBACKEND": "Agg",
-        }
-        proc = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
+        env = server_env(prefect_server, tmp_path)
+        proc = run_command([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     forwarded = [
         ln for ln in proc.stderr.splitlines() if "Task run 'evaluate-point" in ln and "evaluate: solving" in ln
