@@ -38,7 +38,8 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    mass the closure must add to z_bk; rows with e^20 ratios and tiny z_ak cost nothing to repair
    and are not worth a row), at most ``rows_per_round`` of them, and go to 2. With ``deficit_share``
    s > 0 (off by default) the count rises to the number of largest-deficit rows whose deficits sum
-   to s of all violated rows' deficit, when that is more (:func:`share_count`; measured in
+   to s of all violated rows' deficit, when that is more, from the rows chosen after round
+   ``share_from_round``'s LP on (:func:`share_count`; measured in
    bench/README.md, "Rows per round and the upper bound": no round saved where it matters).
 
 Why the lower bound is valid: :mod:`mdp_core.privacy_rows` (the Lagrangian bound, rule for capped
@@ -327,7 +328,8 @@ def _rounds(
         lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
         bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline)
         upper = control.Background(bounds, name="rowgen-closure")
-        ei, ki = violated(z, rows, params.min_deficit, limit, params.deficit_share)  # while the closure runs
+        share = params.deficit_share if it >= params.share_from_round else 0.0
+        ei, ki = violated(z, rows, params.min_deficit, limit, share)  # while the closure runs
         held = rows.count
         more = ei.size > 0 and it < params.max_rounds and deadline > time.perf_counter()
         if more:  # round it + 1's LP starts now, beside the closure
