@@ -256,7 +256,7 @@ def test_deficit_share_adds_the_largest_deficits_beyond_the_limit():
     [
         (synthetic(n_records=80, n_outputs=12, epsilon=10.0, seed=5), 1),
         (synthetic(n_records=120, n_outputs=10, epsilon=10.0, seed=6), 2),
-        (grid(8, 10, n_outputs=15, epsilon=10.0), 1),
+        (grid(8, 10, n_outputs=15, epsilon=2.0), 1),
     ],
     ids=["synthetic80", "synthetic120-from-round-2", "grid80"],
 )
