@@ -39,8 +39,11 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    and are not worth a row), at most ``rows_per_round`` of them, and go to 2. With ``deficit_share``
    s > 0 (off by default) the count rises to the number of largest-deficit rows whose deficits sum
    to s of all violated rows' deficit, when that is more, from the rows chosen after round
-   ``share_from_round``'s LP on (:func:`share_count`; measured in
-   bench/README.md, "Rows per round and the upper bound": no round saved where it matters).
+   ``share_from_round``'s LP on (:func:`share_count`). Measured in bench/README.md, "Rows per round
+   and the upper bound": no change on the synthetic class, Rome N = 500's near-miss fourth round
+   saved, Rome N = 1,000 slower (its share is 4-8x the default count). A restricted LP over
+   nonnegative per-output combinations of the rounds' closures cannot beat the best closure (proof
+   there), so the upper bound stays the best closure.
 
 Why the lower bound is valid: :mod:`mdp_core.privacy_rows` (the Lagrangian bound, rule for capped
 rows) with multipliers lam = max(-y, 0) from LP_R's row duals y and 0 on the rows outside R; it
