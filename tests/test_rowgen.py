@@ -252,9 +252,13 @@ def test_deficit_share_adds_the_largest_deficits_beyond_the_limit():
 
 
 @pytest.mark.parametrize(
-    "inst",
-    [synthetic(n_records=80, n_outputs=12, epsilon=10.0, seed=5), grid(8, 10, n_outputs=15, epsilon=10.0)],
-    ids=["synthetic80", "grid80"],
+    ("inst", "start"),
+    [
+        (synthetic(n_records=80, n_outputs=12, epsilon=10.0, seed=5), 1),
+        (synthetic(n_records=120, n_outputs=10, epsilon=10.0, seed=6), 2),
+        (grid(8, 10, n_outputs=15, epsilon=2.0), 1),
+    ],
+    ids=["synthetic80", "synthetic120-from-round-2", "grid80"],
 )
-def test_deficit_share_rounds_reach_the_lp_optimum(inst):
-    check_against_lp(inst, deficit_share=0.99, rows_per_round=50, neighbours=1, gap_rel=1e-4)
+def test_deficit_share_rounds_reach_the_lp_optimum(inst, start):
+    check_against_lp(inst, deficit_share=0.99, share_from_round=start, rows_per_round=50, neighbours=1, gap_rel=1e-4)

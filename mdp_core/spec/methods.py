@@ -109,6 +109,7 @@ class RowgenOptions(GapOptions):
         ge=0,
         le=1,
     )
+    share_from_round: int = option(1, "deficit_share applies to the rows chosen after this round's LP on", ge=1)
     lp_solver: str = option(
         "ipm",
         "each round's LP: interior point without crossover, cold, or dual simplex, warm",
