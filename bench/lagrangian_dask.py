@@ -15,7 +15,7 @@ What it does (:mod:`mdp_core.solvers.lagrangian`, K subproblems of N variables, 
    closure's cost; ``zeros``; ``cheapest`` lam_i = min_k p_i c_ik; target then the uniform mechanism's
    cost (feasible: every privacy ratio is 1). ``--target`` overrides the target (an upper bound).
 2. Record: :func:`~mdp_core.solvers.lagrangian.ascend` with ``--steps`` Polyak steps on the serial executor,
-   in this process, recording every lam it evaluated (1 + steps at most: it stops early when stalled).
+   recording every lam it evaluated (1 + steps at most: it stops early when stalled).
 3. Replay: that exact lam sequence, :meth:`Lagrangian.evaluate` one after the other, on every configuration
    (``--workers 1,2``: a fresh LocalCluster of that many single-threaded worker processes each, through
    ``bench/suite.py``'s ``_cluster``; ``--scheduler``: the cluster there), so every configuration does
@@ -145,6 +145,8 @@ class Timed:
 
     def start(self, factory: Factory, specs: Sequence[Any], weights: Sequence[float] | None = None) -> None:
         self.inner.start(factory, specs, weights)
+        if isinstance(self.inner, ProcessExecutor):  # its start returns at once: count the start-up here
+            self.inner._await_ready()
 
     def solve(self, requests: Sequence[Any]) -> list[Any]:
         if isinstance(self.inner, SerialExecutor):
@@ -465,20 +467,49 @@ def emit(row: dict[str, Any], serial: dict[str, Any] | None, ones: dict[str, dic
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    doc = (__doc__ or "").split("What it does")[0]
     ap = argparse.ArgumentParser(
-        description=(__doc__ or "").splitlines()[0],
-        epilog="JSON lines on stdout, progress on stderr; the model and fields: the module docstring.",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="JSON lines on stdout, progress on stderr; the steps, fields and table model: the module docstring.",
     )
     ap.add_argument("--instance", required=True, help="bench/suite.py --list name, or synN / synNkK")
     ap.add_argument("--seed", type=int, default=None, help="the instance exporter's seed (default: its own)")
     ap.add_argument("--rome", default=None, help="the Rome tables' folder (road instances)")
     ap.add_argument("--steps", type=int, default=10, help="Polyak steps of the recorded ascent (default 10)")
-    ap.add_argument("--lam-from", default="rowgen1", choices=("rowgen1", "zeros", "cheapest"))
-    ap.add_argument("--target", type=float, default=None, help="ascent target (default: see the docstring)")
-    ap.add_argument("--workers", default="1,2", help="worker counts of the replays, comma-separated; 0: none")
-    ap.add_argument("--executor", default="dask", choices=("dask", "process", "serial"), help="of the replays")
-    ap.add_argument("--scheduler", default=None, help="replay once on the Dask cluster at this address")
-    ap.add_argument("--table-workers", default=",".join(map(str, TABLE_WORKERS)), help="the table's worker counts")
+    ap.add_argument(
+        "--lam-from",
+        default="rowgen1",
+        choices=("rowgen1", "zeros", "cheapest"),
+        help="start multipliers: rowgen's round-1 row-sum duals (default), zeros, min_k p_i c_ik",
+    )
+    ap.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="ascent target, an upper bound (default: rowgen1's closure cost, else the uniform mechanism's)",
+    )
+    ap.add_argument(
+        "--workers",
+        default="1,2",
+        help="replays: one per worker count (fresh LocalCluster each with dask; default 1,2; 0: none)",
+    )
+    ap.add_argument(
+        "--executor",
+        default="dask",
+        choices=("dask", "process", "serial"),
+        help="executor of the replays (default dask)",
+    )
+    ap.add_argument(
+        "--scheduler",
+        default=None,
+        help="replay once on the running Dask cluster at this address (tcp://...) instead of --workers",
+    )
+    ap.add_argument(
+        "--table-workers",
+        default=",".join(map(str, TABLE_WORKERS)),
+        help="the table's worker counts (default 1,...,64)",
+    )
     ap.add_argument("--inline", action="store_true", help="every step in this process (no spawned children)")
     a = ap.parse_args(argv)
     try:
