@@ -519,6 +519,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--workers and --table-workers take comma-separated integers")
     if any(w < 1 for w in a.table_workers) or a.steps < 0:
         ap.error("--table-workers must be >= 1 and --steps >= 0")
+    if a.instance not in suite.INSTANCES and not SYN.match(a.instance):
+        ap.error(f"unknown instance {a.instance!r}: a name of bench/suite.py --list, or synN, synNkK")
     if a.scheduler and a.executor != "dask":
         ap.error("--scheduler needs --executor dask")
     return a
