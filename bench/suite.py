@@ -109,9 +109,14 @@ def _cluster(workers: int, scheduler: str | None) -> Iterator[str | None]:
         return
     import distributed
 
-    with distributed.LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0
-    ) as cluster:
+    from mdp_core.runtime.executor import worker_environ
+
+    with (
+        worker_environ(),
+        distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=0
+        ) as cluster,
+    ):
         yield cluster.scheduler_address
 
 

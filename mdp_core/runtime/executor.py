@@ -29,13 +29,14 @@ raised. :meth:`cancel` does the same from any thread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing as mp
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from mdp_core.errors import InputError, Interrupted, SolverError
@@ -296,9 +297,10 @@ class DaskExecutor:
                 raise InputError(f"cannot reach the Dask scheduler {self.scheduler}: {e}") from None
         else:
             n = self.processes or max(1, os.cpu_count() or 1)
-            self.cluster = distributed.LocalCluster(  # dashboard on any free port: no clash on 8787
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
-            )
+            with worker_environ():
+                self.cluster = distributed.LocalCluster(  # dashboard on any free port: no clash on 8787
+                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
+                )
             self.client = distributed.Client(self.cluster)
 
     def _workers(self) -> list[str]:
@@ -342,7 +344,10 @@ class DaskExecutor:
                 checked = time.monotonic()
                 if self.placed[group] not in self._workers():
                     raise _WorkerLost(self.placed[group])
-            time.sleep(control.POLL)
+            try:  # returns as soon as the answer is there (a plain sleep cost up to POLL per wait)
+                fut.result(timeout=control.POLL)
+            except TimeoutError:
+                pass
         return fut.result()
 
     def _lost(self, g: int) -> bool:
@@ -450,6 +455,26 @@ def _no_deadline(request: Any) -> Any:
     if dataclasses.is_dataclass(request) and not isinstance(request, type) and hasattr(request, "deadline"):
         return dataclasses.replace(request, deadline=math.inf)
     return request
+
+
+@contextlib.contextmanager
+def worker_environ() -> Iterator[None]:
+    """Within it, the Dask worker processes a nanny starts (a ``LocalCluster`` created here) get Dask's
+    own environment (``distributed.nanny.pre-spawn-environ``) without ``MALLOC_TRIM_THRESHOLD_``.
+
+    Dask sets that variable (64 KiB) so that workers hand freed memory back sooner; setting it also
+    fixes glibc's mmap threshold at 128 KiB, so every numpy temporary above that size is mapped and
+    unmapped afresh, page faults included. Measured (bench/README.md, "The Lagrangian's subproblems on
+    Dask"): the same 100 subproblem solves of synthetic N = 1,000 took 1.24-1.63 s per evaluation in such
+    a process against 0.64-0.72 s without it (HiGHS's own share unchanged: the row checks and dual
+    terms doubled). Workers of a cluster started elsewhere follow that cluster's configuration
+    (docs/operating.md: ``dask worker --no-nanny`` inherits the shell's environment)."""
+    import dask
+
+    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
+        yield
 
 
 def make_executor(executor: str | Executor, parallel_pays: bool = False, scheduler: str | None = None) -> Executor:
