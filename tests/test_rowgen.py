@@ -217,6 +217,17 @@ def test_lagrangian_steps_keep_the_bound_valid_and_save_rounds(executor):
     assert lag.trace.lower_bound.iloc[0] == lag.lower_bound
 
 
+def test_lagrangian_bounds_are_reported_as_they_improve():
+    inst = synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0)
+    lines: list = []
+    res = solve(inst, "rowgen", gap_rel=1e-6, lagrangian_steps=30, progress=lines.append)
+    lag = [ln for ln in lines if "Lagrangian" in ln and "round 1 Lagrangian" in ln]
+    assert len(lag) >= 2  # the first evaluation and at least one better bound, before the round's own line
+    lows = [ln.lb for ln in lag]
+    assert lows == sorted(lows) and lows[-1] == res.extra["lagrangian"][0]["bound"]
+    assert all(ln.lb <= res.objective + 1e-9 for ln in lag)
+
+
 def test_lagrangian_steps_grid_and_components():
     check_against_lp(grid(5, 6, n_outputs=8, epsilon=10.0), lagrangian_steps=10)
     check_against_lp(synthetic(n_records=40, n_outputs=8, dim=4, sigma=4.0, epsilon=10.0, seed=2), lagrangian_steps=10)

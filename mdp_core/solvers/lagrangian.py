@@ -52,6 +52,7 @@ N = 500, 0.6-1.4 GB at N = 1,000; bench/README.md, "Row-sum Lagrangian bound").
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -373,18 +374,22 @@ def ascend(
     deadline: float = float("inf"),
     rows: list[np.ndarray] | None = None,
     factor: float = STEP_FACTOR,
+    on_bound: Callable[[float, int], None] | None = None,
 ) -> Ascent:
     """Evaluate the bound at ``lam`` ((N,), instance's cost unit), then up to ``steps`` Polyak subgradient
     steps lam += factor (target - L(lam)) / |g|^2 g, g = 1 - sum_k x_k (a subgradient of the concave L
     at lam; ``target`` >= the optimum, e.g. the best upper bound). Stops early when ``enough(bound)``
     is true, when the last :data:`STALL_WINDOW` steps raised the best bound by less than
     :data:`STALL_SHARE` of ``target`` - best, or at ``deadline`` (wall clock, ``time.time()``). Every bound is proven whatever the steps
-    (:meth:`Lagrangian.evaluate`); the best is returned. ``rows`` go to the first evaluation."""
+    (:meth:`Lagrangian.evaluate`); the best is returned. ``rows`` go to the first evaluation.
+    ``on_bound(bound, evaluations)`` hears every new best bound as it is found (progress)."""
     t0 = time.perf_counter()
     lam = np.asarray(lam, dtype=np.float64)
     ev = lag.evaluate(lam, deadline, rows)
     best, best_lam, first, evals, secs = ev.bound, lam, ev.bound, 1, ev.solve_seconds
     history = [best]
+    if on_bound is not None and np.isfinite(best):
+        on_bound(best, evals)
     for _ in range(steps):
         if ev.status != Status.OPTIMAL or (enough is not None and enough(best)) or time.time() >= deadline:
             break
@@ -400,5 +405,7 @@ def ascend(
         secs += ev.solve_seconds
         if ev.bound > best:
             best, best_lam = ev.bound, lam
+            if on_bound is not None:
+                on_bound(best, evals)
         history.append(best)
     return Ascent(best, first, evals, time.perf_counter() - t0, secs, best_lam, ev.held_rows)

@@ -232,11 +232,13 @@ def _bounds(
     best_ub: float,
     params: RowgenOptions,
     deadline: float,
+    notify: Callable[[float, float, int], None] | None = None,
 ) -> tuple[np.ndarray, float, lagrangian.Ascent | None]:
     """One round's bounds beside the next LP: the closure (the upper bound), then, when it does not
     close the gap with ``lb`` and ``lag`` is set, the Lagrangian bound at the round's row-sum duals
     ``lam`` (instance's cost unit) and ``params.lagrangian_steps`` subgradient steps towards the best upper bound, stopping as soon as
-    the gap is closed (:func:`mdp_core.solvers.lagrangian.ascend`). ``deadline``: ``time.perf_counter()``."""
+    the gap is closed (:func:`mdp_core.solvers.lagrangian.ascend`). ``deadline``: ``time.perf_counter()``;
+    ``notify(bound, upper, evaluations)`` hears each better Lagrangian bound as it is found."""
     cz, ub = _closure(instance, z)
     target = min(ub, best_ub)
     if lag is None or gap_closed(target, lb, params.gap_abs, params.gap_rel):
@@ -249,8 +251,37 @@ def _bounds(
         target,
         lambda bound: gap_closed(target, bound, params.gap_abs, params.gap_rel),
         wall,
+        on_bound=None if notify is None else lambda bound, evals: notify(bound, target, evals),
     )
     return cz, ub, asc
+
+
+def _lagrangian_progress(
+    progress: Callable[[str], None] | None,
+    options: SolverOptions,
+    params: RowgenOptions,
+    t0: float,
+    it: int,
+    lb: float,
+) -> Callable[[float, float, int], None]:
+    """Round ``it``'s Lagrangian bounds as they improve, reported as progress lines (from the closure's
+    thread, while the next round's LP runs)."""
+
+    def notify(bound: float, upper: float, evals: int) -> None:
+        line = control.Progress(
+            "rowgen",
+            f"round {it} Lagrangian",
+            lower=max(lb, bound),
+            upper=upper,
+            gap_abs=params.gap_abs,
+            gap_rel=params.gap_rel,
+            elapsed=time.perf_counter() - t0,
+            time_limit=options.time_limit,
+            detail=f"evaluation {evals}",
+        )
+        control.report(progress, line)
+
+    return notify
 
 
 def _discard(lp: control.Background[highs.LpSolution], token: control.StopToken, why: str) -> None:
@@ -330,7 +361,8 @@ def _rounds(
         z = sol.x.reshape(n, k)
         lb = max(lb, scale * lower_bound(c, rows, sol.row_dual[n:], k))
         lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
-        bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline)
+        notify = _lagrangian_progress(progress, options, params, t0, it, lb) if lag is not None else None
+        bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline, notify)
         upper = control.Background(bounds, name="rowgen-closure")
         share = params.deficit_share if it >= params.share_from_round else 0.0
         ei, ki = violated(z, rows, params.min_deficit, limit, share)  # while the closure runs
