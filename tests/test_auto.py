@@ -38,6 +38,16 @@ def test_auto_goes_to_the_cluster_only_with_one_and_only_when_the_machine_is_too
     assert auto.choose(dense, auto.AutoOptions(scheduler=addr))[0] == here  # default budget: this machine
 
 
+def test_with_a_cluster_auto_puts_rowgens_lagrangian_there_and_nothing_without(dense):
+    addr = "tcp://10.0.0.1:8786"
+    name, reason, _ = auto.choose(dense, auto.AutoOptions(scheduler=addr, dense_degree=1.0))
+    assert name == "rowgen" and "Lagrangian" in reason and addr in reason
+    opts = auto.delegated("rowgen", auto.AutoOptions(scheduler=addr))
+    assert opts == {"lagrangian_steps": auto.LAGRANGIAN_STEPS, "lagrangian_executor": "dask", "scheduler": addr}
+    assert auto.delegated("rowgen", auto.AutoOptions()) == {} == auto.delegated("lp", auto.AutoOptions(scheduler=addr))
+    assert "Lagrangian" not in auto.choose(dense, auto.AutoOptions(dense_degree=1.0))[1]
+
+
 @pytest.mark.slow
 def test_auto_solves_on_the_cluster_and_agrees_with_one_machine(dense):
     distributed = pytest.importorskip("distributed")
@@ -47,3 +57,7 @@ def test_auto_solves_on_the_cluster_and_agrees_with_one_machine(dense):
     assert there.extra["auto"]["method"] == "colgen" and there.extra.get("executor") == "dask"
     assert here.extra["auto"]["method"] in ("lp", "rowgen")
     assert there.certificate.passed and abs(there.objective - here.objective) <= 1e-6 * abs(here.objective)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
+        lag = solve(dense, "auto", scheduler=c.scheduler_address, dense_degree=1.0, gap_rel=1e-6)
+    assert lag.extra["auto"]["method"] == "rowgen" and lag.extra["lagrangian"]  # its subproblems ran there
+    assert lag.certificate.passed and abs(lag.objective - here.objective) <= 1e-5 * abs(here.objective)

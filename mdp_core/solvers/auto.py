@@ -40,6 +40,14 @@ cluster, so the choice is deterministic for a given instance and machine setting
   certifies in 306 s), and on dense syn5000 its first master had not finished after 4.5 minutes, with
   the client at 7.8 GB (bench/README.md, sessions 9 and 10). Without a cluster, or within the budget,
   the single-machine choice stands.
+* With a cluster, when rowgen is picked and fits: rowgen's row-sum Lagrangian ascent
+  (``lagrangian_steps`` = :data:`LAGRANGIAN_STEPS`) with its K subproblems on that cluster
+  (:func:`delegated`). Measured (bench/README.md, "Row-sum Lagrangian bound" and "The Lagrangian's
+  subproblems on Dask"): the ascent ends the synthetic class a round earlier (syn500 10.6 s against
+  30.5 s, syn1000 154 s against 268 s); on Rome and at syn2000 it saves no round, and its cost there
+  (rome1000 +12 %; syn2000's second LP slower) was its CPU beside the LP on the same 2 cores, which a
+  cluster's workers take off the driver. Without a cluster it stays off. Not measured here: a remote
+  cluster (a ``LocalCluster`` on the driver's own cores brings the contention back).
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
 }
 
 # peak memory: (GB, bytes per full-LP privacy row), an upper line through the peaks measured here (docstring)
+LAGRANGIAN_STEPS = 30  # rowgen's Lagrangian steps a round when auto puts them on a cluster (module docstring)
 MEMORY_MODEL = {"lp": (0.0, 1650.0), "rowgen": (0.7, 4.0)}
 MEMORY_SHARE = 0.8  # of this machine's physical memory: the default budget of one machine
 
@@ -111,6 +120,11 @@ def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str,
     need = memory_estimate(name, f)
     budget = params.memory_limit or MEMORY_SHARE * machine_memory()
     f |= {"memory_estimate_gb": float(f"{need:.4g}"), "memory_budget_gb": float(f"{budget:.4g}")}
+    if params.scheduler and name == "rowgen" and not (budget > 0 and need > budget):
+        reason += (
+            f"; with the row-sum Lagrangian's {instance.n_outputs} subproblems on the Dask cluster at "
+            f"{params.scheduler} ({LAGRANGIAN_STEPS} steps a round)"
+        )
     if params.scheduler and budget > 0 and need > budget:
         return (
             "colgen",
@@ -121,6 +135,18 @@ def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str,
             f,
         )
     return name, reason, f
+
+
+def delegated(name: str, params: AutoOptions) -> dict[str, Any]:
+    """The options auto sets on the method ``name`` it picked, beyond the gap (module docstring): with a
+    cluster, colgen's pricing LPs or rowgen's Lagrangian subproblems go there."""
+    if not params.scheduler:
+        return {}
+    if name == "colgen":
+        return {"executor": "dask", "scheduler": params.scheduler}
+    if name == "rowgen":
+        return {"lagrangian_steps": LAGRANGIAN_STEPS, "lagrangian_executor": "dask", "scheduler": params.scheduler}
+    return {}
 
 
 def _one_machine(f: dict[str, Any], params: AutoOptions) -> tuple[str, str]:
@@ -159,7 +185,6 @@ def method(
     if progress:
         progress(f"auto: {name} ({reason})")
     f, cls = CHOICES[name]
-    extra: dict[str, Any] = {"executor": "dask", "scheduler": params.scheduler} if name == "colgen" else {}
-    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel, **extra))
+    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel, **delegated(name, params)))
     raw.extra = {"auto": {"method": name, "reason": reason, "features": feats}} | raw.extra
     return raw

@@ -309,7 +309,11 @@ def method(
     lag = None
     if params.lagrangian_steps > 0:  # K subproblems, warm across rounds (mdp_core.solvers.lagrangian)
         lag = lagrangian.Lagrangian(
-            instance, highs.with_options(options, threads=1), params.lagrangian_executor, pairs=rows.pairs
+            instance,
+            highs.with_options(options, threads=1),
+            params.lagrangian_executor,
+            scheduler=params.scheduler,
+            pairs=rows.pairs,
         )
     lag_rounds: list[dict[str, Any]] = []
     try:

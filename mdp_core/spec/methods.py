@@ -123,6 +123,9 @@ class RowgenOptions(GapOptions):
     lagrangian_executor: str = option(
         "serial", "where the Lagrangian's K subproblems run (mdp_core.solvers.lagrangian)", choices=EXECUTORS
     )
+    scheduler: str | None = option(
+        None, "with lagrangian_executor dask: a scheduler address (tcp://host:8786); unset: a local Dask cluster"
+    )
 
 
 @dataclass(frozen=True)
