@@ -268,20 +268,28 @@ def _lagrangian_progress(
     thread, while the next round's LP runs)."""
 
     def notify(bound: float, upper: float, evals: int) -> None:
-        line = control.Progress(
-            "rowgen",
-            f"round {it} Lagrangian",
-            lower=max(lb, bound),
-            upper=upper,
-            gap_abs=params.gap_abs,
-            gap_rel=params.gap_rel,
-            elapsed=time.perf_counter() - t0,
-            time_limit=options.time_limit,
-            detail=f"evaluation {evals}",
-        )
+        line = _line(options, params, t0, f"round {it} Lagrangian", (max(lb, bound), upper), f"evaluation {evals}")
         control.report(progress, line)
 
     return notify
+
+
+def _line(
+    options: SolverOptions, params: RowgenOptions, t0: float, step: str, bounds: tuple[float, float], detail: str
+) -> control.Progress:
+    """A progress line of rowgen's ``step`` with bounds (lower, upper), ``t0`` its start (perf_counter)."""
+    lb, ub = bounds
+    return control.Progress(
+        "rowgen",
+        step,
+        lower=lb,
+        upper=ub,
+        gap_abs=params.gap_abs,
+        gap_rel=params.gap_rel,
+        elapsed=time.perf_counter() - t0,
+        time_limit=options.time_limit,
+        detail=detail,
+    )
 
 
 def _discard(lp: control.Background[highs.LpSolution], token: control.StopToken, why: str) -> None:
@@ -440,15 +448,5 @@ def _report(
     values = (it, lb, ub, ub - lb, held, added, round(sol.seconds, 3), round(time.perf_counter() - t0, 3))
     trace.append(dict(zip(TRACE_COLUMNS, values, strict=True)))
     fallback = " " + sol.fallback if sol.fallback else ""
-    line = control.Progress(
-        "rowgen",
-        f"round {it}",
-        lower=lb,
-        upper=ub,
-        gap_abs=params.gap_abs,
-        gap_rel=params.gap_rel,
-        elapsed=time.perf_counter() - t0,
-        time_limit=options.time_limit,
-        detail=f"{held} rows (+{added}), LP {sol.seconds:.1f}s{fallback}{lag_note}",
-    )
-    control.report(progress, line)
+    detail = f"{held} rows (+{added}), LP {sol.seconds:.1f}s{fallback}{lag_note}"
+    control.report(progress, _line(options, params, t0, f"round {it}", (lb, ub), detail))
