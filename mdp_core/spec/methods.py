@@ -77,7 +77,7 @@ class AutoOptions(GapOptions):
     scheduler: str | None = option(
         None,
         "a Dask scheduler (tcp://host:8786): where executor dask runs; auto sends instances too large for "
-        "this machine there",
+        "this machine there, and rowgen's Lagrangian subproblems otherwise",
     )
     memory_limit: float = option(
         0.0, "GB one machine may use (0: 80 percent of its memory); above it auto uses the scheduler", ge=0
