@@ -275,12 +275,22 @@ def run_from_cli(args: argparse.Namespace) -> int:
     where = prepare_environment()  # before Prefect is imported
     stores = sorted({str(store_root(c)) for c in cfgs})
     print(f"mdp-release run: {where}; store {', '.join(stores)}", file=sys.stderr, flush=True)
-    from flows.release import release_flow
+    import flows.release  # noqa: F401 -- Prefect configures its logging on import: before quiet_console_errors
 
     quiet_console_errors(getattr(args, "debug", False))
     from mdp_core.runtime.control import install_signal_handlers
 
-    install_signal_handlers()  # SIGTERM / Ctrl-C: the running solve stops within seconds, nothing is published
+    restore = (
+        install_signal_handlers()
+    )  # SIGTERM / Ctrl-C: the running solve stops within seconds, nothing is published
+    try:
+        return _run_flows(args, cfgs, refresh_from, draw)
+    finally:
+        restore()  # this process's own handlers again (an in-process caller keeps its Ctrl-C)
+
+
+def _run_flows(args: argparse.Namespace, cfgs: list[Any], refresh_from: Any, draw: Any) -> int:
+    """The flow run(s) of :func:`run_from_cli` and what it prints; the exit code."""
     t0 = time.perf_counter()
     if len(cfgs) > 1:
         from flows.batch import batch_flow
@@ -296,7 +306,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
         return 0
     from prefect import tags
 
-    from flows.release import run_tags
+    from flows.release import release_flow, run_tags
 
     # The run is created with its release's tags (as a deployment's runs are): the server attaches a run's tags
     # to its state events from its first state on, so `mdp-release notify --release NAME` hears this run fail.
