@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -481,8 +482,9 @@ class Store:
         clean_stale(final.parent)
         if final.exists():
             raise FileExistsError(f"release folder {final} already exists")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{run_name}.tmp-{os.getpid()}-", dir=final.parent))
-        try:
+        prefix = f".{run_name}.tmp-{os.getpid()}-"
+        try:  # the folder is made inside the try: Prefect's task timeout raises asynchronously, anywhere
+            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=final.parent))
             for out_name, (ref, name) in refs.items():
                 dst = tmp / out_name
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -495,7 +497,8 @@ class Store:
                 check(tmp)
             os.replace(tmp, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            for staged in final.parent.glob(glob.escape(prefix) + "*"):  # run names are unique: ours only
+                shutil.rmtree(staged, ignore_errors=True)
             raise
         return final
 

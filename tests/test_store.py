@@ -163,6 +163,25 @@ def test_publish_refused_by_the_check_leaves_nothing(tmp_path):
     assert list((tmp_path / "runs").iterdir()) == []
 
 
+def test_publish_interrupted_right_after_staging_leaves_nothing(tmp_path, monkeypatch):
+    """Prefect's task timeout raises asynchronously, so it can land between the staging folder's creation
+    and anything that would remember it (the CI saw one left behind by a 1 ms release timeout)."""
+    import tempfile
+
+    s = Store(tmp_path)
+    ref = _write(s, "k", b"data")
+    real = tempfile.mkdtemp
+
+    def made_then_timed_out(*args, **kwargs):
+        real(*args, **kwargs)
+        raise TimeoutError("task run timed out")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", made_then_timed_out)
+    with pytest.raises(TimeoutError):
+        s.publish("r1", {"a.bin": (ref, "a.bin")}, {"x": 1})
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
 def test_failed_first_write_leaves_no_empty_stage_folder(tmp_path):
     s = Store(tmp_path)
     with pytest.raises(ValueError):
