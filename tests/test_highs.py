@@ -44,6 +44,29 @@ def test_infeasible_status_and_the_retry_policy() -> None:
     assert again.status == Status.INFEASIBLE and again.fallback is None
 
 
+def test_an_object_stopped_during_a_run_solves_again_under_a_new_token() -> None:
+    """HiGHS keeps an earlier run's interrupt: rowgen stops a round's LP and solves the same object
+    again (a round restarted at another tolerance); that run must not stop at its first check."""
+    from mdp_core.errors import Interrupted
+    from mdp_core.runtime import control
+
+    rng = np.random.default_rng(0)
+    n, m = 200, 100
+    a = sp.random(m, n, density=0.05, random_state=1, format="csc") + sp.eye(m, n, format="csc")
+    model = highs.LpModel(rng.random(n), a.tocsc(), np.ones(m), np.full(m, np.inf), np.zeros(n), np.full(n, 10.0))
+    h = highs.new_highs(highs.SolverOptions(solver="ipm"))
+    highs.pass_model(h, model)
+    first = control.StopToken()
+    h.cbIpmInterrupt.subscribe(lambda e: first.request("stopped by the test"))  # after the watch: it stops next
+    with pytest.raises(Interrupted, match="stopped by the test"):
+        control.Background(lambda: highs.run(h), token=first).result()
+    h.cbIpmInterrupt.clear()
+    h.cbIpmInterrupt.subscribe(h._mdp_watch)
+    highs.clear_solver(h)
+    again = control.Background(lambda: highs.run(h), token=control.StopToken()).result()
+    assert again.status is Status.OPTIMAL and again.x.size == n
+
+
 def test_time_limit_is_relative_to_the_cumulative_run_time() -> None:
     h = highs.new_highs(highs.SolverOptions())
     highs.pass_model(h, tiny())

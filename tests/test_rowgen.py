@@ -156,6 +156,46 @@ def test_interior_point_stops_at_a_tenth_of_the_requested_gap_and_the_bound_stay
     check_against_lp(inst, gap_rel=1e-3)
 
 
+def test_round_tolerance_loosens_only_rounds_that_cannot_close():
+    """Loose (1e-2) only when the gap, less the round's own tolerance, is beyond LOOSE_GAP and GAP_RATIO x
+    the target, the batch was full and an upper bound is known; tight otherwise, for simplex and with
+    loose_tolerance 0."""
+    params = rowgen.RowgenOptions(gap_rel=1e-3)
+    tight = rowgen.ipm_tolerance(1e-3)
+    reach = max(rowgen.LOOSE_GAP, rowgen.GAP_RATIO * 1e-3)
+    assert rowgen.round_tolerance(params, 1.0, 1.0 - 2 * reach, tight) == params.loose_tolerance == 1e-2
+    assert rowgen.round_tolerance(params, 1.0, 1.0 - reach / 2, tight) == tight
+    # a loose round's bound is looser by up to its tolerance: that much of its gap does not count
+    assert rowgen.round_tolerance(params, 1.0, 1.0 - reach - 5e-3, 1e-2) == tight
+    assert rowgen.round_tolerance(params, np.inf, 0.5, tight) == tight  # no upper bound yet
+    assert rowgen.round_tolerance(params, 1.0, -np.inf, tight) == tight
+    assert rowgen.round_tolerance(params, 1.0, 0.0, tight, full=False) == tight  # every violated row added
+    assert rowgen.round_tolerance(rowgen.RowgenOptions(gap_rel=1e-3, loose_tolerance=0), 1.0, 0.0, tight) == tight
+    assert rowgen.round_tolerance(rowgen.RowgenOptions(gap_rel=1e-3, lp_solver="simplex"), 1.0, 0.0, tight) == tight
+    # a fine target never makes a large gap "within reach"; a coarse one does
+    assert rowgen.round_tolerance(rowgen.RowgenOptions(gap_rel=1e-8), 1.0, 0.8, tight) == 1e-2
+    assert rowgen.round_tolerance(rowgen.RowgenOptions(gap_rel=0.01), 1.0, 0.5, tight) == rowgen.ipm_tolerance(0.01)
+    absolute = rowgen.RowgenOptions(gap_rel=0, gap_abs=0.1)
+    assert rowgen.round_tolerance(absolute, 1.0, 0.5, tight) == rowgen.ipm_tolerance(0)
+
+
+def test_loose_rounds_end_tight_match_the_lp_and_repeat_exactly():
+    """Gaps of 12-23 % after the first rounds: those rounds are solved loose (trace column lp_tolerance;
+    round 2 started tight beside round 1's closure and was solved again, loose), the closing ones
+    tight; bounds and mechanism as the exact LP's, and a second run gives the same rounds."""
+    inst = grid(6, 8, n_outputs=20, epsilon=2.0)
+    args = {"neighbours": 1, "rows_per_round": 100, "gap_rel": 1e-3}
+    check_against_lp(inst, **args)
+    sol, again = solve(inst, "rowgen", **args), solve(inst, "rowgen", **args)
+    tr, tight = sol.trace, rowgen.ipm_tolerance(1e-3)
+    assert tr.lp_tolerance.iloc[0] == tight and tr.lp_tolerance.iloc[-1] == tight
+    assert tr.lp_tolerance.iloc[1] == 1e-2, tr[["gap", "upper_bound", "lp_tolerance"]]
+    cols = ["lower_bound", "upper_bound", "rows", "rows_added", "lp_tolerance"]
+    assert tr[cols].equals(again.trace[cols]) and np.array_equal(sol.z, again.z)
+    never = solve(inst, "rowgen", loose_tolerance=0.0, **args).trace
+    assert (never.lp_tolerance == tight).all()
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hard_instances())
 def test_property_loose_interior_point_bound_is_below_every_certified_mechanism(inst):

@@ -169,6 +169,9 @@ class _Watch:
             if self.token.reason() is not None:
                 e.interrupt()
                 return
+            # HiGHS keeps the interrupt of an earlier run of this object (checked on highspy 1.15.1):
+            # without this, every later run of an object stopped once would stop at its first check
+            e.data_in.user_interrupt = False
             out = e.data_out
             ipm = e.callback_type == highspy.cb.HighsCallbackType.kCallbackIpmInterrupt
             n = int(out.ipm_iteration_count if ipm else out.simplex_iteration_count)

@@ -18,7 +18,9 @@ Algorithm (one HiGHS model, every record and output; connected components need n
 1. R = for every record a its ``neighbours`` shortest edges (a, b), for every output k.
 2. Solve LP_R: min c.z s.t. the rows in R, sum_k z_ik = 1, z >= 0 (interior point without
    crossover by default, cold each round: faster here than warm dual simplex after many new rows;
-   it stops at a relative duality gap of a tenth of the requested gap, :func:`ipm_tolerance`).
+   it stops at a relative duality gap of a tenth of the requested gap, :func:`ipm_tolerance`, or at
+   ``loose_tolerance`` (1e-2) in a round that cannot close the gap, :func:`round_tolerance`: 25-40 %
+   cheaper, and its point chooses rows at least as well).
 3. Lower bound (valid for the full LP, see below) from LP_R's duals.
 4. Upper bound: the cost of the *closure* of LP_R's point z: every column raised to its smallest
    majorant in the privacy cone (z'_ik = max_j z_jk e^{-eps D_ij}, D = graph path distance), rows
@@ -77,12 +79,24 @@ from mdp_core.solvers.verify import objective
 from mdp_core.spec.methods import RowgenOptions
 from mdp_core.spec.solver_options import SolverOptions
 
-TRACE_COLUMNS = ["iteration", "lower_bound", "upper_bound", "gap", "rows", "rows_added", "lp_seconds", "seconds"]
+TRACE_COLUMNS = [
+    "iteration",
+    "lower_bound",
+    "upper_bound",
+    "gap",
+    "rows",
+    "rows_added",
+    "lp_seconds",
+    "seconds",
+    "lp_tolerance",  # the round's interior point relative gap tolerance (NaN for simplex)
+]
 CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
 # min c.z over z >= 0 with c >= 0 is bounded and feasible (the uniform mechanism satisfies every row):
 # any status but optimal or a limit is a numerical breakdown, retried with the other algorithm, cold.
 ACCEPT = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT})
 RETRIES = highs.SWITCH_ALGORITHM + highs.COLD_NO_PRESOLVE
+LOOSE_GAP = 0.05  # a round is loosened only after a relative gap above this (round_tolerance)
+GAP_RATIO = 70.0  # the next round can close only when this gap is within GAP_RATIO x the target (round_tolerance)
 
 
 @dataclass
@@ -193,6 +207,42 @@ def ipm_tolerance(gap_rel: float) -> float:
     tenth of the target spends at most about a tenth of the gap. ``optimality_tolerance`` (HiGHS's
     own check of the returned primal-dual gap) must follow it, or HiGHS reports "unknown"."""
     return min(1e-3, max(1e-8, 0.1 * gap_rel))
+
+
+def round_tolerance(params: RowgenOptions, upper: float, lower: float, tol: float, full: bool = True) -> float:
+    """The interior point's relative gap tolerance for the next round, from the bounds (``upper``,
+    ``lower``; any one unit) after the current round, whose LP stopped at ``tol``; ``full``: the rows
+    added for the next round filled the round's batch (``rows_per_round``: violated rows were left out).
+
+    ``params.loose_tolerance`` when the bounds show that the next round cannot close the gap, else
+    :func:`ipm_tolerance`. A loose round's LP costs 25-40 % less and its point chooses rows at least as
+    well (on Rome roads the rounds after it close as fast or faster, and 2 of 4 rome500 seeds that
+    needed a fourth round no longer do), but its own bounds are worse (its upper bound by up to
+    0.5 %), so a round that might close must be tight. The next round is loosened only when all hold:
+
+    - the current relative gap, less ``tol`` (a loose round's bound is looser by less than its
+      tolerance), exceeds :data:`LOOSE_GAP` (5 %) and :data:`GAP_RATIO` times the target (or the
+      absolute gap GAP_RATIO times ``gap_abs``). Measured (bench/README.md, "Loose rounds"): of 148
+      pairs of consecutive rounds at a 0.1 % target none ended with less than a 68th of its
+      predecessor's gap, and the largest gap a closing round followed was 2.3 % (syn1000); but at a
+      1e-6 target a round after a 0.5 % gap can close outright (its rows were all that was missing),
+      so the gap itself must be large, as after Rome's first round (10-15 %);
+    - the batch was full: one that held every violated row left may be the last to add rows, and a
+      loose last round costs one more LP of the same rows, tight (:func:`method`);
+    - an upper bound is known: round 2 starts tight beside round 1's closure and is solved again,
+      loose, when that closure shows its gap (:func:`method`).
+
+    ``lp_solver`` "simplex" and ``loose_tolerance`` 0 keep every round tight.
+    """
+    tight = ipm_tolerance(params.gap_rel)
+    if params.lp_solver != "ipm" or params.loose_tolerance <= tight or not full:
+        return tight
+    if not (np.isfinite(upper) and np.isfinite(lower)):
+        return tight
+    scale = max(abs(upper), 1e-300)
+    gap = (upper - lower) / scale - tol
+    reach = max(LOOSE_GAP, GAP_RATIO * max(params.gap_rel, params.gap_abs / scale))
+    return params.loose_tolerance if gap > reach else tight
 
 
 def new_model(
@@ -309,8 +359,10 @@ def method(
 
     Rounds overlap on two threads: round r's closure (the upper bound) runs while round r + 1's LP,
     whose rows depend only on round r's LP point, is already being solved; when the closure closes
-    the gap, that LP is stopped and discarded. The result, the trace and every bound are those of the
-    same rounds run one after the other (only the seconds differ)."""
+    the gap, that LP is stopped and discarded. That LP starts at the tolerance the bounds known then
+    allow (:func:`round_tolerance`); when round r's upper bound changes it (round 1's, the first upper
+    bound, or one that puts the gap within reach), the LP is stopped and solved again at the new one. The result, the trace and every bound are those of the same rounds
+    run one after the other (only the seconds differ)."""
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit
     h, rows, c, scale = new_model(instance, options, params)
@@ -331,10 +383,15 @@ def method(
             lag.close()
 
 
-def _solve_lp(h: Any, rows: _Rows, params: RowgenOptions, deadline: float, it: int) -> highs.LpSolution:
-    """Round ``it``'s LP over the rows the model holds now (cold interior point, or warm simplex)."""
+def _solve_lp(
+    h: Any, rows: _Rows, params: RowgenOptions, deadline: float, it: int, tol: float | None = None
+) -> highs.LpSolution:
+    """Round ``it``'s LP over the rows the model holds now (cold interior point, or warm simplex);
+    ``tol``: the interior point's relative gap tolerance (default :func:`ipm_tolerance`)."""
     highs.set_time_limit(h, deadline - time.perf_counter())
     if params.lp_solver == "ipm":
+        tol = ipm_tolerance(params.gap_rel) if tol is None else tol
+        highs.set_options(h, ipm_optimality_tolerance=tol, optimality_tolerance=tol)
         highs.clear_solver(h)
     what = f"rowgen round {it} LP ({rows.count} rows)"
     return highs.run_robust(
@@ -365,7 +422,8 @@ def _rounds(
 
     solve_lp = partial(_solve_lp, h, rows, params, deadline)
     it, held = 1, rows.count
-    sol = solve_lp(1) if deadline > time.perf_counter() else None
+    tol = ipm_tolerance(params.gap_rel)
+    sol = solve_lp(1, tol) if deadline > time.perf_counter() else None
     while sol is not None:
         if sol.x.size == 0:
             status = Status.TIME_LIMIT if sol.status in (Status.TIME_LIMIT, Status.INTERRUPTED) else sol.status
@@ -379,11 +437,14 @@ def _rounds(
         share = params.deficit_share if it >= params.share_from_round else 0.0
         ei, ki = violated(z, rows, params.min_deficit, limit, share)  # while the closure runs
         held = rows.count
-        more = ei.size > 0 and it < params.max_rounds and deadline > time.perf_counter()
-        if more:  # round it + 1's LP starts now, beside the closure
+        # no row left to add after a loose LP: its point is feasible but its bound loose, so once more, tight
+        again = ei.size == 0 and tol > ipm_tolerance(params.gap_rel)
+        more = (ei.size > 0 or again) and it < params.max_rounds and deadline > time.perf_counter()
+        if more:  # round it + 1's LP starts now, beside the closure, with the bounds known so far
             _add(h, rows, ei, ki, n, k)
-            spec = control.StopToken(parent=control.current())
-            nxt = control.Background(partial(solve_lp, it + 1), token=spec, name="rowgen-lp")
+            full, blind = ei.size >= limit, not np.isfinite(best_ub)  # blind: no upper bound yet
+            nxt_tol = ipm_tolerance(params.gap_rel) if again else round_tolerance(params, best_ub, lb, tol, full)
+            spec, nxt = _start_lp(solve_lp, it + 1, nxt_tol)
         try:
             cz, ub, asc = upper.result(f"rowgen round {it} closure")
         except BaseException:
@@ -399,13 +460,18 @@ def _rounds(
             lag_note = f", Lagrangian {asc.bound:.6g} ({asc.evaluations} evals, {asc.seconds:.1f}s)"
         closed = gap_closed(best_ub, lb, params.gap_abs, params.gap_rel)
         held_added = (held, 0 if closed else int(ei.size))
-        _report(progress, options, params, t0, it, (lb, best_ub), held_added, sol, lag_note, trace)
+        _report(progress, options, params, t0, it, (lb, best_ub), held_added, sol, (tol, lag_note), trace)
         if closed or not more:  # closed, no row left worth adding, the round limit or the time limit
             if more:
                 _discard(nxt, spec, f"round {it} closed the gap")
             status = _final_status(closed, int(ei.size), it, params)
             break
-        sol = nxt.result(f"rowgen round {it + 1} LP")
+        need = round_tolerance(params, best_ub, lb, tol, full)  # with this round's upper bound
+        if need != nxt_tol and (blind or need == ipm_tolerance(params.gap_rel)):
+            _discard(nxt, spec, f"round {it + 1} solved again at tolerance {need:.0e}")
+            spec, nxt = _start_lp(solve_lp, it + 1, need)
+            nxt_tol = need
+        sol, tol = nxt.result(f"rowgen round {it + 1} LP"), nxt_tol
         it += 1
     extra = {
         "rows": held,
@@ -419,6 +485,14 @@ def _rounds(
     return RawSolution(
         best_z, status, lb if np.isfinite(lb) else None, len(trace), extra, pd.DataFrame(trace, columns=TRACE_COLUMNS)
     )
+
+
+def _start_lp(
+    solve_lp: Callable[[int, float], highs.LpSolution], it: int, tol: float
+) -> tuple[control.StopToken, control.Background[highs.LpSolution]]:
+    """Round ``it``'s LP at tolerance ``tol`` in a background thread, under a token of its own."""
+    spec = control.StopToken(parent=control.current())
+    return spec, control.Background(partial(solve_lp, it, tol), token=spec, name="rowgen-lp")
 
 
 def _final_status(closed: bool, violated_left: int, it: int, params: RowgenOptions) -> Status:
@@ -440,13 +514,17 @@ def _report(
     bounds: tuple[float, float],
     held_added: tuple[int, int],
     sol: highs.LpSolution,
-    lag_note: str,
+    notes: tuple[float, str],
     trace: list[dict],
 ) -> None:
-    """Append round ``it``'s trace row (bounds (lower, best upper), rows (held, added)) and report it."""
-    (lb, ub), (held, added) = bounds, held_added
-    values = (it, lb, ub, ub - lb, held, added, round(sol.seconds, 3), round(time.perf_counter() - t0, 3))
+    """Append round ``it``'s trace row (bounds (lower, best upper), rows (held, added), notes (the LP's
+    tolerance, the Lagrangian's note)) and report it."""
+    (lb, ub), (held, added), (tol, lag_note) = bounds, held_added, notes
+    tol = tol if params.lp_solver == "ipm" else float("nan")
+    seconds = (round(sol.seconds, 3), round(time.perf_counter() - t0, 3))
+    values = (it, lb, ub, ub - lb, held, added, *seconds, tol)
     trace.append(dict(zip(TRACE_COLUMNS, values, strict=True)))
     fallback = " " + sol.fallback if sol.fallback else ""
-    detail = f"{held} rows (+{added}), LP {sol.seconds:.1f}s{fallback}{lag_note}"
+    loose = f" (tolerance {tol:.0e})" if tol > ipm_tolerance(params.gap_rel) else ""
+    detail = f"{held} rows (+{added}), LP {sol.seconds:.1f}s{loose}{fallback}{lag_note}"
     control.report(progress, _line(options, params, t0, f"round {it}", (lb, ub), detail))

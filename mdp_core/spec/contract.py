@@ -232,7 +232,8 @@ PUBLISHED: tuple[PublishedFile, ...] = (
             "iteration:int64 lower_bound:double upper_bound:double gap:double optimality_cuts:any "
             "penalised_subproblems:any slack:any heuristic_upper_bound:any rho:any master_seconds:any "
             "sub_max_seconds:any sub_total_seconds:any master_rows:any elapsed_seconds:any pricing_bound:any "
-            "columns_added:any pricing_seconds:any rows:int64 rows_added:int64 lp_seconds:double seconds:double"
+            "columns_added:any pricing_seconds:any rows:int64 rows_added:int64 lp_seconds:double seconds:double "
+            "lp_tolerance:any"
         ),
         volatile=frozenset(
             "master_seconds sub_max_seconds sub_total_seconds elapsed_seconds pricing_seconds lp_seconds seconds".split()

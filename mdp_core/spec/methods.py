@@ -102,6 +102,13 @@ class RowgenOptions(GapOptions):
         1e-12, "a violated row enters only when z_ak / g_ab - z_bk exceeds this (probability mass)", ge=0
     )
     max_rounds: int = option(100, "LP solves at most", ge=1)
+    loose_tolerance: float = option(
+        1e-2,
+        "interior point relative gap of the rounds that cannot close the gap by the rule of"
+        " mdp_core.solvers.rowgen.round_tolerance (0 = every round at a tenth of gap_rel)",
+        ge=0,
+        lt=1,
+    )
     deficit_share: float = option(
         0.0,
         "more rows per round: every violated row of the largest deficits summing to this share of all"
