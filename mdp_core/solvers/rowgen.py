@@ -286,8 +286,9 @@ def _bounds(
 ) -> tuple[np.ndarray, float, lagrangian.Ascent | None]:
     """One round's bounds beside the next LP: the closure (the upper bound), then, when it does not
     close the gap with ``lb`` and ``lag`` is set, the Lagrangian bound at the round's row-sum duals
-    ``lam`` (instance's cost unit) and ``params.lagrangian_steps`` subgradient steps towards the best upper bound, stopping as soon as
-    the gap is closed (:func:`mdp_core.solvers.lagrangian.ascend`). ``deadline``: ``time.perf_counter()``;
+    ``lam`` (instance's cost unit) and ``params.lagrangian_steps`` subgradient steps towards the best
+    upper bound, stopping as soon as the gap is closed (:func:`mdp_core.solvers.lagrangian.ascend`).
+    ``deadline``: ``time.perf_counter()``;
     ``notify(bound, upper, evaluations)`` hears each better Lagrangian bound as it is found."""
     cz, ub = _closure(instance, z)
     target = min(ub, best_ub)
@@ -361,8 +362,9 @@ def method(
     whose rows depend only on round r's LP point, is already being solved; when the closure closes
     the gap, that LP is stopped and discarded. That LP starts at the tolerance the bounds known then
     allow (:func:`round_tolerance`); when round r's upper bound changes it (round 1's, the first upper
-    bound, or one that puts the gap within reach), the LP is stopped and solved again at the new one. The result, the trace and every bound are those of the same rounds
-    run one after the other (only the seconds differ)."""
+    bound, or one that puts the gap within reach), the LP is stopped and solved again at the new one.
+    The result, the trace and every bound are those of the same rounds run one after the other (only
+    the seconds differ)."""
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit
     h, rows, c, scale = new_model(instance, options, params)
