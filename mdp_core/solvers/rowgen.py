@@ -446,12 +446,12 @@ def _rounds(
             _add(h, rows, ei, ki, n, k)
             full, blind = ei.size >= limit, not np.isfinite(best_ub)  # blind: no upper bound yet
             nxt_tol = ipm_tolerance(params.gap_rel) if again else round_tolerance(params, best_ub, lb, tol, full)
-            spec, nxt = _start_lp(solve_lp, it + 1, nxt_tol)
+            nxt = _start_lp(solve_lp, it + 1, nxt_tol, full, blind)
         try:
             cz, ub, asc = upper.result(f"rowgen round {it} closure")
         except BaseException:
             if more:  # leave no HiGHS run behind in this process
-                spec.request("rowgen stopped")
+                nxt.spec.request("rowgen stopped")
             raise
         if ub < best_ub:
             best_z, best_ub = cz, ub
@@ -465,36 +465,63 @@ def _rounds(
         _report(progress, options, params, t0, it, (lb, best_ub), held_added, sol, (tol, lag_note), trace)
         if closed or not more:  # closed, no row left worth adding, the round limit or the time limit
             if more:
-                _discard(nxt, spec, f"round {it} closed the gap")
+                _discard(nxt.lp, nxt.spec, f"round {it} closed the gap")
             status = _final_status(closed, int(ei.size), it, params)
             break
-        need = round_tolerance(params, best_ub, lb, tol, full)  # with this round's upper bound
-        if need != nxt_tol and (blind or need == ipm_tolerance(params.gap_rel)):
-            _discard(nxt, spec, f"round {it + 1} solved again at tolerance {need:.0e}")
-            spec, nxt = _start_lp(solve_lp, it + 1, need)
-            nxt_tol = need
-        sol, tol = nxt.result(f"rowgen round {it + 1} LP"), nxt_tol
+        nxt = _retune(nxt, solve_lp, params, (lb, best_ub), tol)
+        sol, tol = nxt.lp.result(f"rowgen round {it + 1} LP"), nxt.tol
         it += 1
-    extra = {
+    extra: dict[str, Any] = {
         "rows": held,
         "full_rows": int(rows.active.size),
         "lower_bound": lb,
         "upper_bound": best_ub,
-        "lp_solver": params.lp_solver,
     }
-    if lag is not None:
-        extra["lagrangian"] = lag_rounds
+    extra |= {"lp_solver": params.lp_solver} | ({} if lag is None else {"lagrangian": lag_rounds})
     return RawSolution(
         best_z, status, lb if np.isfinite(lb) else None, len(trace), extra, pd.DataFrame(trace, columns=TRACE_COLUMNS)
     )
 
 
+@dataclass
+class _Next:
+    """Round ``it``'s LP, running in a background thread under a token of its own at tolerance ``tol``;
+    ``full`` and ``blind`` (no upper bound yet) are what :func:`round_tolerance` knew when it started."""
+
+    it: int
+    tol: float
+    full: bool
+    blind: bool
+    spec: control.StopToken
+    lp: control.Background[highs.LpSolution]
+
+
 def _start_lp(
-    solve_lp: Callable[[int, float], highs.LpSolution], it: int, tol: float
-) -> tuple[control.StopToken, control.Background[highs.LpSolution]]:
-    """Round ``it``'s LP at tolerance ``tol`` in a background thread, under a token of its own."""
+    solve_lp: Callable[[int, float], highs.LpSolution], it: int, tol: float, full: bool, blind: bool
+) -> _Next:
+    """Start round ``it``'s LP at tolerance ``tol`` (:class:`_Next`)."""
     spec = control.StopToken(parent=control.current())
-    return spec, control.Background(partial(solve_lp, it, tol), token=spec, name="rowgen-lp")
+    return _Next(
+        it, tol, full, blind, spec, control.Background(partial(solve_lp, it, tol), token=spec, name="rowgen-lp")
+    )
+
+
+def _retune(
+    nxt: _Next,
+    solve_lp: Callable[[int, float], highs.LpSolution],
+    params: RowgenOptions,
+    bounds: tuple[float, float],
+    tol: float,
+) -> _Next:
+    """``nxt``, or the same round started again at the tolerance the bounds (lower, best upper) after
+    the round before it (whose LP stopped at ``tol``) now give, when it started without an upper bound
+    or when the round may now close (:func:`round_tolerance`)."""
+    lb, ub = bounds
+    need = round_tolerance(params, ub, lb, tol, nxt.full)
+    if need == nxt.tol or not (nxt.blind or need == ipm_tolerance(params.gap_rel)):
+        return nxt
+    _discard(nxt.lp, nxt.spec, f"round {nxt.it} solved again at tolerance {need:.0e}")
+    return _start_lp(solve_lp, nxt.it, need, nxt.full, nxt.blind)
 
 
 def _final_status(closed: bool, violated_left: int, it: int, params: RowgenOptions) -> Status:
