@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
 
     def progress(line: Any) -> None:
-        lp_cpu.append(round(timers.get("run_robust_cpu", 0.0) - sum(lp_cpu), 1))
+        if " Lagrangian: " not in str(line):  # a round's own line, not the ascent's progress
+            lp_cpu.append(round(timers.get("run_robust_cpu", 0.0) - sum(lp_cpu), 1))
         phases = json.dumps({k: round(v, 1) for k, v in timers.items()})
         print(f"[{a.instance} {time.perf_counter() - t0:7.1f}s] {line}  {phases}", file=sys.stderr, flush=True)
 

@@ -101,6 +101,29 @@ def test_subgradient_ascent_stays_valid_and_rises(case):
     assert asc.evaluations >= 1
 
 
+def test_binding_rows_are_tight_at_the_subproblem_points(case):
+    inst, _ = case
+    _, lam, _, _ = round_one(inst)
+    p = rowgen._Rows.of(inst).pairs
+    with lagrangian.Lagrangian(inst, pairs=p) as lag:
+        asc = lagrangian.ascend(lag, lam, 5, 1.01 * case[1] + 1e-9)
+        ev = lag.evaluate(asc.lam)
+    assert len(asc.binding) == len(ev.binding) == inst.n_outputs
+    for k, pick in enumerate(ev.binding):
+        x = ev.z[:, k]
+        assert np.unique(pick).size == pick.size
+        # a row with a nonzero dual is tight (complementary slackness): x_a / g_ab = x_b, in probability mass
+        assert np.allclose(x[p.a[pick]] / p.g[pick], x[p.b[pick]], rtol=0.0, atol=1e-7)
+
+
+def test_dense_subproblems_have_binding_rows():
+    inst = INSTANCES["dense"]()
+    _, lam, _, _ = round_one(inst)
+    with lagrangian.Lagrangian(inst) as lag:
+        ev = lag.evaluate(lam)
+    assert sum(b.size for b in ev.binding) > inst.n_outputs  # measured: hundreds
+
+
 def test_lazy_rows_stopped_early_still_bound():
     inst = INSTANCES["dense"]()
     opt = solve(inst, "lp").objective

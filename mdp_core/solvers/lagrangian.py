@@ -110,6 +110,7 @@ class SubResult:
     solves: int
     complete: bool
     seconds: float
+    binding: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # pairs with a nonzero dual
 
 
 class SubWorker:
@@ -209,9 +210,8 @@ class SubWorker:
             self.blocks = [a]
             terms = pr.dual_terms(a, spec.pairs.capped[self.order], sol.row_dual)
             self.binding = self.order[np.asarray(sol.row_dual[: self.order.size]) != 0.0]
-        return SubResult(
-            Status.OPTIMAL, terms, np.clip(sol.x, 0.0, 1.0), int(self.order.size), solves, complete, seconds
-        )
+        x = np.clip(sol.x, 0.0, 1.0)
+        return SubResult(Status.OPTIMAL, terms, x, int(self.order.size), solves, complete, seconds, self.binding)
 
 
 @dataclass
@@ -229,6 +229,7 @@ class Evaluation:
     solves: int  # HiGHS solves, all subproblems
     solve_seconds: float  # HiGHS seconds summed over subproblems (CPU-like; wall is ``seconds``)
     seconds: float
+    binding: list[np.ndarray] = field(default_factory=list)  # per output: pair ids whose rows bind there
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -312,7 +313,8 @@ class Lagrangian:
         reduced = self.c - lam_s[:, None] + both.exact  # rule (i): exact rows only
         dual_form = self.scale * float(lam_s.sum() + np.minimum(reduced, 0.0).sum())
         done = all(r.complete for r in results)
-        return Evaluation(bound, dual_form, z, status, done, held, solves, secs, time.perf_counter() - t0)
+        binding = [r.binding for r in results]
+        return Evaluation(bound, dual_form, z, status, done, held, solves, secs, time.perf_counter() - t0, binding)
 
 
 def lagrangian_bound(
@@ -353,6 +355,7 @@ class Ascent:
     solve_seconds: float
     lam: np.ndarray  # (N,) the multipliers of the best bound
     held_rows: int = 0  # rows the subproblems hold at the end, all outputs
+    binding: list[np.ndarray] = field(default_factory=list)  # per output: pair ids binding at ``lam``
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -387,6 +390,7 @@ def ascend(
     lam = np.asarray(lam, dtype=np.float64)
     ev = lag.evaluate(lam, deadline, rows)
     best, best_lam, first, evals, secs = ev.bound, lam, ev.bound, 1, ev.solve_seconds
+    binding = ev.binding
     history = [best]
     if on_bound is not None and np.isfinite(best):
         on_bound(best, evals)
@@ -404,8 +408,8 @@ def ascend(
         evals += 1
         secs += ev.solve_seconds
         if ev.bound > best:
-            best, best_lam = ev.bound, lam
+            best, best_lam, binding = ev.bound, lam, ev.binding
             if on_bound is not None:
                 on_bound(best, evals)
         history.append(best)
-    return Ascent(best, first, evals, time.perf_counter() - t0, secs, best_lam, ev.held_rows)
+    return Ascent(best, first, evals, time.perf_counter() - t0, secs, best_lam, ev.held_rows, binding)

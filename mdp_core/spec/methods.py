@@ -127,6 +127,11 @@ class RowgenOptions(GapOptions):
         "after each round's LP, subgradient steps on the row-sum Lagrangian from its duals (0 = off)",
         ge=0,
     )
+    lagrangian_rows: bool = option(
+        False,
+        "with lagrangian_steps: a round that may close the gap also gets the rows binding in the"
+        " Lagrangian's subproblems at its best multipliers (the round's LP then waits for the ascent)",
+    )
     lagrangian_executor: str = option(
         "serial", "where the Lagrangian's K subproblems run (mdp_core.solvers.lagrangian)", choices=EXECUTORS
     )
