@@ -530,6 +530,35 @@ class PrivateStore:
         e = found[-1]
         return {"seq": int(e["seq"]), "head": _entry_hash(e), "spent": float(e["spent"]), "cap": e["cap"]}
 
+    def history(self, population: str, upto_seq: int) -> list[dict[str, Any]]:
+        """The budget's decisions up to entry ``upto_seq`` (the same however often a release is recomputed):
+        every cap set, lowered or raised and every new budget, with its time (UTC), who, why, the cap after it
+        and what the population had been charged before it -- in this budget and across every budget of the
+        store (``spent_all_budgets``). Published in every later release's provenance (issue 39: the people who
+        sign see the whole history)."""
+        chain = self._verified(population)[: int(upto_seq) + 1]
+        out: list[dict[str, Any]] = []
+        charges: list[float] = []
+        before = 0.0
+        for e in chain:
+            if e["kind"] == "charge":
+                charges.append(float(e["epsilon"]))
+            elif e["kind"] in ("cap", "lower", "raise", "new-budget"):
+                out.append(
+                    {
+                        "seq": int(e["seq"]),
+                        "kind": e["kind"],
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(e["created_at"]))),
+                        "by": e["by"],
+                        "why": e["why"],
+                        "cap": e["cap"],
+                        "spent_before": before,
+                        "spent_all_budgets": float(exact.compose(charges)),
+                    }
+                )
+            before = float(e["spent"]) if e.get("spent") is not None else before
+        return out
+
     def budget(self, population: str) -> Budget:
         """The population's budget after verifying its whole chain (LedgerError if it does not verify)."""
         return self._state(population, self._verified(population))
@@ -757,6 +786,31 @@ class PrivateStore:
                 population, chain, "new-budget", by, why, cap, acknowledged=[[s, h] for s, h in acks], voided=voided
             )
             return self._state(population, chain)
+
+    # ------------------------------------------------------------------ tables: one table, one population
+    def _table_path(self, fingerprint: str) -> Path:
+        """``tables/<HMAC(store key, fingerprint)>``: the file name reveals nothing of the table."""
+        name = hmac.new(self._key(), b"table:" + fingerprint.encode(), hashlib.sha256).hexdigest()
+        return self.root / "tables" / name
+
+    def table_owner(self, fingerprint: str) -> str | None:
+        """The population the table with this fingerprint (:func:`mdp_core.release.door.table_fingerprint`)
+        belongs to in this store, or None (read only: nothing is created when the store has no key yet)."""
+        if not (self.root / "store.key").is_file():
+            return None
+        try:
+            return self._table_path(fingerprint).read_text(encoding="utf-8").strip() or None
+        except FileNotFoundError:
+            return None
+
+    def claim_table(self, fingerprint: str, population: str) -> str:
+        """Record that this table belongs to ``population`` (exclusively: the first claim wins); returns the
+        owner, which the caller compares with its population."""
+        check_population(population)
+        path = self._table_path(fingerprint)
+        _mkdir(path.parent)
+        _write_private(path, population.encode(), exclusive=True)
+        return path.read_text(encoding="utf-8").strip()
 
     def check_published(self, population: str, heads: Sequence[tuple[int, str]]) -> None:
         """LedgerError unless every published head (seq, head) of ``population`` is the entry of its chain

@@ -159,11 +159,29 @@ def run_check(config: str | Path) -> Report:
         # max_distance defaults to eta: one eta must both connect the records and cover every person
         suggested["eta_if_max_distance_unset"] = max(suggested["eta"], suggested["max_distance"])
     rep.sections["suggested"] = suggested
-    _check_budget(rep, cfg)
+    plan = _check_door(rep, cfg, inst, table is not None)
+    if plan is not None:
+        _check_budget(rep, cfg, plan)
     unit = inst.distance_unit
     _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
     rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
     return rep
+
+
+def _check_door(rep: Report, cfg: Any, inst: Any, has_table: bool) -> Any:
+    """The privacy door's verdict (:func:`flows.door.plan_for`, the run's own): its refusals are the check's;
+    returns the plan, or None when the secret table could not be read (already a reason)."""
+    from flows.door import plan_for
+
+    if cfg.release.microdata is not None and not has_table:
+        return None
+    try:
+        door = plan_for(cfg, inst)
+    except InputError as exc:
+        rep.reasons.append(str(exc))
+        return None
+    rep.reasons.extend(door.plan.refusals)
+    return door.plan
 
 
 def _check_file(rep: Report, r: Any) -> Any:
@@ -183,7 +201,7 @@ def _check_file(rep: Report, r: Any) -> Any:
     rep.sections["microdata"] = microdata.describe_table(table)
     bad = rep.sections["microdata"]["bad_rows"]
     if bad["count"]:
-        rep.reasons.append(
+        rep.hints.append(
             f"microdata: {bad['count']} row(s) with NaN, non-numeric or out-of-range coordinates or no "
             f"key: {microdata.rows_text(np.asarray(bad['rows']) - 1)}"
             + (f" ({bad['count']} in all)" if bad["count"] > len(bad["rows"]) else "")
@@ -245,23 +263,7 @@ def _check_instance(rep: Report, cfg: Any) -> tuple[Any, Any, int] | None:
         "sizes": sorted((int(s) for s in sizes), reverse=True)[:10],
         "connecting_eta": b_star,
     }
-    allowed = bool(cfg.privacy.allow_unprotected)
-    why = []
-    if count > 1:
-        why.append(
-            f"mDP graph at eta = {eta:g} {unit} has {count} components (largest {int(sizes.max())} of "
-            f"{inst.n_records} records): people in different components are not protected from each other"
-        )
-    if prot.stretch > cfg.privacy.max_stretch:
-        why.append(
-            f"the mDP graph's stretch is {prot.stretch:.4g} > max_stretch = {cfg.privacy.max_stretch:g}: records "
-            f"are protected only as if {prot.stretch:.4g} times farther apart than they are"
-        )
-    for w in why:
-        (rep.hints if allowed else rep.reasons).append(
-            w + (" (allowed: [privacy] allow_unprotected = true)" if allowed else "")
-        )
-    return inst, labels, int(np.argmax(sizes))
+    return inst.replace(edges=edges, distances=dist, eta=eta), labels, int(np.argmax(sizes))
 
 
 def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int, suggested: dict[str, Any]) -> None:
@@ -299,26 +301,25 @@ def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int
         rep.sections["graph"]["individuals_outside_largest"] = int((labels[loc.record_ids[ok]] != largest).sum())
     rep.sections["mapping"] = mapping
     if loc.bad.any() and not rep.sections.get("microdata", {}).get("bad_rows", {}).get("count"):
-        rep.reasons.append(
+        rep.hints.append(
             f"microdata: {int(loc.bad.sum())} individual(s) {loc.bad_reason}: {microdata.rows_text(np.flatnonzero(loc.bad))}"
         )
     if far.size:
-        rep.reasons.append(
+        rep.hints.append(
             f"microdata: {far.size} of {loc.record_ids.size} individual(s) lie farther than max_distance = "
             f"{max_distance:g} {unit} from every record: {microdata.rows_text(far)}"
         )
 
 
-def _check_budget(rep: Report, cfg: Any) -> None:
+def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
     """The population's budget in the config's store (read only; nothing is created): what the release
-    would charge (eps x stretch x protection radius + counts + prior) against what is left."""
+    would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
     from flows.config import store_root
-    from mdp_core.spec.budget import Budget, compose
+    from mdp_core.spec.budget import Budget
 
-    r, pv = cfg.release, rep.sections["privacy"]
-    radius = cfg.privacy.protection_radius or pv["eta"]
-    parts = [pv["metric_epsilon"] * radius, r.eps_counts, r.eps_prior if r.prior_source == "dp" else 0.0]
-    charge = float(compose(parts))  # exact composition (mdp_core.spec.budget), rounded once
+    r = cfg.release
+    charge = float(plan.charge)
+    spends = list(plan.spends)
     budget: dict[str, Any] = {"population": r.population, "charge": charge}
     rep.sections["budget"] = budget
     if r.microdata is None:
@@ -342,7 +343,7 @@ def _check_budget(rep: Report, cfg: Any) -> None:
             )
         elif r.max_total_epsilon is None:
             rep.reasons.append(f"population {r.population!r} has no cap yet: set [release] max_total_epsilon")
-        elif not Budget.of(r.max_total_epsilon).admits([], parts):
+        elif not Budget.of(r.max_total_epsilon).admits([], spends):
             rep.reasons.append(f"this release would be charged {charge:.4g}, above max_total_epsilon")
         budget |= {"spent": 0.0, "cap": r.max_total_epsilon}
         return

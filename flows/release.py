@@ -37,8 +37,10 @@ from flows.config import (
     release_name,
     store_root,
 )
+from flows.door import plan_for
 from mdp_core.errors import Interrupted, StageTimeout
 from mdp_core.release import audit
+from mdp_core.release.door import PrivacyPlan, Settings
 from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
 from mdp_core.spec import contract, dataset_kinds
@@ -46,7 +48,7 @@ from mdp_core.spec.methods import needs_partition
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
 from tasks.cache import cached, code_version, package_versions
-from tasks.common import stage_output
+from tasks.common import instance_with_graph, stage_output
 from tasks.progress import watch_cancellation
 
 STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.spec.contract.STAGES; then release)
@@ -82,10 +84,11 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     }
 
 
-def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, Any]]:
-    """The ``prior`` (when not the dataset's) and ``postprocess`` stages' parameters: the release settings,
-    the population, the draw's public commitment and the secret table's HMAC under the draw (never its hash),
-    and what the ledger needs (the cap the config asks for, whether the population must have one)."""
+def release_params(cfg: ReleaseFlowConfig, draw: Draw, door: Settings) -> dict[str, dict[str, Any]]:
+    """The ``prior`` (when not the dataset's) and ``postprocess`` stages' parameters: the release settings
+    (``door``: the privacy door's, which the measuring stage plans with again), the population, the draw's
+    public commitment and the secret table's HMAC under the draw (never its hash), and what the ledger needs
+    (the cap the config asks for, whether the population must have one)."""
     r, p = cfg.release, cfg.privacy
     secret = {
         "microdata": r.microdata,
@@ -107,6 +110,7 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw) -> dict[str, dict[str, An
             "protection_radius": p.protection_radius,
             "max_stretch": p.max_stretch,
             "allow_unprotected": p.allow_unprotected,
+            "door": door.as_params(),  # the door's settings: the stage plans with them again
         }
     }
     if r.prior_source == "file":
@@ -128,18 +132,6 @@ def release_key(cfg: ReleaseFlowConfig) -> str:
 
     data = cfg.model_dump(mode="json", exclude={"run", "name", "store", "evaluate"})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def planned_spend(cfg: ReleaseFlowConfig, protection: dict[str, Any], epsilon: float, eta: float) -> dict[str, float]:
-    """What the release will charge, by kind, before anything is measured (the early check of the budget)."""
-    radius = cfg.privacy.protection_radius or eta
-    plan = {
-        "perturb": postprocess.mechanism_charge(epsilon, protection, radius),
-        "counts": cfg.release.eps_counts,
-    }
-    if cfg.release.prior_source == "dp":
-        plan["prior"] = cfg.release.eps_prior
-    return plan
 
 
 def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: dict[str, Any]) -> dict[str, Any]:
@@ -174,40 +166,38 @@ def prepare(
     note: Any = lambda what: None,
     new_draw: bool = False,
     draw: str | None = None,
-) -> tuple[dict[str, ArtifactRef], Draw]:
+) -> tuple[dict[str, ArtifactRef], Draw, PrivacyPlan]:
     """The stages up to the secret draw, in the order that keeps the door shut until the budget accepts:
-    ingest, graph (its protection checked: :func:`tasks.postprocess.check_protection`), for real people the
-    population's draw for this version of the table (published releases checked against the private
-    ledger) and the early budget check, then prior (a DP prior is charged before it is measured),
-    partition and export; simulated people are drawn once the instance is known. ``run(stage,
-    **upstream)`` runs one stage (the flow: a cached Prefect task; tests: its ``.fn``); ``params`` (from
-    :func:`stage_params`) gains the release's parameters. Returns ({stage: output}, the draw)."""
+    ingest, graph, then the privacy door (:func:`flows.door.plan_for`: every rule of the guarantee, with the
+    secret table read and validated, before anything is charged), for real people the table's population
+    claimed, the population's draw for this version of the table (published releases checked against the
+    private ledger) and the early budget check of the plan's charges, then prior (a DP prior is charged
+    before it is measured), partition and export; simulated people are drawn once the instance is known.
+    ``run(stage, **upstream)`` runs one stage (the flow: a cached Prefect task; tests: its ``.fn``);
+    ``params`` (from :func:`stage_params`) gains the release's parameters. Returns ({stage: output}, the draw,
+    the door's admitted plan)."""
+    refs = {"ingest": run("ingest")}
+    refs["graph"] = g = run("graph", dataset=refs["ingest"])
+    note("the privacy door")
+    door = plan_for(config, instance_with_graph(store, refs["ingest"], g))
+    plan = door.plan.admit()  # refused: PrivacyError, nothing measured, nothing charged
 
     def secret(population: str, version: str) -> Draw:
         note("postprocess (the secret draw)")
         d = postprocess.secret_draw(store, population, version, new_draw, draw)
-        params.update(release_params(config, d))
+        params.update(release_params(config, d, plan.settings))
+        radius = {"value": plan.radius, "unit": plan.guarantee.distance_unit}
         for stage in ("prior", "postprocess"):
             if "draw" in params.get(stage, {}):
                 params[stage]["radius"] = radius
         return d
 
-    refs = {"ingest": run("ingest")}
-    refs["graph"] = g = run("graph", dataset=refs["ingest"])
-    facts = read_json(store.path(g, "graph.json"))
-    protection, eta = facts["protection"], float(facts["eta"])
-    unit = str(read_json(store.path(refs["ingest"], "instance.json"))["distance_unit"])
-    radius_value = float(config.privacy.protection_radius or eta)
-    radius: dict[str, Any] = {"value": radius_value, "unit": unit}
-    postprocess.check_protection(
-        protection, config.privacy.max_stretch, config.privacy.allow_unprotected, radius_value, eta
-    )
     the_draw = None
     if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
-        the_draw = secret(cast(str, config.release.population), postprocess.table_version(config.release.microdata))
-        eps = effective_epsilon(config) or float(read_json(store.path(refs["ingest"], "instance.json"))["epsilon"])
-        plan = planned_spend(config, protection, eps, eta)
-        postprocess.precheck_release(store, the_draw, params["postprocess"], plan)
+        population = cast(str, config.release.population)
+        postprocess.claim_table(store, cast(str, door.fingerprint), population)
+        the_draw = secret(population, postprocess.table_version(config.release.microdata))
+        postprocess.precheck_release(store, the_draw, params["postprocess"], plan.charges())
     if config.release.prior_source != "dataset":
         refs["prior"] = run("prior", dataset=refs["ingest"], graph=g)
     refs["partition"] = run("partition", dataset=refs["ingest"], graph=g)
@@ -215,10 +205,7 @@ def prepare(
     if the_draw is None:  # simulated individuals: the table is defined by the instance and n
         n = config.release.simulated_individuals
         the_draw = secret(*postprocess.simulated_table({"instance": refs["export"].content_hash, "n": n}))
-    else:  # a bad row of the agency's table is an error now, not after the solve
-        note("postprocess (checking the microdata)")
-        postprocess.check_microdata(store, params["postprocess"], refs["export"])
-    return refs, the_draw
+    return refs, the_draw, plan
 
 
 def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: bool = False) -> Any:
@@ -385,7 +372,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         operate_ui.at_stage(run_id, what)
 
     spent_before = operate_ui.ledger_snapshot(store.root)  # this run's spend = the ledger after minus before
-    refs, _ = prepare(config, store, params, run, note, new_draw, draw)
+    refs, _, _ = prepare(config, store, params, run, note, new_draw, draw)
     refs |= _solve_and_evaluate(config, store, params, run, refs, STAGES.index("evaluate") >= first_refresh)
     evaluate.publish_report(str(store.root), refs["evaluate"], key=rname)
     fields = {

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Any
 
 from prefect import task
@@ -44,7 +43,7 @@ from artifacts.private import Budget, Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.spec import contract
-from mdp_core.spec.budget import compose, mechanism_epsilon
+from mdp_core.spec.budget import compose
 from tasks.common import instance_of, output_zones, run_stage
 
 PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.spec.contract: what this stage writes
@@ -180,47 +179,16 @@ def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dic
     return private.precheck(draw.population, planned, params.get("max_total_epsilon"), bool(params.get("require_cap")))
 
 
-def check_protection(
-    protection: dict[str, Any], max_stretch: float, allow_unprotected: bool, radius: float, eta: float
-) -> None:
-    """Refuse (PrivacyError) a release whose mDP graph leaves records unprotected from each other -- more than
-    one component, or a stretch above ``max_stretch`` -- unless the config says ``allow_unprotected = true``
-    (the officer's summary then names who is unprotected). ``protection``: the graph stage's
-    :meth:`mdp_core.release.protection.Protection.as_dict`."""
-    n_comp = int(protection["n_components"])
-    stretch = float(protection["stretch"])
-    if not math.isfinite(stretch):  # refused whatever the config: nothing finite can be stated or charged
+def claim_table(store: Store, fingerprint: str, population: str) -> None:
+    """One table, one population: record that the secret table with this ``fingerprint``
+    (:func:`mdp_core.release.door.table_fingerprint`) belongs to ``population`` in this store; PrivacyError,
+    nothing charged, when it already belongs to another (the door refuses it earlier; this closes the race of
+    two first runs)."""
+    owner = PrivateStore(store.root).claim_table(fingerprint, population)
+    if owner != population:
         raise PrivacyError(
-            "release refused: the mDP graph's stretch is unbounded -- some pair of records in one component has no "
-            "provable metric distance (an instance whose distances are stored only for neighbours and whose "
-            "records have no coordinates): give the records coordinates"
-        )
-    if radius < eta:
-        raise PrivacyError(
-            f"release refused: protection_radius = {radius:g} is below eta = {eta:g}: the budget is charged at the "
-            "protection radius, which may not be smaller than the mechanism's neighbourhood (a tiny radius would "
-            "make every release nearly free)"
-        )
-    problems = []
-    if n_comp > 1:
-        sizes = protection.get("component_sizes") or []
-        problems.append(
-            f"the mDP graph has {n_comp} components (sizes {sizes[:6]}{'...' if len(sizes) > 6 else ''}): records "
-            "in different components are not protected from each other"
-        )
-    if stretch > max_stretch:
-        problems.append(
-            f"its stretch (path distance over metric distance, worst pair) is {stretch:.4g} > max_stretch = "
-            f"{max_stretch:g}: two records would be protected only as if they were {stretch:.4g} times farther "
-            "apart than they are (the guarantee in the data's metric is eps x stretch)"
-        )
-    if problems and not allow_unprotected:
-        raise PrivacyError(
-            "release refused: "
-            + "; ".join(problems)
-            + ". Raise eta (`mdp-release check` suggests one that connects the records), or accept it explicitly: "
-            "[privacy] max_stretch (the ledger charges eps x stretch x protection_radius) or allow_unprotected = true "
-            "(the report then states who is unprotected)"
+            f"release refused: this table is already charged to population {owner!r} in this store: one table "
+            f"belongs to one population (its budget); release it as population = {owner!r}"
         )
 
 
@@ -236,22 +204,7 @@ def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 reco
     if draw.tag(version) != params["table_tag"]:
         raise InputError("the microdata file changed during the run; run again")
     limit = params.get("max_distance")
-    return microdata.map_individuals(frame, inst, inst.eta if limit is None else limit).record_ids
-
-
-def check_microdata(store: Store, params: dict[str, Any], instance: ArtifactRef) -> int:
-    """Map the microdata file to the instance's records now -- before the solve, which may take long --
-    so that a bad row is an error at once; returns the number of individuals. Nothing is written."""
-    if params.get("microdata") is None:
-        return int(params["n_individuals"])
-    inst = instance_of(store, instance)
-    return int(individuals(params, inst, PrivateStore(store.root).load(params["draw"])).shape[0])
-
-
-def mechanism_charge(epsilon: float, protection: dict[str, Any], radius: float) -> float:
-    """The ledger charge of a perturbation (:func:`mdp_core.spec.budget.mechanism_epsilon`): eps (per unit) x
-    the graph's ``protection["stretch"]`` x the protection radius."""
-    return mechanism_epsilon(epsilon, float(protection["stretch"]), radius)
+    return microdata.map_individuals(frame, inst, inst.eta if limit is None else float(limit)).record_ids
 
 
 def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
@@ -270,16 +223,18 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     from mdp_core.problem.io import read_mechanism, write_frame
     from mdp_core.release import audit, make
-    from mdp_core.runtime.files import read_json, write_json
+    from mdp_core.release.door import GraphFacts, Settings, plan_privacy
+    from mdp_core.runtime.files import write_json
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
     make.certify(inst, z)  # first: a mechanism that fails its certificate is refused before anything else
-    graph = read_json(store.path(upstream["graph"], "graph.json"))["protection"]
-    settings = (params["max_stretch"], bool(params.get("allow_unprotected")), params.get("max_distance") or inst.eta)
-    protection = make.published_protection(graph, float(params["radius"]["value"]), *settings)
+    graph, prot = GraphFacts.recomputed(inst)  # the stretch from the instance itself, never from a stage's file
+    privacy = plan_privacy(Settings(**params["door"]), graph)  # the door's rules again, on what is drawn from
+    settings = (privacy.settings.max_stretch, privacy.settings.allow_unprotected, privacy.max_distance)
+    protection = make.published_protection(prot.as_dict(), privacy.radius, *settings)
     eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
-    plan = make.plan_release(inst, z, protection, float(params["eps_counts"]), eps_prior)  # certifies z
+    plan = make.plan_release(inst, z, privacy)  # certifies z, refuses a deterministic row or a refused plan
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
     records = individuals(params, inst, draw)
@@ -302,6 +257,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     write_frame(w.file("microdata.parquet"), rel.microdata)
     write_frame(w.file("aggregates.parquet"), rel.aggregates)
     ledger = make.published_ledger(draw.population, plan.guarantee.charge(), at)
+    ledger["history"] = private.history(draw.population, at["seq"])  # caps, raises, new budgets: disclosed
     source = "simulated" if params.get("microdata") is None else "file"
     fields = make.provenance_fields(rel, plan, eps_prior, params["prior_source"], protection, ledger)
     fields |= {"population": draw.population, "microdata_source": source, "draw_commitment": draw.commitment}

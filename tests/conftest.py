@@ -145,7 +145,7 @@ def run_stages(root, cfg) -> dict:
     def run(stage: str, **upstream):
         return _TASKS[stage].fn(s, p[stage], **upstream)
 
-    refs, _ = prepare(cfg, Store(s), p, run)
+    refs, _, _ = prepare(cfg, Store(s), p, run)
     refs["solve"] = run("solve", instance=refs["export"], partition=None)
     refs["postprocess"] = run(
         "postprocess",
@@ -197,6 +197,7 @@ def build_release(root: Path) -> tuple:
 
 def manifest_fields(store, refs: dict, sol, post, cfg=None) -> dict:
     """The manifest's ``config``, ``privacy`` and ``solve`` blocks as flows.release.release_flow writes them."""
+    from flows.manifest import public_config
     from flows.release import release_fields
     from mdp_core.release import audit
     from mdp_core.runtime.files import read_json
@@ -205,7 +206,7 @@ def manifest_fields(store, refs: dict, sol, post, cfg=None) -> dict:
     inst_meta = read_json(store.path(refs["export"], "instance.json"))
     prov = read_json(store.path(post, audit.PROVENANCE))
     cfg = cfg or release_config(store.root)
-    return {"config": cfg.model_dump(mode="json")} | release_fields(inst_meta, solve_info, prov)
+    return {"config": public_config(cfg)} | release_fields(inst_meta, solve_info, prov)
 
 
 def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:

@@ -19,6 +19,7 @@ from conftest import resign
 
 from artifacts.store import Store
 from flows.cli import main
+from flows.door import settings
 from flows.release import release_params
 from mdp_core.errors import PrivacyError
 from mdp_core.problem.io import _long, read_instance, write_instance, write_table
@@ -33,7 +34,9 @@ def postprocess_params(store: Store, refs: dict) -> dict:
     population, version = postprocess.simulated_table(
         {"instance": refs["export"].content_hash, "n": cfg.release.simulated_individuals}
     )
-    return release_params(cfg, postprocess.secret_draw(store, population, version))["postprocess"]
+    inst = read_instance(store.root / refs["export"].path)
+    door = settings(cfg, inst.epsilon, inst.eta)
+    return release_params(cfg, postprocess.secret_draw(store, population, version), door)["postprocess"]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from mdp_core.spec.budget import (
     compose,
     guarantee_record,
     mechanism_epsilon,
+    round_up,
     stated_metric,
     this_release,
 )
@@ -76,7 +77,8 @@ def test_the_statement_and_the_record() -> None:
     assert "counts, prior" in text and "Dwork and Roth 2014 Thm 3.16" in text
     assert g.record() == guarantee_record(0.5, 1.25, 2.0, 1.5, "km", True)
     assert g.record()["metric_epsilon_per_unit"] == 0.625
-    assert g.charge() == this_release(0.5, 1.25, 2.0, 1.5) == 0.5 * 1.25 * 2.0 + 1.5
+    assert g.charge() == this_release(0.5, 1.25, 2.0, 1.5) == pytest.approx(0.5 * 1.25 * 2.0 + 1.5, rel=2e-9)
+    assert g.charge() >= 0.5 * 1.25 * 2.0 * (1 + 1e-9) + 1.5  # the tolerance, rounded up
     assert "prior" not in Guarantee(0.5, 1.0, 2.0, 1.0, "m", False).statement().split("(microdata")[1][:20]
 
 
@@ -89,7 +91,12 @@ def test_additive_and_mechanism_charge() -> None:
     assert additive_epsilon({"eps_counts": 0.1, "eps_prior": 0.2}) == 0.3  # exact, not 0.30000000000000004
     assert additive_epsilon({"eps_counts": 1.0}) is None
     assert additive_epsilon({"eps_counts": True, "eps_prior": 0.0}) is None
-    assert mechanism_epsilon(0.5, 2.0, 3.0) == 3.0
+    charge = mechanism_epsilon(0.5, 2.0, 3.0)  # 3 x (1 + 1e-9): the certificate's tolerance, rounded up
+    assert Fraction(repr(charge)) >= Fraction(3) * (1 + Fraction(1, 10**9)) and charge < 3.0 + 4e-9
+    for eps, stretch, radius in [(0.1, 1.2345678901234567, 0.3), (10.0, 1.718, 1.0), (7.0, 1.0, 0.7)]:
+        exact = Fraction(repr(eps)) * Fraction(stretch) * Fraction(repr(radius)) * (1 + Fraction(1, 10**9))
+        got = mechanism_epsilon(eps, stretch, radius)
+        assert Fraction(repr(got)) >= exact and got == round_up(exact)  # never below the exact product
     for bad in (0.5, float("inf"), float("nan")):
         with pytest.raises(PrivacyError):
             mechanism_epsilon(1.0, bad, 1.0)
@@ -110,14 +117,14 @@ def test_the_library_makes_a_release_without_prefect(grid_small) -> None:
 import sys
 import numpy as np
 from mdp_core.problem.datasets import grid
-from mdp_core.release.make import make_release, plan_release, published_protection
-from mdp_core.release.protection import graph_protection
+from mdp_core.release.door import GraphFacts, Settings, plan_privacy
+from mdp_core.release.make import make_release, plan_release
 from mdp_core.spec.budget import Budget, compose
 
 inst = grid(4, 5, n_outputs=6)
 z = np.full((inst.n_records, inst.n_outputs), 1.0 / inst.n_outputs)  # equal rows: certified for any eps
-prot = published_protection(graph_protection(inst, inst.edges, inst.distances).as_dict(), inst.eta, 2.0, False, inst.eta)
-plan = plan_release(inst, z, prot, eps_counts=1.0)
+door = plan_privacy(Settings(epsilon=inst.epsilon, eta=inst.eta), GraphFacts.recomputed(inst)[0])
+plan = plan_release(inst, z, door)
 assert [s.kind for s in plan.spends] == ["perturb", "counts"]
 assert float(compose(plan.spends)) == plan.guarantee.charge()
 assert Budget.of(plan.guarantee.charge()).admits([], plan.spends)
@@ -134,12 +141,13 @@ print(plan.guarantee.statement())
 
 
 def test_the_library_refuses_an_uncertified_mechanism(grid_small) -> None:
+    from mdp_core.release.door import GraphFacts, Settings, plan_privacy
     from mdp_core.release.make import plan_release
 
     z = np.zeros((grid_small.n_records, grid_small.n_outputs))
     z[:, 0] = 1.0
     z[0] = 0.0
     z[0, 1] = 1.0  # record 0 never reaches output 0, its neighbours always do: no finite eps
-    prot = {"stretch": 1.0, "protection_radius": grid_small.eta}
+    door = plan_privacy(Settings(epsilon=grid_small.epsilon, eta=grid_small.eta), GraphFacts.recomputed(grid_small)[0])
     with pytest.raises(PrivacyError, match="fails its mDP certificate"):
-        plan_release(grid_small, z, prot, eps_counts=1.0)
+        plan_release(grid_small, z, door)

@@ -165,22 +165,18 @@ def test_loosened_private_permissions_are_repaired(table, tmp_path):
 
 
 def test_a_disconnected_graph_is_refused_unless_allowed(table, tmp_path):
-    """Items 3 and 4: a tiny eta leaves records unprotected from each other (here: no edge at all, every
-    mechanism row deterministic); refused, or with allow_unprotected stated in the provenance."""
+    """Items 3 and 4 (issue 28), and issue 39's finding 3: a tiny eta leaves every record alone in its component
+    (every mechanism row would be deterministic): refused, and refused with allow_unprotected too -- nothing
+    charged, no population created."""
     path, _ = table
     tiny = {"epsilon": 60.0, "eta": 0.05}
     with pytest.raises(PrivacyError, match="components"):
         run_stages(tmp_path, config(tmp_path, path, privacy=tiny, max_total_epsilon=1000.0))
     assert not (tmp_path / "private").exists() or PrivateStore(tmp_path).populations() == []
-    refs = run_stages(
-        tmp_path,
-        config(tmp_path, path, privacy=tiny | {"allow_unprotected": True}, max_total_epsilon=1000.0, max_distance=1.0),
-    )
-    prov = provenance(tmp_path, refs)
-    assert prov["protection"]["n_components"] == 20 and prov["protection"]["connected"] is False
-    assert "in one component of the mDP graph" in prov["guarantee"]["statement"]
-    report = Store(tmp_path).path(refs["evaluate"], "report.md").read_text()
-    assert "**not protected**" in report and "allow_unprotected = true" in report
+    allowed = tiny | {"allow_unprotected": True}
+    with pytest.raises(PrivacyError, match="alone in their component"):
+        run_stages(tmp_path, config(tmp_path, path, privacy=allowed, max_total_epsilon=1000.0, max_distance=0.05))
+    assert not (tmp_path / "private").exists() or PrivateStore(tmp_path).populations() == []
 
 
 def test_the_guarantee_is_stated_in_the_metric(table, tmp_path):
@@ -312,3 +308,130 @@ def test_eps_60_eta_0_05_on_rome_roads_is_refused(tmp_path):
     with pytest.raises(PrivacyError, match="components"):
         run_stages(tmp_path / "store", cfg)
     assert not (tmp_path / "store" / "private").exists() or PrivateStore(tmp_path / "store").populations() == []
+
+
+# ------------------------------------------------------------------------ issue 39: one privacy door
+def _nothing_charged(root: Path) -> bool:
+    return not (root / "private").exists() or all(
+        PrivateStore(root).budget(p).spent == 0 and PrivateStore(root).budget(p).cap is None
+        for p in PrivateStore(root).populations()
+    )
+
+
+def _check(tmp_path: Path, cfg) -> object:
+    """``mdp-release check`` of ``cfg`` (written as a TOML file)."""
+    from flows.check import run_check
+
+    path = tmp_path / f"check-{abs(hash(cfg.model_dump_json())) % 10**8}.toml"
+    path.write_text(_toml(cfg.model_dump(mode="json", exclude_none=True, exclude={"run", "evaluate", "solve"})))
+    return run_check(path)
+
+
+def _toml(data: dict, prefix: str = "") -> str:
+    lines, tables = [], []
+    for k, v in data.items():
+        if isinstance(v, dict):
+            tables.append((k, v))
+        elif v is not None:
+            lines.append(f"{k} = {json.dumps(v)}")
+    out = "\n".join(lines) + "\n"
+    for k, v in tables:
+        out += f"\n[{prefix}{k}]\n" + _toml(v, f"{prefix}{k}.")
+    return out
+
+
+def test_the_secret_table_is_not_the_public_universe(table, tmp_path):
+    """Finding 1: a points universe built from the microdata file itself (the same bytes), or from a copy of
+    the people's coordinates, is refused by check and run; nothing is charged, nothing published."""
+    path, df = table
+    copy = tmp_path / "universe.csv"
+    df[["lat", "lon"]].to_csv(copy, index=False)
+    for universe in (path, copy):
+        cfg = config(tmp_path, path, max_total_epsilon=100.0).model_copy(
+            update={"dataset": parse_config({"dataset": {"kind": "points", "params": {"path": str(universe)}}}).dataset}
+        )
+        rep = _check(tmp_path, cfg)
+        assert not rep.accepted and any("public universe" in r for r in rep.reasons), rep.reasons
+        with pytest.raises(PrivacyError, match="public universe"):
+            run_stages(tmp_path, cfg)
+        assert _nothing_charged(tmp_path) and not (tmp_path / "runs").exists()
+
+
+def test_one_table_belongs_to_one_population(table, tmp_path):
+    """Finding 2: the same people released under a second population name (the same bytes, or reordered as
+    Parquet) are refused, naming the first population; its budget is untouched."""
+    path, df = table
+    run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=100.0))
+    spent = PrivateStore(tmp_path).budget(POPULATION).spent
+    reordered = tmp_path / "reordered.parquet"
+    df.sample(frac=1.0, random_state=5).to_parquet(reordered, index=False)
+    for other in (path, reordered):
+        cfg = config(tmp_path, other, max_total_epsilon=100.0, population="test-residents-b")
+        rep = _check(tmp_path, cfg)
+        assert not rep.accepted and any(f"population {POPULATION!r}" in r for r in rep.reasons), rep.reasons
+        with pytest.raises(PrivacyError, match=f"already charged to population {POPULATION!r}"):
+            run_stages(tmp_path, cfg)
+    assert PrivateStore(tmp_path).populations() == [POPULATION]
+    assert PrivateStore(tmp_path).budget(POPULATION).spent == spent
+
+
+def test_a_bad_table_spends_nothing_and_sets_no_cap(table, tmp_path):
+    """Finding 4: a table with an unreadable row and a DP prior is refused before the prior is charged or a
+    cap is set; a real table under a ``simulated-`` name is refused by check and run alike."""
+    _, df = table
+    bad = df.copy().astype({"lat": object})
+    bad.loc[7, "lat"] = "not a number"
+    path = tmp_path / "bad.csv"
+    bad.to_csv(path, index=False)
+    cfg = config(tmp_path, path, max_total_epsilon=40.0, prior="dp", eps_prior=0.5)
+    assert not _check(tmp_path, cfg).accepted
+    with pytest.raises(PrivacyError, match="cannot be read or mapped"):
+        run_stages(tmp_path, cfg)
+    assert _nothing_charged(tmp_path)
+    good = tmp_path / "good.csv"
+    df.to_csv(good, index=False)
+    sim = config(tmp_path, good, max_total_epsilon=40.0, population="simulated-people")
+    assert any("reserved for simulated" in r for r in _check(tmp_path, sim).reasons)
+    with pytest.raises(PrivacyError, match="reserved for simulated"):
+        run_stages(tmp_path, sim)
+    assert _nothing_charged(tmp_path)
+
+
+def test_check_and_run_agree_on_the_radius_and_max_distance(table, tmp_path):
+    """Finding 5: a radius below eta, and max_distance above the radius, are refused by check and run alike."""
+    path, _ = table
+    for privacy, release in (({"protection_radius": 1.0}, {}), ({}, {"max_distance": 1000.0})):
+        cfg = config(tmp_path, path, privacy=privacy, max_total_epsilon=100.0, **release)
+        rep = _check(tmp_path, cfg)
+        assert not rep.accepted
+        with pytest.raises(PrivacyError) as err:
+            run_stages(tmp_path, cfg)
+        assert all(r in str(err.value) for r in rep.reasons), (rep.reasons, str(err.value))
+    assert _nothing_charged(tmp_path)
+
+
+def test_the_budget_history_is_published(table, tmp_path):
+    """Finding 6: after a new budget and a raise, the next release's provenance and officer's summary say
+    what was spent before, when, by whom and why."""
+    path, df = table
+    run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=12.0))
+    before = PrivateStore(tmp_path).budget(POPULATION).spent
+    PrivateStore(tmp_path).start_new_budget(POPULATION, 12.0, "officer-a", "new year", [])
+    PrivateStore(tmp_path).set_cap(POPULATION, 50.0, "officer-b", "council decision", allow_raise=True)
+    refs = run_stages(tmp_path, config(tmp_path, versions(tmp_path, df)[0]))
+    history = provenance(tmp_path, refs)["ledger"]["history"]
+    kinds = [(e["kind"], e["by"], e["why"]) for e in history]
+    assert kinds[-2:] == [("new-budget", "officer-a", "new year"), ("raise", "officer-b", "council decision")]
+    assert history[-2]["spent_before"] == pytest.approx(before) and history[-2]["spent_all_budgets"] == before
+    report = Store(tmp_path).path(refs["evaluate"], "report.md").read_text()
+    assert "Budget history" in report and "council decision" in report and "officer-a" in report
+
+
+def test_the_door_refuses_singletons_whatever_allow_unprotected_says():
+    """Finding 3, the rule itself: components of two or more records may be allowed; a record alone never."""
+    from mdp_core.release.door import GraphFacts, Settings, plan_privacy
+
+    s = Settings(epsilon=2.0, eta=1.0, allow_unprotected=True)
+    assert plan_privacy(s, GraphFacts(4, (2, 2), 1.0, "km")).accepted
+    assert not plan_privacy(s, GraphFacts(3, (2, 1), 1.0, "km")).accepted
+    assert not plan_privacy(Settings(epsilon=2.0, eta=1.0), GraphFacts(4, (2, 2), 1.0, "km")).accepted

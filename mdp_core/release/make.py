@@ -7,8 +7,9 @@ accepts (the release's privacy contract: :mod:`mdp_core.spec.budget`, ``docs/pri
 
   1. :func:`plan_release` certifies the mechanism from the array about to be drawn from
      (:func:`mdp_core.solvers.verify.verify`, exact tolerance, graph against the metric: PrivacyError, nothing
-     drawn, when it fails) and returns the :class:`Plan`: the :class:`~mdp_core.spec.budget.Guarantee` and the
-     two spends -- "perturb" (eps x stretch x protection radius) and "counts" (eps_counts);
+     drawn, when it fails) and returns the :class:`Plan` of the privacy door's verdict
+     (:func:`mdp_core.release.door.plan_privacy`): the :class:`~mdp_core.spec.budget.Guarantee` and the two
+     spends -- "perturb" (eps x stretch x protection radius, exact) and "counts" (eps_counts);
   2. the caller charges ``plan.spends`` (a ledger, or :meth:`mdp_core.spec.budget.Budget.admits`);
   3. :func:`make_release` draws each individual's output from its record's row (``rng``: a secret stream,
      e.g. :meth:`artifacts.private.Draw.rng`) and measures the counts (``measure``: exact discrete Laplace,
@@ -16,7 +17,8 @@ accepts (the release's privacy contract: :mod:`mdp_core.spec.budget`, ``docs/pri
 
 Example (a library user, no ledger)::
 
-    plan = plan_release(inst, z, protection, eps_counts=1.0)
+    privacy = plan_privacy(Settings(epsilon=10.0, eta=0.5), GraphFacts.recomputed(inst)[0])
+    plan = plan_release(inst, z, privacy)
     if not Budget.of(cap).admits(spent, plan.spends): raise ...
     rel = make_release(inst, z, records, zone, plan, rng)   # rel.microdata, rel.aggregates: DataFrames
 """
@@ -34,10 +36,11 @@ from mdp_core.errors import PrivacyError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.microdata import cell_of_record
 from mdp_core.release import perturb
+from mdp_core.release.door import PrivacyPlan, refuse_deterministic
 from mdp_core.release.noise import discrete_laplace
 from mdp_core.release.postprocess import Measure, release_counts
 from mdp_core.solvers.verify import verify
-from mdp_core.spec.budget import Budget, Guarantee, Spend, mechanism_epsilon
+from mdp_core.spec.budget import Budget, Guarantee, Spend
 
 
 @dataclass(frozen=True)
@@ -77,18 +80,15 @@ def certify(inst: Instance, z: np.ndarray) -> None:
         )
 
 
-def plan_release(
-    inst: Instance, z: np.ndarray, protection: Mapping[str, Any], eps_counts: float, eps_prior: float = 0.0
-) -> Plan:
-    """Certify ``z`` and state the release's guarantee and spends. ``protection``: the provenance's protection
-    block (:func:`published_protection`: ``stretch`` and ``protection_radius`` in the instance's unit);
-    ``eps_prior``: the DP prior's epsilon (0 for a public prior)."""
+def plan_release(inst: Instance, z: np.ndarray, privacy: PrivacyPlan) -> Plan:
+    """Certify ``z`` and take the release's guarantee and spends from the privacy door's plan
+    (:func:`mdp_core.release.door.plan_privacy`: PrivacyError when it refuses); a deterministic row of ``z``
+    is refused too. The DP prior, if any, is charged by the stage that measures it."""
     certify(inst, z)
-    stretch, radius = float(protection["stretch"]), float(protection["protection_radius"])
-    mech = mechanism_epsilon(inst.epsilon, stretch, radius)
-    additive = Spend.of("counts", eps_counts).epsilon + Spend.of("prior", eps_prior).epsilon
-    promise = Guarantee(inst.epsilon, stretch, radius, float(additive), inst.distance_unit, bool(eps_prior))
-    return Plan(promise, float(eps_counts), (Spend.of("perturb", mech), Spend.of("counts", eps_counts)))
+    privacy.admit()
+    refuse_deterministic(z)
+    spends = tuple(s for s in privacy.spends if s.kind in ("perturb", "counts"))
+    return Plan(privacy.guarantee, float(privacy.spend("counts").epsilon), spends)
 
 
 def make_release(

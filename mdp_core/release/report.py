@@ -461,8 +461,24 @@ def _spend_sentence(c: dict) -> str:
         f"{g['protection_radius']:g} {unit} = {_g(mech)} for the perturbed locations + eps_counts "
         f"{c['counts_epsilon']:g} for the counts{prior} (each charged once, before it was measured); {budget} "
         f"(ledger entry {led['ledger_seq']}, head "
-        f"`{str(led['ledger_head'])[:16]}...`)."
+        f"`{str(led['ledger_head'])[:16]}...`)." + _history_sentence(led.get("history"))
     )
+
+
+def _history_sentence(history: object) -> str:
+    """The budget's decisions (provenance ledger ``history``): every cap set, lowered or raised and every new
+    budget, when, by whom, why, and what had been charged before it (this budget; every budget)."""
+    if not isinstance(history, list) or not history:
+        return ""
+    words = {"cap": "cap set to", "lower": "cap lowered to", "raise": "cap raised to", "new-budget": "new budget, cap"}
+    parts = [
+        f"{e.get('at')} {words.get(str(e.get('kind')), str(e.get('kind')))} {_g(e.get('cap'))} by {e.get('by')} "
+        f"({e.get('why')}; charged before: {_g(e.get('spent_before'))} in this budget, "
+        f"{_g(e.get('spent_all_budgets'))} in every budget of this store)"
+        for e in history
+        if isinstance(e, dict)
+    ]
+    return " Budget history: " + "; ".join(parts) + "."
 
 
 def _protection_sentence(c: dict) -> str | None:

@@ -135,13 +135,28 @@ def _many(x: Iterable[Spend | EpsilonLike] | EpsilonLike) -> list[Spend | Epsilo
 
 
 # ------------------------------------------------------------------------------------------ the guarantee
+def round_up(x: Fraction) -> float:
+    """The smallest float whose reading (:meth:`Epsilon.of`: its shortest decimal) is >= ``x``: what a
+    ledger records for an exact charge, never below it."""
+    f = float(x)
+    while Fraction(repr(f)) < x:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
 def mechanism_epsilon(epsilon_per_unit: float, stretch: float, protection_radius: float) -> float:
-    """The ledger charge of a perturbation: eps (per unit) x stretch x protection radius (the metric
-    guarantee e^(eps stretch d) at d = the radius the agency protects people within). A float: the value
-    charged and recorded; PrivacyError for a stretch that is not a finite number >= 1."""
+    """The ledger charge of a perturbation: eps (per unit) x stretch x protection radius x (1 + the
+    certificate's relative tolerance) in exact arithmetic, rounded *up* to a float (the metric guarantee
+    e^(eps stretch d) at d = the radius the agency protects people within, as the statement states it:
+    :func:`stated_metric`). eps and the radius are read as the decimals written (:meth:`Epsilon.of`), the
+    stretch (a computed float) as its exact binary value. PrivacyError for a stretch that is not a finite
+    number >= 1."""
     if not math.isfinite(stretch) or stretch < 1.0:
         raise PrivacyError(f"the mDP graph's stretch {stretch!r} is not a finite number >= 1")
-    return float(epsilon_per_unit) * float(stretch) * float(protection_radius)
+    eps = Epsilon.of(float(epsilon_per_unit), "eps").value
+    radius = Epsilon.of(float(protection_radius), "the protection radius").value
+    tolerance = 1 + Fraction(repr(CERTIFIED_RATIO_TOL))
+    return round_up(eps * Fraction(float(stretch)) * radius * tolerance)
 
 
 def additive_epsilon(prov: Mapping[str, Any]) -> float | None:
@@ -157,10 +172,10 @@ def additive_epsilon(prov: Mapping[str, Any]) -> float | None:
 
 
 def this_release(epsilon_per_unit: float, stretch: float, protection_radius: float, additive: float) -> float:
-    """A release's charge to its population's ledger: the exact composition of eps x stretch x radius
-    (:func:`mechanism_epsilon`, the perturbed locations) and ``additive`` (counts, DP prior), as a float;
-    what ``ledger.this_release`` must say."""
-    return float(compose([epsilon_per_unit * stretch * protection_radius, additive]))
+    """A release's charge to its population's ledger: the exact composition of :func:`mechanism_epsilon`
+    (the perturbed locations: eps x stretch x radius with the certificate's tolerance, rounded up) and
+    ``additive`` (counts, DP prior), rounded up to a float; what ``ledger.this_release`` must say."""
+    return round_up(compose([mechanism_epsilon(epsilon_per_unit, stretch, protection_radius), additive]).value)
 
 
 def stated_metric(epsilon_per_unit: float, stretch: float) -> str:
@@ -261,6 +276,7 @@ __all__ = [
     "guarantee_record",
     "guarantee_statement",
     "mechanism_epsilon",
+    "round_up",
     "stated_metric",
     "this_release",
 ]

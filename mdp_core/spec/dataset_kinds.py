@@ -139,7 +139,10 @@ class Kind:
       public instance, so each must describe the public universe of records, never an individual
       (the release audit allows exactly :func:`public_record_columns`);
     * ``record_key``: the column a microdata ``record`` column is matched against
-      (:mod:`mdp_core.problem.microdata`), or None (record ids).
+      (:mod:`mdp_core.problem.microdata`), or None (record ids);
+    * ``records_from_table``: the records are read from a user's table (not generated, not a public map):
+      the privacy door refuses a universe that is the secret table's own locations
+      (:mod:`mdp_core.release.door`, rule 5).
     """
 
     name: str
@@ -148,6 +151,7 @@ class Kind:
     file_parameters: tuple[str, ...] = ()
     public_columns: frozenset[str] = frozenset()
     record_key: str | None = None
+    records_from_table: bool = False
 
     def __post_init__(self) -> None:
         fields = {s.name for s in specs(self.params)}
@@ -195,6 +199,7 @@ DECLARED: dict[str, Kind] = {
             f"{_LOADERS}.points:points",
             file_parameters=("path", "outputs", "costs"),
             public_columns=frozenset({"id", "n_merged"}),  # the agency's own record id; records merged into one
+            records_from_table=True,
         ),
     )
 }

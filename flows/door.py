@@ -1,0 +1,103 @@
+"""The config resolved into the privacy door's inputs, once, for every route: ``mdp-release check`` and the
+run (before its first charge) call :func:`plan_for`; the stage that measures the secret table calls
+:func:`mdp_core.release.door.plan_privacy` with the same settings (:meth:`~mdp_core.release.door.Settings.as_params`). The rules
+themselves live in :mod:`mdp_core.release.door` (pure); this module only reads: the config, the public
+instance and its mDP graph (the stretch recomputed here, never read from a stage's file), the secret
+table (validated: counts only leave this module) and, read only, which population the table belongs to
+in the store's private part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flows.config import ReleaseFlowConfig, store_root
+from mdp_core.errors import InputError
+from mdp_core.release.door import GraphFacts, PrivacyPlan, Settings, TableFacts, plan_privacy
+
+
+@dataclass(frozen=True)
+class Door:
+    """What the door decided for a config: the plan, and for an agency's table its fingerprint (secret: kept
+    only in the store's private part) and the located people (for ``check``'s terminal-only figures)."""
+
+    plan: PrivacyPlan
+    fingerprint: str | None = None
+    located: Any = None
+
+
+def settings(cfg: ReleaseFlowConfig, epsilon: float, eta: float) -> Settings:
+    """The door's :class:`Settings` of ``cfg`` (``epsilon``, ``eta``: the instance's, after the config's)."""
+    r, p = cfg.release, cfg.privacy
+    return Settings(
+        epsilon=float(epsilon),
+        eta=float(eta),
+        protection_radius=p.protection_radius,
+        max_distance=r.max_distance,
+        eps_counts=r.eps_counts,
+        eps_prior=r.eps_prior if r.prior_source == "dp" else None,
+        max_stretch=p.max_stretch,
+        allow_unprotected=p.allow_unprotected,
+        population=r.population if r.microdata is not None else None,
+    )
+
+
+def universe_has_table(cfg: ReleaseFlowConfig, table_sha256: str) -> bool:
+    """Whether the secret table's bytes are one of the dataset's input files."""
+    from mdp_core.problem.microdata import sha256_regular
+    from mdp_core.spec import dataset_kinds
+
+    for path in dataset_kinds.input_files(cfg.dataset.kind, cfg.dataset.params):
+        try:
+            if sha256_regular(path, "dataset input") == table_sha256:
+                return True
+        except InputError:
+            continue
+    return False
+
+
+def table_owner(root: Path, fingerprint: str) -> str | None:
+    """The population this table belongs to in the store at ``root`` (read only), or None."""
+    if not (root / "private").is_dir():
+        return None
+    from artifacts.private import PrivateStore
+
+    return PrivateStore(root).table_owner(fingerprint)
+
+
+def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[TableFacts, str, Any]:
+    """Read and validate the secret table against ``inst``: (its facts for the door, its fingerprint, the
+    located people). InputError when the file cannot be read at all (a message with no value in it)."""
+    from mdp_core.problem import microdata
+    from mdp_core.release.door import table_facts, table_fingerprint
+    from mdp_core.spec import dataset_kinds
+
+    path = str(cfg.release.microdata)
+    table = microdata.read_table(path)
+    loc = microdata.locate(table.frame, inst)
+    fingerprint = table_fingerprint(table.frame)
+    facts = table_facts(
+        loc,
+        inst.n_records,
+        limit,
+        universe_bytes=universe_has_table(cfg, microdata.sha256_regular(path)),
+        other_population=table_owner(store_root(cfg), fingerprint),
+        records_from_table=dataset_kinds.DECLARED[cfg.dataset.kind].records_from_table,
+    )
+    return facts, fingerprint, loc
+
+
+def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
+    """The door for ``cfg`` over ``inst`` (the instance with the mDP graph's edges at the release's eta):
+    the plan, with the secret table read and validated when the release has one."""
+    s = settings(cfg, float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon), inst.eta)
+    graph, _ = GraphFacts.recomputed(inst)
+    if cfg.release.microdata is None:
+        return Door(plan_privacy(s, graph))
+    facts, fingerprint, loc = read_secret_table(cfg, inst, s.distance_limit)
+    return Door(plan_privacy(s, graph, facts), fingerprint, loc)
+
+
+__all__ = ["Door", "plan_for", "read_secret_table", "settings"]

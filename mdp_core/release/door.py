@@ -1,0 +1,375 @@
+"""The privacy door: every rule of a release's guarantee decided once, by one pure function, before anything
+is measured. ``mdp-release check``, the run (before its first charge), the stage that measures the secret
+table and ``--from-manifest`` all call :func:`plan_privacy`; nothing else decides a radius, a charge or a
+refusal (``docs/privacy.md``, "The rules of the door").
+
+Inputs are public facts of the instance (:class:`GraphFacts`, recomputed from the instance's records and
+edges, never read from a stage's claim), the release's settings (:class:`Settings`) and, for an agency's
+table, facts about the secret table that were validated before the door (:class:`TableFacts`: counts
+only, never a row or a value). The result, :class:`PrivacyPlan`, holds the guarantee, every planned
+charge in exact arithmetic (:func:`mdp_core.spec.budget.mechanism_epsilon`: the certificate's tolerance
+included, rounded up) and every refusal with its reason. A plan with refusals admits nothing.
+
+The rules (each with its reason):
+
+1. **The radius is at least eta** (``protection_radius``, unset: eta): the ledger charges eps x stretch x
+   radius; a radius below the mechanism's own neighbourhood would make a release nearly free.
+2. **max_distance is at most the radius** (unset: eta): a person farther from every record than the
+   radius would be released as a record the guarantee does not speak for (a person in Milan released as a
+   Rome record); a farther person is an error, never mapped.
+3. **Nobody alone**: a record alone in its component of the mDP graph has no other record it is
+   indistinguishable from, and the optimal mechanism releases it deterministically; refused whatever
+   ``allow_unprotected`` says. ``allow_unprotected`` still admits several components of at least two
+   records each (and a stretch above ``max_stretch``), stated in the officer's summary. The stage that
+   measures also refuses a mechanism with a deterministic row (:func:`deterministic_rows`), a backstop:
+   in a component of two or more records an eps-mDP row cannot be deterministic unless the whole
+   component is sent to one output, a release that says nothing.
+4. **A finite stretch** (else nothing can be stated or charged).
+5. **The public universe is public**: the instance may not be built from the secret table: the table's
+   bytes among the dataset's input files, or (for kinds whose records come from a user's table,
+   ``Kind.records_from_table``) a universe that is the people's own locations: at least half the people
+   exactly at a record and at least half the records exactly at a person.
+6. **One table, one population**: a table (the same rows, whatever their order or encoding:
+   :func:`mdp_core.problem.microdata.table_fingerprint`) already charged to another population of the store
+   is refused, naming that population; a population named ``simulated-...`` is reserved for simulated
+   people.
+7. **Every person mapped**: rows that cannot be read or mapped, and people farther than max_distance, are
+   counted and refused before any charge (``mdp-release check`` shows which rows, on the operator's
+   terminal only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from mdp_core.errors import PrivacyError
+from mdp_core.spec.budget import Epsilon, Guarantee, Spend, compose, mechanism_epsilon
+
+SIMULATED_PREFIX = "simulated-"
+AT_RECORD = 1e-9  # a person this close to a record (in the instance's unit) is "at" it
+DETERMINISTIC = 1.0 - 1e-12  # a mechanism row whose largest entry is at least this is deterministic
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A release's privacy settings, in the instance's distance unit (eps per unit): the config's
+    ``[privacy]`` and ``[release]`` sections resolved against the instance (``epsilon`` and ``eta`` set)."""
+
+    epsilon: float
+    eta: float
+    protection_radius: float | None = None
+    max_distance: float | None = None
+    eps_counts: float = 1.0
+    eps_prior: float | None = None  # None: no DP prior (dataset, uniform or a public file)
+    max_stretch: float = 2.0
+    allow_unprotected: bool = False
+    population: str | None = None  # the agency's population (None: simulated people)
+
+    def as_params(self) -> dict[str, Any]:
+        """The settings as a stage's JSON parameters (``Settings(**params)`` reads them back)."""
+        return dict(self.__dict__)
+
+    @property
+    def radius(self) -> float:
+        """The protection radius: ``protection_radius``, unset: eta."""
+        return float(self.eta if self.protection_radius is None else self.protection_radius)
+
+    @property
+    def distance_limit(self) -> float:
+        """max_distance, unset: eta."""
+        return float(self.eta if self.max_distance is None else self.max_distance)
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """Public facts of the mDP graph over the instance's records: component sizes (largest first), the
+    stretch (max over pairs of one component of D_G / d) and the distance unit."""
+
+    n_records: int
+    component_sizes: tuple[int, ...]
+    stretch: float
+    distance_unit: str
+
+    @property
+    def n_components(self) -> int:
+        return len(self.component_sizes)
+
+    @classmethod
+    def of(cls, protection: Any, n_records: int, unit: str) -> GraphFacts:
+        """From a :class:`mdp_core.release.protection.Protection` (recomputed, not read from a file)."""
+        return cls(int(n_records), tuple(int(s) for s in protection.component_sizes), float(protection.stretch), unit)
+
+    @classmethod
+    def recomputed(cls, inst: Any) -> tuple[GraphFacts, Any]:
+        """The facts of ``inst``'s own mDP graph (its records, edges and distances), recomputed
+        (:func:`mdp_core.release.protection.graph_protection`), and that Protection."""
+        from mdp_core.release.protection import graph_protection
+
+        prot = graph_protection(inst, inst.edges, inst.distances)
+        return cls.of(prot, inst.n_records, inst.distance_unit), prot
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What the door needs to know of the secret table, validated before it: counts only (never published,
+    never a row number or a value). ``other_population``: the population this table is already charged to
+    in the store, if another; ``universe_bytes``: the table's bytes are one of the dataset's input files."""
+
+    n_people: int
+    n_records: int = 0
+    n_unreadable: int = 0
+    n_far: int = 0
+    n_at_record: int = 0
+    n_records_at_person: int = 0
+    by_key: bool = False
+    universe_bytes: bool = False
+    other_population: str | None = None
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The door's verdict: the guarantee, the planned charges (perturbation, counts, prior: exact), the
+    settings it was decided for and the refusals (empty: admitted)."""
+
+    population: str | None
+    radius: float
+    max_distance: float
+    guarantee: Guarantee
+    spends: tuple[Spend, ...]
+    settings: Settings
+    refusals: tuple[str, ...] = field(default=())
+
+    @property
+    def accepted(self) -> bool:
+        return not self.refusals
+
+    @property
+    def charge(self) -> Epsilon:
+        """The release's whole charge (exact)."""
+        return compose(self.spends)
+
+    def spend(self, kind: str) -> Spend:
+        """The planned spend of ``kind`` ("perturb", "counts", "prior")."""
+        return next(s for s in self.spends if s.kind == kind)
+
+    def charges(self) -> dict[str, float]:
+        """{kind: epsilon} of the planned spends (the ledger's floats: each one read back exactly)."""
+        return {s.kind: float(s.epsilon) for s in self.spends}
+
+    def admit(self) -> PrivacyPlan:
+        """This plan, or PrivacyError naming every refusal (nothing is measured or charged)."""
+        if self.refusals:
+            raise PrivacyError("release refused: " + "; ".join(self.refusals))
+        return self
+
+
+def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None = None) -> PrivacyPlan:
+    """The release's :class:`PrivacyPlan` (module docstring: the rules). Pure: no store, no file."""
+    s, radius, limit = settings, settings.radius, settings.distance_limit
+    why: list[str] = []
+    why += _settings_rules(s, radius, limit)
+    why += _graph_rules(s, graph)
+    if table is not None:
+        why += _table_rules(s, table, limit, graph.distance_unit)
+    stretch = graph.stretch if math.isfinite(graph.stretch) and graph.stretch >= 1 else 1.0
+    prior = s.eps_prior is not None
+    additive = compose([s.eps_counts, s.eps_prior or 0.0])
+    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), graph.distance_unit, prior)
+    spends = [Spend.of("perturb", mechanism_epsilon(s.epsilon, stretch, radius)), Spend.of("counts", s.eps_counts)]
+    if prior:
+        spends.append(Spend.of("prior", float(s.eps_prior or 0.0)))
+    return PrivacyPlan(s.population, radius, limit, guarantee, tuple(spends), s, tuple(why))
+
+
+def _settings_rules(s: Settings, radius: float, limit: float) -> list[str]:
+    why = []
+    if radius < s.eta:
+        why.append(
+            f"protection_radius = {radius:g} is below eta = {s.eta:g}: the budget is charged at the protection "
+            "radius, which may not be smaller than the mechanism's neighbourhood (a tiny radius would make every "
+            "release nearly free)"
+        )
+    if limit > radius:
+        why.append(
+            f"max_distance = {limit:g} is above the protection radius {radius:g}: a person that far from every "
+            "record would be released as a record the guarantee does not speak for; set max_distance <= "
+            "protection_radius (people farther away are then an error, never moved to a distant record)"
+        )
+    if s.population is not None and s.population.startswith(SIMULATED_PREFIX):
+        why.append(
+            f"population {s.population!r}: names starting with {SIMULATED_PREFIX!r} are reserved for simulated "
+            "people; an agency's table needs its own population name"
+        )
+    return why
+
+
+def _graph_rules(s: Settings, g: GraphFacts) -> list[str]:
+    why = []
+    if not math.isfinite(g.stretch) or g.stretch < 1:
+        why.append(
+            "the mDP graph's stretch is unbounded: some pair of records in one component has no provable metric "
+            "distance (records without coordinates whose distances are stored only for neighbours): give the "
+            "records coordinates"
+        )
+    alone = sum(1 for size in g.component_sizes if size == 1)
+    if alone:
+        why.append(
+            f"{alone} record(s) of {g.n_records} are alone in their component of the mDP graph at eta = {s.eta:g} "
+            f"{g.distance_unit}: nobody there is protected from anybody (refused whatever allow_unprotected "
+            "says); raise eta (`mdp-release check` suggests one) or use fewer, coarser records"
+        )
+    problems = []
+    if g.n_components > 1:
+        sizes = list(g.component_sizes)
+        problems.append(
+            f"the mDP graph has {g.n_components} components (sizes {sizes[:6]}{'...' if len(sizes) > 6 else ''}): "
+            "records in different components are not protected from each other"
+        )
+    if math.isfinite(g.stretch) and g.stretch > s.max_stretch:
+        problems.append(
+            f"its stretch (path distance over metric distance, worst pair) is {g.stretch:.4g} > max_stretch = "
+            f"{s.max_stretch:g}: two records are protected only as if they were {g.stretch:.4g} times farther "
+            "apart than they are (the guarantee in the data's metric is eps x stretch)"
+        )
+    if problems and not s.allow_unprotected:
+        why.append(
+            "; ".join(problems) + ". Raise eta (`mdp-release check` suggests one that connects the records), or "
+            "accept it explicitly: [privacy] max_stretch (the ledger charges eps x stretch x protection_radius) or "
+            "allow_unprotected = true (the report then states who is unprotected)"
+        )
+    return why
+
+
+def _table_rules(s: Settings, t: TableFacts, limit: float, unit: str) -> list[str]:
+    why = []
+    if t.universe_bytes:
+        why.append(
+            "the public universe is built from the secret table itself (the microdata file is one of the "
+            "dataset's input files): every person's location would be published as a record; build the universe "
+            "from public data (a road network, a grid, a public list of places)"
+        )
+    elif not t.by_key and _universe_is_people(t):
+        why.append(
+            f"the public universe is the people's own locations ({t.n_at_record} of {t.n_people} people exactly at "
+            f"a record, {t.n_records_at_person} records exactly at a person): the records would publish the "
+            "secret table; build the universe from public data (a road network, a grid, a public list of places)"
+        )
+    if t.other_population is not None and t.other_population != s.population:
+        why.append(
+            f"this table is already charged to population {t.other_population!r} in this store: one table "
+            f"belongs to one population (its budget); release it as population = {t.other_population!r}"
+        )
+    if t.n_unreadable:
+        why.append(
+            f"microdata: {t.n_unreadable} of {t.n_people} row(s) cannot be read or mapped to a record "
+            "(`mdp-release check --config F` shows which, on your terminal only)"
+        )
+    if t.n_far:
+        why.append(
+            f"microdata: {t.n_far} of {t.n_people} individual(s) lie farther than max_distance = {limit:g} {unit} "
+            "from every record (`mdp-release check --config F` shows which, on your terminal only)"
+        )
+    if t.n_people == 0:
+        why.append("microdata: the table holds no individual")
+    return why
+
+
+def _universe_is_people(t: TableFacts) -> bool:
+    return t.n_people > 0 and 2 * t.n_at_record >= t.n_people and 2 * t.n_records_at_person >= max(1, t.n_records)
+
+
+def table_facts(
+    located: Any,
+    n_records: int,
+    max_distance: float,
+    *,
+    universe_bytes: bool = False,
+    other_population: str | None = None,
+    records_from_table: bool = True,
+) -> TableFacts:
+    """:class:`TableFacts` of a located table (:func:`mdp_core.problem.microdata.locate`: record ids (n,),
+    distances (n,) in the instance's unit, the unmappable rows (n,) bool, ``by``). ``records_from_table``: the
+    instance's records come from a user's table (rule 5 compares them with the people; a generated or
+    mapped universe is public whoever stands on it)."""
+    import numpy as np
+
+    ids = np.asarray(located.record_ids)
+    dist = np.asarray(located.distances, dtype=np.float64)
+    bad = np.asarray(located.bad, dtype=bool)
+    ok = ~bad
+    with np.errstate(invalid="ignore"):
+        far = ok & (np.nan_to_num(dist, nan=0.0) > max_distance)
+        at = ok & (np.nan_to_num(dist, nan=np.inf) <= AT_RECORD)
+    by_key = str(located.by).startswith("record") or not records_from_table
+    return TableFacts(
+        n_people=int(ids.size),
+        n_records=int(n_records),
+        n_unreadable=int(bad.sum()),
+        n_far=int(far.sum()),
+        n_at_record=0 if by_key else int(at.sum()),
+        n_records_at_person=0 if by_key else int(np.unique(ids[at]).size),
+        by_key=by_key,
+        universe_bytes=universe_bytes,
+        other_population=other_population,
+    )
+
+
+def deterministic_rows(z: Any) -> int:
+    """How many rows of the mechanism ``z`` (N, K) put (almost) all their mass on one output."""
+    import numpy as np
+
+    z = np.asarray(z, dtype=np.float64)
+    return int((z.max(axis=1) >= DETERMINISTIC).sum()) if z.size else 0
+
+
+def refuse_deterministic(z: Any) -> None:
+    """PrivacyError when a row of ``z`` is deterministic (rule 3's backstop), before anything is charged."""
+    n = deterministic_rows(z)
+    if n:
+        raise PrivacyError(
+            f"release refused: {n} of {z.shape[0]} row(s) of the mechanism are deterministic (a record released as "
+            "itself is not protected); raise eta or lower eps"
+        )
+
+
+def table_fingerprint(frame: Any) -> str:
+    """sha256 (hex) of the secret table's people, whatever their order or encoding: the key columns
+    (:func:`mdp_core.problem.microdata.key_columns`: lat, lon / x0.. as float64, or record keys as text),
+    rows sorted. The same rows as CSV, Parquet, reordered or with other columns give the same fingerprint.
+    Secret (a hash of the true records): kept only under the store's key in its private part."""
+    import hashlib
+
+    import numpy as np
+
+    from mdp_core.problem.microdata import canonical_frame, key_columns
+
+    df = canonical_frame(frame)
+    kind, cols = key_columns(df.columns)
+    h = hashlib.sha256(f"mdp-release table v1 {kind} {len(cols)}".encode())
+    if kind == "record":
+        keys = sorted(df["record"].astype(str).str.strip().tolist())
+        h.update("\x00".join(keys).encode())
+    else:
+        import pandas as pd
+
+        pts = np.column_stack([pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64) for c in cols])
+        pts = pts[np.lexsort(pts.T[::-1])] if pts.size else pts
+        h.update(np.ascontiguousarray(pts + 0.0).tobytes())  # + 0.0: -0.0 reads as 0.0
+    return h.hexdigest()
+
+
+__all__ = [
+    "AT_RECORD",
+    "SIMULATED_PREFIX",
+    "GraphFacts",
+    "PrivacyPlan",
+    "Settings",
+    "TableFacts",
+    "deterministic_rows",
+    "plan_privacy",
+    "refuse_deterministic",
+    "table_facts",
+    "table_fingerprint",
+]
