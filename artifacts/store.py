@@ -20,8 +20,9 @@ published copies (:meth:`Store.publish`) are 0644.
 
 Retention is per release name (:meth:`Store.prune_releases`): a release folder belongs to the name of
 its manifest's config (``name_of``, given by the caller: :func:`flows.config.manifest_release_name`), a failure record to its ``record.json``'s
-``release``; one release's ``keep_releases`` never touches another's folders. :meth:`Store.usage` and
-:meth:`Store.prune_objects` are ``mdp-release store`` (flows/store_cli.py).
+``release``; one release's ``keep_releases`` never touches another's folders. What retention prunes is
+deleted before it returns, microdata included (:func:`delete_now`): no hidden copy stays behind.
+:meth:`Store.usage` and :meth:`Store.prune_objects` are ``mdp-release store`` (flows/store_cli.py).
 
 Replacing an output (``--refresh``, or an invalid leftover) never deletes a folder another run may be
 reading:
@@ -35,8 +36,9 @@ reading:
   waits briefly when it finds an object folder missing, which covers the instant between the two renames.
 
 Debris: a temp folder or file (``.<name>.tmp-<pid>-*``) is stale when its pid is gone, one without a
-pid (``.<name>.*.tmp``) when older than ``STALE_SECONDS``, a trash entry when older than
-``TRASH_SECONDS``. :meth:`Store.clean_debris` removes all stale entries of the store in one cheap pass
+pid (``.<name>.*.tmp``) when older than ``STALE_SECONDS``, a trash entry of ``objects/`` when older than
+``TRASH_SECONDS``, one of ``runs/`` (a release an older version's retention moved there, microdata
+included) always. :meth:`Store.clean_debris` removes all stale entries of the store in one cheap pass
 (call it at the start of a run); each writer also cleans its own stage folder.
 
 The root itself is checked on construction (:func:`check_root`): a store at ``/``, at a home folder, or
@@ -157,13 +159,16 @@ def _is_debris(name: str) -> bool:
     return name.startswith(".") and (".tmp-" in name or ".trash-" in name or name.endswith(".tmp"))
 
 
-def _stale(path: Path, now: float) -> bool:
-    """Whether debris entry ``path`` is a leftover (module docstring: the debris rule)."""
+def _stale(path: Path, now: float, trash_seconds: float = TRASH_SECONDS) -> bool:
+    """Whether debris entry ``path`` is a leftover (module docstring: the debris rule); a trash entry is
+    one once older than ``trash_seconds`` (0: always)."""
     name = path.name
     if ".trash-" in name:
+        if trash_seconds <= 0:
+            return True
         stamp = name.rsplit(".trash-", 1)[1].split("-", 1)[0]
         if stamp.isdigit():  # the second it became trash (a pid in trash names of older versions: long past)
-            return now - int(stamp) > TRASH_SECONDS
+            return now - int(stamp) > trash_seconds
     elif ".tmp-" in name:
         tail = name.rsplit(".tmp-", 1)[1]
         pid = tail.split("-", 1)[0]
@@ -175,8 +180,9 @@ def _stale(path: Path, now: float) -> bool:
         return False
 
 
-def clean_stale(folder: Path) -> list[Path]:
-    """Delete temp / trash entries left in ``folder`` by killed runs or replacements; returns what was removed."""
+def clean_stale(folder: Path, trash_seconds: float = TRASH_SECONDS) -> list[Path]:
+    """Delete temp / trash entries left in ``folder`` by killed runs or replacements (trash entries once
+    older than ``trash_seconds``; 0: all of them); returns what was removed."""
     removed: list[Path] = []
     now = time.time()
     try:
@@ -185,13 +191,36 @@ def clean_stale(folder: Path) -> list[Path]:
     except (FileNotFoundError, NotADirectoryError):
         return removed
     for p in entries:
-        if _stale(p, now):
+        if _stale(p, now, trash_seconds):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
             removed.append(p)
     return removed
+
+
+def delete_now(folder: Path) -> bool:
+    """Delete ``folder`` and everything in it before returning: first renamed to a hidden
+    ``.<name>.trash-<unix seconds>-<random>`` beside it (it leaves every listing at once, never seen half
+    deleted), then removed. False when it was gone already (another process pruned it). OSError, naming
+    the folder left behind, when something in it cannot be deleted."""
+    trash = folder.with_name(f".{folder.name}.trash-{int(time.time())}-{os.urandom(4).hex()}")
+    try:
+        os.replace(folder, trash)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise OSError(f"could not delete {folder}: {exc}") from exc
+    shutil.rmtree(trash, ignore_errors=True)  # a concurrent clean_debris may delete parts of it meanwhile
+    if os.path.lexists(trash):
+        try:
+            shutil.rmtree(trash)  # what stays: raise its real error
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise OSError(f"could not delete {trash} (was {folder.name}): {exc}; delete it by hand") from exc
+    return True
 
 
 @dataclass(frozen=True)
@@ -445,10 +474,12 @@ class Store:
 
     def clean_debris(self) -> list[Path]:
         """Remove stale temp and trash entries (module docstring: the debris rule) from every
-        ``objects/<stage>/``, ``runs/`` and the run folders in it, and ``private/`` with all its
-        sub-folders. One directory scan per folder, a stat only per debris entry: a few ms on a store
-        with hundreds of objects, so a run calls it at its start. Returns the removed paths."""
-        folders = [self.root / "runs"]
+        ``objects/<stage>/``, ``runs/`` (every trash entry there, whatever its age: a pruned release) and
+        the run folders in it, and ``private/`` with all its sub-folders. One directory scan per folder, a
+        stat only per debris entry: a few ms on a store with hundreds of objects, so a run calls it at its
+        start. Returns the removed paths."""
+        removed = clean_stale(self.root / "runs", trash_seconds=0)
+        folders: list[Path] = []
         for top in (self.root / "objects", self.root / "runs"):
             try:
                 with os.scandir(top) as it:
@@ -458,7 +489,6 @@ class Store:
         private = self.root / "private"
         if private.is_dir():
             folders += [Path(d) for d, _, _ in os.walk(private)]
-        removed: list[Path] = []
         for folder in folders:
             removed += clean_stale(folder)
         return removed
@@ -573,13 +603,13 @@ class Store:
 
     def prune_releases(self, keep: int, name: str, name_of: NameOf) -> list[Path]:
         """Keep the newest ``keep`` release folders of release ``name`` (and the one ``runs/latest`` points
-        to) and as many of its failure records; its older ones are renamed to trash (readers keep working)
-        and deleted by a later :meth:`clean_debris`. Nothing else is touched: another release's folders
-        and records, records that name no release (older versions), objects, ``private/``, and
-        ``runs/latest`` itself. Returns the folders removed."""
+        to) and as many of its failure records; its older ones are deleted now, microdata included
+        (:func:`delete_now`: no hidden copy stays; OSError naming a folder that could not be deleted).
+        Nothing else is touched: another release's folders and records, records that name no release
+        (older versions), objects, ``private/``, and ``runs/latest`` itself. Returns the folders deleted
+        (its release folders, then its failure records, oldest first): what the caller reports."""
         if keep < 1:
             raise InputError(f"keep_releases must be >= 1, got {keep}")
-        runs = self.root / "runs"
         latest = self.latest()
         mine = self.releases_by_name(name_of).get(name, [])
         failed = [f for f in self.failure_records() if self.failure_release(f) == name]
@@ -588,12 +618,8 @@ class Store:
             for folder in group[: max(len(group) - keep, 0)]:
                 if latest is not None and folder.resolve() == latest.resolve():
                     continue
-                trash = runs / f".{folder.name}.trash-{int(time.time())}-{os.urandom(4).hex()}"
-                try:
-                    os.replace(folder, trash)
-                except OSError:
-                    continue
-                removed.append(folder)
+                if delete_now(folder):
+                    removed.append(folder)
         return removed
 
     # ------------------------------------------------------------- housekeeping
@@ -660,9 +686,11 @@ class Store:
     def prune_objects(self, min_age: float = STALE_SECONDS) -> list[Path]:
         """Remove the objects no release's manifest references (:meth:`referenced_objects`): each is
         renamed to trash (a reader keeps working; a later run that wanted it as a cache hit recomputes
-        it) and deleted by :meth:`clean_debris` once stale. Objects written less than ``min_age`` seconds
-        ago are kept (a run in progress has not published its manifest yet). Never touches ``runs/``,
-        ``private/`` or ``prefect/``. Returns the object folders removed."""
+        it) and deleted by :meth:`clean_debris` once stale -- except an object derived from the secret
+        table (an owner-only folder: the microdata, the DP prior), deleted now (:func:`delete_now`). Objects
+        written less than ``min_age`` seconds ago are kept (a run in progress has not published its
+        manifest yet). Never touches ``runs/``, ``private/`` or ``prefect/``. Returns the object folders
+        removed."""
         keep = self.referenced_objects()
         now = time.time()
         removed: list[Path] = []
@@ -671,10 +699,17 @@ class Store:
                 if f"objects/{stage}/{folder.name}" in keep:
                     continue
                 try:
-                    if now - folder.lstat().st_mtime < min_age:
-                        continue
-                    trash = folder.with_name(f".{folder.name}.trash-{int(now)}-{os.urandom(4).hex()}")
-                    os.replace(folder, trash)
+                    st = folder.lstat()
+                except FileNotFoundError:
+                    continue
+                if now - st.st_mtime < min_age:
+                    continue
+                if stat.S_IMODE(st.st_mode) & 0o077 == 0:  # private (Store.is_private): no hidden copy
+                    if delete_now(folder):
+                        removed.append(folder)
+                    continue
+                try:
+                    os.replace(folder, folder.with_name(f".{folder.name}.trash-{int(now)}-{os.urandom(4).hex()}"))
                 except OSError:
                     continue
                 removed.append(folder)

@@ -2,9 +2,13 @@
 (:mod:`artifacts.private`: the privacy contract, the hash chain, the cap rules).
 
   mdp-release ledger [--store DIR | --config FILE] [--population P] [--json]
-      every population of the store: published releases, charges, spent, cap, left, and whether its
-      ledger verifies and holds every head its published releases committed to; with --population,
-      that population's entries
+      every population of the store: the releases its current budget has paid for (counted from the
+      ledger's charges, not from runs/), how many of them are still published in runs/, charges, spent,
+      cap, left, what the last release cost, how many more releases of that cost fit, and a status: ok,
+      low (the next release like the last one would be refused), exhausted (nothing left) or REFUSED
+      (the ledger does not verify or lacks a head its published releases committed to); with
+      --population, that population's entries, each charge with what it paid for (perturbation, counts,
+      prior) and the release and run it belongs to
   mdp-release ledger cap --population P --set X --by WHO --why TEXT [--raise]
       set, lower or (with --raise only) raise the population's cap; recorded in the chain
   mdp-release ledger new-budget --population P --cap X --by WHO --why TEXT
@@ -18,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import InputError, PrivacyError
+from mdp_core.spec.budget import Epsilon, compose
 
 
 def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
@@ -84,19 +91,164 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
+# ------------------------------------------------------------------------------- releases and the forecast
+@dataclass
+class Paid:
+    """One release as the ledger's charges state it: the charges of one (release key, draw) -- the ``detail``
+    :func:`tasks.postprocess.charge_all` records -- within one budget (``budget``: 0 before any new-budget
+    entry, one more after each). A charge without that detail (written by hand or by an older version) is
+    a release of its own. ``runs``: the folders of runs/ whose manifest commits to one of its charges."""
+
+    n: int  # its place in the ledger, 1 first
+    budget: int
+    release: str | None
+    draw: str | None
+    charges: list[dict[str, Any]] = field(default_factory=list)  # {"seq", "kind", "epsilon"}, ledger order
+    runs: list[str] = field(default_factory=list)
+
+    @property
+    def cost(self) -> Epsilon:
+        """Its charges composed exactly (:func:`mdp_core.spec.budget.compose`)."""
+        return compose(c["epsilon"] for c in self.charges)
+
+    def label(self) -> str:
+        """``#3 (run <folder>)``, else ``#3 (release <12 hex> draw <12 hex>, not in runs/)``: the config's
+        release key and the draw's public commitment."""
+        if self.runs:
+            return f"#{self.n} (run {', '.join(self.runs)})"
+        return f"#{self.n} (release {(self.release or '?')[:12]} draw {(self.draw or '?')[:12]}, not in runs/)"
+
+    def breakdown(self) -> str:
+        """``perturb 5.42 + counts 1 + prior 0.5 = 6.92``."""
+        parts = " + ".join(f"{c['kind']} {_fmt(c['epsilon'])}" for c in self.charges)
+        return f"{parts} = {_fmt(float(self.cost))}" if len(self.charges) > 1 else parts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "budget": self.budget,
+            "release": self.release,
+            "draw": self.draw,
+            "runs": self.runs,
+            "charges": self.charges,
+            "cost": float(self.cost),
+        }
+
+
+def runs_by_seq(root: Path, population: str) -> dict[int, list[str]]:
+    """{ledger seq: names of the folders of ``<root>/runs/`` whose manifest commits to that entry of
+    ``population``'s ledger} (``privacy.ledger.ledger_seq``: a release's last charge); unreadable or older
+    manifests are skipped, hidden folders never read."""
+    out: dict[int, list[str]] = {}
+    for path in sorted(Path(root, "runs").glob("*/manifest.json")):
+        if path.parent.name.startswith(".") or path.parent.is_symlink():
+            continue
+        try:
+            led = json.loads(path.read_text(encoding="utf-8"))["privacy"]["ledger"]
+            if led["population"] == population:
+                out.setdefault(int(led["ledger_seq"]), []).append(path.parent.name)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def paid_releases(entries: list[dict[str, Any]], runs: dict[int, list[str]]) -> list[Paid]:
+    """The releases the ledger's charges paid for, in the order of their first charge (:class:`Paid`)."""
+    groups: dict[tuple[Any, ...], Paid] = {}
+    budget = 0
+    for e in entries:
+        if e["kind"] == "new-budget":
+            budget += 1
+        if e["kind"] != "charge":
+            continue
+        d = _detail(e)
+        rel, draw = d.get("release"), d.get("draw")
+        key = (budget, rel, draw) if rel or draw else (budget, "charge", e["seq"])
+        if key not in groups:
+            groups[key] = Paid(len(groups) + 1, budget, _str(rel), _str(draw))
+        paid = groups[key]
+        paid.charges.append({"seq": e["seq"], "kind": str(d.get("kind") or "?"), "epsilon": float(e["epsilon"])})
+        paid.runs = sorted(set(paid.runs) | set(runs.get(int(e["seq"]), [])))
+    return list(groups.values())
+
+
+def _detail(entry: dict[str, Any]) -> dict[str, Any]:
+    d = entry.get("detail")
+    return d if isinstance(d, dict) else {}
+
+
+def _str(x: Any) -> str | None:
+    return None if x is None else str(x)
+
+
+def forecast(entries: list[dict[str, Any]], paid: list[Paid]) -> dict[str, Any]:
+    """The current budget's outlook, in exact arithmetic: ``releases`` it paid for, the ``last_release``
+    (the one charged last) and its ``last_cost``, ``fits``: how many more releases of that cost fit,
+    floor((cap - spent) / last_cost) (None without a cap, a release or a cost), and ``status``: ``ok``,
+    ``low`` (the next release like the last one would be refused) or ``exhausted`` (nothing left)."""
+    current = sum(e["kind"] == "new-budget" for e in entries)
+    mine = [p for p in paid if p.budget == current]
+    cap = entries[-1].get("cap") if entries else None
+    last = max(mine, key=lambda p: p.charges[-1]["seq"]) if mine else None
+    left = None if cap is None else Epsilon.of(float(cap)).value - compose(p.cost for p in mine).value
+    fits: int | None = None
+    if left is not None and last is not None and last.cost.value > 0:
+        fits = max(math.floor(left / last.cost.value), 0)
+    status = "ok"
+    if left is not None and left <= 0:
+        status = "exhausted"
+    elif fits == 0:
+        status = "low"
+    return {
+        "releases": len(mine),
+        "last_release": None if last is None else last.as_dict(),
+        "last_cost": None if last is None else float(last.cost),
+        "fits": fits,
+        "status": status,
+    }
+
+
+def _outlook(pop: str, row: dict[str, Any], last: Paid | None) -> str:
+    """One line under the overview: the last release, what it cost, what is left and what that means."""
+    if last is None:
+        return f"{pop}: no release charged in the current budget; left {_fmt(row.get('left'))}"
+    head = f"{pop}: last release {last.label()} cost {last.breakdown()}; left {_fmt(row.get('left'))}"
+    if row["fits"] is None:
+        return f"{head}; no cap" if row.get("cap") is None else head
+    if row["status"] == "ok":
+        return f"{head}: {row['fits']} more release(s) of that cost fit"
+    return (
+        f"{head}: {row['status'].upper()} -- the next release like it ({_fmt(row['last_cost'])}) would be "
+        "refused; lower its cost, or decide on the budget (mdp-release ledger cap --raise, or new-budget)"
+    )
+
+
+def _population_row(root: Path, priv: Any, pop: str, heads: list[tuple[int, str]], row: dict[str, Any]) -> Paid | None:
+    """Fill ``row``, the overview's row of ``pop``; returns its last release. PrivacyError (``row`` holding
+    what could be read) when its ledger does not verify or lacks a published head."""
+    runs = runs_by_seq(root, pop)
+    row["published"] = sum(len(v) for v in runs.values())
+    entries = priv.entries(pop)
+    paid = paid_releases(entries, runs)
+    row |= priv.budget(pop).as_dict() | forecast(entries, paid)
+    priv.check_published(pop, heads)
+    last = row["last_release"]
+    return None if last is None else paid[last["n"] - 1]
+
+
 def _overview(root: Path, as_json: bool) -> int:
     from artifacts.private import PrivateStore, published_populations
 
     priv = PrivateStore(root)
     published = published_populations(root)
     out: list[dict[str, Any]] = []
+    notes: list[str] = []
     bad = 0
     for pop in sorted(set(priv.populations()) | set(published)):
-        heads = published.get(pop, [])
-        row: dict[str, Any] = {"population": pop, "releases": len(heads), "status": "ok"}
+        row: dict[str, Any] = {"population": pop}
         try:
-            row |= priv.budget(pop).as_dict()
-            priv.check_published(pop, heads)
+            last = _population_row(root, priv, pop, published.get(pop, []), row)
+            notes.append(_outlook(pop, row, last))
         except PrivacyError as exc:
             row["status"] = "REFUSED"
             print(f"mdp-release ledger: error: {exc}", file=sys.stderr)
@@ -107,21 +259,42 @@ def _overview(root: Path, as_json: bool) -> int:
     elif not out:
         print(f"no population in {root}")
     else:
-        rows = [["population", "releases", "charges", "spent", "cap", "left", "status"]]
-        rows += [
-            [
-                r["population"],
-                str(r["releases"]),
-                str(r.get("n_charges", "?")),
-                _fmt(r.get("spent")),
-                _fmt(r.get("cap")),
-                _fmt(r.get("left")),
-                r["status"],
-            ]
-            for r in out
-        ]
+        head = ["population", "releases", "published", "charges", "spent", "cap", "left", "last cost", "fits"]
+        rows = [[*head, "status"]]
+        for r in out:
+            fits = "-" if r.get("fits") is None else str(r["fits"])
+            cells = [str(r.get("releases", "?")), str(r.get("published", "?")), str(r.get("n_charges", "?"))]
+            cells += [_fmt(r.get(k)) for k in ("spent", "cap", "left", "last_cost")]
+            rows.append([r["population"], *cells, fits, r["status"]])
         print(_table(rows))
+        print("\n".join(notes))
     return 2 if bad else 0
+
+
+def _entry_rows(entries: list[dict[str, Any]], paid: list[Paid]) -> list[list[str]]:
+    """The entries table: each charge with what it paid for (its ``detail.kind``) and the release (and
+    run) it belongs to."""
+    of = {int(c["seq"]): p for p in paid for c in p.charges}
+    rows = [["seq", "when", "kind", "what", "epsilon", "spent", "cap", "paid for", "by", "why"]]
+    for e in entries:
+        charge = e["kind"] == "charge"
+        d = _detail(e) if charge else {}
+        release = of.get(int(e["seq"]))
+        rows.append(
+            [
+                str(e["seq"]),
+                _when(e.get("created_at")),
+                e["kind"],
+                str(d.get("kind") or "?") if charge else "",
+                _fmt(e.get("epsilon")) if charge else "",
+                _fmt(e.get("spent")),
+                _fmt(e.get("cap")),
+                release.label() if release is not None else "",
+                str(e.get("by", "")),
+                str(e.get("why", "")),
+            ]
+        )
+    return rows
 
 
 def _entries(root: Path, population: str, as_json: bool) -> int:
@@ -131,31 +304,23 @@ def _entries(root: Path, population: str, as_json: bool) -> int:
     entries = priv.entries(population)
     budget = priv.budget(population)
     heads = published_heads(root, population)
+    paid = paid_releases(entries, runs_by_seq(root, population))
+    outlook = forecast(entries, paid)
     if as_json:
-        print(json.dumps({"budget": budget.as_dict(), "published_heads": heads, "entries": entries}, indent=1))
+        data = {"budget": budget.as_dict(), "forecast": outlook, "releases": [p.as_dict() for p in paid]}
+        print(json.dumps(data | {"published_heads": heads, "entries": entries}, indent=1))
     elif not entries:
         print(f"population {population}: no ledger in {root}")
     else:
-        rows = [["seq", "when", "kind", "epsilon", "spent", "cap", "by", "why"]]
-        for e in entries:
-            eps = _fmt(e.get("epsilon")) if e["kind"] == "charge" else ""
-            rows.append(
-                [
-                    str(e["seq"]),
-                    _when(e.get("created_at")),
-                    e["kind"],
-                    eps,
-                    _fmt(e.get("spent")),
-                    _fmt(e.get("cap")),
-                    str(e.get("by", "")),
-                    str(e.get("why", "")),
-                ]
-            )
-        print(_table(rows))
+        print(_table(_entry_rows(entries, paid)))
         print(
             f"population {population}: spent {_fmt(budget.spent)} of cap {_fmt(budget.cap)} (left {_fmt(budget.left)}), "
-            f"{budget.n_charges} charge(s); head {budget.seq} {budget.head[:16]}; {len(heads)} published release(s)"
+            f"{budget.n_charges} charge(s) for {outlook['releases']} release(s); head {budget.seq} {budget.head[:16]}; "
+            f"{len(heads)} published head(s)"
         )
+        last = outlook["last_release"]
+        row = budget.as_dict() | outlook
+        print(_outlook(population, row, None if last is None else paid[last["n"] - 1]))
     priv.check_published(population, heads)
     return 0
 

@@ -93,8 +93,8 @@ def store_from_cli(args: argparse.Namespace) -> int:
         return 0
     if args.prune_objects:
         print(
-            f"removed {len(pruned)} object(s) no release references ({human(freed)}; moved to trash, deleted "
-            "by a run or this command once 15 minutes old)"
+            f"removed {len(pruned)} object(s) no release references ({human(freed)}; those derived from the secret "
+            "table deleted now, the others moved to trash, deleted by a run or this command once 15 minutes old)"
         )
     print(summary_text(usage))
     return 0

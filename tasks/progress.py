@@ -239,6 +239,7 @@ class ProgressArtifact:
                 return  # not inside a run (tests through .fn): no artifact, and no ephemeral server for one
             from prefect.artifacts import create_progress_artifact
 
+            # progress: percent, 0-100 (Prefect's scale, which the UI shows as is), here and in every update
             self.id = create_progress_artifact(progress=0.0, key=key, description=f"{title}: started")
         except Exception as exc:  # outside a run (tests through .fn) or no API: no artifact
             logging.getLogger("mdp_release").debug("no progress artifact: %s", exc)
@@ -314,6 +315,7 @@ class ProgressArtifact:
             self._send_update(percent, description)
 
     def _send_update(self, percent: float, description: str) -> None:
+        """Send ``percent`` (0-100, never a fraction: Prefect shows 0.9 as 0.9 %) to the artifact."""
         try:
             from prefect.artifacts import update_progress_artifact
 

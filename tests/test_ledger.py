@@ -294,7 +294,8 @@ def test_cli_overview_entries_cap_and_new_budget(tmp_path, capsys):
     code, out, err = run_cli(capsys, "--store", store)
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith(POP))
-    assert line.split() == [POP, "1", "3", "3", "10", "7", "ok"]
+    # three charges without a release's detail: three releases, one still published, 7 more of cost 1 fit
+    assert line.split() == [POP, "3", "1", "3", "3", "10", "7", "1", "7", "ok"]
     code, out, _ = run_cli(capsys, "--store", store, "--population", POP)
     assert code == 0 and "charge" in out and "spent 3 of cap 10" in out
     code, out, _ = run_cli(capsys, "--store", store, "--population", POP, "--json")

@@ -53,3 +53,30 @@ def test_progress_artifact_percent_from_components_and_iterations():
     bar("benders iteration 10: LB=1 UB=2 gap=1")
     assert bar.percent == 20.0
     bar.done("optimal")
+
+
+def test_the_progress_artifact_is_sent_in_percent(monkeypatch):
+    """Prefect's progress artifact takes 0-100 (``prefect.artifacts.ProgressArtifact`` clamps to it and the
+    UI shows the number as a percentage): the values a real solve sends through
+    ``update_progress_artifact`` go above 1 (a fraction would read 0-1 %) and stay within 0-100, ending at 100."""
+    import prefect.artifacts
+
+    from mdp_core.problem.datasets import grid, synthetic
+    from mdp_core.solvers.solve import solve
+
+    sent: list[float] = []
+    monkeypatch.setattr(
+        prefect.artifacts, "update_progress_artifact", lambda _id, progress, **kw: sent.append(progress)
+    )
+    cases = [
+        (grid(6, 8, n_outputs=20, epsilon=10.0), "rowgen"),  # rounds: the gap closing on a log scale
+        (synthetic(n_records=40, n_outputs=8, dim=4, sigma=4.0, epsilon=10.0, seed=2), "lp"),  # components
+    ]
+    for inst, method in cases:
+        sent.clear()
+        bar = ProgressArtifact(None, f"solve[{method}]", every=0.0)
+        bar.id = "artifact"  # as if created on a server (no flow run here)
+        solve(inst, method, progress=bar)
+        bar.done("optimal")
+        assert all(0.0 <= p <= 100.0 for p in sent), sent
+        assert max(sent[:-1]) > 1.0 and sent[-1] == 100.0, (method, sent)

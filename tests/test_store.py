@@ -231,9 +231,73 @@ def test_prune_releases_keeps_the_newest_and_latest(tmp_path):
     removed = s.prune_releases(2, "x", manifest_release_name)
     assert sorted(p.name for p in removed) == names[1:3]
     assert [p.name for p in s.releases()] == [names[0], *names[3:]]
+    assert not [p for p in (tmp_path / "runs").iterdir() if p.name.startswith(".")]  # deleted, not hidden
     assert s.latest() == tmp_path / "runs" / names[0]
     assert (tmp_path / "runs" / "20260101-000000-0009-failed").is_dir()  # failure records: their own count
     assert s.prune_releases(5, "x", manifest_release_name) == []
+
+
+def _microdata_release(s: Store, name: str, payload: bytes) -> None:
+    """A release of ``x`` publishing a (private) microdata object, as the postprocess stage writes it."""
+    with s.writer("postprocess", payload.hex(), private=True) as w:
+        w.file("microdata.parquet").write_bytes(payload)
+    files = {"microdata.parquet": w.ref.files["microdata.parquet"]}
+    s.publish(
+        name, {"microdata.parquet": (w.ref, "microdata.parquet")}, {"released_files": files, "config": {"name": "x"}}
+    )
+
+
+def _copies(root, payload: bytes) -> list[str]:
+    """Every file under ``root`` holding ``payload`` (hidden folders included)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.read_bytes() == payload)
+
+
+def test_retention_deletes_what_it_prunes_microdata_included(tmp_path):
+    """Retention leaves no hidden copy: the pruned release folders, their microdata with them, are gone
+    from runs/ (no ``runs/.<name>.trash-*`` either) when prune_releases returns, and it returns them."""
+    s = Store(tmp_path)
+    names = [f"2026010{i}-000000-{i:04d}" for i in range(1, 5)]
+    for i, name in enumerate(names):
+        _microdata_release(s, name, b"people-" + bytes([i]))
+    fails = [f"2026010{i}-000000-00{i}0-failed" for i in range(1, 4)]
+    for f in fails:
+        _failure(s, f, "x")
+    removed = s.prune_releases(2, "x", manifest_release_name)
+    assert [p.name for p in removed] == [*names[:2], fails[0]]
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert runs == sorted([*names[2:], *fails[1:]])  # nothing hidden, nothing left over
+    for i in range(2):
+        assert _copies(tmp_path / "runs", b"people-" + bytes([i])) == []
+    assert _copies(tmp_path / "runs", b"people-" + bytes([3])) == [f"{names[3]}/microdata.parquet"]
+
+
+def test_prune_objects_deletes_secret_derived_objects_now(tmp_path):
+    """``store --prune-objects``: an unreferenced object derived from the secret table (owner-only folder)
+    is deleted at once, not left in a hidden trash folder; a public one goes to trash as before."""
+    s = Store(tmp_path)
+    with s.writer("postprocess", "m", private=True) as w:
+        w.file("microdata.parquet").write_bytes(b"people")
+    public = _write(s, "pub", b"public")
+    past = time.time() - 7200
+    for ref in (w.ref, public):
+        os.utime(tmp_path / ref.path, (past, past))
+    assert sorted(p.name for p in s.prune_objects()) == ["m", "pub"]
+    assert _copies(tmp_path, b"people") == []
+    assert [p.name.startswith(".pub.trash-") for p in (tmp_path / "objects" / "stage").iterdir()] == [True]
+
+
+def test_clean_debris_deletes_release_trash_of_any_age(tmp_path):
+    """A ``runs/.<name>.trash-*`` folder an older version's retention left (microdata inside) is deleted
+    by the next clean_debris however fresh; object trash keeps its grace period."""
+    s = Store(tmp_path)
+    old_style = tmp_path / "runs" / f".20260101-000000-0001.trash-{int(time.time())}-abcd0123"
+    old_style.mkdir(parents=True)
+    (old_style / "microdata.parquet").write_bytes(b"people")
+    _write(s, "k", b"a")
+    with s.writer("stage", "k", force=True) as w:  # replaced: the old folder goes to object trash
+        w.file("a.bin").write_bytes(b"b")
+    assert s.clean_debris() == [old_style]
+    assert _copies(tmp_path, b"people") == [] and _copies(tmp_path / "objects", b"a") != []
 
 
 def test_keep_releases_never_touches_another_releases_folders(tmp_path):
