@@ -41,10 +41,13 @@ store key** (a hand edit, a script, a partial restore of a backup, someone with 
 Deleting the last entries (a rollback) or all of ``private/`` (key included) leaves a valid, shorter or
 empty chain: it is detected through the heads that published manifests commit to (``runs/*/manifest.json``
 ``privacy.ledger``: :func:`published_heads`, :meth:`PrivateStore.check_published`) as long as one
-manifest committing to a removed entry is still in this store's ``runs/``. **Not covered**: anyone holding
-the store key (they can forge entries), or anyone who can alter both ``private/`` and every published
-manifest of the population in ``runs/`` (copies published elsewhere are not consulted); a rollback of
-entries no manifest committed to yet (charges of a release that was never published).
+manifest committing to a removed entry is still in this store's ``runs/``. Only manifests signed by the
+store's own key count (any valid signature while the store has no key): a manifest planted in ``runs/``
+commits to nothing, so it cannot block the population's releases (:func:`unsigned_releases` lists it).
+**Not covered**: anyone holding the store key (they can forge entries), or anyone who can alter both
+``private/`` and every published manifest of the population in ``runs/`` (copies published elsewhere are
+not consulted); a rollback of entries no manifest committed to yet (charges of a release that was never
+published).
 
 Layout under ``<store>/private/`` (folders 0700, files 0600, owner only, no symlinks; checked and
 repaired every time a :class:`PrivateStore` is opened):
@@ -81,13 +84,13 @@ import secrets
 import stat
 import tempfile
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdp_core.errors import InputError, PrivacyError
+from mdp_core.errors import InputError, MdpError, PrivacyError
 from mdp_core.spec import budget as exact
 
 if TYPE_CHECKING:
@@ -652,7 +655,7 @@ class PrivateStore:
         charged = self._charged(chain)
         new = {k: _check_epsilon(e, f"planned charge {k[:12]}") for k, e in planned.items() if k not in charged}
         spent = _charges(chain)
-        self._refuse(population, cap, spent, list(new.values()), require_cap)
+        self.refuse_unless_fits(population, cap, spent, list(new.values()), require_cap)
         left = exact.Budget.of(cap).left(spent)
         return Budget(
             population,
@@ -666,8 +669,8 @@ class PrivateStore:
         )
 
     @staticmethod
-    def _refuse(
-        population: str, cap: float | None, spent: Sequence[float], new: Sequence[float], require_cap: bool
+    def refuse_unless_fits(
+        population: str, cap: float | None, spent: Sequence[float], new: Sequence[float], require_cap: bool = True
     ) -> None:
         """BudgetRefused when the ``new`` charges (epsilons) on top of the ``spent`` ones do not fit ``cap``
         (:meth:`mdp_core.spec.budget.Budget.admits`: exact arithmetic, no slack), or without a cap while
@@ -717,7 +720,7 @@ class PrivateStore:
             cap, kind, notes = self._effective_cap(state.cap, config_cap)
             if key in self._charged(chain):
                 return self._state(population, chain, notes), False
-            self._refuse(population, cap, _charges(chain), [epsilon], require_cap)
+            self.refuse_unless_fits(population, cap, _charges(chain), [epsilon], require_cap)
             if kind is not None:
                 why = (
                     "first cap, from the config's max_total_epsilon"
@@ -864,25 +867,68 @@ def _who(by: str, why: str) -> tuple[str, str]:
     return by, why
 
 
+def _release_folders(store_root: str | Path) -> list[Path]:
+    """The folders under ``<store>/runs/`` holding a manifest.json, by name: not symlinks (``runs/latest``
+    names a folder listed anyway) nor dot-folders (a publication being staged, trash)."""
+    runs = Path(store_root, "runs")
+    if not runs.is_dir():
+        return []
+    return sorted(
+        p
+        for p in runs.iterdir()
+        if not p.name.startswith(".") and not p.is_symlink() and (p / "manifest.json").is_file()
+    )
+
+
+def _signature_check(store_root: str | Path) -> Callable[[Path], str | None]:
+    """``check(folder)``: None when the folder's manifest.json carries a valid Ed25519 signature by this
+    store's signing key (:func:`mdp_core.release.signing.agency_fingerprint`), else the first finding. A store
+    whose key is missing or refused (``private/`` removed or replaced) has nothing to pin: then any valid
+    signature counts, so that a release published before the loss still reveals a rollback."""
+    from mdp_core.release import signing
+
+    try:
+        pin = signing.agency_fingerprint(store_root)
+    except MdpError:
+        pin = None
+
+    def check(folder: Path) -> str | None:
+        found = signing.verify_release(folder, pin).findings
+        return found[0] if found else None
+
+    return check
+
+
+def unsigned_releases(store_root: str | Path) -> list[tuple[str, str]]:
+    """(folder name, why) of every folder under ``runs/`` whose manifest this store did not sign (no
+    signature, a signature that does not verify, another key's): a planted or edited release. Its ledger head
+    is not a published head (:func:`published_heads`); ``mdp-release store`` reports it."""
+    check = _signature_check(store_root)
+    return [(folder.name, why) for folder in _release_folders(store_root) if (why := check(folder)) is not None]
+
+
 def _published(store_root: str | Path) -> dict[str, list[tuple[int, str]]]:
-    """{population: sorted published (seq, head)} from ``<store>/runs/*/manifest.json`` ``privacy.ledger``;
-    manifests without it (older releases) and unreadable ones are ignored."""
+    """{population: sorted published (seq, head)} from the ``privacy.ledger`` of the manifests under
+    ``<store>/runs/`` that this store signed (:func:`_signature_check`: a planted, unsigned or forged
+    manifest commits to nothing); manifests without it (older releases) and unreadable ones are ignored."""
     out: dict[str, set[tuple[int, str]]] = {}
-    for path in Path(store_root, "runs").glob("*/manifest.json"):
-        if path.parent.name.startswith("."):
-            continue
+    check = _signature_check(store_root)
+    for folder in _release_folders(store_root):
         try:
-            led = json.loads(path.read_text(encoding="utf-8"))["privacy"]["ledger"]
+            led = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["privacy"]["ledger"]
             pop, seq, head = led["population"], int(led["ledger_seq"]), str(led["ledger_head"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if isinstance(pop, str) and POPULATION_PATTERN.match(pop) and re.fullmatch(r"[0-9a-f]{64}", head):
+        if not (isinstance(pop, str) and POPULATION_PATTERN.match(pop) and re.fullmatch(r"[0-9a-f]{64}", head)):
+            continue
+        if check(folder) is None:
             out.setdefault(pop, set()).add((seq, head))
     return {p: sorted(h) for p, h in sorted(out.items())}
 
 
 def published_heads(store_root: str | Path, population: str) -> list[tuple[int, str]]:
-    """The ledger heads (seq, head) that published manifests of ``population`` commit to, sorted."""
+    """The ledger heads (seq, head) that the published manifests of ``population`` this store signed commit
+    to, sorted (a manifest the store did not sign is a finding of ``mdp-release store``, not a head)."""
     return _published(store_root).get(check_population(population), [])
 
 
@@ -902,4 +948,5 @@ __all__ = [
     "commitment",
     "published_heads",
     "published_populations",
+    "unsigned_releases",
 ]

@@ -315,11 +315,9 @@ def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
     """The population's budget in the config's store (read only; nothing is created): what the release
     would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
     from flows.config import store_root
-    from mdp_core.spec.budget import Budget
 
     r = cfg.release
     charge = float(plan.charge)
-    spends = list(plan.spends)
     budget: dict[str, Any] = {"population": r.population, "charge": charge}
     rep.sections["budget"] = budget
     if r.microdata is None:
@@ -341,19 +339,22 @@ def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
                 f"population {r.population!r} has {len(heads)} published release(s) in {root} but no private ledger: "
                 "the run would refuse (mdp-release ledger new-budget records a decision to start again)"
             )
-        elif r.max_total_epsilon is None:
-            rep.reasons.append(f"population {r.population!r} has no cap yet: set [release] max_total_epsilon")
-        elif not Budget.of(r.max_total_epsilon).admits([], spends):
-            rep.reasons.append(f"this release would be charged {charge:.4g}, above max_total_epsilon")
+        else:
+            try:  # the ledger's own rule on an empty ledger (nothing is created)
+                PrivateStore.refuse_unless_fits(r.population, r.max_total_epsilon, [], list(plan.charges().values()))
+            except PrivacyError as exc:
+                rep.reasons.append(str(exc))
         budget |= {"spent": 0.0, "cap": r.max_total_epsilon}
         return
-    probe = hashlib.sha256(b"mdp-release check").hexdigest()  # a key never charged: the whole charge is new
+    probes = {  # keys never charged, one a kind as the run plans them: the whole charge is new
+        hashlib.sha256(f"mdp-release check {kind}".encode()).hexdigest(): eps for kind, eps in plan.charges().items()
+    }
     try:
         private = PrivateStore(root)
         private.check_published(r.population, heads)
         now = private.budget(r.population)
         budget |= {"spent": now.spent, "cap": now.cap if now.cap is not None else r.max_total_epsilon}
-        private.precheck(r.population, {probe: charge}, r.max_total_epsilon, True)  # the run's own rules
+        private.precheck(r.population, probes, r.max_total_epsilon, True)  # the run's own rules
     except PrivacyError as exc:
         rep.reasons.append(f"{exc} (at most: a re-run of an earlier release costs less)")
 

@@ -1,0 +1,139 @@
+"""Issue 39: ``mdp-release check`` and the run's door agree, verdict and charges, on generated configs.
+
+The run goes through :func:`flows.release.prepare` with the stage tasks' ``.fn`` (real ingest and graph stages,
+real private store) and stops at the first stage after the door; ``check`` builds the instance its own way
+(the dataset loader and a neighbour search, no store). Both must reach the same verdict and the same charge.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from artifacts.store import Store
+from flows.check import run_check
+from flows.config import parse_config
+from flows.release import _TASKS, prepare, stage_params
+from mdp_core.errors import InputError, PrivacyError
+from mdp_core.problem.datasets import grid
+
+POPULATIONS = ("residents-a", "residents-b", "simulated-x")
+
+
+class _Stop(Exception):
+    """The run got past the door."""
+
+
+def _people(folder: Path) -> Path:
+    inst = grid(4, 5, n_outputs=None, seed=0)
+    rng = np.random.default_rng(3)
+    home = rng.integers(0, inst.n_records, size=60)
+    pts = inst.records[["lat", "lon"]].to_numpy()[home] + rng.normal(0, 0.002, size=(60, 2))
+    path = folder / "people.csv"
+    pd.DataFrame({"lat": pts[:, 0], "lon": pts[:, 1]}).to_csv(path, index=False)
+    return path
+
+
+def _toml(data: dict, prefix: str = "") -> str:
+    import json
+
+    lines = [f"{k} = {json.dumps(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None]
+    out = "\n".join(lines) + "\n"
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out += f"\n[{prefix}{k}]\n" + _toml(v, f"{prefix}{k}.")
+    return out
+
+
+configs = st.fixed_dictionaries(
+    {
+        "eta": st.sampled_from([0.05, 0.6, 1.2, 2.0]),
+        "radius": st.sampled_from([None, 0.5, 1.2, 3.0]),
+        "max_distance": st.sampled_from([None, 0.1, 1.0, 5.0]),
+        "population": st.sampled_from(POPULATIONS),
+        "allow_unprotected": st.booleans(),
+        "simulate": st.booleans(),
+        "cap": st.sampled_from([None, 3.0, 100.0]),
+        "prior": st.sampled_from(["dataset", "dp"]),
+        "max_stretch": st.sampled_from([1.0, 2.0]),
+    }
+)
+
+
+def _config(root: Path, table: Path, c: dict) -> dict:
+    privacy = {"epsilon": 2.0, "eta": c["eta"], "allow_unprotected": c["allow_unprotected"]}
+    privacy |= {"max_stretch": c["max_stretch"]} | ({"protection_radius": c["radius"]} if c["radius"] else {})
+    if c["simulate"]:
+        release: dict = {"simulate": True, "n_individuals": 50}
+    else:
+        release = {"microdata": str(table), "population": c["population"], "prior": c["prior"], "eps_prior": 0.5}
+        release |= {"max_total_epsilon": c["cap"]} if c["cap"] else {}
+    release |= {"max_distance": c["max_distance"]} if c["max_distance"] is not None else {}
+    return {
+        "store": str(root),
+        "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 20, "seed": 0}},
+        "privacy": privacy,
+        "release": release | {"eps_counts": 1.0},
+    }
+
+
+def _run_door(cfg) -> tuple[bool, float | None, str]:
+    """(past the door, its plan's charge, the refusal) of the run's own route."""
+    s = str(cfg.store)
+    p = stage_params(cfg)
+    plans = []
+
+    def run(stage: str, **upstream):
+        if stage not in ("ingest", "graph"):
+            raise _Stop
+        return _TASKS[stage].fn(s, p[stage], **upstream)
+
+    import flows.release as release
+
+    original = release.plan_for
+
+    def spy(config, inst):
+        door = original(config, inst)
+        plans.append(door.plan)
+        return door
+
+    release.plan_for = spy
+    try:
+        prepare(cfg, Store(s), p, run)
+    except _Stop:
+        return True, float(plans[-1].charge), ""
+    except (PrivacyError, InputError) as exc:
+        return False, float(plans[-1].charge) if plans else None, str(exc)
+    finally:
+        release.plan_for = original
+    raise AssertionError("prepare ran every stage")
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(c=configs)
+def test_check_and_run_agree(c: dict) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        table = _people(folder)
+        for round_ in range(2):  # twice in one store: the second sees what the first claimed
+            data = _config(folder / "store", table, c if round_ == 0 else c | {"population": "residents-a"})
+            try:
+                cfg = parse_config(data)
+            except InputError:
+                return  # an invalid config is refused before either route starts
+            path = folder / f"release-{round_}.toml"
+            path.write_text(_toml(data))
+            rep = run_check(path)
+            accepted, charge, why = _run_door(cfg)
+            assert rep.accepted == accepted, (c, rep.reasons, why)
+            if charge is not None and "budget" in rep.sections:
+                assert rep.sections["budget"]["charge"] == charge, (c, rep.sections["budget"], charge)
+            if not accepted:  # the run stops at its first refusal: one of check's reasons, word for word
+                assert any(r.split(" (at most")[0] in why for r in rep.reasons), (rep.reasons, why)
