@@ -78,7 +78,11 @@ def test_microdata_release_has_no_order_and_publishes_nothing_of_the_person(firs
 def test_aggregates_are_noisy_consistent_counts_of_the_true_data(first, secret_table):
     root, cfg, refs = first
     agg = pd.read_parquet(published(root, refs)["aggregates.parquet"])
-    assert list(agg.columns) == ["level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"]
+    assert list(agg.columns) == [
+        *("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"),
+        *("ci_level", "ci_low", "ci_high", "sim_low", "sim_high"),
+    ]
+    assert ((agg.ci_low <= agg["count"]) & (agg["count"] <= agg.ci_high)).all() and (agg.ci_level == 0.95).all()
     assert agg["count"].dtype == np.int64 and (agg["count"] >= 0).all()
     outs = agg[agg.level == "output"].sort_values("block")["count"].to_numpy()
     total = int(agg[agg.level == "total"]["count"].iloc[0])

@@ -36,6 +36,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from mdp_core.errors import InputError, SolverError
+from mdp_core.release.intervals import check_level, count_intervals
 from mdp_core.release.noise import MOVE_SENSITIVITY, Measurement
 from mdp_core.solvers import highs
 from mdp_core.solvers.result import Status
@@ -625,7 +626,10 @@ def error_curve(
 
 
 # ------------------------------------------------------------------------------ flow aggregate
-AGGREGATE_COLUMNS = ["level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"]
+AGGREGATE_COLUMNS = [
+    *("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"),
+    *("ci_level", "ci_low", "ci_high", "sim_low", "sim_high"),
+]
 Measure = Callable[[np.ndarray, int, float], Measurement]  # (true counts, L1 sensitivity, eps) -> noisy
 
 
@@ -658,8 +662,28 @@ def _level_labels(level: str, k: int, zone_names: np.ndarray | None) -> np.ndarr
     return np.array(["all"])
 
 
+def _interval_columns(
+    noisy: list[np.ndarray], integer: list[np.ndarray], scale: float, n: int, ci_level: float
+) -> list[dict[str, np.ndarray]]:
+    """Per level (the total last: exact, [n, n]) the ci_low, ci_high (each count at ``ci_level``) and sim_low,
+    sim_high (all the noisy levels' counts together at ``ci_level``, Bonferroni) of
+    :func:`mdp_core.release.intervals.count_intervals`, from the measurement ``noisy`` and the released ``integer``."""
+    family = sum(v.size for v in noisy)
+    out = []
+    for y, p in zip(noisy, integer, strict=False):  # integer also has the total, last
+        lo, hi = count_intervals(y, p.astype(np.int64), scale, n, ci_level)
+        s_lo, s_hi = count_intervals(y, p.astype(np.int64), scale, n, ci_level, family)
+        out.append({"ci_low": lo, "ci_high": hi, "sim_low": s_lo, "sim_high": s_hi})
+    exact = np.array([n], dtype=np.int64)
+    return out + [{"ci_low": exact, "ci_high": exact, "sim_low": exact, "sim_high": exact}]
+
+
 def release_counts(
-    cell_counts: np.ndarray, zone_of_output: np.ndarray | None, eps_counts: float, measure: Measure
+    cell_counts: np.ndarray,
+    zone_of_output: np.ndarray | None,
+    eps_counts: float,
+    measure: Measure,
+    ci_level: float = 0.95,
 ) -> tuple[pd.DataFrame, Measurement]:
     """The published count table of the TRUE data: consistent non-negative integers (CBDP).
 
@@ -672,15 +696,19 @@ def release_counts(
     individual moves) and budget ``eps_counts``; the Figure 3 QP and :func:`round_consistent`
     (post-processing, no budget) make them consistent, non-negative integers summing to n.
 
-    Returns (table with :data:`AGGREGATE_COLUMNS`, the measurement -- which never leaves the private
-    store). Columns: level ("total" | "zone" | "output"), block (id within the level), label, n_members
+    Returns (table with :data:`AGGREGATE_COLUMNS`, the measurement -- kept in the private store; the
+    intervals are functions of it and reveal it in most cells). Columns: level ("total" | "zone" | "output"), block (id within the level), label, n_members
     (outputs in the block), count (int64 >= 0, the released figure), eps_counts, noise
     ("discrete_laplace", "none" for the total), noise_scale (the scale b of that level's noise, 0 for
-    the total; b * eps_counts = the measurement's L1 sensitivity).
+    the total; b * eps_counts = the measurement's L1 sensitivity), ci_level (``ci_level``), ci_low, ci_high
+    (each count's interval at ci_level) and sim_low, sim_high (all the table's counts together at ci_level):
+    :func:`mdp_core.release.intervals.count_intervals`, around the measurement and widened to hold the
+    released count; the total's are [n, n]. They are post-processing of the measurement: no budget.
     """
     counts = _check_counts(cell_counts)
     k = counts.size
     eps = _check_eps(eps_counts)
+    check_level(ci_level)  # before anything is measured
     feats, zone_names = _count_features(zone_of_output, k)
     true = feats.aggregate(counts)
     noisy_levels = list(range(len(feats.names) - 1))  # every level but the total
@@ -693,6 +721,7 @@ def release_counts(
     n = float(counts.sum())
     qp = consistent_qp(feats, noisy + [np.array([n])], fixed={len(feats.names) - 1: np.array([n])})
     integer = round_consistent(feats, qp.x)
+    intervals = _interval_columns(np.split(meas.values, split), integer, float(meas.scale), int(n), ci_level)
     frames = []
     for i in reversed(range(len(feats.names))):  # total, zone, output
         n_i, total = feats.sizes[i], i == len(feats.names) - 1
@@ -707,6 +736,8 @@ def release_counts(
                     "eps_counts": eps,
                     "noise": "none" if total else "discrete_laplace",
                     "noise_scale": 0.0 if total else float(meas.scale),
+                    "ci_level": float(ci_level),
+                    **intervals[i],
                 }
             )
         )

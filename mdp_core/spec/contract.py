@@ -184,7 +184,10 @@ _untyped = dataset_kinds.public_record_columns() - set(_RECORD_TYPES)
 if _untyped:
     raise TypeError(f"records.parquet columns declared by a dataset kind without an Arrow type: {sorted(_untyped)}")
 RECORD_COLUMNS = tuple(c for n, c in _RECORD_TYPES.items() if n in dataset_kinds.public_record_columns())
-AGGREGATE_COLUMNS = ("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale")
+AGGREGATE_COLUMNS = (
+    *("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"),
+    *("ci_level", "ci_low", "ci_high", "sim_low", "sim_high"),  # issue 41: mdp_core.release.intervals
+)
 _SECONDS = frozenset({"seconds"})
 
 PUBLISHED: tuple[PublishedFile, ...] = (
@@ -208,10 +211,11 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         True,
         _cols(
             "level:large_string block:int64 label:large_string n_members:int64 count:int64 eps_counts:double "
-            "noise:large_string noise_scale:double"
+            "noise:large_string noise_scale:double ci_level:double ci_low:int64 ci_high:int64 sim_low:int64 "
+            "sim_high:int64"
         ),
         ordered=True,
-        doc="DP counts (discrete Laplace) of the released outputs by level",
+        doc="DP counts (discrete Laplace) of the released outputs by level, with their intervals",
     ),
     PublishedFile(
         PROVENANCE,
