@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from prefect import Flow, flow, tags
+from prefect import Flow, flow, get_run_logger, tags
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.states import Cancelled, State
@@ -395,7 +395,15 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
     operate_ui.after_release(store, Path(run_dir), manifest, rname, spent_before)  # runs/latest, UI artifact
     if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
-        store.prune_releases(config.run.keep_releases, rname, manifest_release_name)
+        pruned = store.prune_releases(config.run.keep_releases, rname, manifest_release_name)
+        if pruned:
+            get_run_logger().info(
+                "retention (keep_releases = %d): deleted %d older folder(s) of %s, microdata included: %s",
+                config.run.keep_releases,
+                len(pruned),
+                rname,
+                ", ".join(p.name for p in pruned),
+            )
     return manifest
 
 

@@ -35,19 +35,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from prefect import task
 
 from artifacts.private import Budget, Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import InputError, PrivacyError
+from mdp_core.release.door import SIMULATED_PREFIX
 from mdp_core.spec import contract
 from mdp_core.spec.budget import compose
 from tasks.common import instance_of, output_zones, run_stage
 
 PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.spec.contract: what this stage writes
-SIMULATED_PREFIX = "simulated-"
+T = TypeVar("T")
 
 
 def table_version(microdata: str) -> str:
@@ -159,6 +161,21 @@ def charge_all(
     return budget, float(compose(added))
 
 
+def charge_then_measure(
+    private: PrivateStore,
+    draw: Draw,
+    params: dict[str, Any],
+    charges: dict[str, tuple[str, float]],
+    measure: Callable[[], T],
+) -> T:
+    """The one door of a measurement of the secret table (Tumult's accountant is the model): admit and
+    record all ``charges`` (:func:`charge_all`: refused, nothing recorded, above the cap), then -- only
+    then -- run ``measure`` and return what it measured. No code path of the pipeline measures the secret
+    table outside it (tests/test_guarantee_in_operation.py reads the source to hold that)."""
+    charge_all(private, draw, params, charges)
+    return measure()
+
+
 def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dict[str, float]) -> Budget:
     """The early door: refuse (BudgetRefused) before anything is measured when the release's planned charges
     (kind -> epsilon: "perturb", "counts", "prior") would exceed the population's cap. A kind this release
@@ -245,15 +262,20 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         "perturb": charge_key("perturb", draw, mech_sha, inst_sha, limit),
         "counts": charge_key("counts", draw, inst_sha, zone.tolist(), plan.eps_counts, limit),
     }
-    charge_all(private, draw, params, {keys[s.kind]: (s.kind, float(s.epsilon)) for s in plan.spends})
+    # A stream per (mechanism, instance): two releases of the same draw through different mechanisms, or the
+    # same mechanism bytes over other records, must not share their uniforms (the pair of inverse-CDF outputs
+    # would pin u down); they are two charges, and the same mechanism, instance and draw give the same outputs,
+    # which reveal nothing new.
+    rng = draw.rng(f"perturb:{mech_sha}:{inst_sha}")
+    rel = charge_then_measure(  # charged first; then, and only then, drawn and measured
+        private,
+        draw,
+        params,
+        {keys[s.kind]: (s.kind, float(s.epsilon)) for s in plan.spends},
+        lambda: make.make_release(inst, z, records, zone, plan, rng, kept_measure(private, draw, keys["counts"])),
+    )
     at = private.position(draw.population, tuple(keys.values()))
     assert at is not None  # just charged (or charged before)
-    # The door is open: draw. A stream per (mechanism, instance): two releases of the same draw through
-    # different mechanisms, or the same mechanism bytes over other records, must not share their uniforms (the
-    # pair of inverse-CDF outputs would pin u down); they are two charges, and the same mechanism, instance
-    # and draw give the same outputs, which reveal nothing new.
-    rng = draw.rng(f"perturb:{mech_sha}:{inst_sha}")
-    rel = make.make_release(inst, z, records, zone, plan, rng, kept_measure(private, draw, keys["counts"]))
     write_frame(w.file("microdata.parquet"), rel.microdata)
     write_frame(w.file("aggregates.parquet"), rel.aggregates)
     ledger = make.published_ledger(draw.population, plan.guarantee.charge(), at)

@@ -27,7 +27,7 @@ from artifacts.private import PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import InputError
 from tasks.common import instance_with_graph, run_stage
-from tasks.postprocess import charge_all, charge_key, individuals, kept_measure
+from tasks.postprocess import charge_key, charge_then_measure, individuals, kept_measure
 
 
 def _from_file(path: str, n: int):  # -> (N,) float64
@@ -63,9 +63,15 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         draw = private.load(params["draw"])
         eps_prior = float(params["eps_prior"])
         key = charge_key("prior", draw, upstream["dataset"].content_hash, n, eps_prior, params.get("max_distance"))
-        charge_all(private, draw, params, {key: ("prior", eps_prior)})  # the door: nothing is measured before it
-        hist = histogram(individuals(params, inst, draw), n)
-        meas = kept_measure(private, draw, key)(hist, MOVE_SENSITIVITY, eps_prior)
+        meas = charge_then_measure(  # the door: nothing is measured before it
+            private,
+            draw,
+            params,
+            {key: ("prior", eps_prior)},
+            lambda: kept_measure(private, draw, key)(
+                histogram(individuals(params, inst, draw), n), MOVE_SENSITIVITY, eps_prior
+            ),
+        )
         p = np.maximum(meas.values, 0).astype(np.float64) + 1.0
     else:
         raise InputError(f"unknown prior source {source!r}")

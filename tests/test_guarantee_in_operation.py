@@ -54,10 +54,14 @@ def provenance(root: Path, refs: dict) -> dict:
 
 
 def publish_heads(root: Path, refs: dict, name: str) -> None:
-    """What a publication commits about the ledger (the manifest's privacy.ledger), without the rest."""
+    """What a publication commits about the ledger (the manifest's privacy.ledger), without the rest, signed
+    with the store's key as tasks.release signs (an unsigned manifest commits to nothing)."""
+    from mdp_core.release import signing
+
     folder = root / "runs" / name
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps({"privacy": {"ledger": provenance(root, refs)["ledger"]}}))
+    signing.sign_release(folder, signing.signing_key(root))
 
 
 def versions(folder: Path, df: pd.DataFrame) -> list[Path]:
@@ -435,3 +439,32 @@ def test_the_door_refuses_singletons_whatever_allow_unprotected_says():
     assert plan_privacy(s, GraphFacts(4, (2, 2), 1.0, "km")).accepted
     assert not plan_privacy(s, GraphFacts(3, (2, 1), 1.0, "km")).accepted
     assert not plan_privacy(Settings(epsilon=2.0, eta=1.0), GraphFacts(4, (2, 2), 1.0, "km")).accepted
+
+
+def test_nothing_measures_the_secret_table_outside_the_door():
+    """Issue 39: every measurement of the secret table in the pipeline (the perturbation, the counts, the DP
+    prior) is made inside ``charge_then_measure``, which charges first; read from the stages' source."""
+    import ast
+
+    measuring = {"make_release", "kept_measure", "discrete_laplace", "perturb", "release_counts"}
+    root = Path(__file__).resolve().parents[1] / "tasks"
+    outside, inside = [], 0
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        guarded: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "charge_then_measure":
+                for arg in node.args[4:] + [k.value for k in node.keywords if k.arg == "measure"]:
+                    guarded |= {id(n) for n in ast.walk(arg)}
+            if isinstance(node, ast.FunctionDef) and node.name == "kept_measure":  # a measure, made only when called
+                guarded |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in measuring:
+                    if id(node) in guarded:
+                        inside += 1
+                    else:
+                        outside.append(f"{path.name}:{node.lineno} {name}")
+    assert not outside, outside
+    assert inside >= 2  # the release (perturbation and counts) and the DP prior

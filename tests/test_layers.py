@@ -190,3 +190,24 @@ def test_no_function_over_80_lines() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} has {lines} lines")
     assert not bad, "\n".join(bad)
+
+
+CONFIG_TYPES = {"ReleaseFlowConfig", "ReleaseConfig", "PrivacyConfig", "RunConfig", "EvaluateConfig", "DatasetConfig"}
+
+
+def test_below_flows_no_function_takes_the_release_config() -> None:
+    """Issue 39: the config is resolved once in ``flows/`` (the privacy door's plan, the stages' parameters);
+    below it (tasks, mdp_core, artifacts) no module imports ``flows`` and no function takes a config object."""
+    found = []
+    for name, path in MODULES.items():
+        if name.split(".")[0] == "flows":
+            continue
+        found += [f"{name}:{line} imports {mod}" for mod, _, line in _imports(name, path) if mod.split(".")[0] == "flows"]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                for a in args:
+                    text = ast.unparse(a.annotation) if a.annotation is not None else ""
+                    if any(t in text for t in CONFIG_TYPES):
+                        found.append(f"{name}:{node.lineno} {node.name}({a.arg}: {text})")
+    assert not found, found
