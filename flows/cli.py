@@ -5,12 +5,13 @@
   mdp-release audit RUN_DIR
   mdp-release check --config FILE [--json]
   mdp-release export --dataset grid --out DIR
-  mdp-release run [--config FILE] [--refresh | --refresh-from STAGE] [--from-manifest MANIFEST]
+  mdp-release run [--config FILE] [--refresh | --refresh-from STAGE] [--from-manifest MANIFEST [--microdata PATH]]
   mdp-release reproduce [--quick] [--store DIR] [--out DIR]
   mdp-release server start|stop|status
   mdp-release serve --cron EXPR | --interval SECONDS [--config FILE] [--name N]
   mdp-release deploy --pool NAME [--cron EXPR | --interval SECONDS] [--config FILE] [--name N]
   mdp-release store [--store DIR | --config FILE] [--json] [--prune-objects]
+  mdp-release key [rotate --by WHO --why TEXT] [--store DIR | --config FILE]
 
 Errors print one line ``mdp-release: error: ...`` and exit with status 2 (bad input) or 1
 (verification failed / refused / solver failure).
@@ -380,6 +381,18 @@ def _ledger_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
+def cmd_key(args: argparse.Namespace) -> int:
+    from flows.key_cli import key_from_cli
+
+    return key_from_cli(args)
+
+
+def _key_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.key_cli import add_arguments
+
+    add_arguments(p)
+
+
 def _deploy_arguments(p: argparse.ArgumentParser) -> None:
     from flows.operate import add_deploy_arguments
 
@@ -432,6 +445,12 @@ COMMANDS: tuple[
         "show the populations' privacy budgets; set a cap or start a new budget (recorded)",
         _ledger_arguments,
         cmd_ledger,
+    ),
+    (
+        "key",
+        "show the store's signing key; rotate it (a new key, recorded with who and why)",
+        _key_arguments,
+        cmd_key,
     ),
     (
         "store",

@@ -3,9 +3,10 @@ manifest, and its publication to ``<store>/runs/<run_name>/`` (shared by the rel
 flows, so both write the same manifest shape).
 
 A manifest holds ``format``, ``version``, ``run_name``, ``flow_run_id``, ``created_at``, ``config``
-(the flow's pydantic config as JSON), ``stages`` (:func:`stage_entry` per stage), ``code_versions``,
-the flow's own fields, ``released_files`` ({file: sha256}) and ``run_dir`` (and ``out_dir`` when the
-run was also copied to a folder; ``same_as`` when nothing new was published, see :func:`publish_run`).
+(the flow's pydantic config as JSON, the secret table named by its role, never by its path:
+:func:`public_config`), ``stages`` (:func:`stage_entry` per stage), ``code_versions``, the flow's own
+fields, ``released_files`` ({file: sha256}) and ``run_dir`` (and ``out_dir`` when the run was also copied
+to a folder; ``same_as`` when nothing new was published, see :func:`publish_run`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from artifacts.store import ArtifactRef, Store
 from mdp_core.spec.contract import SIGNATURE_FILES
 
 MANIFEST_VERSION = 1
+# What a manifest's config says in place of the secret table's path: its role, never where it is (re-run with
+# ``mdp-release run --from-manifest M --microdata PATH``).
+SECRET_TABLE_ROLE = "secret table (file)"
 Released = dict[str, tuple[ArtifactRef, str]]  # published file name -> (artifact, file name inside it)
 
 
@@ -59,6 +63,16 @@ def stage_entry(ref: ArtifactRef, run_id: str, t0: float, started: float | None 
     }
 
 
+def public_config(config: BaseModel) -> dict[str, Any]:
+    """The config as a manifest publishes it: its JSON dump with ``release.microdata`` (the secret table's
+    path, which may say whose table it is) replaced by :data:`SECRET_TABLE_ROLE`; everything else as run."""
+    data = config.model_dump(mode="json")
+    release = data.get("release")
+    if isinstance(release, dict) and release.get("microdata") is not None:
+        data["release"] = release | {"microdata": SECRET_TABLE_ROLE}
+    return data
+
+
 def new_manifest(
     fmt: str,
     name: str,
@@ -76,7 +90,7 @@ def new_manifest(
         "run_name": name,
         "flow_run_id": run_id,
         "created_at": created_at.isoformat(timespec="seconds"),
-        "config": config.model_dump(mode="json"),
+        "config": public_config(config),
         "stages": stages,
         "code_versions": code_versions,
         **(fields or {}),

@@ -16,6 +16,7 @@ import datetime as _dt
 import hashlib
 import logging
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -320,13 +321,22 @@ def at_stage(run_id: str, stage: str) -> None:
     _STAGES[str(run_id)] = stage
 
 
-def one_line_reason(state: Any) -> str:
-    """``<exception type>: <message>`` of a failed or crashed state, never empty: an exception without a
-    message (a crash: ``CancelledError``) gets the state's message instead."""
-    message = str(getattr(state, "message", None) or "").strip()
+def failure_exception(state: Any) -> BaseException | None:
+    """The exception a failed or crashed state holds (None: it holds none)."""
     try:
         state.result(raise_on_failure=True)
     except BaseException as exc:  # the exception the flow failed with
+        return exc
+    return None
+
+
+def one_line_reason(state: Any) -> str:
+    """``<exception type>: <message>`` of a failed or crashed state, never empty: an exception without a
+    message (a crash: ``CancelledError``) gets the state's message instead. The message is the public one
+    (``str(exc)``): a :class:`~mdp_core.errors.SecretTableError`'s row numbers are not in it."""
+    message = str(getattr(state, "message", None) or "").strip()
+    exc = failure_exception(state)
+    if exc is not None:
         text = f"{type(exc).__name__}: {str(exc).strip() or message or 'no message'}"
     else:
         text = message or "failed"
@@ -359,6 +369,71 @@ def failure_target(raw: Any) -> tuple[str, Path | None]:
     return name, None
 
 
+PRIVATE_FAILURES = ("private", "failures")  # under the store root: the operator's details of failures
+
+
+def keep_private_detail(root: Path, record: str, text: str) -> Path | None:
+    """Write ``text`` -- what only the operator may read about a failure, e.g. the row numbers of a
+    :class:`~mdp_core.errors.SecretTableError` -- to ``<root>/private/failures/<record>.txt``: created
+    exclusively 0600 in folders 0700 (the private part's modes, ``artifacts/private.py``), never through a
+    symlink. Returns the file, or None when it could not be written (a warning: the public record stands)."""
+    folder = root.joinpath(*PRIVATE_FAILURES)
+    try:
+        for p in (folder.parent, folder):
+            p.mkdir(mode=0o700, exist_ok=True)
+            st = os.lstat(p)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                raise OSError(f"{p} is not a folder of ours")
+            os.chmod(p, 0o700)
+        path = folder / f"{record}.txt"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(text)
+        return path
+    except OSError as exc:
+        log.warning("could not keep the failure's private detail: %s", exc)
+        return None
+
+
+def _write_record(runs: Path, folder: Path, lines: str, record: dict[str, Any]) -> None:
+    """``FAILED.txt`` (``lines``) and ``record.json`` (0644) in a temp folder renamed to ``folder``."""
+    import json
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=runs))
+    try:
+        (tmp / "FAILED.txt").write_text(lines, encoding="utf-8")
+        (tmp / "record.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for p in tmp.iterdir():
+            os.chmod(p, 0o644)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _failure_artifact(flow_run: Any, name: str, kind: str, reason: str, folder: Path | None) -> None:
+    """The markdown artifact ``<name>-failure`` on the flow run (Prefect's markdown artifact: it renders as
+    markdown): :func:`prefect.artifacts.create_markdown_artifact` inside this run, else (a runner's hook
+    after the run's process ended) a ``MarkdownArtifact`` naming the run."""
+    from prefect.artifacts import MarkdownArtifact, create_markdown_artifact
+    from prefect.context import FlowRunContext
+
+    title = "CANCELLED" if kind == "cancelled" else "FAILED"
+    md = f"# Release `{name}` {title}\n\n**Reason:** {reason}\n\nRecord: `{folder}/FAILED.txt`\n"
+    key = f"{name}-failure"
+    description = f"mdp-release {name}: why the run {'was cancelled' if kind == 'cancelled' else 'failed'}"
+    ctx = FlowRunContext.get()
+    if ctx is not None and ctx.flow_run is not None and str(ctx.flow_run.id) == str(flow_run.id):
+        create_markdown_artifact(markdown=md, key=key, description=description)
+    else:
+        artifact = MarkdownArtifact(key=key, markdown=md, description=description, flow_run_id=flow_run.id)
+        artifact.create(_sync=True)  # type: ignore[call-arg]
+
+
 def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | None:
     """The failure / cancellation hook's work, in the release's own store:
     ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (first line: the stage and the one-line reason, a
@@ -366,12 +441,12 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
     state, stage, reason, flow run), written into a temp folder and renamed into place (a reader sees all
     of it or nothing), once per flow run; and a markdown artifact ``<name>-failure`` on the run.
 
-    The reason is the exception's type and message: messages of this project name stages, columns, row
-    numbers and counts, never a secret value (the privacy errors' contract); nothing else of the run
-    (parameters, inputs) is written. ``kind``: "failed", "crashed" or "cancelled"."""
-    import json
-    import shutil
-    import tempfile
+    The reason is the exception's type and message: messages of this project name stages, columns and
+    counts, never a secret value nor which people (the privacy errors' contract); nothing else of the run
+    (parameters, inputs) is written. A :class:`~mdp_core.errors.SecretTableError`'s ``detail`` (the row
+    numbers) goes to ``<store>/private/failures/<record>.txt`` only (:func:`keep_private_detail`), which
+    ``FAILED.txt`` names. ``kind``: "failed", "crashed" or "cancelled"."""
+    from mdp_core.errors import SecretTableError
 
     stage = _STAGES.pop(str(flow_run.id), "before the first stage")
     reason = f"{'cancelled at ' if kind == 'cancelled' else ''}{stage}: {one_line_reason(state)}"
@@ -383,17 +458,12 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
     else:
         runs = root / "runs"
         folder = runs / f"{now:%Y%m%d-%H%M%S}-{str(flow_run.id)[-8:]}-failed"
-        tmp = None
         try:
             runs.mkdir(parents=True, exist_ok=True)
             done = sorted(runs.glob(f"*-{str(flow_run.id)[-8:]}-failed"))
             if done:  # a second hook of the same run (failed and crashed): one record
                 return done[0]
-            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=runs))
-            (tmp / "FAILED.txt").write_text(
-                f"{reason}\nflow run {flow_run.name} ({flow_run.id}), {now.isoformat(timespec='seconds')}\n",
-                encoding="utf-8",
-            )
+            lines = f"{reason}\nflow run {flow_run.name} ({flow_run.id}), {now.isoformat(timespec='seconds')}\n"
             record = {
                 "format": "mdp-release-failure",
                 "release": name,
@@ -404,29 +474,19 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
                 "flow_run_name": str(flow_run.name),
                 "at": now.isoformat(timespec="seconds"),
             }
-            (tmp / "record.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            for p in tmp.iterdir():
-                os.chmod(p, 0o644)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, folder)
+            failed_with = failure_exception(state)
+            if isinstance(failed_with, SecretTableError):
+                detail = f"{stage}: SecretTableError: {failed_with.detail}\n{lines.splitlines()[1]}\n"
+                kept = keep_private_detail(root, folder.name, detail)
+                if kept is not None:
+                    record["private_detail"] = str(kept.relative_to(root))
+                    lines += f"which people: {kept} (owner only), or `mdp-release check --config FILE`\n"
+            _write_record(runs, folder, lines, record)
         except OSError as exc:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
             log.warning("could not write the failure record: %s", exc)
             folder = None
     try:
-        from prefect.artifacts import Artifact
-
-        title = "CANCELLED" if kind == "cancelled" else "FAILED"
-        md = f"# Release `{name}` {title}\n\n**Reason:** {reason}\n\nRecord: `{folder}/FAILED.txt`\n"
-        artifact = Artifact(
-            type="markdown",
-            key=f"{name}-failure",
-            data=md,
-            flow_run_id=flow_run.id,
-            description=f"mdp-release {name}: why the run {'was cancelled' if kind == 'cancelled' else 'failed'}",
-        )
-        artifact.create(_sync=True)  # type: ignore[call-arg]
+        _failure_artifact(flow_run, name, kind, reason, folder)
     except Exception as exc:
         log.warning("could not publish the failure artifact: %s", exc)
     return folder

@@ -183,6 +183,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MANIFEST",
         help="re-run the release recorded in a run's manifest.json (the same config, microdata releases too)",
     )
+    p.add_argument(
+        "--microdata",
+        default=None,
+        metavar="PATH",
+        help="with --from-manifest: the secret table the release was made from (a manifest names it by its role, "
+        "never by its path); it must be the same bytes, or the recorded draw refuses it",
+    )
     p.add_argument("--store", default=None, help="artifact store root (overrides the config's 'store')")
     p.add_argument(
         "--new-draw",
@@ -251,16 +258,46 @@ def quiet_console_errors(debug: bool) -> None:
                 h.addFilter(_NoErrorsOnConsole())
 
 
+def rerun_config(manifest: str | Path, microdata: str | None = None) -> Any:
+    """The config to re-run the release recorded in ``manifest`` (``run --from-manifest``): the manifest's
+    config, with the secret table at ``microdata`` -- a manifest names the table by its role
+    (:data:`flows.manifest.SECRET_TABLE_ROLE`), never by its path, so a microdata release needs it
+    (InputError without it). A manifest written before that records a path: used unless ``microdata`` is
+    given. The table's bytes are checked later, against the recorded draw (the same version or a refusal)."""
+    from flows.config import manifest_config
+    from flows.manifest import SECRET_TABLE_ROLE
+    from mdp_core.errors import InputError
+
+    cfg = manifest_config(manifest)
+    recorded = cfg.release.microdata
+    if recorded is None:
+        if microdata is not None:
+            raise InputError(f"{manifest}: its release is of simulated people: --microdata has no table to replace")
+        return cfg
+    if microdata is None:
+        if recorded == SECRET_TABLE_ROLE:
+            raise InputError(
+                f"{manifest}: the manifest names the secret table by its role, not its path: give the table the "
+                "release was made from with --microdata PATH"
+            )
+        return cfg
+    return cfg.model_copy(update={"release": cfg.release.model_copy(update={"microdata": microdata})})
+
+
 def run_from_cli(args: argparse.Namespace) -> int:
-    from flows.config import load_config, manifest_config, manifest_draw, store_root
+    from flows.config import load_config, manifest_draw, store_root
+    from mdp_core.errors import InputError
 
     if args.from_manifest and args.config:
-        from mdp_core.errors import InputError
-
         raise InputError("give --config or --from-manifest, not both")
+    microdata = getattr(args, "microdata", None)
+    if microdata is not None and not args.from_manifest:
+        raise InputError("--microdata is for --from-manifest (a config names its own table: [release] microdata)")
+    if microdata is not None:
+        microdata = str(Path(microdata).expanduser().resolve())
     # The configs first (no Prefect needed): a bad one fails before any server starts.
     paths = args.config or [None]
-    cfgs = [manifest_config(args.from_manifest)] if args.from_manifest else [load_config(p) for p in paths]
+    cfgs = [rerun_config(args.from_manifest, microdata)] if args.from_manifest else [load_config(p) for p in paths]
     if args.store:
         cfgs = [c.model_copy(update={"store": str(Path(args.store).expanduser().resolve())}) for c in cfgs]
     for c in cfgs:  # a store root that is no place for a store (/, a home folder): refused before Prefect starts
@@ -269,8 +306,6 @@ def run_from_cli(args: argparse.Namespace) -> int:
     # a re-run of a published release uses its draw (from this store's private part); otherwise the table's own
     draw = manifest_draw(args.from_manifest) if args.from_manifest else None
     if draw is not None and args.new_draw:
-        from mdp_core.errors import InputError
-
         raise InputError("--new-draw makes a new release: not with --from-manifest, which reproduces one")
     where = prepare_environment()  # before Prefect is imported
     stores = sorted({str(store_root(c)) for c in cfgs})

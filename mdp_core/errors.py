@@ -9,6 +9,22 @@ class InputError(MdpError, ValueError):
     """Bad input: wrong schema, NaN, out-of-range parameter, unreadable file, ..."""
 
 
+class SecretTableError(InputError):
+    """A problem of the secret table (the agency's microdata) found while a release runs. ``str()`` is the
+    public message -- how many people, what kind of problem, and where to look (``mdp-release check``) --
+    which reaches the terminal, Prefect's state message and logs, and the failure record; never which rows
+    or values. ``detail``: the same with the row numbers, for the operator only (``mdp-release check``'s
+    terminal, ``<store>/private/failures/``). A pickled copy (Prefect's persisted results) keeps only the
+    public message."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
+
+    def __reduce__(self) -> tuple:  # the public message only: the detail never leaves this process
+        return (type(self), (str(self),))
+
+
 class SolverError(MdpError, RuntimeError):
     """The LP solver did not return a usable solution (infeasible, time limit, error)."""
 

@@ -132,15 +132,17 @@ CONFIGS = _merge(
 
 def _manifest_route(cfg: ReleaseFlowConfig, folder: Path) -> ReleaseFlowConfig:
     """Through a run manifest as the flow writes it (flows.manifest.new_manifest), read back by
-    ``run --from-manifest``'s :func:`manifest_config`."""
+    ``run --from-manifest [--microdata PATH]``'s :func:`flows.run.rerun_config` (a manifest names the secret
+    table by its role: the operator gives its path again)."""
     from flows.manifest import new_manifest
+    from flows.run import rerun_config
 
     m = new_manifest(
         "mdp-release-manifest", "20260101-000000-abcd1234", "abcd1234", _dt.datetime.now(_dt.UTC), cfg, {}, {}, {}
     )
     path = folder / "manifest.json"
     path.write_text(json.dumps(m, sort_keys=True))
-    return manifest_config(path)
+    return rerun_config(path, cfg.release.microdata)
 
 
 def _deployment_route(path: Path) -> dict[str, Any]:
@@ -287,14 +289,14 @@ def test_failure_and_cancellation_records_land_in_the_releases_own_store(tmp_pat
 
     made: list[dict[str, Any]] = []
 
-    class Recorded:  # the UI artifact, kept here instead of sent to a server
+    class Recorded:  # the UI artifact (a markdown artifact naming the run), kept here instead of sent to a server
         def __init__(self, **kw: Any) -> None:
             made.append(kw)
 
         def create(self, **kw: Any) -> None:
             pass
 
-    monkeypatch.setattr(prefect.artifacts, "Artifact", Recorded)
+    monkeypatch.setattr(prefect.artifacts, "MarkdownArtifact", Recorded)
     monkeypatch.setenv("MDP_RELEASE_STORE", str(tmp_path / "default-store"))
     store = tmp_path / "agency-store"
     cfg = parse_config(

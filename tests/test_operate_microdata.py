@@ -67,12 +67,15 @@ def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server,
         assert privacy["microdata_source"] == "file" and privacy["population"] == "helsinki-example-people"
         assert privacy["ledger"]["max_total_epsilon"] is not None
 
-    # run --from-manifest of the served release: the same config, the same draw, the same bytes
+    # run --from-manifest of the served release: the same config, the same draw, the same bytes (the manifest
+    # names the secret table by its role: the operator gives its path)
     store = stores["hel-serve-serve"]
     path = next(p for p in store.glob("runs/*/manifest.json") if json.loads(p.read_text())["flow_run_id"])
     first = json.loads(path.read_text())
+    table = conf / "helsinki-people.csv"
+    assert first["config"]["release"]["microdata"] == "secret table (file)" and str(table) not in path.read_text()
     proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--from-manifest", str(path), "--json"],
+        [sys.executable, "-m", "flows.cli", "run", "--from-manifest", str(path), "--microdata", str(table), "--json"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

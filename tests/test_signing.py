@@ -66,6 +66,7 @@ def test_env_named_key_is_used_and_never_created(tmp_path, monkeypatch):
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
     )
+    pem.chmod(0o600)  # a key others may read is refused (tests/test_signing_key.py)
     key = signing.signing_key(tmp_path / "store")
     assert signing.fingerprint(key.public_key()) == signing.fingerprint(OTHER_KEY.public_key())
     assert not (tmp_path / "store").exists()

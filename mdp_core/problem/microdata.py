@@ -20,11 +20,14 @@ binary, not-CSV, not-Parquet files, duplicated columns, a file with no recognise
 farther than ``max_distance`` from every record, a key that names no record, NaN or out-of-range
 coordinates: an InputError -- never silently dropped.
 
-**No secret in an error.** The table is secret: every message of this module names only row numbers
-(1-based data rows, the header not counted), column names from the recognised set (``lat``, ``lon``,
-``x<i>``, ``record``, or an alias of them) or counts of columns, and counts -- never a cell value, a
-distance, a byte of the file, or a header that is not a recognised name (a headerless file's "header"
-is a person). Errors reach the terminal, Prefect's database and FAILED.txt.
+**No secret in an error.** The table is secret: every message of this module names only column names
+from the recognised set (``lat``, ``lon``, ``x<i>``, ``record``, or an alias of them) or counts of columns,
+and counts -- never a cell value, a distance, a byte of the file, or a header that is not a recognised
+name (a headerless file's "header" is a person). Errors reach the terminal, Prefect's database and
+FAILED.txt, so an error about *which* people (1-based data rows, the header not counted) is a
+:class:`~mdp_core.errors.SecretTableError`: its message says how many and what is wrong and points to
+``mdp-release check --config FILE``; the row numbers are only in its ``detail`` (``check``'s terminal, the
+store's ``private/failures/``).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import cKDTree
 
-from mdp_core.errors import InputError
+from mdp_core.errors import InputError, SecretTableError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import EARTH_RADIUS_KM, unit_sphere
 from mdp_core.spec import dataset_kinds
@@ -54,7 +57,8 @@ from mdp_core.spec import dataset_kinds
 KEY_COLUMNS: tuple[str, ...] = dataset_kinds.RECORD_KEYS
 ALIASES = {"latitude": "lat", "longitude": "lon", "lng": "lon", "long": "lon"}
 DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
-SHOWN_ROWS = 10  # row numbers an error or a description lists (the count is always complete)
+SHOWN_ROWS = 10  # row numbers an error's detail or a description lists (the count is always complete)
+CHECK_HINT = "`mdp-release check --config FILE` names the rows, on your terminal only"
 EXPECTED = "expected lat/lon, x0.., or record"
 _XCOL = re.compile(r"x\d+")
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".txt", ".tsv")
@@ -177,10 +181,15 @@ def _delimiter(header: str) -> str:
 
 def _parse_error(exc: Exception, name: str, what: str, fmt: str) -> InputError:
     """An InputError for a parser failure: its type and, for CSV, the data row it names -- never the
-    parser's message (it may quote the file)."""
+    parser's message (it may quote the file). For the secret table (``what`` "microdata") a
+    :class:`SecretTableError` whose message says "in one malformed row" and whose detail names it."""
     m = re.search(r"line (\d+)", str(exc))
-    where = f" at data row {int(m.group(1)) - 1} (1-based, header not counted)" if m and fmt != "parquet" else ""
-    return InputError(f"{name}: cannot read the {what} table as {fmt.upper()} ({type(exc).__name__}{where})")
+    row = int(m.group(1)) - 1 if m and fmt != "parquet" else None
+    head = f"{name}: cannot read the {what} table as {fmt.upper()} ({type(exc).__name__}"
+    detail = head + ("" if row is None else f" at data row {row} (1-based, header not counted)") + ")"
+    if what != "microdata":
+        return InputError(detail)
+    return SecretTableError(head + ("" if row is None else f" in one malformed row; {CHECK_HINT}") + ")", detail)
 
 
 def _read_csv(data: bytes, name: str, what: str, fmt: str) -> Table:
@@ -435,8 +444,8 @@ def map_individuals(df: pd.DataFrame, inst: Instance, max_distance: float) -> Ma
     """Each individual's secret record (nearest under the instance's metric, or by key).
 
     ``max_distance`` (in the instance's ``distance_unit``; km for ``lat``/``lon``) bounds how far an
-    individual may sit from its record. Raises InputError for anything unmappable, naming row numbers
-    and counts only.
+    individual may sit from its record. Raises :class:`SecretTableError` for anything unmappable: counts
+    in its message, the row numbers only in its ``detail``; InputError when the columns do not fit.
     """
     if not (np.isfinite(max_distance) and max_distance >= 0):
         raise InputError(f"max_distance must be a finite number >= 0, got {max_distance}")
@@ -444,14 +453,18 @@ def map_individuals(df: pd.DataFrame, inst: Instance, max_distance: float) -> Ma
     n = loc.record_ids.size
     if loc.bad.any():
         rows = np.flatnonzero(loc.bad)
-        raise InputError(f"microdata: {rows.size} of {n} individual(s) {loc.bad_reason}: {rows_text(rows)}")
+        what = f"microdata: {rows.size} of {n} individual(s) {loc.bad_reason}"
+        raise SecretTableError(f"{what} ({CHECK_HINT})", f"{what}: {rows_text(rows)}")
     far = loc.distances > max_distance
     if far.any():
         rows = np.flatnonzero(far)
-        raise InputError(
-            f"microdata: {rows.size} of {n} individual(s) lie farther than max_distance = {max_distance:g} "
-            f"{loc.unit} from every record: {rows_text(rows)}; check the coordinates or raise [release] "
-            "max_distance (`mdp-release check` shows the distances on your terminal)"
+        what = (
+            f"microdata: {rows.size} of {n} individual(s) lie farther than max_distance = {max_distance:g} {loc.unit}"
+        )
+        fix = "check the coordinates or raise [release] max_distance"
+        raise SecretTableError(
+            f"{what} from every record; {fix} ({CHECK_HINT}, with the distances)",
+            f"{what} from every record: {rows_text(rows)}; {fix}",
         )
     return Mapping(loc.record_ids, loc.by, float(loc.distances.max(initial=0.0)), loc.unit, loc.distances)
 

@@ -17,6 +17,15 @@ audit, run inside the agency's store, compares with the store's own key).
 The key: ``<store>/private/signing/ed25519.pem`` (PKCS#8 PEM, unencrypted; file 0600, folders 0700,
 created on first use), or the PEM file named by the environment variable ``MDP_RELEASE_SIGNING_KEY``.
 Ed25519 (RFC 8032) via ``cryptography``'s public API: signatures are not ours to hand-write.
+
+**Refusals.** A key file that is not a regular file (a symlink, a FIFO, a device, a folder), is not owned
+by the user, or has any group / other permission bit is refused before it is opened (``os.lstat``; then
+opened ``O_NOFOLLOW | O_NONBLOCK`` and checked again on the descriptor: a FIFO is never waited on). A store
+that has published signed releases never mints a new key silently: when its key is missing, signing is
+refused until an operator records a rotation (:func:`rotate_key`, ``mdp-release key rotate --by WHO --why
+TEXT``), which mints the new key, moves an old one aside (``private/signing/retired/``) and appends who,
+when, why and the old and new fingerprints to ``<store>/keys/rotations.json`` (public, 0644: auditors read
+which keys the store has signed with, :func:`recorded_fingerprints`).
 """
 
 from __future__ import annotations
@@ -27,15 +36,19 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from mdp_core.errors import InputError
+from mdp_core.errors import InputError, PrivacyError
+from mdp_core.runtime.files import write_json
 
 SIGNATURE = "signature.json"
 PUBLIC_KEY = "public_key.pem"
@@ -45,6 +58,9 @@ VERSION = 1
 ALGORITHM = "ed25519"
 KEY_ENV = "MDP_RELEASE_SIGNING_KEY"
 KEY_PATH = ("private", "signing", "ed25519.pem")  # under the store root
+ROTATIONS = ("keys", "rotations.json")  # under the store root: the recorded key rotations (public)
+ROTATIONS_FORMAT = "mdp-release-key-rotations"
+ROTATE_HINT = "mdp-release key rotate --store {store} --by WHO --why TEXT"
 SIGNATURE_KEYS = frozenset(
     {"format", "version", "algorithm", "key_fingerprint", "signed_file", "signed_sha256", "signature"}
 )
@@ -83,12 +99,50 @@ def pin_fingerprint(pin: str | bytes) -> str:
     return value
 
 
-def _load_private(path: Path) -> Ed25519PrivateKey:
+def _key_file_problem(st: os.stat_result) -> str | None:
+    """Why a key file with this ``lstat`` may not be used (None: it may)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink (name the key file itself)"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a FIFO, a device, a socket or a folder)"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}, not by this user"
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        return f"mode {stat.S_IMODE(st.st_mode):04o}: others may read or change it (chmod 600 it)"
+    return None
+
+
+def _read_key_file(path: Path) -> bytes:
+    """The bytes of the key file ``path``, refused (InputError) before it is opened unless it is a regular
+    file of this user with no group / other permission bit (``os.lstat``), and checked again on the
+    descriptor (opened ``O_NOFOLLOW | O_NONBLOCK``: a file swapped in between is refused, a FIFO never
+    waited on)."""
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        st = os.lstat(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such signing key file") from None
-    except (ValueError, TypeError, OSError):
+    except OSError as exc:
+        raise InputError(f"{path}: the signing key cannot be read ({exc.strerror or type(exc).__name__})") from None
+    problem = _key_file_problem(st)
+    if problem is not None:
+        raise InputError(f"{path}: signing key refused: {problem}")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise InputError(f"{path}: the signing key cannot be read ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as fh:
+        now = os.fstat(fh.fileno())
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or _key_file_problem(now) is not None:
+            raise InputError(f"{path}: signing key refused: it changed while opened")
+        return fh.read()
+
+
+def _load_private(path: Path) -> Ed25519PrivateKey:
+    data = _read_key_file(path)
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
         raise InputError(f"{path}: not an unencrypted PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise InputError(f"{path}: the signing key is not an Ed25519 key")
@@ -96,7 +150,9 @@ def _load_private(path: Path) -> Ed25519PrivateKey:
 
 
 def _write_private_key(path: Path, key: Ed25519PrivateKey) -> None:
-    """Create ``path`` 0600 (its folders 0700) exclusively; a concurrent creator's key wins."""
+    """Create ``path`` 0600 (its folders 0700, the store root as needed) exclusively; a concurrent creator's
+    key wins."""
+    path.parent.parent.parent.mkdir(parents=True, exist_ok=True)
     for folder in (path.parent.parent, path.parent):
         folder.mkdir(mode=0o700, exist_ok=True)
         os.chmod(folder, 0o700)
@@ -122,19 +178,101 @@ def key_file(store_root: str | Path) -> Path:
 
 
 def signing_key(store_root: str | Path) -> Ed25519PrivateKey:
-    """The agency's signing key (the store's is created 0600 on first use; an env-named one must exist)."""
+    """The agency's signing key (checked: :func:`_read_key_file`). The store's own is created 0600 on first
+    use -- but never in a store that has signed releases already (:func:`last_fingerprint`): a missing key
+    there is a PrivacyError until a rotation is recorded (:func:`rotate_key`). An env-named one must exist."""
     path = key_file(store_root)
-    if not os.environ.get(KEY_ENV) and not path.exists():
+    if not os.environ.get(KEY_ENV) and not os.path.lexists(path):
+        signed = last_fingerprint(store_root)
+        if signed is not None:
+            raise PrivacyError(
+                f"the store's signing key {path} is missing, but this store has signed releases with key "
+                f"{signed[:16]}..: nothing is signed with a new key silently. Restore the key file from a backup, "
+                f"set {KEY_ENV} to the agency's key, or record a new key: " + ROTATE_HINT.format(store=Path(store_root))
+            )
         _write_private_key(path, Ed25519PrivateKey.generate())
     return _load_private(path)
 
 
 def agency_fingerprint(store_root: str | Path) -> str | None:
-    """The fingerprint of the key this store signs with, or None when there is none yet (never creates one)."""
+    """The fingerprint of the key this store signs with, or None when there is none yet (never creates one;
+    InputError for a key file that is refused)."""
     path = key_file(store_root)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     return fingerprint(_load_private(path).public_key())
+
+
+# ----------------------------------------------------------------------------- rotations
+def rotations(store_root: str | Path) -> list[dict[str, Any]]:
+    """The recorded key rotations of the store (``<store>/keys/rotations.json``), oldest first; [] when none."""
+    path = Path(store_root).joinpath(*ROTATIONS)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise InputError(f"{path}: unreadable JSON") from None
+    entries = data.get("rotations") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or data.get("format") != ROTATIONS_FORMAT:
+        raise InputError(f"{path}: not an mdp-release key rotation record")
+    return [e for e in entries if isinstance(e, dict)]
+
+
+def last_fingerprint(store_root: str | Path) -> str | None:
+    """The key the store signed with last: the newest recorded rotation's new key, else the signer of its
+    newest signed release (``runs/*/signature.json``); None when it has signed nothing."""
+    recorded = rotations(store_root)
+    if recorded:
+        return str(recorded[-1].get("new_fingerprint"))
+    for sig in sorted(Path(store_root).glob(f"runs/*/{SIGNATURE}"), reverse=True):
+        try:
+            fp = json.loads(sig.read_text(encoding="utf-8")).get("key_fingerprint")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(fp, str) and HEX64.fullmatch(fp):
+            return fp
+    return None
+
+
+def recorded_fingerprints(store_root: str | Path) -> list[str]:
+    """Every key the store has signed with, as far as it records: the rotations' old and new keys and the
+    current key, oldest first (for an audit of a release signed before a rotation)."""
+    out: list[str] = []
+    for e in rotations(store_root):
+        out += [fp for fp in (e.get("old_fingerprint"), e.get("new_fingerprint")) if isinstance(fp, str)]
+    current = agency_fingerprint(store_root)
+    out += [current] if current is not None else []
+    return list(dict.fromkeys(out))
+
+
+def rotate_key(store_root: str | Path, by: str, why: str) -> dict[str, Any]:
+    """Mint a new store signing key and record it: the old key (if any) moves to
+    ``private/signing/retired/``; ``keys/rotations.json`` (0644) gains {at, by, why, old_fingerprint,
+    new_fingerprint, old_key: "retired" | "missing" | "none"}. Returns that entry. InputError without
+    ``by`` / ``why``, with ``MDP_RELEASE_SIGNING_KEY`` set (that key is the agency's to rotate), or for an
+    old key file that is refused (fix or remove it first)."""
+    if os.environ.get(KEY_ENV):
+        raise InputError(f"{KEY_ENV} names the signing key: replace that file yourself; key rotate mints the store's")
+    if not by.strip() or not why.strip():
+        raise InputError("a key rotation records who decides and why: give --by WHO and --why TEXT")
+    root = Path(store_root)
+    path = root.joinpath(*KEY_PATH)
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    old, old_key = last_fingerprint(root), "missing"
+    if os.path.lexists(path):
+        old, old_key = fingerprint(_load_private(path).public_key()), "retired"
+        retired = path.parent / "retired"
+        retired.mkdir(mode=0o700, exist_ok=True)
+        os.rename(path, retired / f"ed25519-{old[:16]}-{at.replace(':', '')}.pem")
+    elif old is None:
+        old_key = "none"
+    _write_private_key(path, Ed25519PrivateKey.generate())
+    entry = {"at": at, "by": by.strip(), "why": why.strip(), "old_fingerprint": old, "old_key": old_key}
+    entry["new_fingerprint"] = fingerprint(_load_private(path).public_key())
+    record = {"format": ROTATIONS_FORMAT, "version": 1, "rotations": [*rotations(root), entry]}
+    os.chmod(write_json(root.joinpath(*ROTATIONS), record), 0o644)
+    return entry
 
 
 # ----------------------------------------------------------------------------- sign / verify
@@ -246,8 +384,12 @@ __all__ = [
     "agency_fingerprint",
     "fingerprint",
     "key_file",
+    "last_fingerprint",
     "load_public_key",
     "pin_fingerprint",
+    "recorded_fingerprints",
+    "rotate_key",
+    "rotations",
     "sign_release",
     "signing_key",
     "store_of",
