@@ -1,6 +1,7 @@
 """``mdp-release store``: what a store holds, and removing the objects no release needs.
 
-  mdp-release store [--store DIR | --config F] [--json]      releases per name, objects per stage, private part
+  mdp-release store [--store DIR | --config F] [--json]      releases per name, objects per stage, private part,
+                                                             findings: release folders the store did not sign
   mdp-release store [--store DIR | --config F] --prune-objects   remove objects no release's manifest references
 
 The store is ``--store``, else the one of ``--config``, else the default store
@@ -69,10 +70,18 @@ def summary_text(usage: dict[str, Any]) -> str:
         lines.append(f"  {stage:<32} {o['count']:>4} object(s), {human(o['bytes'])}")
     lines.append(f"private part (private/): {human(usage['private_bytes'])}")
     lines.append(f"Prefect cache records (prefect/): {human(usage['prefect_bytes'])}")
+    unsigned = usage.get("unsigned_releases") or []
+    if unsigned:
+        lines.append(
+            f"findings: {len(unsigned)} folder(s) in runs/ not signed by this store's key (planted or edited; "
+            "their ledger heads are ignored, the audit of each says why):"
+        )
+        lines += [f"  runs/{u['folder']}: {u['finding']}" for u in unsigned]
     return "\n".join(lines)
 
 
 def store_from_cli(args: argparse.Namespace) -> int:
+    from artifacts.private import unsigned_releases
     from artifacts.store import Store, tree_bytes
     from flows.config import manifest_release_name
 
@@ -85,6 +94,7 @@ def store_from_cli(args: argparse.Namespace) -> int:
         freed = sum(sizes.get(p, 0) for p in pruned)
         store.clean_debris()
     usage = store.usage(manifest_release_name)
+    usage["unsigned_releases"] = [{"folder": f, "finding": why} for f, why in unsigned_releases(store.root)]
     if args.prune_objects:
         usage["pruned_objects"] = [str(p.relative_to(store.root)) for p in pruned]
         usage["pruned_bytes"] = freed

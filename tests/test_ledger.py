@@ -36,11 +36,15 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def publish(root: Path, name: str, budget, pop: str = POP) -> None:
-    """A published manifest committing to ``budget``'s head (what the flow writes)."""
+    """A published manifest committing to ``budget``'s head (what the flow writes), signed with the store's
+    key as tasks.release signs it (an unsigned manifest commits to nothing)."""
+    from mdp_core.release import signing
+
     run = root / "runs" / name
     run.mkdir(parents=True)
     ledger = {"population": pop, "ledger_seq": budget.seq, "ledger_head": budget.head}
     (run / "manifest.json").write_text(json.dumps({"privacy": {"ledger": ledger}}))
+    signing.sign_release(run, signing.signing_key(root))
 
 
 # ---------------------------------------------------------------------------------------------- charges

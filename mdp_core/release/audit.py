@@ -13,8 +13,8 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      be that one. A missing or bad signature is a finding; the other checks still run;
   1. files: every listed file exists and has its sha256; every file a release must carry is listed;
      nothing but the listed files (and manifest.json) sits in the folder; only files a release
-     publishes are listed (:func:`_check_folder`); each is the output its stage recorded in the manifest
-     (:func:`_check_stages`);
+     publishes are listed (:func:`_check_folder`); each is the output its stage recorded in the manifest,
+     and every published file a stage recorded is listed (:func:`_check_stages`);
   2. content (:func:`_check_content`, a pure function of the Parquet and instance bytes): the instance
      reads and validates; the mechanism passes :func:`mdp_core.solvers.verify.verify` against it (exact
      tolerance, edge table against the metric); its expected loss sum_i p_i sum_k c_ik z_ik is recomputed; every Parquet file has only allowed columns
@@ -28,11 +28,14 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      relative gap as :mod:`mdp_core.solvers.solve` defines them, "optimal" only with the gap closed per its own
      gap options; the manifest's ``solve`` summary repeats it;
   5. release_provenance.json (:func:`_check_provenance`): format v3 (v2 still read, with its own keys and
-     formulas: releases made before populations). v3: ``population``, ``protection`` (components recomputed
-     from edges.parquet, who is unprotected, stretch vs max_stretch and allow_unprotected, snap distances),
-     the guarantee (metric eps = eps x stretch, the statement's figures) and the ledger (this release =
-     eps x stretch x protection_radius + additive, 0 <= it <= total <= cap, left = cap - total,
-     ledger_seq / head); microdata without ``individual`` and sorted by output_id. Then its keys, the sha256s of the
+     formulas: releases made before populations). v3: ``population``, ``protection`` (components and
+     stretch recomputed from the instance's records, edges and distances with the graph stage's
+     :func:`mdp_core.release.protection.graph_protection`: a stated stretch is never trusted; who is
+     unprotected, the recomputed stretch vs max_stretch and allow_unprotected, snap distances), the
+     guarantee (stretch = the recomputed one, metric eps = eps x stretch, the statement's figures) and the
+     ledger (this release = eps x recomputed stretch x protection_radius + additive, 0 <= it <= total <=
+     cap, left = cap - total, ledger_seq / head); microdata without ``individual`` and sorted by output_id.
+     (A v2 release states no metric factor: its statement is in the graph's distance.) Then its keys, the sha256s of the
      mechanism, instance.json, microdata and aggregates, n_individuals = microdata rows = the total count,
      eps_counts = the aggregates' column, counts_sensitivity = 2 per noisy level = noise_scale *
      eps_counts, eps_prior, the guarantee (eps per unit, additive eps = eps_counts + eps_prior, unit, the
@@ -45,7 +48,11 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
   8. report.md (:func:`_check_report`): every key of its ``<!-- mdp-release-claims {json} -->`` block
      equals the recomputed / checked value, and the whole text -- the officer's page and the technical
      appendix -- is :func:`mdp_core.release.report.render_report` of those claims, character for character (an
-     edited sentence is a finding). Only an unsigned v2 release may carry the old claims-only report.
+     edited sentence is a finding). Only an unsigned v2 release may carry the old claims-only report;
+  9. every key of every published JSON file (:func:`_check_declared_keys`) is declared in
+     :mod:`mdp_core.spec.contract` (:attr:`~mdp_core.spec.contract.PublishedFile.blocks`: the manifest's
+     config section by section, its stages, code and package versions; solve.json's options, repair and
+     solver; instance.json's tables and provenance; ...), and no object sits where a value is declared.
 
 No finding = the release is what its files say.
 
@@ -285,7 +292,8 @@ def _stage_of(name: str) -> tuple[str, str]:
 
 
 def _check_stages(manifest: dict, actual: dict[str, str]) -> list[str]:
-    """Every published file is the output of the stage the manifest records (same sha256)."""
+    """Every published file is the output of the stage the manifest records (same sha256); every file a
+    release publishes that a stage recorded as its output is listed (a declared file is not dropped)."""
     stages, findings = _obj(manifest.get("stages")), []
     for name, digest in sorted(actual.items()):
         stage, file = _stage_of(name)
@@ -293,6 +301,13 @@ def _check_stages(manifest: dict, actual: dict[str, str]) -> list[str]:
         if recorded is not None and recorded != digest:
             what = "the instance the pipeline exported" if stage == "export" else f"the {stage} stage's output"
             findings.append(f"{name}: not {what} (sha256 differs)")
+    listed = _obj(manifest.get("released_files"))
+    for f in _LISTED:
+        written = _obj(_obj(stages.get(f.stage)).get("files"))
+        names = [n for n in written if f.matches(n)] if "*" in f.path else [f.path] if f.file in written else []
+        findings += [
+            f"{n}: the {f.stage} stage wrote it but the release does not list it" for n in names if n not in listed
+        ]
     return findings
 
 
@@ -455,6 +470,7 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
         inst = read_instance(d / INSTANCE_DIR)
         z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
         cert = verify(inst, z)
+        graph = _graph_protection(inst)
     except MdpError as exc:
         return None, [*findings, _first_line(exc)]
     facts: Record = {
@@ -470,7 +486,8 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
             "n_edges": inst.n_edges,
         },
         "objective": objective(inst, z),
-        "components": _component_sizes(inst),
+        "components": graph["component_sizes"],
+        "stretch": graph["stretch"],
         "evaluation_markdown": None,
     }
     for name, read in TABLE_FACTS.items():
@@ -489,16 +506,15 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
     return facts, findings
 
 
-def _component_sizes(inst: Any) -> list[int]:
-    """Sizes of the connected components of the instance's mDP graph (records, edges), largest first."""
-    import numpy as np
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+def _graph_protection(inst: Any) -> Record:
+    """The released instance's mDP graph as the graph stage measures it (tasks/graph.py: the same
+    :func:`mdp_core.release.protection.graph_protection` over the same records, edges and distances, with its
+    defaults): {"component_sizes": largest first, "stretch": worst D_G / d within a component (inf: unbounded)}.
+    A stated stretch is compared with this one; the file's own figure is never trusted."""
+    from mdp_core.release.protection import graph_protection
 
-    n, e = inst.n_records, np.asarray(inst.edges, dtype=np.int64).reshape(-1, 2)
-    graph = coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(n, n))
-    _, labels = connected_components(graph, directed=False)
-    return sorted((int(c) for c in np.bincount(labels, minlength=1) if c), reverse=True)
+    p = graph_protection(inst, inst.edges, inst.distances)
+    return {"component_sizes": list(p.component_sizes), "stretch": p.stretch}
 
 
 FACT_KEYS = (
@@ -508,6 +524,7 @@ FACT_KEYS = (
     "instance",
     "objective",
     "components",
+    "stretch",
     "evaluation_markdown",
     *TABLE_FACTS,
 )
@@ -640,7 +657,17 @@ def _check_provenance(prov: dict, actual: dict[str, str], facts: Record) -> list
     findings += _keys(f"{p} guarantee", _obj(prov.get("guarantee")), GUARANTEE_KEYS)
     findings += _keys(f"{p} ledger", _obj(prov.get("ledger")), LEDGER_KEYS)
     findings += _keys(f"{p} protection", _obj(prov.get("protection")), PROTECTION_KEYS)
-    return findings + _check_protection(prov, facts) + _check_guarantee(prov, facts["instance"]) + _check_ledger(prov)
+    stretch = _stretch(prov, facts)
+    findings += _check_protection(prov, facts, stretch)
+    return findings + _check_guarantee(prov, facts["instance"], stretch) + _check_ledger(prov, stretch)
+
+
+def _stretch(prov: dict, facts: Record) -> float:
+    """The stretch every v3 figure must follow: the one recomputed from the released instance (the stated
+    ``protection.stretch`` only when it agrees with it within :data:`RECOMPUTED`, so that a figure written
+    from it is compared with what was written, not with a last-digit difference)."""
+    stated, recomputed = _num(_obj(prov.get("protection")).get("stretch")), facts["stretch"]
+    return stated if stated is not None and _same_number(stated, recomputed, RECOMPUTED) else recomputed
 
 
 def _check_microdata_order(prov: dict, facts: Record) -> list[str]:
@@ -730,9 +757,10 @@ def _is_count(value: object, low: int = 0, high: float = math.inf) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _check_protection(prov: dict, facts: Record) -> list[str]:
-    """Provenance v3 ``population`` and ``protection``: the components of the released instance's mDP graph
-    (recomputed from edges.parquet), who is unprotected, the stretch against its limit, the snap distances."""
+def _check_protection(prov: dict, facts: Record, true_stretch: float) -> list[str]:
+    """Provenance v3 ``population`` and ``protection``: the components and the stretch of the released
+    instance's mDP graph (recomputed from the instance's records, edges and distances: ``true_stretch``, see
+    :func:`_stretch`), who is unprotected, the stretch against its limit, the snap distances."""
     where, p = f"{PROVENANCE} protection", _obj(prov.get("protection"))
     findings: list[str] = []
     population = prov.get("population")
@@ -753,6 +781,11 @@ def _check_protection(prov: dict, facts: Record) -> list[str]:
     stretch, limit, radius = _num(p.get("stretch")), _num(p.get("max_stretch")), _num(p.get("protection_radius"))
     if stretch is None or not math.isfinite(stretch) or stretch <= 0:
         findings.append(f"{where}: stretch {p.get('stretch')} is not a finite positive number")
+    elif not _same_number(stretch, true_stretch, RECOMPUTED):
+        findings.append(
+            f"{where}: stretch {_show(p.get('stretch'))} but the released instance's mDP graph gives "
+            f"{_show(facts['stretch'])} (worst shortest path over metric distance in a component)"
+        )
     if limit is None or limit <= 0:
         findings.append(f"{where}: max_stretch {p.get('max_stretch')} is not a positive number")
     if radius is None or not math.isfinite(radius) or radius <= 0:
@@ -765,7 +798,7 @@ def _check_protection(prov: dict, facts: Record) -> list[str]:
         findings.append(f"{where}: unprotected_individuals {unprotected} but the mDP graph is connected")
     if not isinstance(p.get("allow_unprotected"), bool):
         findings.append(f"{where}: allow_unprotected is not true or false")
-    refused = len(sizes) > 1 or (stretch is not None and limit is not None and stretch > limit)
+    refused = len(sizes) > 1 or (limit is not None and true_stretch > limit)
     if refused and p.get("allow_unprotected") is not True:
         findings.append(
             f"{where}: {len(sizes)} component(s), stretch {p.get('stretch')} (max {p.get('max_stretch')}): released "
@@ -786,9 +819,10 @@ def _check_protection(prov: dict, facts: Record) -> list[str]:
     return findings
 
 
-def _check_guarantee(prov: dict, inst: Record) -> list[str]:
-    """Provenance v3 guarantee: eps per unit and unit of the instance, stretch and radius = the protection's,
-    metric eps = eps x stretch, additive = eps_counts + eps_prior, the statement's figures."""
+def _check_guarantee(prov: dict, inst: Record, true_stretch: float) -> list[str]:
+    """Provenance v3 guarantee: eps per unit and unit of the instance, stretch = the recomputed one
+    (``true_stretch``: :func:`_stretch`), radius = the protection's, metric eps = eps x stretch, additive =
+    eps_counts + eps_prior, the statement's figures (from the recomputed stretch)."""
     where, g, p, add = (
         f"{PROVENANCE} guarantee",
         _obj(prov.get("guarantee")),
@@ -798,10 +832,10 @@ def _check_guarantee(prov: dict, inst: Record) -> list[str]:
     findings = _compare(where, "epsilon_per_unit", g.get("epsilon_per_unit"), inst["epsilon"])
     findings += _compare(where, "distance_unit", g.get("distance_unit"), inst["distance_unit"])
     findings += _compare(where, "additive_epsilon", g.get("additive_epsilon"), add)
-    findings += _compare(where, "stretch", g.get("stretch"), p.get("stretch"))
+    findings += _compare(where, "stretch", g.get("stretch"), true_stretch, RECOMPUTED)
     findings += _compare(where, "protection_radius", g.get("protection_radius"), p.get("protection_radius"))
-    stretch, radius = _num(p.get("stretch")), _num(p.get("protection_radius"))
-    if stretch is None or radius is None or add is None:
+    stretch, radius = true_stretch, _num(p.get("protection_radius"))
+    if not math.isfinite(stretch) or radius is None or add is None:
         return findings
     metric = inst["epsilon"] * stretch
     findings += _compare(
@@ -816,16 +850,24 @@ def _check_guarantee(prov: dict, inst: Record) -> list[str]:
     return findings
 
 
-def _check_ledger(prov: dict) -> list[str]:
-    """Provenance v3 ledger: population = the provenance's; this_release = eps x stretch x radius + additive;
-    this_release <= total_so_far <= max_total_epsilon (required for an agency population),
-    left = cap - total; ledger_seq >= 1 and a sha256 head."""
+def _check_ledger(prov: dict, true_stretch: float) -> list[str]:
+    """Provenance v3 ledger: population = the provenance's; this_release = eps x stretch x radius + additive
+    (the recomputed stretch, ``true_stretch``: :func:`_stretch`); this_release <= total_so_far <=
+    max_total_epsilon (required for an agency population), left = cap - total; ledger_seq >= 1 and a sha256 head."""
     where, led, g = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), _obj(prov.get("guarantee"))
     findings = _compare(where, "population", led.get("population"), prov.get("population"))
-    parts = [_num(g.get(k)) for k in ("epsilon_per_unit", "stretch", "protection_radius", "additive_epsilon")]
-    if any(x is None for x in parts):
+    eps, radius, add = (_num(g.get(k)) for k in ("epsilon_per_unit", "protection_radius", "additive_epsilon"))
+    if eps is None or radius is None or add is None:
         return findings + [f"{where}: the guarantee's figures are missing: this release's charge cannot be checked"]
-    spend = this_release(*parts)  # type: ignore[arg-type]
+    if not (math.isfinite(true_stretch) and true_stretch >= 1.0):
+        return findings + [
+            f"{where}: the released mDP graph's stretch {_show(true_stretch)} is not a finite number >= 1: no charge "
+            "covers it"
+        ]
+    try:
+        spend = this_release(eps, true_stretch, radius, add)
+    except MdpError as exc:
+        return findings + [f"{where}: this release's charge cannot be computed ({_first_line(exc)})"]
     findings += _compare(
         where, "this_release (eps x stretch x radius + additive)", led.get("this_release"), spend, RECOMPUTED
     )
@@ -1107,6 +1149,67 @@ def _line(lines: list[str], i: int) -> str | None:
     return lines[i] if i < len(lines) else None
 
 
+# ----------------------------------------------------------------------------- step 9: every key declared
+# Paths of each JSON file whose keys another step checks (its findings name them): not reported twice.
+KEYS_CHECKED_ELSEWHERE: dict[str, frozenset[str]] = {
+    "manifest.json": frozenset({"privacy", "privacy.certificate", "privacy.guarantee", "privacy.ledger"})
+    | {"privacy.protection", "solve"},
+    "solve.json": frozenset({"", "certificate"}),
+    PROVENANCE: frozenset({"", "guarantee", "ledger", "protection"}),
+    SIGNATURE_FILES[0]: frozenset({""}),
+}
+
+
+def _holds_object(value: object) -> bool:
+    return isinstance(value, dict) or (isinstance(value, list) and any(_holds_object(v) for v in value))
+
+
+def _undeclared(
+    where: str, value: dict, blocks: dict[str, frozenset[str]], free: frozenset[str], checked: frozenset[str], path: str
+) -> Iterator[str]:
+    """Every key of the JSON object ``value`` (the object at dotted ``path`` of the file ``where``) that its
+    declared block does not allow, and every object where the block declares a value
+    (:attr:`mdp_core.spec.contract.PublishedFile.blocks`; ``free``: objects whose keys are not enumerated;
+    ``checked``: paths whose keys and values another step checks)."""
+    allowed = blocks.get(path, frozenset())
+    for key, item in value.items():
+        here = f"{path}.{key}" if path else str(key)
+        if contract.ANY_KEY in allowed:
+            child = f"{path}.{contract.ANY_KEY}" if path else contract.ANY_KEY
+        elif key in allowed:
+            child = here
+        else:
+            if path not in checked:
+                yield f"{where}: key {here} is not declared in the release contract"
+            continue
+        if child in blocks or child in free:
+            if isinstance(item, dict) and child in blocks:
+                yield from _undeclared(where, item, blocks, free, checked, child)
+            elif not isinstance(item, dict) and item is not None:
+                yield f"{where}: {here} is not an object"
+        elif path not in checked and _holds_object(item):
+            yield f"{where}: {here} holds an object where the release contract declares a value"
+
+
+def _check_declared_keys(d: Path, manifest: dict) -> list[str]:
+    """Every key of every published JSON file is declared in :mod:`mdp_core.spec.contract` (the manifest's
+    config, stages, code and package versions, solve.json's options, repair and solver, instance.json's
+    tables and provenance, ...) or is a finding."""
+    kind = _obj(_obj(manifest.get("config")).get("dataset")).get("kind")
+    findings: list[str] = []
+    if "config" in manifest and kind not in contract.DATASET_PARAMETER_KEYS:
+        findings.append(f"manifest.json: config dataset.kind {kind} is not a declared dataset kind")
+    for f in contract.PUBLISHED:
+        if not f.blocks or not (d / f.path).is_file():
+            continue
+        value = manifest if f.path == "manifest.json" else _load_json(d / f.path)[0]
+        if value is not None:  # unreadable: the step that reads it says so
+            blocks = contract.json_blocks(f.path, kind)
+            checked = KEYS_CHECKED_ELSEWHERE.get(f.path, frozenset())
+            findings += _undeclared(f.path, value, blocks, f.free, checked, "")
+    return findings
+
+
 def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record, signed: bool) -> list[str]:
     """Steps 3-8 (JSON and text only: they run on every publication, memo or not)."""
     solve, err = _load_json(d / "solve.json")
@@ -1121,7 +1224,8 @@ def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record
     findings += _check_privacy(manifest, prov, inst)
     findings += _check_config(manifest, prov, solve, inst)
     findings += _check_evaluation(facts, solve)
-    return findings + _check_report(d, actual, facts, solve, prov, signed)
+    findings += _check_report(d, actual, facts, solve, prov, signed)
+    return findings + _check_declared_keys(d, manifest)
 
 
 # ----------------------------------------------------------------------------- entry points

@@ -21,6 +21,9 @@ import re
 from dataclasses import dataclass, field
 
 from mdp_core.spec import dataset_kinds
+from mdp_core.spec.methods import REGISTRY, PartitionOptions
+from mdp_core.spec.options import specs
+from mdp_core.spec.solver_options import RepairOptions, SolverOptions
 
 
 # ----------------------------------------------------------------------------- stages
@@ -82,7 +85,11 @@ class PublishedFile:
     declared column (else a subset: a method's trace, a dataset kind's records); ``ordered``: in this order;
     ``coordinates``: may also hold the euclidean coordinates ``x0, x1, ...`` (double); ``name_exceptions``:
     public columns whose names hold a :data:`FORBIDDEN` fragment. ``listed``: listed in the manifest's
-    ``released_files`` (False: manifest.json and the signature files beside it)."""
+    ``released_files`` (False: manifest.json and the signature files beside it). ``blocks`` (JSON): every
+    object of the file, by dotted path from the top (``""``), with the keys it may hold (:data:`ANY_KEY`: a
+    map whose keys are data, e.g. file names; its values under ``<path>.*``); ``free``: the paths of objects
+    whose keys are not enumerated here (:data:`FREE_FORM_DOC`). A key the blocks do not allow is a finding of
+    the audit, and so is an object where a block declares a value (:func:`json_blocks`)."""
 
     path: str
     stage: str
@@ -97,6 +104,8 @@ class PublishedFile:
     coordinates: bool = False
     name_exceptions: frozenset[str] = frozenset()
     listed: bool = True
+    blocks: dict[str, frozenset[str]] = field(default_factory=dict)
+    free: frozenset[str] = frozenset()
 
     @property
     def file(self) -> str:
@@ -169,6 +178,35 @@ MANIFEST_KEYS = frozenset(
     "package_versions privacy solve released_files".split()
 )
 SIGNATURE_KEYS = frozenset("format version algorithm key_fingerprint signature signed_file signed_sha256".split())
+# mdp_core.solvers.verify.Certificate.as_dict(): solve.json's and the manifest's privacy ``certificate``
+CERTIFICATE_KEYS = frozenset(
+    "passed epsilon max_realised_epsilon max_ratio_excess max_abs_violation worst_pair n_pairs n_violations "
+    "n_infinite n_negative max_row_sum_error row_tol ratio_tol graph_check missing_edges distance_mismatches".split()
+)
+# flows.manifest.stage_entry: one entry of the manifest's ``stages`` per stage the run used
+STAGE_ENTRY_KEYS = frozenset("cache_key cache_hit artifact files wall_seconds compute_seconds".split())
+# the distributions whose versions the manifest records (``package_versions``; flows.release.PACKAGES)
+MANIFEST_PACKAGES = (
+    "mdp-release",
+    "prefect",
+    "numpy",
+    "scipy",
+    "highspy",
+    "pandas",
+    "pyarrow",
+    "osmnx",
+    "gensim",
+    "pydantic",
+)
+# solve.json: ``solver`` (HiGHS's name and version), ``repair`` (mdp_core.solvers.verify.RepairReport) and
+# ``options`` (SolverOptions.as_dict() + the repair limit + the method's options: mdp_core.solvers.solve.solve)
+SOLVER_KEYS = frozenset({"name", "version"})
+REPAIR_KEYS = frozenset("applied max_mix components_mixed objective_before objective_after".split())
+SOLVE_OPTION_KEYS = frozenset(
+    s.name for cls in (SolverOptions, RepairOptions, *(m.options for m in REGISTRY.values())) for s in specs(cls)
+)
+# instance.json's ``provenance`` (mdp_core.problem.datasets: each loader's description of its public inputs)
+INSTANCE_PROVENANCE_KEYS = frozenset("dataset generator parameters source road_graph seed cost".split())
 
 # The Arrow type of every public records.parquet column a dataset kind may declare. Which columns exist is
 # declared once, with the kinds (mdp_core.spec.dataset_kinds.public_record_columns); a declared column
@@ -190,11 +228,86 @@ AGGREGATE_COLUMNS = (
 )
 _SECONDS = frozenset({"seconds"})
 
+# ----------------------------------------------------------------------------- the JSON files' objects
+ANY_KEY = "*"  # in a block's keys: a map whose keys are data (file names, sha256 per file)
+FREE_FORM_DOC = (
+    "computed from public inputs only and described where they are made, their keys not enumerated here: "
+    "solve.json's extra (each method's diagnostics on the public instance; the manifest's solve.auto repeats "
+    "its auto entry) and instance.json's provenance parameters, source and road_graph (each dataset loader's "
+    "description of its public inputs)"
+)
+_PRIVACY_PARAMETERS = ("epsilon", "eta")  # dataset parameters set in [privacy], not dataset.params
+
+
+def _solve_config_keys() -> frozenset[str]:
+    """[solve]: the method, the shared HiGHS and repair options, every method's options (a partition method's
+    partitioner options are [partition]'s): flows.config.SolveConfig."""
+    keys = {"method"} | {s.name for cls in (SolverOptions, RepairOptions) for s in specs(cls) if s.exposed}
+    partition = {s.name for s in specs(PartitionOptions)}
+    for m in REGISTRY.values():
+        keys |= {s.name for s in specs(m.options) if s.exposed and not (m.needs_partition and s.name in partition)}
+    return frozenset(keys)
+
+
+# The manifest's ``config`` (flows.config.ReleaseFlowConfig.model_dump(mode="json")), section by section;
+# ``config.dataset.params``: DATASET_PARAMETER_KEYS of the config's dataset kind.
+CONFIG_KEYS: dict[str, frozenset[str]] = {
+    "config": frozenset("name dataset privacy partition solve release evaluate store run".split()),
+    "config.dataset": frozenset({"kind", "params"}),
+    "config.privacy": frozenset("epsilon eta protection_radius max_stretch allow_unprotected".split()),
+    "config.partition": frozenset(s.key for s in specs(PartitionOptions) if s.exposed),
+    "config.solve": _solve_config_keys(),
+    "config.release": frozenset(
+        "microdata population simulate max_distance n_individuals eps_counts prior eps_prior max_total_epsilon "
+        "approval approval_timeout".split()
+    ),
+    "config.evaluate": frozenset("baselines eps_factors counts_eps counts_seeds".split()),
+    "config.run": frozenset("task_runner dask_address max_workers timeouts keep_releases".split()),
+    "config.run.timeouts": frozenset(STAGE_NAMES),
+}
+# [dataset] params per kind: the kind's declared parameters but epsilon and eta (flows.config.DATASET_PARAMS)
+DATASET_PARAMETER_KEYS: dict[str, frozenset[str]] = {
+    kind: frozenset(s.name for s in specs(dataset_kinds.PARAMETERS[kind]) if s.name not in _PRIVACY_PARAMETERS)
+    for kind in dataset_kinds.KINDS
+}
+_MAP = frozenset({ANY_KEY})
+MANIFEST_BLOCKS: dict[str, frozenset[str]] = {
+    "": MANIFEST_KEYS,
+    **CONFIG_KEYS,
+    "stages": frozenset(STAGE_NAMES),
+    **{f"stages.{s}": STAGE_ENTRY_KEYS for s in STAGE_NAMES},
+    **{f"stages.{s}.files": _MAP for s in STAGE_NAMES},
+    "code_versions": frozenset(STAGE_NAMES),
+    "package_versions": frozenset(MANIFEST_PACKAGES),
+    "privacy": PRIVACY_KEYS | PRIVACY_KEYS_V3_OPTIONAL,
+    "privacy.certificate": CERTIFICATE_KEYS,
+    "privacy.guarantee": GUARANTEE_KEYS,
+    "privacy.ledger": LEDGER_KEYS | LEDGER_KEYS_V2,
+    "privacy.protection": PROTECTION_KEYS,
+    "solve": frozenset({*MANIFEST_SOLVE_KEYS, "auto"}),
+    "released_files": _MAP,
+}
+
 PUBLISHED: tuple[PublishedFile, ...] = (
     PublishedFile(
         "mechanism.parquet", "solve", True, _cols("i:int64 k:int64 prob:double"), doc="the mechanism z_ik, long form"
     ),
-    PublishedFile("solve.json", "solve", True, keys=SOLVE_KEYS, volatile=_SECONDS, doc="the solve and certificate"),
+    PublishedFile(
+        "solve.json",
+        "solve",
+        True,
+        keys=SOLVE_KEYS,
+        volatile=_SECONDS,
+        doc="the solve and certificate",
+        blocks={
+            "": SOLVE_KEYS,
+            "certificate": CERTIFICATE_KEYS,
+            "solver": SOLVER_KEYS,
+            "repair": REPAIR_KEYS,
+            "options": SOLVE_OPTION_KEYS,
+        },
+        free=frozenset({"extra"}),
+    ),
     PublishedFile(
         "microdata.parquet",
         "postprocess",
@@ -224,9 +337,21 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         keys=PROVENANCE_KEYS,
         nested={"guarantee": GUARANTEE_KEYS, "ledger": LEDGER_KEYS, "protection": PROTECTION_KEYS},
         doc="the release's provenance, guarantee and ledger (format v3)",
+        blocks={
+            "": PROVENANCE_KEYS,
+            "guarantee": GUARANTEE_KEYS,
+            "ledger": LEDGER_KEYS | LEDGER_KEYS_V2,
+            "protection": PROTECTION_KEYS,
+        },
     ),
     PublishedFile(
-        f"{INSTANCE_DIR}/instance.json", "export", True, keys=INSTANCE_KEYS, doc="the certified instance's header"
+        f"{INSTANCE_DIR}/instance.json",
+        "export",
+        True,
+        keys=INSTANCE_KEYS,
+        doc="the certified instance's header",
+        blocks={"": INSTANCE_KEYS, "tables": frozenset(INSTANCE_TABLES), "provenance": INSTANCE_PROVENANCE_KEYS},
+        free=frozenset({"provenance.parameters", "provenance.source", "provenance.road_graph"}),
     ),
     PublishedFile(
         "trace.parquet",
@@ -248,7 +373,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
     PublishedFile(
         "evaluation.parquet",
         "evaluate",
-        False,
+        True,
         _cols(
             "method:large_string n_records:int64 n_outputs:int64 n_edges:int64 lp_rows:int64 lp_nonzeros:int64 "
             "epsilon:double eta:double distance_unit:large_string expected_loss:double loss_q95:double "
@@ -264,7 +389,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
     PublishedFile(
         "utility_vs_eps.parquet",
         "evaluate",
-        False,
+        True,
         _cols("factor:double epsilon:double method:large_string expected_loss:double"),
         doc="each mechanism re-solved at eps x factor",
     ),
@@ -279,12 +404,12 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         doc="mdp_core.release.postprocess.CURVE_COLUMNS: the count-error curve",
     ),
     PublishedFile(
-        "report.md", "evaluate", False, volatile=_SECONDS, doc="the officer's page (claims: report_version 3)"
+        "report.md", "evaluate", True, volatile=_SECONDS, doc="the officer's page (claims: report_version 3)"
     ),
     PublishedFile(
         f"{INSTANCE_DIR}/records.parquet",
         "export",
-        False,
+        True,
         RECORD_COLUMNS,
         all_columns=False,
         coordinates=True,
@@ -294,7 +419,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
     PublishedFile(
         f"{INSTANCE_DIR}/outputs.parquet",
         "export",
-        False,
+        True,
         _cols("output_id:int64 record_id:int64 lat:double lon:double id:any"),
         all_columns=False,
         coordinates=True,
@@ -302,10 +427,10 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         doc="the outputs (each one record's public coordinates)",
     ),
     PublishedFile(
-        f"{INSTANCE_DIR}/edges.parquet", "export", False, _cols("i:int64 j:int64 distance:double"), doc="the eta-graph"
+        f"{INSTANCE_DIR}/edges.parquet", "export", True, _cols("i:int64 j:int64 distance:double"), doc="the eta-graph"
     ),
     PublishedFile(
-        f"{INSTANCE_DIR}/costs.parquet", "export", False, _cols("i:int64 k:int64 cost:double"), doc="the loss c_ik"
+        f"{INSTANCE_DIR}/costs.parquet", "export", True, _cols("i:int64 k:int64 cost:double"), doc="the loss c_ik"
     ),
     PublishedFile("*.png", "evaluate", False, doc="figures (top level)"),
     PublishedFile(
@@ -316,6 +441,8 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         volatile=frozenset({"run_name", "flow_run_id", "created_at", "started_at", "stages"}),
         listed=False,
         doc="the run manifest (every released file's sha256)",
+        blocks=MANIFEST_BLOCKS,
+        free=frozenset({"solve.auto"}),
     ),
     PublishedFile(
         "signature.json",
@@ -325,6 +452,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         volatile=frozenset({"signature", "signed_sha256"}),
         listed=False,
         doc="Ed25519 signature over manifest.json's bytes (mdp_core.release.signing)",
+        blocks={"": SIGNATURE_KEYS},
     ),
     PublishedFile("public_key.pem", "release", False, listed=False, doc="the agency's public key"),
 )
@@ -346,3 +474,13 @@ def published(path: str) -> PublishedFile:
 def is_published(path: str) -> bool:
     """Whether a release publishes ``path`` (a declared file)."""
     return any(f.matches(path) for f in PUBLISHED)
+
+
+def json_blocks(path: str, dataset_kind: str | None = None) -> dict[str, frozenset[str]]:
+    """The declared objects of the published JSON file ``path`` ({dotted path: allowed keys}, see
+    :attr:`PublishedFile.blocks`); for manifest.json with the config's ``dataset_kind``, its
+    ``config.dataset.params`` (:data:`DATASET_PARAMETER_KEYS`; an undeclared kind: no parameter)."""
+    blocks = dict(published(path).blocks)
+    if path == "manifest.json":
+        blocks["config.dataset.params"] = DATASET_PARAMETER_KEYS.get(str(dataset_kind), frozenset())
+    return blocks
