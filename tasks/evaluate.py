@@ -6,8 +6,9 @@ The baselines and the eps sweep are solved by separate cached ``evaluate-point``
 flow's task runner); this stage reads their results (it never solves them itself) and writes:
 evaluation.parquet (one row per mechanism, ``method`` column), utility_vs_eps.parquet (Qiu 2024 Fig. 7),
 cbdp_error.parquet (CBDP vs Laplace vs hierarchical on the released microdata's counts: Fioretto Fig. 5),
-report.md (the officer's page, the technical appendix, the claims block: a release's report is
-rendered from its claims by :func:`mdp_core.release.report.render_report`, so the audit can regenerate it) and PNG plots (released.png,
+planar Laplace at the release's stated guarantee (rows of evaluation.parquet and against_laplace.png; issue 40,
+:mod:`mdp_core.release.baseline`), report.md (the officer's page, the technical appendix, the claims block: a
+release's report is rendered from its claims by :func:`mdp_core.release.report.render_report`, so the audit can regenerate it) and PNG plots (released.png,
 count_noise.png, bounds.png, partition.png for Benders, utility_vs_eps.png, cbdp_error.png; drawn by
 :mod:`mdp_core.release.report`). The Prefect table and markdown artifacts are published by
 :func:`publish_report` on every run.
@@ -177,11 +178,11 @@ def _compute(
         sweep.append(entry)
         if row is not None:
             rows.append(row)
+    figures = _against_laplace(store, upstream.get("postprocess"), inst, rows, w.file("against_laplace.png"))
     table = ev.evaluation_table(rows)
     write_frame(w.file("evaluation.parquet"), table)
     w.meta["ui_table"] = ui_records(table)  # what publish_report shows in the UI on every run, without pandas
 
-    figures: list[tuple[str, str]] = []
     utility, title = report.utility_curve(sweep, inst.distance_unit, w.file("utility_vs_eps.png"))
     write_frame(w.file("utility_vs_eps.parquet"), utility)
     figures += [(title, "utility_vs_eps.png")] if title else []
@@ -226,6 +227,43 @@ def _compute(
 
     atomic_write(w.file("report.md"), _write_report)
     w.meta.update({"methods": list(table["method"])})
+
+
+def _against_laplace(
+    store: Store, post: ArtifactRef | None, inst, rows: list[dict], png: Path
+) -> list[tuple[str, str]]:
+    """Issue 40, the honest comparison: appends to ``rows`` (the released mechanism's first) the rows of planar
+    Laplace at the release's stated guarantee (:func:`mdp_core.release.baseline.comparison_rows`), sets that
+    guarantee on the released row (``metric_epsilon``), draws the bar figure ``png``; returns [(its title, its
+    name)] (none without coordinates). The guarantee is the provenance's ``guarantee.metric_epsilon_per_unit``
+    (eps x stretch); without one (a run that releases nothing, a v2 provenance) eps x the stretch the graph
+    stage measures (:func:`mdp_core.release.protection.graph_protection`, public records only)."""
+    from mdp_core.release import baseline, report
+    from mdp_core.runtime.files import read_json
+
+    guarantee = read_json(store.path(post, "release_provenance.json")).get("guarantee") if post is not None else None
+    stated = (guarantee or {}).get("metric_epsilon_per_unit")
+    if stated is None:
+        from mdp_core.release.protection import graph_protection
+
+        stated = inst.epsilon * graph_protection(inst, inst.edges, inst.distances).stretch
+    rows[0]["metric_epsilon"] = float(stated)
+    added = baseline.comparison_rows(inst, float(stated))
+    rows += added
+    if not added or report.plot_against_laplace(rows, rows[0]["method"], inst.distance_unit, png) is None:
+        return []
+    by = {r["method"]: r["dist_loss_mean"] for r in added}
+    logger().info(
+        "evaluate: expected distance per person at eps x stretch = %.4g per %s: release %.4g, planar Laplace "
+        "remapped %.4g, continuous %.4g, nearest output %.4g",
+        float(stated),
+        inst.distance_unit,
+        rows[0]["dist_loss_mean"],
+        by[baseline.REMAP],
+        by[baseline.CONTINUOUS],
+        by[baseline.FLOOR],
+    )
+    return [(dict(report.PAGE_FIGURES)[png.name], png.name)]
 
 
 def _release_claims(store: Store, post: ArtifactRef, inst, info: dict, row: dict, w: ObjectWriter) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from artifacts.store import Store
 from flows.config import parse_config
 from flows.release import stage_params
 from mdp_core.problem.io import read_instance, read_mechanism
+from mdp_core.release import baseline
 from mdp_core.solvers.verify import verify
 from tasks import export, graph, solve
 
@@ -47,7 +48,8 @@ def test_stage_outputs(pipeline):
     total = agg.loc[agg["level"] == "total", "count"].iloc[0]
     assert total == 300 == agg.loc[agg["level"] == "output", "count"].sum()
     ev = pd.read_parquet(store.path(refs["evaluate"], "evaluation.parquet"))
-    assert list(ev["method"]) == ["auto", "exp"]  # the default method (auto picks lp here)
+    # the default method (auto picks lp here), the baseline, planar Laplace at the stated guarantee (issue 40)
+    assert list(ev["method"]) == ["auto", "exp", *baseline.METHODS]
     assert ev.loc[0, "expected_loss"] <= ev.loc[1, "expected_loss"] + 1e-9
     report = (store.root / refs["evaluate"].path / "report.md").read_text()
     assert report.startswith("# Release report") and "**simulated** individuals" in report
@@ -57,7 +59,7 @@ def test_stage_outputs(pipeline):
     assert np.all(np.diff(lp) <= 1e-9)  # more budget never costs utility
     curve = pd.read_parquet(store.path(refs["evaluate"], "cbdp_error.parquet"))
     assert set(curve["method"]) >= {"cbdp", "laplace", "hierarchical"}
-    for png in ("utility_vs_eps.png", "cbdp_error.png", "released.png", "count_noise.png"):
+    for png in ("utility_vs_eps.png", "cbdp_error.png", "released.png", "count_noise.png", "against_laplace.png"):
         assert png in refs["evaluate"].files and f"]({png})" in report
     assert "partition.png" not in refs["evaluate"].files  # the released method is not Benders: no partition plot
 

@@ -17,7 +17,12 @@ Metrics (units in brackets; "cost" is the unit of ``instance.costs``, "dist" ``d
     max_i sum_k d(r_i, o_k) z_ik [dist] (compare with ``dist_loss_max``);
   * the adversary's expected inference error under the Bayes-optimal remap
     sum_k min_j sum_i p_i z_ik d(r_i, r_j) (:func:`adversary_error`) [dist];
-  * problem sizes (N, K, E, full-LP rows / non-zeros) and the solve time.
+  * problem sizes (N, K, E, full-LP rows / non-zeros) and the solve time;
+  * against planar Laplace at the release's stated guarantee (:mod:`mdp_core.release.baseline`, rows
+    ``planar_laplace``, ``planar_laplace_remap``, ``nearest_output``): ``metric_epsilon`` (eps x stretch per
+    dist, the guarantee the row is compared at; the evaluate stage sets it on the released row),
+    ``dist_loss_se`` (the standard error of ``dist_loss_mean``: 0 where it is an exact expectation) and
+    ``mc_samples`` (Monte Carlo samples per record, where sampled).
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ COLUMNS = [
     "packing_centers",
     "packing_radius",
     "adversary_error",
+    "metric_epsilon",
+    "dist_loss_se",
+    "mc_samples",
     "seconds",
 ]
 
@@ -279,6 +287,9 @@ def evaluate_mechanism(
         "no_privacy_bound": no_privacy_bound(instance),
         **packing_bound(instance, max_centers),
         "adversary_error": adversary_error(instance, z),
+        "metric_epsilon": None,  # the stated guarantee of a release: set by the evaluate stage
+        "dist_loss_se": 0.0 if np.isfinite(dist["dist_loss_mean"]) else float("nan"),  # exact: sum over Z
+        "mc_samples": None,
         "seconds": _f(seconds),
     }
     return {c: row[c] for c in COLUMNS}
@@ -293,7 +304,16 @@ def evaluation_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         if extra:
             raise InputError(f"evaluation row has unknown column(s) {sorted(extra)}")
     df = pd.DataFrame(rows, columns=COLUMNS)
-    int_cols = ["n_records", "n_outputs", "n_edges", "lp_rows", "lp_nonzeros", "gv_count", "packing_centers"]
+    int_cols = [
+        "n_records",
+        "n_outputs",
+        "n_edges",
+        "lp_rows",
+        "lp_nonzeros",
+        "gv_count",
+        "packing_centers",
+        "mc_samples",
+    ]
     float_cols = [c for c in COLUMNS if c not in int_cols + ["method", "distance_unit", "verified"]]
     df[float_cols] = df[float_cols].astype("float64")
     df[int_cols] = df[int_cols].astype("Int64")

@@ -274,7 +274,11 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".6g") -> str:
 CLAIMS_TAG = "mdp-release-claims"
 REPORT_VERSION = 3  # claims carrying everything the report states; the report is a function of them
 # The figures a report shows, in order: (png name, title). The officer's page shows the first two.
-PAGE_FIGURES = (("released.png", "Released outputs"), ("count_noise.png", "Noise added to each released count"))
+PAGE_FIGURES = (
+    ("released.png", "Released outputs"),
+    ("count_noise.png", "Noise added to each released count"),
+    ("against_laplace.png", "Against planar Laplace at the same guarantee"),  # issue 40
+)
 APPENDIX_FIGURES = (
     ("utility_vs_eps.png", "Utility vs epsilon (Qiu 2024 Fig. 7)"),
     ("cbdp_error.png", "Count error vs eps_counts (Fioretto Fig. 5)"),
@@ -341,6 +345,8 @@ def figure_caption(name: str, c: dict) -> str | None:
             "The records coloured by the subset of the mDP graph Benders decomposition assigned them to; ringed "
             "records are boundary records, with neighbours in another subset, which tie the subproblems together."
         )
+    if name == "against_laplace.png":
+        return against_laplace_caption(c)
     return None
 
 
@@ -349,6 +355,141 @@ def _figure(title: str, name: str, c: dict, heading: bool = False) -> list[str]:
     caption = figure_caption(name, c)
     lines = [f"## {title}", ""] if heading else []
     return lines + [f"![{title}]({name})", ""] + ([caption, ""] if caption else [])
+
+
+# ----------------------------------------------------------------------------- against planar Laplace (issue 40)
+# = mdp_core.release.baseline.METHODS (not imported: it pulls in numpy): continuous, remapped, the floor
+LAPLACE_ROWS = ("planar_laplace", "planar_laplace_remap", "nearest_output")
+
+
+def _markdown_rows(md: str) -> list[dict[str, str]]:
+    """The rows of a :func:`markdown_table` ({column: cell text}); other lines are ignored."""
+    lines = [ln for ln in md.split("\n") if ln.startswith("| ") and ln.endswith(" |")]
+    if not lines:
+        return []
+    head = lines[0][2:-2].split(" | ")
+    cells = (ln[2:-2].split(" | ") for ln in lines[1:])
+    return [dict(zip(head, row, strict=True)) for row in cells if len(row) == len(head)]
+
+
+def _cell(text: str | None) -> float | None:
+    """A finite number of a markdown cell, else None."""
+    try:
+        x = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def against_laplace(c: dict, evaluation_md: str) -> dict[str, float] | None:
+    """The comparison's figures: the release's expected distance (the claim ``dist_loss_mean``) and, from the
+    evaluation table's markdown (rows :data:`LAPLACE_ROWS`, written by mdp_core.release.baseline), the stated
+    guarantee per unit, planar Laplace's (continuous; remapped to the outputs, its standard error and samples
+    per record) and the floor. None when the table has no such rows (no coordinates; a release made before)."""
+    rows = {r.get("method"): r for r in _markdown_rows(evaluation_md)}
+    if c.get("dist_loss_mean") is None or not all(m in rows for m in LAPLACE_ROWS):
+        return None
+    cont, remap, floor = (rows[m] for m in LAPLACE_ROWS)
+    out = {
+        "release": _cell(str(c["dist_loss_mean"])),
+        "metric_epsilon": _cell(cont.get("metric_epsilon")),
+        "continuous": _cell(cont.get("dist_loss_mean")),
+        "remap": _cell(remap.get("dist_loss_mean")),
+        "remap_se": _cell(remap.get("dist_loss_se")),
+        "samples": _cell(remap.get("mc_samples")),
+        "floor": _cell(floor.get("dist_loss_mean")),
+    }
+    if any(v is None for v in out.values()) or not (out["metric_epsilon"] or 0) > 0:
+        return None
+    return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.3g} %"
+
+
+def laplace_verdict(a: dict[str, float]) -> str:
+    """Which is better, by how much: the release's expected distance against planar Laplace's on the same
+    outputs (within two standard errors of its Monte Carlo: the same), then against continuous planar Laplace."""
+    rel, remap, cont = a["release"], a["remap"], a["continuous"]
+    same = "planar Laplace sent to the same outputs"
+    if abs(rel - remap) <= 2 * a["remap_se"]:
+        text = f"the same as {same}, within two standard errors of its Monte Carlo"
+    elif rel < remap:
+        text = f"{_percent(1 - rel / remap)} below {same} (the release is better)"
+    else:
+        text = f"{_percent(rel / remap - 1)} above {same} (planar Laplace is better)"
+    if rel <= cont:
+        return f"{text}, and {_percent(1 - rel / cont)} below continuous planar Laplace"
+    return f"{text}, and {_percent(rel / cont - 1)} above continuous planar Laplace, which may release any point"
+
+
+def laplace_sentence(c: dict) -> str | None:
+    """The officer's page's comparison (issue 40): the release's expected error per person next to planar
+    Laplace's at the same stated guarantee, in the data's metric; None without the comparison's figures
+    (``c["against_laplace"]``: :func:`against_laplace`)."""
+    a, unit = c.get("against_laplace"), c["distance_unit"]
+    if not a:
+        return None
+    eps = _g(a["metric_epsilon"], ".4g")
+    dim = round(a["continuous"] * a["metric_epsilon"])
+    form = "" if dim == 2 else f", in its {dim}-dimensional form for {dim}-dimensional records"
+    return (
+        f"- **Against planar Laplace.** At the same stated guarantee, eps x stretch = {eps} per {unit}, the "
+        f"mechanism an analyst would write instead, planar Laplace (Andres et al. 2013{form}), moves a person "
+        f"{_g(a['continuous'], '.4g')} {unit} on average (exactly {dim} / {eps}); sent to the nearest of the same "
+        f"{c['n_outputs']} outputs, {_g(a['remap'], '.4g')} {unit} (Monte Carlo, {a['samples']:.0f} samples per "
+        f"record, fixed public seed, standard error {_g(a['remap_se'], '.2g')} {unit}). This release: "
+        f"{_g(a['release'], '.4g')} {unit}, {laplace_verdict(a)}. No mechanism releasing these outputs does better "
+        f"than {_g(a['floor'], '.4g')} {unit} (each record's nearest output, no privacy). Each figure is a "
+        "person's expected distance from their record to what is released, averaged over the instance's public "
+        "prior (the people's own histogram is secret and is not used)."
+    )
+
+
+def against_laplace_caption(c: dict) -> str:
+    """The bar figure's caption: which is better and by how much (``c["against_laplace"]``), else what it shows."""
+    a, unit = c.get("against_laplace"), c.get("distance_unit", "unit")
+    if not a:
+        return (
+            f"Expected distance in {unit} from a person's record to what is released (lower is better): this "
+            "release, planar Laplace at the same stated guarantee (sent to the same outputs, and continuous) and "
+            "each record's nearest output (no privacy, the floor)."
+        )
+    return (
+        f"Expected distance in {unit} from a person's record to what is released (lower is better), averaged over "
+        f"the instance's public prior, at the same stated guarantee of {_g(a['metric_epsilon'], '.4g')} per {unit}: "
+        f"this release {_g(a['release'], '.4g')}, planar Laplace sent to the same outputs {_g(a['remap'], '.4g')} "
+        f"(the line: two Monte Carlo standard errors each way), continuous planar Laplace "
+        f"{_g(a['continuous'], '.4g')}, each record's nearest output {_g(a['floor'], '.4g')} (no privacy). The "
+        f"release's expected distance is {laplace_verdict(a)}."
+    )
+
+
+def plot_against_laplace(rows: Sequence[dict], method: str, unit: str, path: Path) -> Path | None:
+    """The comparison as bars (``rows``: evaluation rows, as in evaluation.parquet; ``method``: the released
+    one): expected distance of the release, planar Laplace remapped (two standard errors), continuous, and the
+    floor. None (nothing drawn) without :data:`LAPLACE_ROWS`."""
+    by: dict[str, dict] = {}
+    for r in rows:
+        by.setdefault(str(r.get("method")), r)  # each method's first row
+    if method not in by or not all(m in by for m in LAPLACE_ROWS):
+        return None
+    cont, remap, floor = LAPLACE_ROWS
+    values = [float(by[m]["dist_loss_mean"]) for m in (method, remap, cont, floor)]
+    labels = [f"this release\n({method})", "planar Laplace\nto the outputs", "planar Laplace\n(continuous)"]
+    labels.append("nearest output\n(no privacy)")
+    fig, ax = _plt().subplots(figsize=(6, 3.5))
+    bars = ax.bar(labels, values, color=["tab:blue", "tab:orange", "tab:orange", "0.6"])
+    se = float(by[remap].get("dist_loss_se") or 0.0)  # the Monte Carlo's; the other three are exact
+    ax.errorbar([1], [values[1]], yerr=[2.0 * se], fmt="none", ecolor="k", capsize=4)
+    ax.bar_label(bars, labels=[format(v, ".3g") for v in values], padding=2, fontsize=8)
+    ax.set_ylabel(f"expected distance ({unit})")
+    eps = float(by[cont]["metric_epsilon"])
+    ax.set_title(f"At the same stated guarantee: eps x stretch = {eps:.4g} per {unit}")
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def release_claims(
@@ -465,6 +606,23 @@ def _spend_sentence(c: dict) -> str:
     )
 
 
+def _odds_sentence(g: dict) -> str:
+    """The guarantee in plain words: by how much the odds of any release can change between two places at a
+    few concrete distances (the mechanism's factor exp(eps x stretch x d), times exp(additive) for the counts
+    and prior), up to the protection radius."""
+    eps, radius, add = _finite(g.get("metric_epsilon_per_unit")), _finite(g.get("protection_radius")), None
+    add = _finite(g.get("additive_epsilon"))
+    if eps is None or radius is None or add is None or radius <= 0:
+        return ""
+    unit = str(g.get("distance_unit", ""))
+    steps = sorted({radius / 10, radius / 4, radius / 2, radius})
+    odds = [f"{_g(d, '.3g')} {unit} apart: at most {math.exp(eps * d + add):.3g}x" for d in steps]
+    return (
+        " In plain words: for two places a person could be at, the odds of any given release (microdata, counts"
+        " and all) change by at most a factor of " + "; ".join(odds) + " (1x: no change)."
+    )
+
+
 def _history_sentence(history: object) -> str:
     """The budget's decisions (provenance ledger ``history``): every cap set, lowered or raised and every new
     budget, when, by whom, why, and what had been charged before it (this budget; every budget)."""
@@ -546,7 +704,7 @@ def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -
         f"per output cell ({c['n_outputs']}), {zones}and the total ({c['n_individuals']}, exact: it is the number "
         "of microdata rows), with noise, made consistent non-negative integers.",
         _spend_sentence(c),
-        f"- **Guarantee.** {c['guarantee']['statement']}.",
+        f"- **Guarantee.** {c['guarantee']['statement']}.{_odds_sentence(c['guarantee'])}",
     ]
     protection = _protection_sentence(c)
     lines += [protection] if protection else []
@@ -561,6 +719,9 @@ def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -
         f"the person's record; {adversary}; expected utility loss {_g(c['expected_loss'], '.4g')}. Each noisy "
         f"count is off by {mean_abs_error(c['count_noise_scale']):.3g} individuals on average before "
         f"post-processing (noise scale {c['count_noise_scale']:g}).",
+    ]
+    lines += [s] if (s := laplace_sentence(c)) else []  # issue 40: the honest comparison
+    lines += [
         "- **Reproducibility.** The randomness came from OS entropy; its secret stays in the store's private part, "
         f"and the manifest holds only the commitment `{c['draw_commitment'][:16]}...`. A re-run from the "
         "manifest on the same store reproduces these files byte for byte.",
@@ -601,7 +762,8 @@ def render_report(c: dict, evaluation_md: str, figures: set[str] | frozenset[str
     """report.md of a release, entirely: the officer's page, the appendix, the claims block. A pure
     function of the claims ``c``, the evaluation table's markdown and the released figure names, so
     ``mdp-release audit`` regenerates it and compares every character."""
-    text = "\n".join(release_summary(c, figures) + appendix_markdown(c, evaluation_md, figures))
+    page = c | {"against_laplace": against_laplace(c, evaluation_md)}  # from the table, not a claim
+    text = "\n".join(release_summary(page, figures) + appendix_markdown(c, evaluation_md, figures))
     return f"{text}\n<!-- {CLAIMS_TAG} {json.dumps(c, sort_keys=True)} -->\n"
 
 

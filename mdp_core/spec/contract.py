@@ -381,10 +381,11 @@ PUBLISHED: tuple[PublishedFile, ...] = (
             "realised_epsilon:double eps_tight:double eps_tight_delta:double gv_ratio:double gv_count:int64 "
             "gv_max:double gv_mean:double lower_bound:double gap:double relative_gap:double "
             "no_privacy_bound:double packing_bound:double packing_centers:int64 packing_radius:double "
-            "adversary_error:double seconds:double"
+            "adversary_error:double metric_epsilon:double dist_loss_se:double mc_samples:int64 seconds:double"
         ),
         volatile=_SECONDS,
-        doc="mdp_core.release.evaluate.COLUMNS: the released method and the baselines",
+        doc="mdp_core.release.evaluate.COLUMNS: the released method, the baselines and planar Laplace at the "
+        "stated guarantee (mdp_core.release.baseline)",
     ),
     PublishedFile(
         "utility_vs_eps.parquet",
