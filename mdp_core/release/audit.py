@@ -330,8 +330,10 @@ def _check_columns(d: Path, actual: dict[str, str]) -> list[str]:
                 continue
             if _forbidden(col) or not (col in allowed or (coords and COORDINATE.fullmatch(col))):
                 findings.append(f"{name}: column {col} is not allowed in a published file")
-        if name in ORDERED and tuple(cols) != contract.published(name).column_names:
-            want = list(contract.published(name).column_names)
+        want_cols = contract.published(name).column_names if name in ORDERED else ()
+        before_intervals = name == "aggregates.parquet" and tuple(cols) == contract.AGGREGATE_COLUMNS_BEFORE_41
+        if name in ORDERED and tuple(cols) != want_cols and not before_intervals:
+            want = list(want_cols)
             findings.append(f"{name}: columns {cols} are not {want} in this order")
     return findings
 
@@ -379,6 +381,10 @@ def _aggregates_facts(path: Path, inst: Any) -> tuple[Record | None, list[str]]:
     if len(total) != 1 or total["noise"].iloc[0] != "none" or float(total["noise_scale"].iloc[0]) != 0.0:
         return None, ["aggregates.parquet: needs one total row, noise none, noise_scale 0"]
     findings = _count_findings(f, inst.n_outputs)
+    if "ci_level" in f.columns:  # issue 41: each count's interval (older releases have none)
+        from mdp_core.release.intervals import interval_findings
+
+        findings += interval_findings(f)
     noisy = f[f.level != "total"]
     if (noisy["noise"] != "discrete_laplace").any():
         findings.append("aggregates.parquet: a noisy level's noise is not discrete_laplace")
@@ -433,7 +439,7 @@ def _plain(value: Any) -> Any:
 
 EVALUATION_FACTS = (
     "method n_records n_outputs n_edges epsilon eta distance_unit expected_loss verified realised_epsilon "
-    "lower_bound gap dist_loss_mean adversary_error".split()
+    "lower_bound gap dist_loss_mean adversary_error metric_epsilon".split()
 )
 
 
@@ -655,7 +661,9 @@ def _check_provenance(prov: dict, actual: dict[str, str], facts: Record) -> list
         return findings + _check_guarantee_v2(prov, facts["instance"]) + _check_ledger_v2(prov, facts["instance"])
     findings += _keys(p, prov, PROVENANCE_KEYS)
     findings += _keys(f"{p} guarantee", _obj(prov.get("guarantee")), GUARANTEE_KEYS)
-    findings += _keys(f"{p} ledger", _obj(prov.get("ledger")), LEDGER_KEYS)
+    led = _obj(prov.get("ledger"))
+    findings += _keys(f"{p} ledger", led, LEDGER_KEYS | contract.LEDGER_KEYS_OPTIONAL, required=False)
+    findings += _keys(f"{p} ledger", {k: v for k, v in led.items() if k in LEDGER_KEYS}, LEDGER_KEYS)
     findings += _keys(f"{p} protection", _obj(prov.get("protection")), PROTECTION_KEYS)
     stretch = _stretch(prov, facts)
     findings += _check_protection(prov, facts, stretch)
@@ -1014,6 +1022,7 @@ def _check_evaluation(facts: Record, solve: dict) -> list[str]:
                 findings.append(
                     f"evaluation.parquet: gap {_show(row.get('gap'))} but solve.json says {_show(solve.get('gap'))}"
                 )
+    findings += _check_against_laplace(rows or [], method)
     for row in facts.get("utility_vs_eps.parquet") or []:
         if not _same_number(row.get("epsilon"), inst["epsilon"] * (_num(row.get("factor")) or 0.0), EXACT):
             findings.append(
@@ -1023,6 +1032,28 @@ def _check_evaluation(facts: Record, solve: dict) -> list[str]:
             findings += _compare(
                 "utility_vs_eps.parquet", "released expected_loss", row.get("expected_loss"), obj, RECOMPUTED
             )
+    return findings
+
+
+def _check_against_laplace(rows: list[Record], method: object) -> list[str]:
+    """The comparison with planar Laplace (issue 40, :mod:`mdp_core.release.baseline`): its rows and the
+    released one state one metric eps (the release's stated guarantee: checked against the provenance
+    through the report's claims); the continuous mechanism's error is exactly D / eps for a whole D >= 1."""
+    from mdp_core.release.baseline import CONTINUOUS, REMAP
+
+    findings: list[str] = []
+    compared = [r for r in rows if r.get("method") in (CONTINUOUS, REMAP)]
+    released = [r for r in rows if r.get("method") == method and "metric_epsilon" in r][:1]
+    stated = {_num(r.get("metric_epsilon")) for r in compared + released}
+    if compared and len(stated) != 1:
+        findings.append(
+            f"evaluation.parquet: planar Laplace and the release state different eps {sorted(map(str, stated))}"
+        )
+    for row in (r for r in compared if r.get("method") == CONTINUOUS):
+        eps, err = _num(row.get("metric_epsilon")), _num(row.get("dist_loss_mean"))
+        dim = round(eps * err) if eps and err else 0
+        if not (dim >= 1 and abs(eps * err - dim) <= 1e-9 * dim):  # type: ignore[operator]
+            findings.append(f"evaluation.parquet: planar_laplace dist_loss_mean {err} is not D / eps at eps {eps}")
     return findings
 
 
@@ -1181,6 +1212,13 @@ def _undeclared(
         else:
             if path not in checked:
                 yield f"{where}: key {here} is not declared in the release contract"
+            continue
+        if isinstance(item, list) and f"{child}[]" in blocks:
+            for n, element in enumerate(item):
+                if isinstance(element, dict):
+                    yield from _undeclared(where, element, blocks, free, checked, f"{child}[]")
+                else:
+                    yield f"{where}: {here}[{n}] is not an object"
             continue
         if child in blocks or child in free:
             if isinstance(item, dict) and child in blocks:

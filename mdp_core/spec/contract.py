@@ -88,8 +88,9 @@ class PublishedFile:
     ``released_files`` (False: manifest.json and the signature files beside it). ``blocks`` (JSON): every
     object of the file, by dotted path from the top (``""``), with the keys it may hold (:data:`ANY_KEY`: a
     map whose keys are data, e.g. file names; its values under ``<path>.*``); ``free``: the paths of objects
-    whose keys are not enumerated here (:data:`FREE_FORM_DOC`). A key the blocks do not allow is a finding of
-    the audit, and so is an object where a block declares a value (:func:`json_blocks`)."""
+    whose keys are not enumerated here (:data:`FREE_FORM_DOC`); ``<path>[]``: the keys of each object of a list
+    at ``path``. A key the blocks do not allow is a finding of the audit, and so is an object where a block
+    declares a value (:func:`json_blocks`)."""
 
     path: str
     stage: str
@@ -153,6 +154,10 @@ GUARANTEE_KEYS_V2 = frozenset({"epsilon_per_unit", "additive_epsilon", "distance
 GUARANTEE_KEYS = GUARANTEE_KEYS_V2 | {"stretch", "metric_epsilon_per_unit", "protection_radius"}
 LEDGER_KEYS_V2 = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
 LEDGER_KEYS = frozenset("population this_release total_so_far max_total_epsilon left ledger_seq ledger_head".split())
+# optional (releases before issue 39 have none): the budget's decisions up to this release
+LEDGER_KEYS_OPTIONAL = frozenset({"history"})
+# each entry of the ledger's ``history`` (artifacts.private.PrivateStore.history): a cap, raise, lower or new budget
+LEDGER_HISTORY_KEYS = frozenset("seq kind at by why cap spent_before spent_all_budgets".split())
 PROTECTION_KEYS = frozenset(
     "n_components component_sizes stretch connected records_outside_largest worst_pair protection_radius "
     "max_stretch allow_unprotected unprotected_individuals snap_mean snap_max max_distance".split()
@@ -222,8 +227,10 @@ _untyped = dataset_kinds.public_record_columns() - set(_RECORD_TYPES)
 if _untyped:
     raise TypeError(f"records.parquet columns declared by a dataset kind without an Arrow type: {sorted(_untyped)}")
 RECORD_COLUMNS = tuple(c for n, c in _RECORD_TYPES.items() if n in dataset_kinds.public_record_columns())
+# aggregates.parquet's columns before the intervals (issue 41): a release published then still audits clean
+AGGREGATE_COLUMNS_BEFORE_41 = ("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale")
 AGGREGATE_COLUMNS = (
-    *("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"),
+    *AGGREGATE_COLUMNS_BEFORE_41,
     *("ci_level", "ci_low", "ci_high", "sim_low", "sim_high"),  # issue 41: mdp_core.release.intervals
 )
 _SECONDS = frozenset({"seconds"})
@@ -282,7 +289,8 @@ MANIFEST_BLOCKS: dict[str, frozenset[str]] = {
     "privacy": PRIVACY_KEYS | PRIVACY_KEYS_V3_OPTIONAL,
     "privacy.certificate": CERTIFICATE_KEYS,
     "privacy.guarantee": GUARANTEE_KEYS,
-    "privacy.ledger": LEDGER_KEYS | LEDGER_KEYS_V2,
+    "privacy.ledger": LEDGER_KEYS | LEDGER_KEYS_V2 | LEDGER_KEYS_OPTIONAL,
+    "privacy.ledger.history[]": LEDGER_HISTORY_KEYS,
     "privacy.protection": PROTECTION_KEYS,
     "solve": frozenset({*MANIFEST_SOLVE_KEYS, "auto"}),
     "released_files": _MAP,
@@ -335,12 +343,17 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         "postprocess",
         True,
         keys=PROVENANCE_KEYS,
-        nested={"guarantee": GUARANTEE_KEYS, "ledger": LEDGER_KEYS, "protection": PROTECTION_KEYS},
+        nested={
+            "guarantee": GUARANTEE_KEYS,
+            "ledger": LEDGER_KEYS | LEDGER_KEYS_OPTIONAL,
+            "protection": PROTECTION_KEYS,
+        },
         doc="the release's provenance, guarantee and ledger (format v3)",
         blocks={
             "": PROVENANCE_KEYS,
             "guarantee": GUARANTEE_KEYS,
-            "ledger": LEDGER_KEYS | LEDGER_KEYS_V2,
+            "ledger": LEDGER_KEYS | LEDGER_KEYS_V2 | LEDGER_KEYS_OPTIONAL,
+            "ledger.history[]": LEDGER_HISTORY_KEYS,
             "protection": PROTECTION_KEYS,
         },
     ),
