@@ -464,7 +464,7 @@ def worker_environ() -> Iterator[None]:
 
     Dask sets that variable (64 KiB) so that workers hand freed memory back sooner; setting it also
     fixes glibc's mmap threshold at 128 KiB, so every numpy temporary above that size is mapped and
-    unmapped afresh, page faults included. Measured (bench/README.md, "The Lagrangian's subproblems on
+    unmapped afresh, page faults included. Measured (bench/HISTORY.md, "The Lagrangian's subproblems on
     Dask"): the same 100 subproblem solves of synthetic N = 1,000 took 1.24-1.63 s per evaluation in such
     a process against 0.64-0.72 s without it (HiGHS's own share unchanged: the row checks and dual
     terms doubled). Workers of a cluster started elsewhere follow that cluster's configuration

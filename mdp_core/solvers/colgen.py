@@ -19,7 +19,7 @@ all outputs, g_ab = exp(min(eps d_ab, MAX_LOG_RATIO)) (the same cap as :mod:`lp`
 
 Restricted master (one HiGHS model per connected component, kept alive, columns appended with
 ``addCols``, primal simplex warm start, or interior point with ``master_solver="ipm"``, faster on
-smooth small-eps columns, see bench/README.md): variables lambda_kj >= 0 for generated columns v_kj in C,
+smooth small-eps columns, see bench/HISTORY.md): variables lambda_kj >= 0 for generated columns v_kj in C,
 each tied to one output k,
 
     min sum_kj (c_k . v_kj) lambda_kj   s.t.  sum_kj lambda_kj v_kj = 1  (n rows).
@@ -36,7 +36,7 @@ Pricing for output k with master duals u (n,): m_k = min (c_k - u) . x  s.t.  x 
 leaving a row out could only relax pricing. Of the rest each pricing model holds only rows its
 solutions violated (lazily generated, at most n of the most violated per re-solve,
 :class:`PricingWorker`): on the dense syn1000 2,547 of 427,918 rows and 0.1 s, against 1.1 s over
-every row (bench/README.md). The column x* is made exactly conic by :func:`close` and
+every row (bench/HISTORY.md). The column x* is made exactly conic by :func:`close` and
 enters when its reduced cost per unit mass is below -``tol``.
 
 The K pricing LPs of every component run through :mod:`mdp_core.runtime.executor`, one stateful
@@ -111,7 +111,7 @@ their cheapest output. Memory: an (n, n) path-distance (decay) matrix per compon
 (25 bytes per directed pair), and one pricing model per output holding only its generated rows; with
 worker processes (or Dask workers) every process holding an output of a component also holds a copy of
 that component's decay matrix and pairs (n = 5,000 dense: 200 MB and about 270 MB). The master, in the
-calling process, is n x (columns) and dense: on dense instances it is what limits the size (bench/README.md).
+calling process, is n x (columns) and dense: on dense instances it is what limits the size (bench/HISTORY.md).
 """
 
 from __future__ import annotations

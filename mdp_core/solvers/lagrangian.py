@@ -46,7 +46,7 @@ bound is bit-identical for any executor and worker count.
 Memory per worker process: the shared pairs (25 bytes per directed pair: Rome N = 1,000, 517 k pairs,
 13 MB; N = 5,000 dense, 10.7 M pairs, 270 MB) plus, per output held there, a (2E,) bool mask and its
 HiGHS model: measured about 2-4 KB per held row, with 1-3 N rows held per model (100 models: 0.45 GB at
-N = 500, 0.6-1.4 GB at N = 1,000; bench/README.md, "Row-sum Lagrangian bound").
+N = 500, 0.6-1.4 GB at N = 1,000; bench/HISTORY.md, "Row-sum Lagrangian bound").
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ def lagrangian_bound(
 
 STALL_WINDOW, STALL_SHARE = 5, 0.02  # stop when 5 evaluations raised the best bound by < 2 % of (target - best)
 STEP_FACTOR = 0.5  # Polyak step: this times (target - L) / |g|^2 (rome500, 25 steps from round 2's
-#                    duals: 0.5 closed 37 % of the gap, 1.0 22 %, deflected directions less; bench/README.md)
+#                    duals: 0.5 closed 37 % of the gap, 1.0 22 %, deflected directions less; bench/HISTORY.md)
 
 
 @dataclass
@@ -398,7 +398,7 @@ def ascend(
         if ev.status != Status.OPTIMAL or (enough is not None and enough(best)) or time.time() >= deadline:
             break
         if len(history) > STALL_WINDOW and best - history[-1 - STALL_WINDOW] < STALL_SHARE * (target - best):
-            break  # stalled: the subgradient tail (bench/README.md)
+            break  # stalled: the subgradient tail (bench/HISTORY.md)
         g = 1.0 - ev.z.sum(axis=1)
         gg = float(g @ g)
         if gg <= 1e-18 or not np.isfinite(ev.dual_form) or ev.dual_form >= target:

@@ -43,7 +43,7 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    subproblem's optimal face; near lam* the subproblems' binding rows are a guess at them, made
    over all of P's rows, where the LP point's violated rows only see the rows it breaks. A guess
    only: the bounds stay those of steps 3-4 whichever rows are held. Before a round that cannot
-   close (loose) the ascent is skipped, as its rows would not be used. Measured (bench/README.md,
+   close (loose) the ascent is skipped, as its rows would not be used. Measured (bench/HISTORY.md,
    "Lagrangian rows"): synthetic N = 2,000 in 2 rounds instead of 3 (606 s against 733 s); Rome
    N = 1,000 mixed (one seed 4 rounds instead of 5, 489 s against 497-538 s; another still 5, 772 s
    against 565 s). Each LP that holds the extra rows costs more, so where they save no round they
@@ -54,7 +54,7 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    and are not worth a row), at most ``rows_per_round`` of them, and go to 2. With ``deficit_share``
    s > 0 (off by default) the count rises to the number of largest-deficit rows whose deficits sum
    to s of all violated rows' deficit, when that is more, from the rows chosen after round
-   ``share_from_round``'s LP on (:func:`share_count`). Measured in bench/README.md, "Rows per round
+   ``share_from_round``'s LP on (:func:`share_count`). Measured in bench/HISTORY.md, "Rows per round
    and the upper bound": no change on the synthetic class, Rome N = 500's near-miss fourth round
    saved, Rome N = 1,000 slower (its share is 4-8x the default count). A restricted LP over
    nonnegative per-output combinations of the rounds' closures cannot beat the best closure (proof
@@ -247,7 +247,7 @@ def round_tolerance(params: RowgenOptions, upper: float, lower: float, tol: floa
 
     - the current relative gap, less ``tol`` (a loose round's bound is looser by less than its
       tolerance), exceeds :data:`LOOSE_GAP` (5 %) and :data:`GAP_RATIO` times the target (or the
-      absolute gap GAP_RATIO times ``gap_abs``). Measured (bench/README.md, "Loose rounds"): of 148
+      absolute gap GAP_RATIO times ``gap_abs``). Measured (bench/HISTORY.md, "Loose rounds"): of 148
       pairs of consecutive rounds at a 0.1 % target none ended with less than a 68th of its
       predecessor's gap, and the largest gap a closing round followed was 2.3 % (syn1000); but at a
       1e-6 target a round after a 0.5 % gap can close outright (its rows were all that was missing),
