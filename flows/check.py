@@ -195,8 +195,8 @@ def _check_file(rep: Report, r: Any) -> Any:
 
     try:
         table = microdata.read_table(r.microdata)
-    except InputError as exc:
-        rep.reasons.append(str(exc))
+    except InputError as exc:  # on this terminal only: with the row (SecretTableError.detail)
+        rep.reasons.append(str(getattr(exc, "detail", exc)))
         return None
     rep.sections["microdata"] = microdata.describe_table(table)
     bad = rep.sections["microdata"]["bad_rows"]
@@ -276,7 +276,7 @@ def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int
     try:
         loc = microdata.locate(table.frame, inst)
     except InputError as exc:
-        rep.reasons.append(str(exc))
+        rep.reasons.append(str(getattr(exc, "detail", exc)))
         return
     ok = ~loc.bad
     d = loc.distances[ok]

@@ -104,9 +104,17 @@ def forge_eps_counts(run: Path, new: float) -> None:
     old = read(run, audit.PROVENANCE)["eps_counts"]
 
     def table(f: pd.DataFrame) -> None:
+        from mdp_core.release.intervals import half_width
+
         f["eps_counts"] = new
         noisy = f["level"] != "total"
         f.loc[noisy, "noise_scale"] = f.loc[noisy, "noise_scale"] * old / new
+        n, level, family = int(f.loc[~noisy, "count"].iloc[0]), float(f["ci_level"].iloc[0]), int(noisy.sum())
+        for low, high, fam in (("ci_low", "ci_high", 1), ("sim_low", "sim_high", family)):  # re-centred coherently
+            for i in f.index[noisy]:
+                t, mid = half_width(level, float(f.at[i, "noise_scale"]), fam), (f.at[i, low] + f.at[i, high]) // 2
+                f.at[i, low] = min(max(mid - t, 0), f.at[i, "count"])
+                f.at[i, high] = max(min(mid + t, n), f.at[i, "count"])
 
     edit_table(run, "aggregates.parquet", table)
     prov = read(run, audit.PROVENANCE)

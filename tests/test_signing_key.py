@@ -137,3 +137,22 @@ def test_a_rotation_records_who_and_why(tmp_path, monkeypatch, capsys):
     assert main(["key", "rotate", "--store", str(tmp_path / "s"), "--by", "me", "--why", "x"]) == 2
     assert signing.KEY_ENV in capsys.readouterr().err
     assert not (tmp_path / "s" / "keys").exists()
+
+
+def test_a_release_signed_before_a_rotation_still_audits_in_its_store(released, tmp_path, monkeypatch):
+    """After ``key rotate`` the store's earlier releases were signed by its retired key (kept in the private
+    part): the in-store audit accepts them; a planted rotation record does not make another key acceptable."""
+    from mdp_core.release.audit import audit_release, check_signature
+
+    monkeypatch.delenv(signing.KEY_ENV, raising=False)
+    store = tmp_path / "store"
+    shutil.copytree(released.parent.parent, store, symlinks=True)
+    run = store / "runs" / released.name
+    first = signing.agency_fingerprint(store)
+    assert main(["key", "rotate", "--store", str(store), "--by", "officer B", "--why", "yearly"]) == 0
+    assert signing.agency_fingerprint(store) != first
+    assert check_signature(run) == (first, [])
+    assert audit_release(run) == []
+    shutil.rmtree(store.joinpath(*signing.KEY_PATH).parent / "retired")  # only a public record of the old key
+    signer, findings = check_signature(run)
+    assert signer == first and findings

@@ -1270,7 +1270,8 @@ def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record
 def check_signature(run_dir: str | Path, public_key: str | bytes | None = None) -> tuple[str | None, list[str]]:
     """Step 0: the release's Ed25519 signature over manifest.json (:mod:`mdp_core.release.signing`). ``public_key``
     pins the agency key (PEM bytes or its 64-hex fingerprint); without one, a release folder inside a store
-    whose private part holds the signing key is compared with that key. Returns (the signer's fingerprint
+    whose private part holds the signing key is compared with that key, or with one of the store's retired
+    keys (a release signed before ``mdp-release key rotate``). Returns (the signer's fingerprint
     or None, findings)."""
     from mdp_core.release import signing
 
@@ -1280,6 +1281,9 @@ def check_signature(run_dir: str | Path, public_key: str | bytes | None = None) 
         if store is not None:
             try:
                 pin = signing.agency_fingerprint(store)
+                signer = signing.verify_release(run_dir, None).fingerprint
+                if signer is not None and signer in signing.retired_fingerprints(store):
+                    pin = signer  # signed by this store before a key rotation (its retired key, kept privately)
             except MdpError:
                 pin = None
     check = signing.verify_release(run_dir, pin)

@@ -246,6 +246,16 @@ def recorded_fingerprints(store_root: str | Path) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def retired_fingerprints(store_root: str | Path) -> list[str]:
+    """The fingerprints of the store's retired keys (``private/signing/retired/``, kept by :func:`rotate_key`):
+    keys the store itself signed with before a rotation. Read from the private part, not from the public
+    rotation record, which anyone who can write to the store could plant."""
+    folder = Path(store_root).joinpath(*KEY_PATH).parent / "retired"
+    if not folder.is_dir():
+        return []
+    return [fingerprint(_load_private(p).public_key()) for p in sorted(folder.glob("ed25519-*.pem"))]
+
+
 def rotate_key(store_root: str | Path, by: str, why: str) -> dict[str, Any]:
     """Mint a new store signing key and record it: the old key (if any) moves to
     ``private/signing/retired/``; ``keys/rotations.json`` (0644) gains {at, by, why, old_fingerprint,
