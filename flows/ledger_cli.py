@@ -208,8 +208,56 @@ def forecast(entries: list[dict[str, Any]], paid: list[Paid]) -> dict[str, Any]:
     }
 
 
-def _outlook(pop: str, row: dict[str, Any], last: Paid | None) -> str:
-    """One line under the overview: the last release, what it cost, what is left and what that means."""
+def budget_epoch(entries: list[dict[str, Any]]) -> int:
+    """The seq of the entry that opened the current outlook: the last first cap, raise or new budget (-1:
+    none). A low-budget warning is given once per population and epoch: a raise or a new budget re-arms it,
+    a lowering does not."""
+    return max((int(e["seq"]) for e in entries if e["kind"] in ("cap", "raise", "new-budget")), default=-1)
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """A population's budget as the ledger states it, for the operator (``mdp-release ledger``) and the
+    officer (the ``budget-<population>`` artifact in the UI): ``row`` = the verified budget
+    (:meth:`artifacts.private.Budget.as_dict`) | :func:`forecast` | ``published`` (its release folders in
+    runs/) and ``epoch`` (:func:`budget_epoch`); ``paid``: every release its charges paid for, every budget
+    (:func:`paid_releases`); ``entries``: the verified ledger. Public figures only: epsilons, caps, who and
+    why of each decision, run folder names and commitments -- nothing of the secret table."""
+
+    population: str
+    row: dict[str, Any]
+    paid: list[Paid]
+    entries: list[dict[str, Any]]
+
+    @property
+    def last(self) -> Paid | None:
+        """The release charged last in the current budget (None: none yet)."""
+        last = self.row.get("last_release")
+        return None if last is None else self.paid[last["n"] - 1]
+
+
+def budget_view(
+    population: str, entries: list[dict[str, Any]], runs: dict[int, list[str]], budget: dict[str, Any]
+) -> BudgetView:
+    """The pure part of :func:`read_budget_view`: the view of ``entries`` (verified), ``runs`` (from
+    :func:`runs_by_seq`) and ``budget`` (the budget's ``as_dict``)."""
+    paid = paid_releases(entries, runs)
+    published = sum(len(v) for v in runs.values())
+    row = {"population": population, "published": published} | budget | forecast(entries, paid)
+    return BudgetView(population, row | {"epoch": budget_epoch(entries)}, paid, entries)
+
+
+def read_budget_view(root: Path, priv: Any, population: str) -> BudgetView:
+    """:func:`budget_view` of ``population`` in the store at ``root`` (``priv``: its
+    :class:`artifacts.private.PrivateStore`); LedgerError when its ledger does not verify."""
+    entries = priv.entries(population)
+    return budget_view(population, entries, runs_by_seq(root, population), priv.budget(population).as_dict())
+
+
+def outlook_line(view: BudgetView) -> str:
+    """One line on the last release, what it cost, what is left and what that means (``ok``: how many more
+    of that cost fit; ``low`` / ``exhausted``: the next one like it would be refused)."""
+    pop, row, last = view.population, view.row, view.last
     if last is None:
         return f"{pop}: no release charged in the current budget; left {_fmt(row.get('left'))}"
     head = f"{pop}: last release {last.label()} cost {last.breakdown()}; left {_fmt(row.get('left'))}"
@@ -223,17 +271,13 @@ def _outlook(pop: str, row: dict[str, Any], last: Paid | None) -> str:
     )
 
 
-def _population_row(root: Path, priv: Any, pop: str, heads: list[tuple[int, str]], row: dict[str, Any]) -> Paid | None:
-    """Fill ``row``, the overview's row of ``pop``; returns its last release. PrivacyError (``row`` holding
-    what could be read) when its ledger does not verify or lacks a published head."""
-    runs = runs_by_seq(root, pop)
-    row["published"] = sum(len(v) for v in runs.values())
-    entries = priv.entries(pop)
-    paid = paid_releases(entries, runs)
-    row |= priv.budget(pop).as_dict() | forecast(entries, paid)
+def _population_row(root: Path, priv: Any, pop: str, heads: list[tuple[int, str]], row: dict[str, Any]) -> BudgetView:
+    """Fill ``row``, the overview's row of ``pop``; returns its view. PrivacyError (``row`` holding what
+    could be read) when its ledger does not verify or lacks a published head."""
+    view = read_budget_view(root, priv, pop)
+    row |= {k: v for k, v in view.row.items() if k != "epoch"}
     priv.check_published(pop, heads)
-    last = row["last_release"]
-    return None if last is None else paid[last["n"] - 1]
+    return view
 
 
 def _overview(root: Path, as_json: bool) -> int:
@@ -247,8 +291,7 @@ def _overview(root: Path, as_json: bool) -> int:
     for pop in sorted(set(priv.populations()) | set(published)):
         row: dict[str, Any] = {"population": pop}
         try:
-            last = _population_row(root, priv, pop, published.get(pop, []), row)
-            notes.append(_outlook(pop, row, last))
+            notes.append(outlook_line(_population_row(root, priv, pop, published.get(pop, []), row)))
         except PrivacyError as exc:
             row["status"] = "REFUSED"
             print(f"mdp-release ledger: error: {exc}", file=sys.stderr)
@@ -301,10 +344,10 @@ def _entries(root: Path, population: str, as_json: bool) -> int:
     from artifacts.private import PrivateStore, published_heads
 
     priv = PrivateStore(root)
-    entries = priv.entries(population)
+    view = read_budget_view(root, priv, population)
+    entries, paid = view.entries, view.paid
     budget = priv.budget(population)
     heads = published_heads(root, population)
-    paid = paid_releases(entries, runs_by_seq(root, population))
     outlook = forecast(entries, paid)
     if as_json:
         data = {"budget": budget.as_dict(), "forecast": outlook, "releases": [p.as_dict() for p in paid]}
@@ -318,9 +361,7 @@ def _entries(root: Path, population: str, as_json: bool) -> int:
             f"{budget.n_charges} charge(s) for {outlook['releases']} release(s); head {budget.seq} {budget.head[:16]}; "
             f"{len(heads)} published head(s)"
         )
-        last = outlook["last_release"]
-        row = budget.as_dict() | outlook
-        print(_outlook(population, row, None if last is None else paid[last["n"] - 1]))
+        print(outlook_line(view))
     priv.check_published(population, heads)
     return 0
 

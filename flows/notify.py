@@ -1,4 +1,5 @@
-"""``mdp-release notify``: an operator hears about a release that failed.
+"""``mdp-release notify``: an operator hears about a release that failed, was refused, or whose population's
+budget runs low.
 
 ``mdp-release notify --release NAME --webhook URL`` puts two things on the Prefect server:
 
@@ -9,14 +10,20 @@
 * an *automation* (:class:`prefect.automations.Automation`) whose :class:`~prefect.automations.EventTrigger`
   fires on the event ``prefect.flow-run.<State>`` of a flow run of the flow ``mdp-release`` that carries
   the tag ``release:NAME`` (:func:`flows.release.run_tags`; ``--release '*'``: any release), for each
-  state of ``--states`` (default Failed, Crashed, Cancelled, TimedOut), and whose
-  :class:`~prefect.automations.SendNotification` action sends the message through the block. The
-  server renders and sends it (its event and automation services), so no process of ours needs to run.
+  state of ``--states`` (default Failed, Refused, Crashed, Cancelled, TimedOut; ``--no-cancel-alerts``
+  leaves Cancelled out), and on the low-budget event of a population that such a run finds low
+  (``BudgetLow``: :func:`flows.operate_ui.announce_budget`, sent once per population and budget and
+  recorded in a Prefect variable); and whose :class:`~prefect.automations.SendNotification` action sends
+  the message through the block. The server renders and sends it (its event and automation services), so
+  no process of ours needs to run. The trigger sends at most one message per flow run (and per budget)
+  within :data:`DEDUP_WINDOW`: a run cancelled from the UI enters Cancelled twice, 50 s apart.
 
 The message names the flow run, its state, the release, the state's message and a link to the run in the
 UI -- nothing else: never the run's parameters (the config), never a value of the secret table. The state
 messages of the release flow are value-free by design (errors name rows, columns and counts, never cell
-values: ``mdp_core.errors``), so the message carries no secret value either.
+values: ``mdp_core.errors``), so the message carries no secret value either. A refused release's subject
+says REFUSED and the refusal's one line; a low budget's message gives the population's public figures
+(cap, spent, left, the last release's cost), never a count of people.
 
 Names: the automation and its block share one name, by default ``mdp-release-notify-<release>``
 (``mdp-release-notify-all-releases`` for ``'*'``); re-running the command with the same name replaces
@@ -36,19 +43,27 @@ import re
 import sys
 import urllib.parse
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from flows.operate_ui import BUDGET_EVENT, BUDGET_RESOURCE, EPOCH_LABEL, RELEASE_FLOW, SENT_PREFIX
 from mdp_core.errors import InputError
 
-FLOW_NAME = "mdp-release"  # the release flow's name (flows.release.release_flow)
+FLOW_NAME = RELEASE_FLOW  # the release flow's name (flows.release.release_flow)
 ALL = "*"  # --release '*': every release
-DEFAULT_STATES = ("Failed", "Crashed", "Cancelled", "TimedOut")
-# Prefect's state names (a flow-run event is ``prefect.flow-run.<state name>``)
+BUDGET_LOW = "BudgetLow"  # not a Prefect state: the event BUDGET_EVENT (flows.operate_ui.announce_budget)
+DEFAULT_STATES = ("Failed", "Refused", "Crashed", "Cancelled", "TimedOut", BUDGET_LOW)
+CANCEL_STATES = ("Cancelled", "Cancelling")  # what --no-cancel-alerts leaves out
+# Prefect's state names (a flow-run event is ``prefect.flow-run.<state name>``); Refused: the release flow's
+# Failed state of a refused release (flows.release); BudgetLow: a population's budget no longer fits a
+# release like its last
 STATE_NAMES = (
     "Failed",
+    "Refused",
     "Crashed",
     "Cancelled",
     "TimedOut",
+    BUDGET_LOW,
     "Cancelling",
     "Completed",
     "Cached",
@@ -62,6 +77,10 @@ STATE_NAMES = (
     "Scheduled",
     "AwaitingConcurrencySlot",
 )
+FLOW_RUN_EVENT = "prefect.flow-run."
+# One message per flow run (and per population's budget epoch) within this window: a run cancelled from the
+# UI enters Cancelled twice (its own stop, then the runner's), 50 s apart; the second says nothing new.
+DEDUP_WINDOW = timedelta(hours=1)
 MARKER = "mdp-release notify"  # how --list and --remove recognise the automations this module made
 PREFIX = "mdp-release-notify-"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")  # a Prefect block name: lowercase, digits, dashes
@@ -161,7 +180,7 @@ def parse_states(text: str) -> tuple[str, ...]:
         word = raw.strip()
         if not word:
             raise InputError(f"--states {text!r}: an empty state name; give e.g. {','.join(DEFAULT_STATES)}")
-        state = by_lower.get(word.lower().replace("_", "").replace(" ", ""))
+        state = by_lower.get(word.lower().replace("_", "").replace(" ", "").replace("-", ""))
         if state is None:
             raise InputError(f"--states: unknown state {word!r}; one of {', '.join(STATE_NAMES)}")
         if state not in out:
@@ -185,9 +204,17 @@ def add_notify_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--states",
+        "--events",
+        dest="states",
         default=",".join(DEFAULT_STATES),
         metavar="LIST",
-        help=f"comma-separated flow-run states that notify (default {','.join(DEFAULT_STATES)})",
+        help=f"comma-separated flow-run states that notify, and {BUDGET_LOW} for a population's budget that no "
+        f"longer fits a release like its last (default {','.join(DEFAULT_STATES)})",
+    )
+    p.add_argument(
+        "--no-cancel-alerts",
+        action="store_true",
+        help="no message for a cancelled run (an operator's own Cancel): leaves Cancelled and Cancelling out",
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--remove", action="store_true", help="delete the automation and its block")
@@ -201,11 +228,16 @@ def notification_from_args(args: argparse.Namespace) -> Notification:
     release = check_release(args.release)
     if args.webhook is None:
         raise InputError("notify needs --webhook URL (or --remove / --list)")
+    states = parse_states(args.states)
+    if getattr(args, "no_cancel_alerts", False):
+        states = tuple(s for s in states if s not in CANCEL_STATES)
+        if not states:
+            raise InputError("--no-cancel-alerts leaves no state of --states to notify about")
     return Notification(
         name=check_name(args.name or default_name(release)),
         release=release,
         webhook=check_webhook(args.webhook),
-        states=parse_states(args.states),
+        states=states,
     )
 
 
@@ -220,19 +252,38 @@ def _name_to_remove(args: argparse.Namespace) -> str:
 
 
 # ----------------------------------------------------------------------------- what goes on the server
+def event_name(state: str) -> str:
+    """The Prefect event of a name of :data:`STATE_NAMES`: ``prefect.flow-run.<state>``, or
+    :data:`~flows.operate_ui.BUDGET_EVENT` for :data:`BUDGET_LOW`."""
+    return BUDGET_EVENT if state == BUDGET_LOW else FLOW_RUN_EVENT + state
+
+
+def state_of_event(event: str) -> str:
+    """The inverse of :func:`event_name`."""
+    return BUDGET_LOW if event == BUDGET_EVENT else event.removeprefix(FLOW_RUN_EVENT)
+
+
 def trigger_spec(n: Notification) -> dict[str, Any]:
     """The automation's event trigger (the keyword arguments of :class:`prefect.automations.EventTrigger`):
-    reactive, once per matching event, on ``prefect.flow-run.<state>`` events of flow runs whose related
-    flow is ``mdp-release`` and, unless :data:`ALL`, whose related tags include ``release:<release>``."""
+    reactive on ``prefect.flow-run.<state>`` events of flow runs (and, for :data:`BUDGET_LOW`, the
+    low-budget events of populations, :func:`flows.operate_ui.announce_budget`) whose related flow is
+    ``mdp-release`` and, unless :data:`ALL`, whose related tags include ``release:<release>``; at most
+    once per flow run (and per population's budget epoch) within :data:`DEDUP_WINDOW` (``for_each`` the
+    event's resource, ``within``): the second Cancelled of a run cancelled from the UI sends nothing."""
     related: list[dict[str, str]] = [{"prefect.resource.role": "flow", "prefect.resource.name": FLOW_NAME}]
     if n.release != ALL:
         related.append({"prefect.resource.role": "tag", "prefect.resource.id": f"prefect.tag.release:{n.release}"})
+    resources: str | list[str] = FLOW_RUN_EVENT + "*"
+    if BUDGET_LOW in n.states:
+        resources = [FLOW_RUN_EVENT + "*", BUDGET_RESOURCE + "*"]
     return {
-        "expect": {f"prefect.flow-run.{s}" for s in n.states},
-        "match": {"prefect.resource.id": "prefect.flow-run.*"},
+        "expect": {event_name(s) for s in n.states},
+        "match": {"prefect.resource.id": resources},
         "match_related": related,
+        "for_each": {"prefect.resource.id", EPOCH_LABEL},
         "posture": "Reactive",
         "threshold": 1,
+        "within": DEDUP_WINDOW,
     }
 
 
@@ -250,13 +301,22 @@ _RELEASE_OF_RUN = "{% for t in flow_run.tags %}{% if t.startswith('release:') %}
 
 
 def templates(n: Notification, ui_url: str | None) -> tuple[str, str]:
-    """(subject, body) of the message (Jinja templates the server renders with ``flow_run``)."""
+    """(subject, body) of the message (Jinja templates the server renders with the triggering ``event`` and
+    its ``flow_run``): a refused release's subject says REFUSED and why (the state's message, the
+    refusal's one line); a low budget's message is the event's (:func:`flows.operate_ui.budget_message`)."""
     release = _RELEASE_OF_RUN if n.release == ALL else n.release
-    subject = f"mdp-release {release}: flow run {{{{ flow_run.name }}}} {{{{ flow_run.state.name }}}}"
+    run = "flow run {{ flow_run.name }}"
+    subject = (
+        f"{{% if event.event == '{BUDGET_EVENT}' %}}{{{{ event.payload.subject }}}}"
+        f"{{% elif event.event == '{FLOW_RUN_EVENT}Refused' %}}mdp-release {release}: release REFUSED ({run}): "
+        "{{ event.resource['prefect.state-message'] | truncate(300) }}"
+        f"{{% else %}}mdp-release {release}: {run} {{{{ flow_run.state.name }}}}{{% endif %}}"
+    )
     body = (
-        f"Release {release}: flow run {{{{ flow_run.name }}}} of flow {FLOW_NAME} entered state "
+        f"{{% if event.event == '{BUDGET_EVENT}' %}}{{{{ event.payload.body }}}}{{% else %}}"
+        f"Release {release}: {run} of flow {FLOW_NAME} entered state "
         "{{ flow_run.state.name }}.\n"
-        "Message: {{ flow_run.state.message }}\n"
+        "Message: {{ flow_run.state.message }}\n{% endif %}"
         f"Run: {run_link(ui_url)}\n"
     )
     return subject, body
@@ -265,7 +325,9 @@ def templates(n: Notification, ui_url: str | None) -> tuple[str, str]:
 def description(n: Notification) -> str:
     """The automation's description: :data:`MARKER`, the release, the states (no URL)."""
     who = "every release" if n.release == ALL else f"release {n.release}"
-    return f"{MARKER}: flow runs of {FLOW_NAME}, {who}, entering {', '.join(n.states)}"
+    states = [s for s in n.states if s != BUDGET_LOW]
+    text = f"{MARKER}: flow runs of {FLOW_NAME}, {who}, entering {', '.join(states) or 'no state'}"
+    return text + ("; and their populations' low budgets, once per budget" if BUDGET_LOW in n.states else "")
 
 
 def _block(n: Notification) -> Any:
@@ -386,9 +448,21 @@ def existing() -> list[Existing]:
                 except ObjectNotFound:
                     hook = "(its notification block is gone)"
             expect: set[str] = getattr(a.trigger, "expect", None) or set()
-            states = tuple(sorted(e.removeprefix("prefect.flow-run.") for e in expect))
+            states = tuple(sorted(state_of_event(e) for e in expect))
             out.append(Existing(a.name, str(a.id), a.enabled, a.description, states, hook, ids[0] if ids else None))
     return sorted(out, key=lambda e: e.name)
+
+
+def budget_warnings() -> list[dict[str, Any]]:
+    """The low-budget warnings sent, one per population (the Prefect variables
+    ``mdp-release-budget-low-<population>`` that :func:`flows.operate_ui.announce_budget` records: population,
+    budget epoch, release, status, figures, time), sorted by population."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        found = client.read_variables()
+    sent = [v.value for v in found if v.name.startswith(SENT_PREFIX) and isinstance(v.value, dict)]
+    return sorted(sent, key=lambda v: str(v.get("population")))
 
 
 # ----------------------------------------------------------------------------- the command
@@ -432,6 +506,11 @@ def notify_from_cli(args: argparse.Namespace) -> int:
             print(
                 f"{e.name}: {'enabled' if e.enabled else 'PAUSED'}; {e.description.removeprefix(MARKER + ': ')}; "
                 f"-> {e.webhook} (automation {e.automation_id})"
+            )
+        for w in budget_warnings():
+            print(
+                f"low-budget warning sent: population {w.get('population')} ({w.get('status')}, left {w.get('left')} "
+                f"of cap {w.get('cap')}; budget epoch {w.get('epoch')}, release {w.get('release')}, {w.get('at')})"
             )
         return 0
     if args.remove:

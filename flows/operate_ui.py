@@ -7,6 +7,12 @@ a new version of a key is created only when its content changed (:func:`tasks.pr
 and a run that published nothing new (a cached ``serve`` tick) adds no release artifact, only one line
 "nothing new published" in its logs. The release artifact states this run's spend (the population's
 ledger after the run minus before it: :func:`ledger_snapshot`, :func:`run_spend`) and the budget left.
+
+One more key per population, ``budget-<population>`` (:func:`publish_budget`): its budget for the officer
+-- each release's charge by what it paid for, every cap decision, what is left, what the next release like
+the last costs, how many more fit -- written after a release published and after a refusal (with its
+reason); once per population and budget a low-budget event for ``mdp-release notify``
+(:func:`announce_budget`).
 """
 
 from __future__ import annotations
@@ -276,7 +282,8 @@ def after_release(
 ) -> bool:
     """After publication: point ``runs/latest`` at the release and publish the release artifact
     ``<name>-release`` with this run's spend (the population's ledger now minus ``spent_before``, from
-    :func:`ledger_snapshot` before the first stage) and the budget left.
+    :func:`ledger_snapshot` before the first stage) and the budget left; then the population's budget
+    artifact ``budget-<population>`` and, once per budget, the low-budget warning (:func:`publish_budget`).
 
     A run that published nothing new (``manifest["same_as"]``: a cached tick) and spent nothing creates no
     artifact when the key's latest version already describes that release folder: one line "nothing new
@@ -288,6 +295,8 @@ def after_release(
     root = getattr(store, "root", store)
     population = (manifest.get("privacy") or {}).get("population")
     spend = run_spend(root, population, spent_before) if population else None
+    if population:
+        publish_budget(root, population, name)
     key = f"{name}-release"
     if manifest.get("same_as") and (spend is None or not spend.spent):
         try:
@@ -311,6 +320,235 @@ def after_release(
     except Exception as exc:
         log.warning("could not publish the release artifact: %s", exc)
         return False
+
+
+# ----------------------------------------------------------------------------- the population's budget
+RELEASE_FLOW = "mdp-release"  # the release flow's name (flows.release.release_flow)
+BUDGET_EVENT = "mdp-release.budget.low"  # the event of a budget that no longer fits a release like the last
+BUDGET_RESOURCE = "mdp-release.population."  # its resource: the population
+EPOCH_LABEL = "mdp-release.budget-epoch"  # its resource label: the ledger entry that armed the warning
+SENT_PREFIX = "mdp-release-budget-low-"  # Prefect variable per population: the warning already sent
+_KINDS = {"perturb": "perturbation", "counts": "counts", "prior": "prior"}  # a charge's detail.kind, as shown
+
+
+def population_slug(population: str) -> str:
+    """A population name as a Prefect artifact key or variable name takes it (lowercase letters, digits,
+    dashes): ``.`` and ``_`` become ``-``, and then a short hash of the name keeps two names apart."""
+    slug = population.replace(".", "-").replace("_", "-")
+    if slug == population:
+        return slug
+    return f"{slug}-{hashlib.sha256(population.encode()).hexdigest()[:6]}"
+
+
+def budget_key(population: str) -> str:
+    """``budget-<population>``: the key of the population's budget artifact (one history per population)."""
+    return "budget-" + population_slug(population)
+
+
+def _e(x: Any) -> str:
+    return "-" if x is None else _eps(float(x))
+
+
+def _status_text(population: str, row: dict[str, Any]) -> str:
+    """The budget's state in one phrase: how many more releases like the last fit, or LOW / EXHAUSTED."""
+    from mdp_core.release.door import SIMULATED_PREFIX
+
+    if row.get("cap") is None:
+        if population.startswith(SIMULATED_PREFIX):
+            return "no cap (simulated people: no real person, no limit)"
+        return "no cap stored yet (the first release sets it from `[release] max_total_epsilon`)"
+    if row["status"] == "exhausted":
+        return f"**EXHAUSTED**: nothing is left of the cap {_e(row['cap'])}; every new release will be refused"
+    if row["status"] == "low":
+        return (
+            f"**LOW**: {_e(row['left'])} left; the next release like the last ({_e(row['last_cost'])}) would be "
+            "refused -- lower its cost, or decide on the budget (`mdp-release ledger cap --raise`, or `new-budget`)"
+        )
+    if row.get("fits") is None:
+        return f"ok: {_e(row.get('left'))} left; no release charged yet in this budget"
+    return f"ok: {row['fits']} more release(s) like the last fit"
+
+
+def _charge_rows(view: Any) -> list[str]:
+    """The releases table: each release's charges by what they paid for, every budget, newest last."""
+    kinds = list(_KINDS) + sorted({str(c["kind"]) for p in view.paid for c in p.charges} - set(_KINDS))
+    head = ["#", "budget", "release", *(_KINDS.get(k) or k for k in kinds), "total"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    current = sum(e["kind"] == "new-budget" for e in view.entries)
+    for p in view.paid:
+        by_kind: dict[str, list[float]] = {}
+        for c in p.charges:
+            by_kind.setdefault(c["kind"], []).append(float(c["epsilon"]))
+        cells = [" + ".join(_eps(x) for x in by_kind[k]) if k in by_kind else "-" for k in kinds]
+        budget = f"{p.budget}" + (" (current)" if p.budget == current else "")
+        lines.append(f"| {p.n} | {budget} | {p.label().split(' ', 1)[1]} | " + " | ".join(cells) + f" | {_e(p.cost)} |")
+    return lines
+
+
+def budget_markdown(view: Any, history: list[dict[str, Any]], refusal: str | None = None) -> str:
+    """The population's budget artifact (``view``: :class:`flows.ledger_cli.BudgetView`; ``history``:
+    :meth:`artifacts.private.PrivateStore.history`, the cap's decisions): the state (what is left, what
+    the next release like the last costs, how many more fit, LOW / EXHAUSTED), the last refusal (its
+    one-line reason, when this run was refused), every release's charges (perturbation, counts, prior)
+    and every first cap, lowering, raise and new budget with who and why. Public figures only."""
+    row, last = view.row, view.last
+    rows = [
+        ("status", _status_text(view.population, row)),
+        ("cap", _e(row.get("cap"))),
+        ("spent (this budget)", f"{_e(row.get('spent'))} in {row.get('releases', 0)} release(s)"),
+        ("left", _e(row.get("left"))),
+        ("last release", "-" if last is None else f"{last.label()}: {last.breakdown()}"),
+        ("the next release like it costs", _e(row.get("last_cost"))),
+        ("how many more fit", "-" if row.get("fits") is None else str(row["fits"])),
+        ("ledger head", f"entry {row.get('ledger_seq')} `{str(row.get('ledger_head', ''))[:16]}`"),
+    ]
+    lines = [f"# Budget of population `{view.population}`", ""]
+    if refusal:
+        lines += [f"**Refused:** {refusal}", ""]
+    lines += ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), "", "## Releases and their charges", ""]
+    lines += _charge_rows(view) if view.paid else ["No release has been charged yet."]
+    lines += ["", "## The cap's decisions", ""]
+    if history:
+        lines += [
+            "| entry | when (UTC) | decision | cap after | spent before | by | why |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        words = {"cap": "first cap", "lower": "lowered", "raise": "raised", "new-budget": "new budget (spent 0)"}
+        for h in history:
+            who, why = (" ".join(str(h[k]).split()).replace("|", "\\|") for k in ("by", "why"))
+            decided = words.get(h["kind"], h["kind"])
+            lines.append(
+                f"| {h['seq']} | {h['at']} | {decided} | {_e(h['cap'])} | {_e(h['spent_before'])} | {who} | {why} |"
+            )
+    else:
+        lines.append("No cap has been set.")
+    return "\n".join([*lines, ""])
+
+
+def _markdown_on_run(flow_run: Any, key: str, md: str, description: str) -> bool:
+    """A markdown artifact ``key`` on the current run (a new version only when its content changed:
+    :func:`tasks.progress.publish_artifact`), or -- a runner's hook after the run's process ended -- on
+    ``flow_run`` by id. True when one was created."""
+    from prefect.artifacts import MarkdownArtifact
+    from prefect.context import FlowRunContext
+
+    from tasks.progress import publish_artifact
+
+    ctx = FlowRunContext.get()
+    here = ctx is not None and ctx.flow_run is not None
+    if flow_run is None or (here and str(ctx.flow_run.id) == str(flow_run.id)):  # type: ignore[union-attr]
+        return publish_artifact("markdown", key, md, description)
+    MarkdownArtifact(key=key, markdown=md, description=description, flow_run_id=flow_run.id).create(_sync=True)  # type: ignore[call-arg]
+    return True
+
+
+def publish_budget(
+    root: str | Path, population: str, release: str, flow_run: Any = None, refusal: str | None = None
+) -> Any:
+    """After a release published or was refused: the artifact ``budget-<population>`` (:func:`budget_markdown`)
+    on the run, then the low-budget warning (:func:`announce_budget`). Returns the view
+    (:class:`flows.ledger_cli.BudgetView`), None when the ledger could not be read (a warning: the
+    release's own checks refuse a broken ledger)."""
+    from artifacts.private import PrivateStore
+    from flows.ledger_cli import read_budget_view
+
+    try:
+        priv = PrivateStore(root)
+        view = read_budget_view(Path(root), priv, population)
+        history = priv.history(population, int(view.row["ledger_seq"])) if view.entries else []
+    except Exception as exc:
+        log.warning("could not read the budget of %s: %s", population, exc)
+        return None
+    if flow_run is None:
+        from prefect.context import FlowRunContext
+
+        ctx = FlowRunContext.get()
+        flow_run = ctx.flow_run if ctx is not None else None
+    description = f"mdp-release: the privacy budget of population {population}: charges, cap decisions, what is left"
+    try:
+        _markdown_on_run(flow_run, budget_key(population), budget_markdown(view, history, refusal), description)
+    except Exception as exc:
+        log.warning("could not publish the budget artifact: %s", exc)
+    announce_budget(view, release, flow_run)
+    return view
+
+
+def budget_message(view: Any, release: str) -> tuple[str, str]:
+    """(subject, body) of the low-budget warning: the population, what is left of the cap, what the next
+    release like the last costs and what to decide. Public figures only."""
+    row, pop = view.row, view.population
+    if row["status"] == "exhausted":
+        subject = f"mdp-release {release}: population {pop}'s budget is EXHAUSTED (cap {_e(row['cap'])})"
+    else:
+        subject = (
+            f"mdp-release {release}: population {pop}'s budget is LOW: {_e(row['left'])} left of {_e(row['cap'])}, "
+            f"the next release like the last costs {_e(row['last_cost'])}"
+        )
+    from flows.ledger_cli import outlook_line
+
+    body = (
+        f"Population {pop} (release {release}): {outlook_line(view).removeprefix(pop + ': ')}.\n"
+        f"Spent {_e(row['spent'])} of the cap {_e(row['cap'])} in {row['releases']} release(s) of this budget.\n"
+        f"Decide: mdp-release ledger cap --population {pop} --set X --raise --by WHO --why TEXT, or "
+        f"mdp-release ledger new-budget --population {pop} --cap X --by WHO --why TEXT (mdp-release ledger shows it).\n"
+    )
+    return subject, body
+
+
+def _sent_before(name: str, epoch: int) -> bool:
+    """Whether the warning of ``epoch`` is recorded in the Prefect variable ``name`` (False when unreadable:
+    a repeated warning beats a lost one; the automation's own bucket drops a repeat within the hour)."""
+    from prefect.variables import Variable
+
+    try:
+        sent = Variable.get(name, default=None)
+    except Exception as exc:
+        log.debug("could not read variable %s: %s", name, exc)
+        return False
+    return isinstance(sent, dict) and sent.get("epoch") == epoch
+
+
+def announce_budget(view: Any, release: str, flow_run: Any = None) -> bool:
+    """Once per population and budget epoch (:func:`flows.ledger_cli.budget_epoch`: a raise or a new budget
+    re-arms it), when the budget is ``low`` or ``exhausted``: emit the Prefect event :data:`BUDGET_EVENT`
+    (resource ``mdp-release.population.<population>``; related: the flow run, the flow ``mdp-release``, the
+    tag ``release:<release>``; the payload: the message of :func:`budget_message` and the figures), which
+    the automations of ``mdp-release notify`` turn into a webhook message, and record it in the Prefect
+    variable ``mdp-release-budget-low-<population>`` (where ``notify``'s state lives: the server). True
+    when the event was emitted."""
+    row = view.row
+    if row.get("status") not in ("low", "exhausted"):
+        return False
+    name, epoch = SENT_PREFIX + population_slug(view.population), int(row["epoch"])
+    if _sent_before(name, epoch):
+        return False
+    subject, body = budget_message(view, release)
+    figures = {k: row.get(k) for k in ("cap", "spent", "left", "last_cost", "fits", "releases", "status")}
+    related = [{"prefect.resource.id": f"prefect.tag.release:{release}", "prefect.resource.role": "tag"}]
+    if flow_run is not None:
+        run_id, flow_id = getattr(flow_run, "id", None), getattr(flow_run, "flow_id", None)
+        related.append({"prefect.resource.id": f"prefect.flow-run.{run_id}", "prefect.resource.role": "flow-run"})
+        if flow_id is not None:
+            flow = {"prefect.resource.id": f"prefect.flow.{flow_id}", "prefect.resource.role": "flow"}
+            related.append(flow | {"prefect.resource.name": RELEASE_FLOW})
+    try:
+        from prefect.events import emit_event
+        from prefect.variables import Variable
+
+        resource = {"prefect.resource.id": BUDGET_RESOURCE + view.population, "prefect.resource.name": view.population}
+        resource |= {EPOCH_LABEL: str(epoch), "mdp-release.budget-status": str(row["status"])}
+        payload = {"subject": subject, "body": body, "population": view.population, "epoch": epoch} | figures
+        if emit_event(event=BUDGET_EVENT, resource=resource, related=related, payload=payload) is None:
+            return False  # events are off (no Prefect API): nothing sent, nothing recorded
+        record = {"population": view.population, "epoch": epoch, "release": release}
+        Variable.set(
+            name, record | figures | {"at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}, overwrite=True
+        )
+    except Exception as exc:
+        log.warning("could not announce the low budget of %s: %s", view.population, exc)
+        return False
+    _run_log().warning("population %s: budget %s -- %s", view.population, str(row["status"]).upper(), subject)
+    return True
 
 
 _STAGES: dict[str, str] = {}  # flow run id -> the stage it is at (this process's runs)
@@ -422,10 +660,11 @@ def _failure_artifact(flow_run: Any, name: str, kind: str, reason: str, folder: 
     from prefect.artifacts import MarkdownArtifact, create_markdown_artifact
     from prefect.context import FlowRunContext
 
-    title = "CANCELLED" if kind == "cancelled" else "FAILED"
+    title = {"cancelled": "CANCELLED", "refused": "REFUSED"}.get(kind, "FAILED")
     md = f"# Release `{name}` {title}\n\n**Reason:** {reason}\n\nRecord: `{folder}/FAILED.txt`\n"
     key = f"{name}-failure"
-    description = f"mdp-release {name}: why the run {'was cancelled' if kind == 'cancelled' else 'failed'}"
+    why = {"cancelled": "the run was cancelled", "refused": "the release was refused"}.get(kind, "the run failed")
+    description = f"mdp-release {name}: why {why}"
     ctx = FlowRunContext.get()
     if ctx is not None and ctx.flow_run is not None and str(ctx.flow_run.id) == str(flow_run.id):
         create_markdown_artifact(markdown=md, key=key, description=description)
@@ -437,7 +676,7 @@ def _failure_artifact(flow_run: Any, name: str, kind: str, reason: str, folder: 
 def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | None:
     """The failure / cancellation hook's work, in the release's own store:
     ``<store>/runs/<time>-<id8>-failed/FAILED.txt`` (first line: the stage and the one-line reason, a
-    cancelled run's prefixed ``cancelled at``; then the run's name) beside ``record.json`` (release name,
+    cancelled or refused run's prefixed ``cancelled at`` / ``refused at``; then the run's name) beside ``record.json`` (release name,
     state, stage, reason, flow run), written into a temp folder and renamed into place (a reader sees all
     of it or nothing), once per flow run; and a markdown artifact ``<name>-failure`` on the run.
 
@@ -445,11 +684,13 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
     counts, never a secret value nor which people (the privacy errors' contract); nothing else of the run
     (parameters, inputs) is written. A :class:`~mdp_core.errors.SecretTableError`'s ``detail`` (the row
     numbers) goes to ``<store>/private/failures/<record>.txt`` only (:func:`keep_private_detail`), which
-    ``FAILED.txt`` names. ``kind``: "failed", "crashed" or "cancelled"."""
+    ``FAILED.txt`` names. ``kind``: "failed", "crashed", "cancelled" or "refused" (prefixed ``refused at``;
+    then also the population's budget artifact and, once per budget, its low-budget warning:
+    :func:`publish_budget`)."""
     from mdp_core.errors import SecretTableError
 
     stage = _STAGES.pop(str(flow_run.id), "before the first stage")
-    reason = f"{'cancelled at ' if kind == 'cancelled' else ''}{stage}: {one_line_reason(state)}"
+    reason = f"{kind + ' at ' if kind in ('cancelled', 'refused') else ''}{stage}: {one_line_reason(state)}"
     name, root = failure_target((flow_run.parameters or {}).get("config"))
     now = _dt.datetime.now(_dt.UTC)
     folder = None
@@ -489,7 +730,20 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
         _failure_artifact(flow_run, name, kind, reason, folder)
     except Exception as exc:
         log.warning("could not publish the failure artifact: %s", exc)
+    population = _population_of((flow_run.parameters or {}).get("config")) if kind == "refused" else None
+    if population and root is not None:  # the officer sees why: the budget beside the refusal
+        publish_budget(root, population, name, flow_run, reason)
     return folder
+
+
+def _population_of(raw: Any) -> str | None:
+    """The population of a flow run's ``config`` parameter (None: simulated people, or no valid config)."""
+    from flows.config import as_config
+
+    try:
+        return as_config(raw).release.population
+    except Exception:
+        return None
 
 
 @contextlib.contextmanager

@@ -74,19 +74,29 @@ def test_trigger_matches_the_flow_and_the_release_tag_or_every_release():
     ]
     every = notify.trigger_spec(notify.Notification("n", "*", "http://h/"))
     assert every["match_related"] == [{"prefect.resource.role": "flow", "prefect.resource.name": "mdp-release"}]
-    assert len(every["expect"]) == 4
+    assert every["expect"] == {notify.event_name(s) for s in notify.DEFAULT_STATES}
+    assert {"prefect.flow-run.Refused", "mdp-release.budget.low"} <= every["expect"]
+    assert every["match"] == {"prefect.resource.id": ["prefect.flow-run.*", "mdp-release.population.*"]}
     from prefect.automations import EventTrigger
 
     EventTrigger(**one)  # a valid trigger
 
 
 def test_message_templates_use_only_the_run_name_state_message_id_and_release():
-    """The webhook body never carries the run's parameters (the config) or anything else of the run."""
+    """The webhook body never carries the run's parameters (the config) or anything else of the run: its name,
+    state, message (the triggering state's, for a refusal), id, release tag; a low budget's text is the event's
+    own (flows.operate_ui.budget_message: public figures)."""
     allowed = {
         "flow_run.name",
         "flow_run.state.name",
         "flow_run.state.message",
         "flow_run.id",
+        "event.payload.subject",
+        "event.payload.body",
+        "event.resource['prefect.state-message'] | truncate(300)",
+        "if event.event == 'mdp-release.budget.low'",
+        "elif event.event == 'prefect.flow-run.Refused'",
+        "else",
         "t[8:]",
         "t in flow_run.tags",
         "if t.startswith('release:')",
