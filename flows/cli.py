@@ -12,6 +12,7 @@
   mdp-release deploy --pool NAME [--cron EXPR | --interval SECONDS] [--config FILE] [--name N]
   mdp-release store [--store DIR | --config FILE] [--json] [--prune-objects]
   mdp-release key [rotate --by WHO --why TEXT] [--store DIR | --config FILE]
+  mdp-release approve RUN_ID --by WHO [--note TEXT] [--max-charge X] [--min-left Y] | --reject
 
 Errors print one line ``mdp-release: error: ...`` and exit with status 2 (bad input) or 1
 (verification failed / refused / solver failure).
@@ -393,6 +394,18 @@ def _key_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
+def cmd_approve(args: argparse.Namespace) -> int:
+    from flows.approve_cli import approve_from_cli
+
+    return approve_from_cli(args)
+
+
+def _approve_arguments(p: argparse.ArgumentParser) -> None:
+    from flows.approve_cli import add_arguments
+
+    add_arguments(p)
+
+
 def _deploy_arguments(p: argparse.ArgumentParser) -> None:
     from flows.operate import add_deploy_arguments
 
@@ -434,6 +447,12 @@ COMMANDS: tuple[
     ),
     ("server", "start / stop / check a local Prefect server that `run` reuses", _server_arguments, cmd_server),
     ("serve", "serve scheduled releases from this process (flow.serve; needs a server)", _serve_arguments, cmd_serve),
+    (
+        "approve",
+        "approve (or --reject) a release run waiting for the officer, before it measures anything (needs a server)",
+        _approve_arguments,
+        cmd_approve,
+    ),
     (
         "deploy",
         "deploy scheduled releases to a work pool (run by `prefect worker start`)",

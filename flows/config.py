@@ -39,6 +39,9 @@ Example (every key optional; these are the defaults of the built-in release)::
     # n_individuals = 10000      # how many simulated people (only with simulate; unset: 10,000)
     eps_counts = 1.0             # budget of the released counts of the true data (discrete Laplace + CBDP)
     prior = "dataset"            # dataset | uniform | dp (DP histogram of the microdata, eps_prior) | a file
+    # approval = "required"      # required | policy | none: a person approves the plan before the first
+    #                            # charge (unset: required with microdata, none with simulate = true)
+    # approval_timeout = 3600    # seconds to wait for it; then the run ends Refused, nothing measured
 
     [evaluate]
     baselines = ["exp"]
@@ -76,10 +79,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     TypeAdapter,
     ValidationError,
     create_model,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -412,6 +417,31 @@ class ReleaseConfig(BaseModel):
         "ledger; a lower value lowers it, a higher one is noted but never applied (raise it with "
         "`mdp-release ledger cap --raise`)",
     )
+    approval: Literal["required", "policy", "none"] | None = Field(
+        None,
+        description="who lets the run measure the people, before its first charge: required (a person approves "
+        "each run's plan through Prefect: the UI's Resume form or `mdp-release approve`), policy (unattended "
+        "inside the envelope a person approved once, otherwise as required) or none; unset: required with "
+        "microdata (an agency's people are never measured unattended by default), none with simulate = true "
+        "(nobody's data: the built-in default and the demos run unattended, with no Prefect server)",
+    )
+    approval_timeout: int | None = Field(
+        None,
+        ge=1,
+        le=7 * 24 * 3600,
+        description="seconds a run waits for the approval; then it ends Refused, nothing measured; unset: 3600",
+    )
+
+    @model_serializer(mode="wrap")
+    def _unset_approval_not_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``approval`` / ``approval_timeout`` appear in a dump only when set: an unset value is a function of
+        the other keys (:func:`approval_mode`), so the configs written before them keep their hash, release
+        key and published config."""
+        data: dict[str, Any] = handler(self)
+        for key in ("approval", "approval_timeout"):
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -613,6 +643,16 @@ def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
 def is_simulated(cfg: ReleaseFlowConfig) -> bool:
     """Whether ``cfg`` releases simulated people (``[release] simulate = true``), not an agency's microdata."""
     return cfg.release.simulate
+
+
+DEFAULT_APPROVAL_TIMEOUT = 3600  # seconds a run waits for the officer's approval (``[release] approval_timeout``)
+
+
+def approval_mode(cfg: ReleaseFlowConfig) -> str:
+    """``[release] approval``; unset: "required" for an agency's microdata, "none" for simulated people."""
+    if cfg.release.approval is not None:
+        return cfg.release.approval
+    return "none" if cfg.release.simulate else "required"
 
 
 def effective_epsilon(cfg: ReleaseFlowConfig) -> float | None:

@@ -18,13 +18,14 @@ from typing import Any, cast
 from prefect import Flow, flow, get_run_logger, tags
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
-from prefect.states import Cancelled, State
+from prefect.states import Cancelled, Failed, State
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.private import Draw
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui
+from flows.approval import wait_for_approval
 from flows.config import (
     DEFAULT_CONFIG,
     STAGE_NAMES,
@@ -38,8 +39,8 @@ from flows.config import (
     store_root,
 )
 from flows.door import plan_for
-from mdp_core.errors import Interrupted, StageTimeout
-from mdp_core.release import audit
+from mdp_core.errors import Interrupted, PrivacyError, StageTimeout
+from mdp_core.release import audit, signing
 from mdp_core.release.door import PrivacyPlan, Settings
 from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
@@ -166,7 +167,7 @@ def prepare(
     note: Any = lambda what: None,
     new_draw: bool = False,
     draw: str | None = None,
-) -> tuple[dict[str, ArtifactRef], Draw, PrivacyPlan]:
+) -> tuple[dict[str, ArtifactRef], Draw, PrivacyPlan, dict[str, Any] | None]:
     """The stages up to the secret draw, in the order that keeps the door shut until the budget accepts:
     ingest, graph, then the privacy door (:func:`flows.door.plan_for`: every rule of the guarantee, with the
     secret table read and validated, before anything is charged), for real people the table's population
@@ -175,12 +176,13 @@ def prepare(
     before it is measured), partition and export; simulated people are drawn once the instance is known.
     ``run(stage, **upstream)`` runs one stage (the flow: a cached Prefect task; tests: its ``.fn``);
     ``params`` (from :func:`stage_params`) gains the release's parameters. Returns ({stage: output}, the draw,
-    the door's admitted plan)."""
+    the door's admitted plan, the officer's approval record or None: :func:`flows.approval.wait_for_approval`)."""
     refs = {"ingest": run("ingest")}
     refs["graph"] = g = run("graph", dataset=refs["ingest"])
     note("the privacy door")
     door = plan_for(config, instance_with_graph(store, refs["ingest"], g))
     plan = door.plan.admit()  # refused: PrivacyError, nothing measured, nothing charged
+    approval = wait_for_approval(config, store, plan)  # [release] approval: a person first (flows/approval.py)
 
     def secret(population: str, version: str) -> Draw:
         note("postprocess (the secret draw)")
@@ -198,6 +200,7 @@ def prepare(
         postprocess.claim_table(store, cast(str, door.fingerprint), population)
         the_draw = secret(population, postprocess.table_version(config.release.microdata))
         postprocess.precheck_release(store, the_draw, params["postprocess"], plan.charges())
+    signing.signing_key(store.root)  # a refused or lost signing key is refused now, before the first charge
     if config.release.prior_source != "dataset":
         refs["prior"] = run("prior", dataset=refs["ingest"], graph=g)
     refs["partition"] = run("partition", dataset=refs["ingest"], graph=g)
@@ -205,7 +208,7 @@ def prepare(
     if the_draw is None:  # simulated individuals: the table is defined by the instance and n
         n = config.release.simulated_individuals
         the_draw = secret(*postprocess.simulated_table({"instance": refs["export"].content_hash, "n": n}))
-    return refs, the_draw, plan
+    return refs, the_draw, plan, approval
 
 
 def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: bool = False) -> Any:
@@ -308,6 +311,8 @@ def release_flow(
     published, and the run ends **Cancelled** at once (:func:`_cancelled`: the cancellation record, then
     Prefect's ``Cancelled`` state returned as the run's final state); ``release_flow(...)`` raises the
     :class:`~mdp_core.errors.Interrupted` to its caller. A stage timeout still ends the run TimedOut.
+    A release refused by the privacy door, the budget or the officer (:class:`~mdp_core.errors.PrivacyError`)
+    ends **Refused** (:func:`_refused`), nothing published; ``release_flow(...)`` raises the refusal.
     """
     ctx = FlowRunContext.get()
     control.clear_stop()  # a stop requested for an earlier run of this process is not this run's
@@ -322,6 +327,8 @@ def release_flow(
         if isinstance(exc, StageTimeout):  # a stage over its [run] timeouts limit: TimedOut (Failed), as before
             raise
         return cast(Any, _cancelled(ctx, exc))  # Prefect makes it the run's final state; a caller gets exc raised
+    except PrivacyError as exc:  # refused (the door, the budget, the officer): Refused, one line, no traceback
+        return cast(Any, _refused(ctx, exc))
     finally:
         if stop_watching is not None:
             stop_watching()
@@ -339,6 +346,19 @@ def _cancelled(ctx: FlowRunContext | None, exc: Interrupted) -> State[Any]:
     state: State[Any] = Cancelled(message=str(exc), data=exc)
     if ctx is not None and ctx.flow_run is not None:
         operate_ui.record_failure(ctx.flow_run, state, "cancelled")
+    return state
+
+
+def _refused(ctx: FlowRunContext | None, exc: PrivacyError) -> State[Any]:
+    """The final state of a release refused by the privacy door, the budget or the officer
+    (:class:`~mdp_core.errors.PrivacyError` and its subclasses): ``Failed`` named ``Refused`` with the
+    refusal's one-line message and the exception as its data (``release_flow(...)`` raises it to its caller),
+    after one log line and the failure record (:func:`flows.operate_ui.record_failure`, kind "refused"; the
+    ``on_failure`` hook then finds it written). No traceback: a refusal is a verdict, not a crash."""
+    state: State[Any] = Failed(name="Refused", message=str(exc), data=exc)
+    if ctx is not None and ctx.flow_run is not None:
+        get_run_logger().error("refused: %s", exc)
+        operate_ui.record_failure(ctx.flow_run, state, "refused")
     return state
 
 
@@ -372,7 +392,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         operate_ui.at_stage(run_id, what)
 
     spent_before = operate_ui.ledger_snapshot(store.root)  # this run's spend = the ledger after minus before
-    refs, _, _ = prepare(config, store, params, run, note, new_draw, draw)
+    refs, _, _, approval = prepare(config, store, params, run, note, new_draw, draw)
     refs |= _solve_and_evaluate(config, store, params, run, refs, STAGES.index("evaluate") >= first_refresh)
     evaluate.publish_report(str(store.root), refs["evaluate"], key=rname)
     fields = {

@@ -145,7 +145,7 @@ def run_stages(root, cfg) -> dict:
     def run(stage: str, **upstream):
         return _TASKS[stage].fn(s, p[stage], **upstream)
 
-    refs, _, _ = prepare(cfg, Store(s), p, run)
+    refs, *_ = prepare(cfg, Store(s), p, run)
     refs["solve"] = run("solve", instance=refs["export"], partition=None)
     refs["postprocess"] = run(
         "postprocess",

@@ -50,6 +50,15 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/test_notify.py",
         '"notify", "--release", name, "--webhook", hook',
     ),
+    # docs/operating.md "The officer's approval": decisions for a paused run (the ops-tier approval tests)
+    'mdp-release approve 0190f3a2-5c1e-7d2a-9b4e-1f2a3b4c5d6e --by "A. Officer" --note "board minute 12"': (
+        "tests/test_approval.py",
+        '[MDP, "approve", run["id"], "--by", "A. Officer", "--note"',
+    ),
+    'mdp-release approve 0190f3a2-5c1e-7d2a-9b4e-1f2a3b4c5d6e --by "A. Officer" --reject --note "wrong wave"': (
+        "tests/test_approval.py",
+        '[MDP, "approve", run["id"], "--by", "B. Officer", "--reject", "--note"',
+    ),
 }
 
 

@@ -1,0 +1,416 @@
+"""The officer's approval: a person lets a release measure the people, after the privacy door admitted its
+plan and before its first charge (issue 41).
+
+``[release] approval`` (:func:`flows.config.approval_mode`):
+
+- ``required`` (unset, with microdata): the run publishes the officer's summary of the plan (a markdown
+  artifact ``<release name>-approval``: what will be released, the guarantee, this release's charge, the
+  population's budget, its history and what is left, the plan's sha256) and pauses through Prefect's own
+  input mechanism (:func:`prefect.flow_runs.pause_flow_run` with ``wait_for_input``): the UI's *Resume*
+  form, or ``mdp-release approve RUN_ID --by WHO [--note T] | --reject`` (:mod:`flows.approve_cli`, through
+  :func:`send_decision`: Prefect's :func:`prefect.flow_runs.resume_flow_run` with the input). Approved: the
+  approval record ``{mode, by, at, note, plan_sha256}`` goes to the manifest. Rejected, or no decision within
+  ``[release] approval_timeout`` seconds: :class:`NotApproved` (a PrivacyError: the run ends Refused),
+  nothing measured, nothing charged.
+- ``policy``: a scheduled release runs unattended while it stays inside the envelope a person approved once
+  (``<store>/approvals/<release name>.json``: the same population, the same guarantee figures, a charge at
+  most ``max_charge``, the budget left after it at least ``min_left``), and waits for a person otherwise;
+  approving a policy release's run (re)records its envelope (the form's ``max_charge`` / ``min_left``,
+  prefilled with this plan's charge and 0).
+- ``none`` (unset, with ``simulate = true``): nobody is asked.
+
+The approval is the flow's gate: only a Prefect flow run can wait for a person. The stages called directly
+(:func:`flows.release.prepare` outside a flow run, as the tests do) and the library
+(:mod:`mdp_core.release.make`) have nobody to ask and do not wait (a warning says so). Prefect's open-source
+server has no user accounts: whoever can reach its API can approve, and ``by`` is the name they give.
+Everything shown or recorded here is public (the plan's figures, the published budget history): never a
+count or a value of the secret table.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as _dt
+import hashlib
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from prefect.input import RunInput
+from pydantic import Field
+
+from flows.config import DEFAULT_APPROVAL_TIMEOUT, ReleaseFlowConfig, approval_mode, release_name
+from mdp_core.errors import InputError, PrivacyError
+from mdp_core.release.door import PrivacyPlan
+from mdp_core.spec.budget import Budget, Epsilon, round_up
+
+APPROVALS = "approvals"  # <store>/approvals/<release name>.json: a policy release's approved envelope
+ENVELOPE_FORMAT = "mdp-release-approval-envelope"
+GUARANTEE_FIGURES = ("epsilon_per_unit", "stretch", "protection_radius", "additive_epsilon", "distance_unit")
+GRACE = 60  # s: Prefect's own pause deadline is this much later than ours (ours resumes the run first)
+log = logging.getLogger("mdp_release")
+
+
+class ApprovalInput(RunInput):
+    """The officer's decision (Prefect's Resume form; ``mdp-release approve``)."""
+
+    approve: bool = Field(description="true: measure and release as planned; false: refuse (nothing is measured)")
+    name: str = Field(min_length=1, description="who decides (recorded in the manifest)")
+    note: str = Field("", description="why, or a reference (recorded in the manifest)")
+
+
+class PolicyApprovalInput(ApprovalInput):
+    """A policy release's decision: approving also records the envelope later runs may stay inside."""
+
+    max_charge: float = Field(ge=0, description="the envelope: a later run may charge at most this much")
+    min_left: float = Field(0.0, ge=0, description="the envelope: and leave at least this much of the budget")
+
+
+class NotApproved(PrivacyError):
+    """The officer rejected the release, or nobody decided in time: nothing was measured or charged."""
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """The population's budget as this release would find it (read only): the cap that applies (the stored
+    one, or the config's when it sets or lowers it), spent, left now and after this release's whole charge
+    (None without a cap), and the budget's published history of decisions."""
+
+    population: str
+    cap: float | None
+    cap_note: str
+    spent: float
+    left: Fraction | None
+    left_after: Fraction | None
+    history: tuple[dict[str, Any], ...]
+
+
+# ---------------------------------------------------------------------------------------- the plan
+def plan_figures(plan: PrivacyPlan) -> dict[str, Any]:
+    """The admitted plan's public figures: population, radius, max_distance, the guarantee (with its
+    statement), each planned charge and the whole charge (exact, rounded up), the door's settings."""
+    return {
+        "population": plan.population,
+        "radius": plan.radius,
+        "max_distance": plan.max_distance,
+        "guarantee": plan.guarantee.record(),
+        "charges": plan.charges(),
+        "charge": round_up(plan.charge.value),
+        "settings": plan.settings.as_params(),
+    }
+
+
+def plan_sha256(plan: PrivacyPlan) -> str:
+    """sha256 of the canonical JSON (sorted keys, no whitespace) of :func:`plan_figures`."""
+    text = json.dumps(plan_figures(plan), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def budget_view(root: str | Path, plan: PrivacyPlan, config_cap: float | None) -> BudgetView | None:
+    """The population's budget before this release (None: simulated people, no budget to show). Read only:
+    the ledger is verified (LedgerError otherwise), nothing is written."""
+    if plan.population is None:
+        return None
+    from artifacts.private import PrivateStore
+
+    private = PrivateStore(root)
+    now = private.budget(plan.population)
+    cap, note = now.cap, "the ledger's"
+    if config_cap is not None and (cap is None or config_cap < cap):
+        cap = config_cap
+        note = "set by this release's max_total_epsilon" if now.cap is None else "lowered by this release's config"
+    left = Budget.of(cap).left(now.spent)
+    after = None if left is None else left - plan.charge.value
+    history = tuple(private.history(plan.population, now.seq)) if now.seq >= 0 else ()
+    return BudgetView(plan.population, cap, note, now.spent, left, after, history)
+
+
+def _eps(x: Fraction | float | None) -> str:
+    return "none" if x is None else f"{float(x):.6g}"
+
+
+def _cell(text: Any) -> str:
+    """Free text (who, why) as one table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def summary_markdown(name: str, plan: PrivacyPlan, view: BudgetView | None, sha: str, how: str) -> str:
+    """The officer's summary of the plan (public figures only), ending with ``how`` to decide."""
+    g = plan.guarantee
+    charges = ", ".join(f"{k} {v:.6g}" for k, v in plan.charges().items())
+    who = f"population `{plan.population}`" if plan.population else "SIMULATED people (nobody's data)"
+    lines = [
+        f"# Release `{name}` waits for your approval",
+        "",
+        f"**What will be released:** {who}: each person's record perturbed by the certified eps-mDP mechanism "
+        f"(`microdata.parquet`), the noisy counts per output, zone and total (`aggregates.parquet`), the "
+        "mechanism and its public instance, the evaluation; signed. Nothing is measured before you approve.",
+        "",
+        f"**Guarantee:** {g.statement()}.",
+        "",
+        f"**This release's charge:** {_eps(round_up(plan.charge.value))} ({charges}; protection radius "
+        f"{plan.radius:g} {g.distance_unit}); a charge this draw already paid costs nothing again.",
+    ]
+    if view is None:
+        lines += ["", "**Budget:** simulated people have no cap."]
+    else:
+        lines += [
+            "",
+            f"**Budget of `{view.population}`:** cap {_eps(view.cap)} ({view.cap_note}), spent {_eps(view.spent)}, "
+            f"left {_eps(view.left)}; after this release at least {_eps(view.left_after)} left. Its history:",
+            "",
+            "| seq | decision | at (UTC) | by | why | cap after | spent before | spent, all budgets |",
+            "|---|---|---|---|---|---|---|---|",
+            *([] if view.history else ["| - | no decision on this budget yet | | | | | | |"]),
+            *(
+                f"| {h['seq']} | {h['kind']} | {h['at']} | {_cell(h['by'])} | {_cell(h['why'])} | {_eps(h['cap'])} | "
+                f"{_eps(h['spent_before'])} | {_eps(h['spent_all_budgets'])} |"
+                for h in view.history
+            ),
+        ]
+    lines += ["", f"**Plan sha256:** `{sha}`", "", how, ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- the envelope
+def envelope_path(root: str | Path, name: str) -> Path:
+    return Path(root) / APPROVALS / f"{name}.json"
+
+
+def read_envelope(root: str | Path, name: str) -> dict[str, Any] | None:
+    """The approved envelope of release ``name`` (None: none yet). InputError when it is unreadable."""
+    path = envelope_path(root, name)
+    if not path.exists():
+        return None
+    from mdp_core.runtime.files import read_json
+
+    data = read_json(path)
+    if data.get("format") != ENVELOPE_FORMAT:
+        raise InputError(f"{path}: not an approval envelope (format {data.get('format')!r})")
+    return data
+
+
+def write_envelope(root: str | Path, name: str, plan: PrivacyPlan, answer: PolicyApprovalInput, at: str) -> Path:
+    """Record the envelope a person approved for release ``name`` (owner-only file, written atomically)."""
+    from mdp_core.runtime.files import write_json
+
+    folder = Path(root) / APPROVALS
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    record = {
+        "format": ENVELOPE_FORMAT,
+        "version": 1,
+        "release": name,
+        "population": plan.population,
+        "guarantee": {k: plan.guarantee.record()[k] for k in GUARANTEE_FIGURES},
+        "max_charge": float(answer.max_charge),
+        "min_left": float(answer.min_left),
+        "by": answer.name,
+        "at": at,
+        "note": answer.note,
+        "plan_sha256": plan_sha256(plan),
+    }
+    return write_json(envelope_path(root, name), record)
+
+
+def outside_envelope(envelope: dict[str, Any] | None, plan: PrivacyPlan, view: BudgetView | None) -> list[str]:
+    """Why the plan is outside the approved ``envelope`` (empty: inside). Exact arithmetic."""
+    if envelope is None:
+        return ["no envelope has been approved for this release yet"]
+    why = []
+    if envelope.get("population") != plan.population:
+        why.append(f"population {plan.population!r}, the envelope's is {envelope.get('population')!r}")
+    figures = {k: plan.guarantee.record()[k] for k in GUARANTEE_FIGURES}
+    if envelope.get("guarantee") != figures:
+        changed = [k for k in GUARANTEE_FIGURES if (envelope.get("guarantee") or {}).get(k) != figures[k]]
+        why.append(f"the guarantee's {', '.join(changed)} differ from the envelope's")
+    if plan.charge.value > Epsilon.of(float(envelope.get("max_charge", 0.0)), "max_charge").value:
+        why.append(f"the charge {_eps(plan.charge.value)} is above the envelope's {envelope.get('max_charge')}")
+    floor = Epsilon.of(float(envelope.get("min_left", 0.0)), "min_left").value
+    left = None if view is None else view.left_after
+    if floor > 0 and (left is None or left < floor):
+        why.append(f"it would leave {_eps(left)} of the budget, the envelope keeps {envelope.get('min_left')}")
+    return why
+
+
+# ---------------------------------------------------------------------------------------- the hook
+def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) -> dict[str, Any] | None:
+    """The officer's approval of the admitted ``plan`` before its first charge (module docstring): the
+    approval record {mode, by, at, note, plan_sha256} for the manifest, or None (``approval = none``, or
+    not in a flow run). NotApproved when rejected or not decided in time (nothing measured or charged)."""
+    from prefect.context import FlowRunContext
+
+    mode = approval_mode(config)
+    if mode == "none":
+        return None
+    ctx = FlowRunContext.get()
+    in_flow = ctx is not None and ctx.flow_run is not None
+    name, sha = release_name(config), plan_sha256(plan)
+    view = budget_view(store.root, plan, config.release.max_total_epsilon) if in_flow or mode == "policy" else None
+    if mode == "policy":
+        envelope = read_envelope(store.root, name)
+        why = outside_envelope(envelope, plan, view)
+        if not why and envelope is not None:
+            return _within_policy(envelope, sha)
+        _logger().info("approval = policy: a person decides: %s", "; ".join(why))
+    if ctx is None or ctx.flow_run is None:
+        _logger().warning("approval = %s: not a Prefect flow run (the stages called directly): nobody to ask", mode)
+        return None
+    answer = _ask(config, str(ctx.flow_run.id), plan, view, sha, policy=mode == "policy")
+    at = _now()
+    if isinstance(answer, PolicyApprovalInput):
+        write_envelope(store.root, name, plan, answer, at)
+    _logger().info("release %s approved by %s (plan sha256 %s)", name, answer.name, sha)
+    return {"mode": mode, "by": answer.name, "at": at, "note": answer.note, "plan_sha256": sha}
+
+
+def _within_policy(envelope: dict[str, Any], sha: str) -> dict[str, Any]:
+    """The approval record of a run inside the approved envelope: by whom and when it was approved."""
+    note = (
+        f"unattended, within the envelope approved for plan {str(envelope.get('plan_sha256'))[:12]} (charge at "
+        f"most {envelope.get('max_charge')}, at least {envelope.get('min_left')} left)"
+    )
+    note += f": {envelope['note']}" if envelope.get("note") else ""
+    _logger().info("approval = policy: inside the envelope %s approved at %s", envelope.get("by"), envelope.get("at"))
+    return {
+        "mode": "policy",
+        "by": str(envelope.get("by")),
+        "at": str(envelope.get("at")),
+        "note": note,
+        "plan_sha256": sha,
+    }
+
+
+def _ask(
+    config: ReleaseFlowConfig, run_id: str, plan: PrivacyPlan, view: BudgetView | None, sha: str, policy: bool
+) -> ApprovalInput:
+    """Publish the officer's summary, pause the run for the decision (Prefect's Resume form or
+    :func:`send_decision`) and return the approving answer; NotApproved otherwise."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.exceptions import FlowPauseTimeout
+    from prefect.flow_runs import pause_flow_run
+
+    from flows import operate_ui
+    from mdp_core.runtime import control
+
+    name = release_name(config)
+    timeout = config.release.approval_timeout or DEFAULT_APPROVAL_TIMEOUT
+    how = (
+        f"**To decide** (within {timeout} s, else the run ends Refused): *Resume* on the run's page, or "
+        f"`mdp-release approve {run_id} --by WHO [--note TEXT]` (`--reject` to refuse)."
+    )
+    md = summary_markdown(name, plan, view, sha, how)
+    create_markdown_artifact(markdown=md, key=f"{name}-approval", description=f"mdp-release {name}: approve the plan")
+    operate_ui.at_stage(run_id, "the officer's approval")
+    _logger().warning("release %s waits for approval: mdp-release approve %s --by WHO (or --reject)", name, run_id)
+    defaults: dict[str, Any] = {"max_charge": round_up(plan.charge.value)} if policy else {}
+    form = (PolicyApprovalInput if policy else ApprovalInput).with_initial_data(description=md, **defaults)
+    deadline = _Deadline(run_id, timeout)
+    try:
+        answer = pause_flow_run(
+            wait_for_input=form, timeout=timeout + GRACE, poll_interval=min(10, max(1, timeout // 10)), key="approval"
+        )
+    except FlowPauseTimeout:
+        control.check("the officer's approval")  # cancelled meanwhile: Interrupted, the run ends Cancelled
+        raise NotApproved(_refusal(name, f"nobody decided within {timeout} s")) from None
+    finally:
+        deadline.cancel()
+    if deadline.fired:
+        raise NotApproved(_refusal(name, f"nobody decided within {timeout} s"))
+    if not answer.approve:
+        why = f"rejected by {answer.name}" + (f" ({answer.note})" if answer.note else "")
+        raise NotApproved(_refusal(name, why))
+    return answer
+
+
+def _refusal(name: str, why: str) -> str:
+    return f"release {name} refused: not approved, {why}; nothing was measured, nothing was charged"
+
+
+class _Deadline:
+    """At ``timeout`` s, resume the paused run ``run_id`` with a refusal (before Prefect's own pause
+    deadline, which would end the run Failed under its own name): ``fired`` when that resume took effect."""
+
+    def __init__(self, run_id: str, timeout: int) -> None:
+        self.fired = False
+        ctx = contextvars.copy_context()  # the flow's Prefect settings (its API)
+        self._timer = threading.Timer(timeout, ctx.run, args=(self._fire, run_id))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self, run_id: str) -> None:
+        try:
+            send_decision(run_id, False, "mdp-release (no decision in time)", "approval_timeout reached")
+            self.fired = True
+        except Exception as exc:  # decided meanwhile (not paused any more), or cancelled
+            log.debug("approval deadline of %s: %s", run_id, exc)
+
+    def cancel(self) -> None:
+        """Stop the timer, or wait for a resume it is sending (then ``fired`` is final)."""
+        self._timer.cancel()
+        self._timer.join(timeout=60)
+
+
+def _logger() -> Any:
+    """The flow run's logger (its log in the UI), or this module's outside a flow run."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return log
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------------- the terminal
+def send_decision(run_id: str, approve: bool, by: str, note: str = "", **envelope: float) -> None:
+    """Resume the paused run ``run_id`` with the decision (Prefect's :func:`prefect.flow_runs.resume_flow_run`
+    with the input; ``envelope``: a policy release's ``max_charge`` / ``min_left``). InputError when the run
+    is not waiting for an approval or the server refuses the input."""
+    from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
+    from prefect.flow_runs import resume_flow_run
+
+    uid = flow_run_uuid(run_id)
+    payload = {"approve": approve, "name": by, "note": note, **envelope}
+    try:
+        resume_flow_run(uid, run_input=payload)
+    except NotPausedError:
+        raise InputError(
+            f"flow run {run_id} is not waiting for an approval (decided, timed out or not paused)"
+        ) from None
+    except ObjectNotFound:
+        raise InputError(f"no flow run {run_id} on this Prefect server") from None
+    except (FlowPauseTimeout, RuntimeError) as exc:
+        raise InputError(f"flow run {run_id}: the server refused the decision: {exc}") from None
+
+
+def flow_run_uuid(run_id: str) -> UUID:
+    """``run_id`` as a flow run's UUID; InputError otherwise."""
+    try:
+        return UUID(run_id)
+    except ValueError:
+        raise InputError(
+            f"{run_id!r} is not a flow run id (the end of the run's `View at .../flow-run/ID` line)"
+        ) from None
+
+
+__all__ = [
+    "ApprovalInput",
+    "NotApproved",
+    "PolicyApprovalInput",
+    "budget_view",
+    "outside_envelope",
+    "plan_figures",
+    "plan_sha256",
+    "send_decision",
+    "summary_markdown",
+    "wait_for_approval",
+]

@@ -1,0 +1,309 @@
+"""The officer's release (issue 41): ``[release] approval`` and refusals that read as refusals.
+
+Unit level (no server): the config key and its defaults, the plan's hash and the officer's summary (public
+figures only), the policy envelope, the hook outside a flow run, the ``approve`` command's own errors. On the
+session's real Prefect server (``ops``): a paused run approved with ``mdp-release approve`` (Prefect's
+``resume_flow_run`` with the input) measures and publishes, and the next run of its policy runs unattended;
+a rejected one and a timed-out one end **Refused**, nothing measured, nothing charged; a release the budget
+refuses ends Refused too, one line, no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import MDP, POPULATION, api_post, people_table, run_command, server_env
+
+from artifacts.private import PrivateStore
+from artifacts.store import Store
+from flows.approval import (
+    ApprovalInput,
+    NotApproved,
+    PolicyApprovalInput,
+    budget_view,
+    outside_envelope,
+    plan_figures,
+    plan_sha256,
+    read_envelope,
+    summary_markdown,
+    wait_for_approval,
+    write_envelope,
+)
+from flows.config import approval_mode, as_config, config_hash, parse_config, to_parameter
+from mdp_core.errors import InputError, PrivacyError
+from mdp_core.release.door import GraphFacts, Settings, plan_privacy
+
+GRID = {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}}
+
+
+def _config(root: Path, **release):
+    base = {"microdata": str(root / "people.csv"), "population": POPULATION, "max_total_epsilon": 100.0}
+    return parse_config({"store": str(root / "store"), "dataset": GRID, "release": base | release})
+
+
+def _plan(eps: float = 2.0, population: str | None = POPULATION, eps_counts: float = 1.0):
+    settings = Settings(epsilon=eps, eta=1.5, eps_counts=eps_counts, population=population)
+    return plan_privacy(settings, GraphFacts(30, (30,), 1.25, "km")).admit()
+
+
+# ------------------------------------------------------------------------------------------------ config
+def test_the_default_is_required_for_microdata_and_none_for_simulated_people(tmp_path):
+    assert approval_mode(_config(tmp_path)) == "required"
+    assert approval_mode(parse_config({"release": {"simulate": True}})) == "none"
+    for mode in ("required", "policy", "none"):
+        assert approval_mode(_config(tmp_path, approval=mode)) == mode
+    with pytest.raises(InputError, match="approval"):
+        _config(tmp_path, approval="maybe")
+    with pytest.raises(InputError, match="approval_timeout"):
+        _config(tmp_path, approval_timeout=0)
+
+
+def test_an_unset_approval_is_not_written_and_a_set_one_round_trips(tmp_path):
+    """Configs written before the key keep their hash and published config; a set one survives every route."""
+    unset = _config(tmp_path)
+    assert "approval" not in unset.model_dump(mode="json")["release"]
+    assert "approval_timeout" not in unset.model_dump(mode="json")["release"]
+    assert config_hash(unset) == config_hash(as_config(unset.model_dump(mode="json")))
+    policy = _config(tmp_path, approval="policy", approval_timeout=30)
+    assert policy.model_dump(mode="json")["release"]["approval"] == "policy"
+    assert as_config(to_parameter(policy)) == policy == as_config(policy.model_dump(mode="json"))
+    assert config_hash(policy) != config_hash(unset)
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+def test_the_plan_hash_is_of_its_public_figures():
+    plan = _plan()
+    figures = plan_figures(plan)
+    assert set(figures) == {"population", "radius", "max_distance", "guarantee", "charges", "charge", "settings"}
+    assert figures["charge"] >= sum(figures["charges"].values())  # the exact sum, rounded up
+    assert plan_sha256(plan) == plan_sha256(_plan()) and len(plan_sha256(plan)) == 64
+    assert plan_sha256(_plan(eps=3.0)) != plan_sha256(plan) != plan_sha256(_plan(eps_counts=0.5))
+
+
+def test_the_summary_states_the_plan_and_the_budget_history_and_writes_nothing(tmp_path):
+    root = tmp_path / "store"
+    private = PrivateStore(root)
+    private.set_cap(POPULATION, 30.0, "A. Officer", "first budget | wave 1")
+    private.set_cap(POPULATION, 20.0, "B. Board", "lowered")
+    before = sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*"))
+    plan = _plan()
+    view = budget_view(root, plan, config_cap=25.0)  # above the stored cap: the stored 20 applies
+    assert sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*")) == before  # read only
+    assert view is not None and view.cap == 20.0 and view.spent == 0.0
+    assert view.left_after == 20 - plan.charge.value and [h["kind"] for h in view.history] == ["cap", "lower"]
+    md = summary_markdown("agency", plan, view, plan_sha256(plan), "**To decide:** here.")
+    assert plan.guarantee.statement() in md and plan_sha256(plan) in md and "**To decide:** here." in md
+    assert "A. Officer" in md and "first budget \\| wave 1" in md and "B. Board" in md
+    assert f"{float(plan.charge.value):.6g}" in md or f"{plan.charges()['perturb']:.6g}" in md
+    lowered = budget_view(root, plan, config_cap=10.0)
+    assert lowered is not None and lowered.cap == 10.0 and "lowered" in lowered.cap_note
+    first = budget_view(tmp_path / "fresh", plan, config_cap=40.0)
+    assert first is not None and first.cap == 40.0 and first.history == () and not (tmp_path / "fresh").exists()
+    assert budget_view(root, _plan(population=None), None) is None  # simulated people: no budget
+
+
+# ------------------------------------------------------------------------------------------------ policy
+def _envelope(root: Path, plan, max_charge: float, min_left: float = 0.0) -> dict:
+    answer = PolicyApprovalInput(
+        approve=True, name="A. Officer", note="nightly", max_charge=max_charge, min_left=min_left
+    )
+    write_envelope(root, "agency", plan, answer, "2026-01-01T00:00:00+00:00")
+    envelope = read_envelope(root, "agency")
+    assert envelope is not None
+    return envelope
+
+
+def test_a_plan_inside_the_envelope_runs_unattended_and_each_way_out_is_named(tmp_path):
+    root = tmp_path / "store"
+    plan = _plan()
+    charge = float(plan.charge.value) + 1e-9
+    assert outside_envelope(None, plan, None) == ["no envelope has been approved for this release yet"]
+    envelope = _envelope(root, plan, max_charge=charge, min_left=10.0)
+    assert (root / "approvals").stat().st_mode & 0o777 == 0o700
+    view = budget_view(root, plan, config_cap=100.0)
+    assert outside_envelope(envelope, plan, view) == []
+    more = outside_envelope(envelope, _plan(eps_counts=2.0), view)
+    assert any("additive_epsilon" in w for w in more) and any("the charge" in w for w in more)
+    assert any("epsilon_per_unit" in w for w in outside_envelope(envelope, _plan(eps=2.5), view))
+    assert "population" in outside_envelope(envelope, _plan(population="others"), view)[0]
+    tight = budget_view(root, plan, config_cap=12.0)
+    assert "leave" in outside_envelope(envelope, plan, tight)[0]
+
+
+def test_the_hook_outside_a_flow_run_asks_nobody_but_a_policy_still_applies(tmp_path):
+    """The stages called directly (tests, the library) cannot wait for a person: a warning, no record;
+    a policy release inside its envelope gets the envelope's approval record."""
+    store = Store(tmp_path / "store")
+    plan = _plan()
+    assert wait_for_approval(_config(tmp_path, approval="none"), store, plan) is None
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("mdp_release").addHandler(handler)  # Prefect's logging set-up replaces pytest's capture
+    try:
+        assert wait_for_approval(_config(tmp_path), store, plan) is None
+    finally:
+        logging.getLogger("mdp_release").removeHandler(handler)
+    assert any("nobody to ask" in m for m in seen)
+    policy = _config(tmp_path, approval="policy")
+    assert wait_for_approval(policy, store, plan) is None  # no envelope yet: a person would be asked
+    from flows.config import release_name
+
+    answer = PolicyApprovalInput(approve=True, name="A. Officer", note="", max_charge=50.0)
+    write_envelope(store.root, release_name(policy), plan, answer, "2026-01-01T00:00:00+00:00")
+    record = wait_for_approval(policy, store, plan)
+    assert record is not None and record["mode"] == "policy" and record["by"] == "A. Officer"
+    assert record["plan_sha256"] == plan_sha256(plan) and set(record) == {"mode", "by", "at", "note", "plan_sha256"}
+
+
+def test_the_decision_form_needs_a_name_and_not_approved_is_a_refusal():
+    with pytest.raises(ValueError):
+        ApprovalInput(approve=True, name="", note="")
+    assert issubclass(NotApproved, PrivacyError)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["approve", "not-a-run", "--by", "A. Officer"], "not a flow run id"),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", " "], "--by names who decides"),
+        (
+            ["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--reject", "--max-charge", "3"],
+            "not with --reject",
+        ),
+    ],
+)
+def test_approve_refuses_bad_arguments_before_asking_a_server(args, needle, capsys):
+    from flows.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mdp-release: error: ") and needle in err[0]
+
+
+# ------------------------------------------------------------------------------------------------ a real server
+CONFIG = """
+name = "{name}"
+store = "{store}"
+[dataset]
+kind = "grid"
+params = {{ rows = 5, cols = 6, n_outputs = 30, seed = 0 }}
+[privacy]
+epsilon = 2.0
+eta = 1.5
+[solve]
+method = "lp"
+[release]
+microdata = "people.csv"
+population = "{population}"
+max_total_epsilon = {cap}
+{extra}
+[evaluate]
+baselines = []
+counts_eps = [1.0]
+counts_seeds = 1
+"""
+
+
+def _start(server, tmp_path: Path, name: str, cap: float = 100.0, extra: str = "") -> tuple[subprocess.Popen, Path]:
+    """``mdp-release run`` of a fresh microdata release ``name`` (its own store) in the background."""
+    folder = tmp_path / name
+    folder.mkdir()
+    people_table(folder / "people.csv", n=337)  # a count of the secret table: never in what the officer sees
+    cfg = folder / "release.toml"
+    store = folder / "store"
+    cfg.write_text(CONFIG.format(name=name, store=store, population=f"{name}-people", cap=cap, extra=extra))
+    env = server_env(server, tmp_path)
+    args = [MDP, "run", "--config", str(cfg)]
+    return subprocess.Popen(args, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), store
+
+
+def _paused_run(server, name: str, within: float = 120) -> dict:
+    """The flow run of release ``name`` once it is paused (waiting for the approval)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within:
+        runs = api_post(server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": [f"release:{name}"]}}})
+        if runs and runs[0]["state_type"] == "PAUSED":
+            return runs[0]
+        assert not runs or runs[0]["state_type"] in ("PENDING", "RUNNING", "SCHEDULED"), runs[0]["state"]
+        time.sleep(1)
+    raise AssertionError(f"release {name} never paused")
+
+
+def _nothing_charged(store: Path, population: str) -> None:
+    assert not (store / "private").exists() or PrivateStore(store).budget(population).n_charges == 0
+    assert not (store / "objects" / "postprocess").exists()
+    assert [p.name for p in (store / "runs").glob("*") if not p.name.endswith("-failed")] == []
+
+
+def test_a_paused_release_measures_only_once_an_officer_approves_then_its_policy_runs_alone(prefect_server, tmp_path):
+    """``approval = "policy"`` with no envelope yet: the run pauses after the door with the officer's summary,
+    nothing charged; ``mdp-release approve`` resumes it: it charges, publishes and records the envelope. The
+    next run stays inside it and runs unattended; a decision for a run that no longer waits is an error."""
+    proc, store = _start(prefect_server, tmp_path, "appr-yes", extra='approval = "policy"')
+    run = _paused_run(prefect_server, "appr-yes")
+    assert PrivateStore(store).budget("appr-yes-people").n_charges == 0  # nothing charged while it waits
+    (art,) = api_post(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["appr-yes-approval"]}}})
+    assert "Plan sha256" in art["data"] and "waits for your approval" in art["data"]
+    assert not re.search(r"\b337\b", art["data"])  # public figures only
+    env = server_env(prefect_server, tmp_path)
+    ok = run_command([MDP, "approve", run["id"], "--by", "A. Officer", "--note", "minute 12"], tmp_path, env, 120)
+    assert ok.returncode == 0 and "approved" in ok.stdout, ok.stderr[-2000:]
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    (final,) = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})
+    assert final["state_type"] == "COMPLETED"
+    assert PrivateStore(store).budget("appr-yes-people").n_charges == 2  # perturbation and counts
+    envelope = read_envelope(store, "appr-yes")
+    assert envelope is not None and envelope["by"] == "A. Officer" and envelope["min_left"] == 0.0
+    unattended = run_command([MDP, "run", "--config", str(tmp_path / "appr-yes" / "release.toml")], tmp_path, env)
+    assert unattended.returncode == 0 and "inside the envelope A. Officer approved" in unattended.stderr
+    assert "waits for approval" not in unattended.stderr
+    again = run_command([MDP, "approve", run["id"], "--by", "A. Officer"], tmp_path, env, 120)
+    assert again.returncode == 2 and "not waiting for an approval" in again.stderr
+
+
+def test_a_rejected_or_timed_out_release_ends_refused_and_charges_nothing(prefect_server, tmp_path):
+    """Rejected (``mdp-release approve --reject``), or no decision within ``approval_timeout``: the run ends
+    in the state named Refused; one error line, no traceback."""
+    timed, timed_store = _start(prefect_server, tmp_path, "appr-late", extra="approval_timeout = 3")
+    no, no_store = _start(prefect_server, tmp_path, "appr-no")
+    run = _paused_run(prefect_server, "appr-no")
+    env = server_env(prefect_server, tmp_path)
+    reject = [MDP, "approve", run["id"], "--by", "B. Officer", "--reject", "--note", "not this week"]
+    assert run_command(reject, tmp_path, env, 120).returncode == 0
+    cases = {
+        "appr-no": (no, no_store, "rejected by B. Officer (not this week)"),
+        "appr-late": (timed, timed_store, "nobody decided within 3 s"),
+    }
+    for name, (proc, store, why) in cases.items():
+        _, err = proc.communicate(timeout=300)
+        lines = [ln for ln in err.splitlines() if ln.startswith("mdp-release: error:")]
+        assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+        assert why in lines[0] and "nothing was measured, nothing was charged" in lines[0]
+        (final,) = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": [f"release:{name}"]}}})
+        assert (final["state_type"], final["state_name"]) == ("FAILED", "Refused"), final["state"]
+        assert why in final["state"]["message"]
+        _nothing_charged(store, f"{name}-people")
+        (record,) = store.glob("runs/*-failed/record.json")
+        assert json.loads(record.read_text())["state"] == "refused"
+
+
+def test_a_release_the_budget_refuses_ends_refused_with_one_line(prefect_server, tmp_path):
+    """A PrivacyError (here BudgetRefused: a cap below this release's charge) is a verdict: Refused, no
+    traceback on the terminal, the failure record says refused; nothing measured or charged."""
+    proc, store = _start(prefect_server, tmp_path, "appr-cap", cap=0.5, extra='approval = "none"')
+    _, err = proc.communicate(timeout=300)
+    lines = [ln for ln in err.splitlines() if ln.startswith("mdp-release: error:")]
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    (run,) = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["release:appr-cap"]}}})
+    assert (run["state_type"], run["state_name"]) == ("FAILED", "Refused") and "cap" in run["state"]["message"]
+    _nothing_charged(store, "appr-cap-people")
+    (record,) = store.glob("runs/*-failed/record.json")
+    assert json.loads(record.read_text())["state"] == "refused"
