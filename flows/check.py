@@ -180,7 +180,7 @@ def _check_door(rep: Report, cfg: Any, inst: Any, has_table: bool) -> Any:
     except InputError as exc:
         rep.reasons.append(str(exc))
         return None
-    rep.reasons.extend(door.plan.refusals)
+    rep.reasons.extend(door.plan.reasons)
     return door.plan
 
 

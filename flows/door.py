@@ -93,7 +93,7 @@ def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
     """The door for ``cfg`` over ``inst`` (the instance with the mDP graph's edges at the release's eta):
     the plan, with the secret table read and validated when the release has one."""
     s = settings(cfg, float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon), inst.eta)
-    graph, _ = GraphFacts.recomputed(inst)
+    graph, _ = GraphFacts.recomputed(inst, s.radius)
     if cfg.release.microdata is None:
         return Door(plan_privacy(s, graph))
     facts, fingerprint, loc = read_secret_table(cfg, inst, s.distance_limit)

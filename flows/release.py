@@ -127,11 +127,12 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw, door: Settings) -> dict[s
 
 def release_key(cfg: ReleaseFlowConfig) -> str:
     """What identifies a release of a draw for the budget's early check: the config without the parts that
-    cannot change what is measured (run, name, store, evaluate)."""
+    cannot change what is measured (run, name, store, evaluate, who approves)."""
     import hashlib
     import json
 
-    data = cfg.model_dump(mode="json", exclude={"run", "name", "store", "evaluate"})
+    exclude = {"run": True, "name": True, "store": True, "evaluate": True, "release": {"approval", "approval_timeout"}}
+    data = cfg.model_dump(mode="json", exclude=exclude)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -399,6 +400,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
         "refresh_from": refresh_from,
         "package_versions": package_versions(PACKAGES),
+        **({"approval": approval} if approval is not None else {}),  # the officer's approval (flows/approval.py)
     }
     manifest = _run_manifest(config, store, refs, run_id, entries, fields)
     control.check("release")  # a stop requested meanwhile: nothing is published

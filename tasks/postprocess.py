@@ -246,10 +246,11 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
     make.certify(inst, z)  # first: a mechanism that fails its certificate is refused before anything else
-    graph, prot = GraphFacts.recomputed(inst)  # the stretch from the instance itself, never from a stage's file
-    privacy = plan_privacy(Settings(**params["door"]), graph)  # the door's rules again, on what is drawn from
-    settings = (privacy.settings.max_stretch, privacy.settings.allow_unprotected, privacy.max_distance)
-    protection = make.published_protection(prot.as_dict(), privacy.radius, *settings)
+    settings = Settings(**params["door"])
+    graph, prot = GraphFacts.recomputed(inst, settings.radius)  # from the instance itself, never a stage's file
+    privacy = plan_privacy(settings, graph)  # the door's rules again, on what is drawn from
+    limits = (settings.max_stretch, settings.allow_unprotected, privacy.max_distance)
+    protection = make.published_protection(prot.as_dict(), privacy.radius, *limits)
     eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
     plan = make.plan_release(inst, z, privacy)  # certifies z, refuses a deterministic row or a refused plan
     private = PrivateStore(store.root)

@@ -260,6 +260,9 @@ def test_a_paused_release_measures_only_once_an_officer_approves_then_its_policy
     (final,) = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})
     assert final["state_type"] == "COMPLETED"
     assert PrivateStore(store).budget("appr-yes-people").n_charges == 2  # perturbation and counts
+    (manifest,) = [json.loads(m.read_text()) for m in store.glob("runs/2*/manifest.json")]
+    assert manifest["approval"]["by"] == "A. Officer" and manifest["approval"]["note"] == "minute 12"
+    assert manifest["approval"]["mode"] == "policy" and len(manifest["approval"]["plan_sha256"]) == 64
     envelope = read_envelope(store, "appr-yes")
     assert envelope is not None and envelope["by"] == "A. Officer" and envelope["min_left"] == 0.0
     unattended = run_command([MDP, "run", "--config", str(tmp_path / "appr-yes" / "release.toml")], tmp_path, env)

@@ -20,7 +20,7 @@ from conftest import run_stages
 from artifacts.private import BudgetRefused, LedgerError, PrivateStore
 from artifacts.store import Store
 from flows.config import parse_config
-from mdp_core.errors import PrivacyError
+from mdp_core.errors import PrivacyError, SecretTableError
 from mdp_core.problem.datasets import grid
 from mdp_core.runtime.files import read_json
 
@@ -173,13 +173,13 @@ def test_a_disconnected_graph_is_refused_unless_allowed(table, tmp_path):
     (every mechanism row would be deterministic): refused, and refused with allow_unprotected too -- nothing
     charged, no population created."""
     path, _ = table
-    tiny = {"epsilon": 60.0, "eta": 0.05}
+    tiny = {"epsilon": 60.0, "eta": 0.05, "protection_radius": 1.0}
     with pytest.raises(PrivacyError, match="components"):
-        run_stages(tmp_path, config(tmp_path, path, privacy=tiny, max_total_epsilon=1000.0))
+        run_stages(tmp_path, config(tmp_path, path, privacy=tiny, max_total_epsilon=1000.0, max_distance=1.0))
     assert not (tmp_path / "private").exists() or PrivateStore(tmp_path).populations() == []
     allowed = tiny | {"allow_unprotected": True}
     with pytest.raises(PrivacyError, match="alone in their component"):
-        run_stages(tmp_path, config(tmp_path, path, privacy=allowed, max_total_epsilon=1000.0, max_distance=0.05))
+        run_stages(tmp_path, config(tmp_path, path, privacy=allowed, max_total_epsilon=1000.0, max_distance=1.0))
     assert not (tmp_path / "private").exists() or PrivateStore(tmp_path).populations() == []
 
 
@@ -190,7 +190,9 @@ def test_the_guarantee_is_stated_in_the_metric(table, tmp_path):
     prov = provenance(tmp_path, refs)
     g, led = prov["guarantee"], prov["ledger"]
     assert g["stretch"] >= 1.0 and g["metric_epsilon_per_unit"] == pytest.approx(2.0 * g["stretch"])
-    assert led["this_release"] == pytest.approx(2.0 * g["stretch"] * 2.0 + 1.0)
+    # the charge pays the stretch over the pairs within the radius (2 km > eta 1.5 km: between 1 and the stretch)
+    assert 1.0 <= g["stretch_within_radius"] <= g["stretch"]
+    assert led["this_release"] == pytest.approx(2.0 * g["stretch_within_radius"] * 2.0 + 1.0)
 
 
 def test_one_population_one_protection_radius(table, tmp_path):
@@ -389,7 +391,7 @@ def test_a_bad_table_spends_nothing_and_sets_no_cap(table, tmp_path):
     bad.to_csv(path, index=False)
     cfg = config(tmp_path, path, max_total_epsilon=40.0, prior="dp", eps_prior=0.5)
     assert not _check(tmp_path, cfg).accepted
-    with pytest.raises(PrivacyError, match="cannot be read or mapped"):
+    with pytest.raises(SecretTableError, match="cannot be read or mapped"):  # a bad file: a failure, no row named
         run_stages(tmp_path, cfg)
     assert _nothing_charged(tmp_path)
     good = tmp_path / "good.csv"
@@ -468,3 +470,27 @@ def test_nothing_measures_the_secret_table_outside_the_door():
                         outside.append(f"{path.name}:{node.lineno} {name}")
     assert not outside, outside
     assert inside >= 2  # the release (perturbation and counts) and the DP prior
+
+
+def test_the_charge_pays_the_stretch_within_the_radius(table, tmp_path):
+    """Issue 40's first cause: a move within the protection radius is what the budget is charged for, so the
+    charge pays the stretch over the pairs within the radius (1 when the radius is eta: every such pair is an
+    edge), not the whole graph's. Checked on the released mechanism: every pair within the radius realises at
+    most eps x d."""
+    from mdp_core.problem.io import read_instance, read_mechanism
+    from mdp_core.problem.metrics import pairwise
+
+    path, _ = table
+    refs = run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=100.0))
+    g, led = provenance(tmp_path, refs)["guarantee"], provenance(tmp_path, refs)["ledger"]
+    assert g["stretch"] > 1.0 and g["stretch_within_radius"] == 1.0 and g["protection_radius"] == 1.5
+    assert led["this_release"] == pytest.approx(2.0 * 1.0 * 1.5 + 1.0, rel=2e-9)
+    assert "at most 1.5 km apart" in g["statement"]
+    store = Store(tmp_path)
+    inst = read_instance(store.root / refs["export"].path)
+    z = read_mechanism(store.path(refs["solve"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
+    pts = inst.record_points()
+    d = pairwise(inst.metric, pts, pts)
+    i, j = np.nonzero((d <= 1.5) & (d > 0))
+    ratio = np.abs(np.log(z[i]) - np.log(z[j])).max(axis=1)
+    assert (ratio <= 2.0 * d[i, j] * (1 + 1e-9)).all()

@@ -476,7 +476,7 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
         inst = read_instance(d / INSTANCE_DIR)
         z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
         cert = verify(inst, z)
-        graph = _graph_protection(inst)
+        graph = _graph_protection(inst, _stated_radius(d))
     except MdpError as exc:
         return None, [*findings, _first_line(exc)]
     facts: Record = {
@@ -494,6 +494,7 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
         "objective": objective(inst, z),
         "components": graph["component_sizes"],
         "stretch": graph["stretch"],
+        "stretch_within": graph["stretch_within"],
         "evaluation_markdown": None,
     }
     for name, read in TABLE_FACTS.items():
@@ -512,15 +513,24 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
     return facts, findings
 
 
-def _graph_protection(inst: Any) -> Record:
-    """The released instance's mDP graph as the graph stage measures it (tasks/graph.py: the same
+def _graph_protection(inst: Any, radius: float | None = None) -> Record:
+    """The released instance's mDP graph as the graph stage and the door measure it (the same
     :func:`mdp_core.release.protection.graph_protection` over the same records, edges and distances, with its
-    defaults): {"component_sizes": largest first, "stretch": worst D_G / d within a component (inf: unbounded)}.
-    A stated stretch is compared with this one; the file's own figure is never trusted."""
+    defaults and the stated protection ``radius``): {"component_sizes": largest first, "stretch": worst D_G / d
+    within a component (inf: unbounded), "stretch_within": the same over the pairs within the radius}. A stated
+    stretch is compared with these; the file's own figure is never trusted."""
     from mdp_core.release.protection import graph_protection
 
-    p = graph_protection(inst, inst.edges, inst.distances)
-    return {"component_sizes": list(p.component_sizes), "stretch": p.stretch}
+    p = graph_protection(inst, inst.edges, inst.distances, radius=radius)
+    return {"component_sizes": list(p.component_sizes), "stretch": p.stretch, "stretch_within": p.stretch_within}
+
+
+def _stated_radius(d: Path) -> float | None:
+    """The protection radius the provenance states (the pairs the within-radius stretch is taken over; a
+    wrong one is a finding of :func:`_check_guarantee`, which compares it with the protection block's)."""
+    prov, _ = _load_json(d / PROVENANCE)
+    radius = _num(_obj(_obj(prov).get("protection")).get("protection_radius"))
+    return radius if radius is not None and math.isfinite(radius) and radius > 0 else None
 
 
 FACT_KEYS = (
@@ -531,6 +541,7 @@ FACT_KEYS = (
     "objective",
     "components",
     "stretch",
+    "stretch_within",
     "evaluation_markdown",
     *TABLE_FACTS,
 )
@@ -660,14 +671,18 @@ def _check_provenance(prov: dict, actual: dict[str, str], facts: Record) -> list
         findings += _keys(f"{p} ledger", _obj(prov.get("ledger")), LEDGER_KEYS_V2)
         return findings + _check_guarantee_v2(prov, facts["instance"]) + _check_ledger_v2(prov, facts["instance"])
     findings += _keys(p, prov, PROVENANCE_KEYS)
-    findings += _keys(f"{p} guarantee", _obj(prov.get("guarantee")), GUARANTEE_KEYS)
+    g = _obj(prov.get("guarantee"))
+    findings += _keys(f"{p} guarantee", g, GUARANTEE_KEYS | contract.GUARANTEE_KEYS_OPTIONAL, required=False)
+    findings += _keys(f"{p} guarantee", {k: v for k, v in g.items() if k in GUARANTEE_KEYS}, GUARANTEE_KEYS)
     led = _obj(prov.get("ledger"))
     findings += _keys(f"{p} ledger", led, LEDGER_KEYS | contract.LEDGER_KEYS_OPTIONAL, required=False)
     findings += _keys(f"{p} ledger", {k: v for k, v in led.items() if k in LEDGER_KEYS}, LEDGER_KEYS)
     findings += _keys(f"{p} protection", _obj(prov.get("protection")), PROTECTION_KEYS)
     stretch = _stretch(prov, facts)
+    within = _stretch_within(prov, facts, stretch)
     findings += _check_protection(prov, facts, stretch)
-    return findings + _check_guarantee(prov, facts["instance"], stretch) + _check_ledger(prov, stretch)
+    findings += _check_within(prov, facts, within)
+    return findings + _check_guarantee(prov, facts["instance"], stretch, within) + _check_ledger(prov, within)
 
 
 def _stretch(prov: dict, facts: Record) -> float:
@@ -676,6 +691,30 @@ def _stretch(prov: dict, facts: Record) -> float:
     from it is compared with what was written, not with a last-digit difference)."""
     stated, recomputed = _num(_obj(prov.get("protection")).get("stretch")), facts["stretch"]
     return stated if stated is not None and _same_number(stated, recomputed, RECOMPUTED) else recomputed
+
+
+def _stretch_within(prov: dict, facts: Record, stretch: float) -> float:
+    """The stretch the release's charge pays: over the pairs within the protection radius (recomputed; the
+    stated ``guarantee.stretch_within_radius`` only when it agrees within :data:`RECOMPUTED`), or the whole
+    graph's for a release that states none (made before the within-radius stretch, charged at it)."""
+    if "stretch_within_radius" not in _obj(prov.get("guarantee")):
+        return stretch
+    stated, recomputed = _num(_obj(prov.get("guarantee")).get("stretch_within_radius")), facts["stretch_within"]
+    return stated if stated is not None and _same_number(stated, recomputed, RECOMPUTED) else recomputed
+
+
+def _check_within(prov: dict, facts: Record, within: float) -> list[str]:
+    """The stated stretch within the protection radius = the one recomputed from the instance (<= the stretch)."""
+    g = _obj(prov.get("guarantee"))
+    if "stretch_within_radius" not in g:
+        return []
+    return _compare(
+        f"{PROVENANCE} guarantee",
+        "stretch_within_radius",
+        g.get("stretch_within_radius"),
+        facts["stretch_within"],
+        RECOMPUTED,
+    )
 
 
 def _check_microdata_order(prov: dict, facts: Record) -> list[str]:
@@ -827,7 +866,7 @@ def _check_protection(prov: dict, facts: Record, true_stretch: float) -> list[st
     return findings
 
 
-def _check_guarantee(prov: dict, inst: Record, true_stretch: float) -> list[str]:
+def _check_guarantee(prov: dict, inst: Record, true_stretch: float, within: float | None = None) -> list[str]:
     """Provenance v3 guarantee: eps per unit and unit of the instance, stretch = the recomputed one
     (``true_stretch``: :func:`_stretch`), radius = the protection's, metric eps = eps x stretch, additive =
     eps_counts + eps_prior, the statement's figures (from the recomputed stretch)."""
@@ -852,6 +891,8 @@ def _check_guarantee(prov: dict, inst: Record, true_stretch: float) -> list[str]
     statement, unit = g.get("statement"), inst["distance_unit"]
     shown = stated_metric(inst["epsilon"], stretch)
     needed = (f"exp({shown} * d(r, r') + {add:g})", f"d in {unit}", f"{radius:g} {unit}", f"stretch {stretch:.6g}")
+    if within is not None and math.isfinite(within) and within < stretch:  # the within-radius factor, stated too
+        needed += (f"exp({stated_metric(inst['epsilon'], within)} * d(r, r') + {add:g})",)
     missing = [n for n in needed if not (isinstance(statement, str) and n in statement)]
     if missing:
         findings.append(f"{where}: the statement does not say {'; '.join(missing)}")
@@ -860,7 +901,7 @@ def _check_guarantee(prov: dict, inst: Record, true_stretch: float) -> list[str]
 
 def _check_ledger(prov: dict, true_stretch: float) -> list[str]:
     """Provenance v3 ledger: population = the provenance's; this_release = eps x stretch x radius + additive
-    (the recomputed stretch, ``true_stretch``: :func:`_stretch`); this_release <= total_so_far <=
+    (the recomputed stretch the charge pays, ``true_stretch``: :func:`_stretch_within`); this_release <= total_so_far <=
     max_total_epsilon (required for an agency population), left = cap - total; ledger_seq >= 1 and a sha256 head."""
     where, led, g = f"{PROVENANCE} ledger", _obj(prov.get("ledger")), _obj(prov.get("guarantee"))
     findings = _compare(where, "population", led.get("population"), prov.get("population"))

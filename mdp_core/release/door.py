@@ -8,7 +8,8 @@ edges, never read from a stage's claim), the release's settings (:class:`Setting
 table, facts about the secret table that were validated before the door (:class:`TableFacts`: counts
 only, never a row or a value). The result, :class:`PrivacyPlan`, holds the guarantee, every planned
 charge in exact arithmetic (:func:`mdp_core.spec.budget.mechanism_epsilon`: the certificate's tolerance
-included, rounded up) and every refusal with its reason. A plan with refusals admits nothing.
+included, rounded up; the stretch it pays is the one over the pairs within the protection radius, the moves
+the budget is charged for) and every refusal with its reason. A plan with refusals admits nothing.
 
 The rules (each with its reason):
 
@@ -44,7 +45,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from mdp_core.errors import PrivacyError
+from mdp_core.errors import PrivacyError, SecretTableError
 from mdp_core.spec.budget import Epsilon, Guarantee, Spend, compose, mechanism_epsilon
 
 SIMULATED_PREFIX = "simulated-"
@@ -91,6 +92,7 @@ class GraphFacts:
     component_sizes: tuple[int, ...]
     stretch: float
     distance_unit: str
+    stretch_within: float | None = None  # over the pairs within the protection radius (None: the stretch)
 
     @property
     def n_components(self) -> int:
@@ -99,16 +101,23 @@ class GraphFacts:
     @classmethod
     def of(cls, protection: Any, n_records: int, unit: str) -> GraphFacts:
         """From a :class:`mdp_core.release.protection.Protection` (recomputed, not read from a file)."""
-        return cls(int(n_records), tuple(int(s) for s in protection.component_sizes), float(protection.stretch), unit)
+        sizes = tuple(int(s) for s in protection.component_sizes)
+        return cls(int(n_records), sizes, float(protection.stretch), unit, float(protection.stretch_within))
 
     @classmethod
-    def recomputed(cls, inst: Any) -> tuple[GraphFacts, Any]:
+    def recomputed(cls, inst: Any, radius: float | None = None) -> tuple[GraphFacts, Any]:
         """The facts of ``inst``'s own mDP graph (its records, edges and distances), recomputed
-        (:func:`mdp_core.release.protection.graph_protection`), and that Protection."""
+        (:func:`mdp_core.release.protection.graph_protection`, with the stretch within ``radius``), and that
+        Protection."""
         from mdp_core.release.protection import graph_protection
 
-        prot = graph_protection(inst, inst.edges, inst.distances)
+        prot = graph_protection(inst, inst.edges, inst.distances, radius=radius)
         return cls.of(prot, inst.n_records, inst.distance_unit), prot
+
+    @property
+    def radius_stretch(self) -> float:
+        """The stretch the budget pays: over the pairs within the protection radius."""
+        return self.stretch if self.stretch_within is None else self.stretch_within
 
 
 @dataclass(frozen=True)
@@ -140,10 +149,16 @@ class PrivacyPlan:
     spends: tuple[Spend, ...]
     settings: Settings
     refusals: tuple[str, ...] = field(default=())
+    errors: tuple[str, ...] = field(default=())  # the secret table's own problems (bad rows, people too far)
 
     @property
     def accepted(self) -> bool:
-        return not self.refusals
+        return not self.refusals and not self.errors
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Every reason this plan admits nothing: the table's errors, then the refusals."""
+        return self.errors + self.refusals
 
     @property
     def charge(self) -> Epsilon:
@@ -159,7 +174,10 @@ class PrivacyPlan:
         return {s.kind: float(s.epsilon) for s in self.spends}
 
     def admit(self) -> PrivacyPlan:
-        """This plan, or PrivacyError naming every refusal (nothing is measured or charged)."""
+        """This plan; or, nothing measured or charged, a SecretTableError (an InputError: the table is bad, a
+        failure to fix) naming its errors, else a PrivacyError (a refusal) naming every refusal."""
+        if self.errors:
+            raise SecretTableError("; ".join(self.errors))
         if self.refusals:
             raise PrivacyError("release refused: " + "; ".join(self.refusals))
         return self
@@ -171,16 +189,19 @@ def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None
     why: list[str] = []
     why += _settings_rules(s, radius, limit)
     why += _graph_rules(s, graph)
+    errors: list[str] = []
     if table is not None:
-        why += _table_rules(s, table, limit, graph.distance_unit)
+        why += _table_rules(s, table)
+        errors += _table_errors(table, limit, graph.distance_unit)
     stretch = graph.stretch if math.isfinite(graph.stretch) and graph.stretch >= 1 else 1.0
+    within = min(max(graph.radius_stretch, 1.0), stretch) if math.isfinite(graph.radius_stretch) else stretch
     prior = s.eps_prior is not None
     additive = compose([s.eps_counts, s.eps_prior or 0.0])
-    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), graph.distance_unit, prior)
-    spends = [Spend.of("perturb", mechanism_epsilon(s.epsilon, stretch, radius)), Spend.of("counts", s.eps_counts)]
+    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), graph.distance_unit, prior, within)
+    spends = [Spend.of("perturb", mechanism_epsilon(s.epsilon, within, radius)), Spend.of("counts", s.eps_counts)]
     if prior:
         spends.append(Spend.of("prior", float(s.eps_prior or 0.0)))
-    return PrivacyPlan(s.population, radius, limit, guarantee, tuple(spends), s, tuple(why))
+    return PrivacyPlan(s.population, radius, limit, guarantee, tuple(spends), s, tuple(why), tuple(errors))
 
 
 def _settings_rules(s: Settings, radius: float, limit: float) -> list[str]:
@@ -242,7 +263,7 @@ def _graph_rules(s: Settings, g: GraphFacts) -> list[str]:
     return why
 
 
-def _table_rules(s: Settings, t: TableFacts, limit: float, unit: str) -> list[str]:
+def _table_rules(s: Settings, t: TableFacts) -> list[str]:
     why = []
     if t.universe_bytes:
         why.append(
@@ -261,6 +282,11 @@ def _table_rules(s: Settings, t: TableFacts, limit: float, unit: str) -> list[st
             f"this table is already charged to population {t.other_population!r} in this store: one table "
             f"belongs to one population (its budget); release it as population = {t.other_population!r}"
         )
+    return why
+
+
+def _table_errors(t: TableFacts, limit: float, unit: str) -> list[str]:
+    why = []
     if t.n_unreadable:
         why.append(
             f"microdata: {t.n_unreadable} of {t.n_people} row(s) cannot be read or mapped to a record "

@@ -170,6 +170,8 @@ class Protection:
         exact: D_G computed in G itself (False: in the sparsified subgraph, an upper bound).
         lower_bound: how d was bounded (:func:`lower_bound_kind`).
         edges_used: undirected edges of the graph the paths were computed in.
+        stretch_within: the stretch over the pairs within the protection radius asked for (the neighbour
+            relation the budget is charged for: :func:`graph_protection`'s ``radius``); <= ``stretch``.
     """
 
     n_components: int
@@ -182,6 +184,7 @@ class Protection:
     exact: bool = True
     lower_bound: str = "exact"
     edges_used: int = 0
+    stretch_within: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-safe summary (plain ints/floats; an infinite float is the string "inf", as in
@@ -244,9 +247,12 @@ def graph_protection(
     *,
     max_work: float | None = MAX_WORK,
     assume_complete: bool = False,
+    radius: float | None = None,
 ) -> Protection:
     """The :class:`Protection` of the mDP graph (``edges`` (E, 2) i < j, ``distances`` (E,), in
-    ``inst.distance_unit``) over ``inst``'s records, against :func:`metric_lower_bounds`.
+    ``inst.distance_unit``) over ``inst``'s records, against :func:`metric_lower_bounds`. ``radius``: also
+    the stretch over the pairs at most that far apart (``stretch_within``; pairs whose metric lower bound
+    is <= the radius: every pair within it, so an upper bound); None: ``stretch_within`` = ``stretch``.
 
     ``max_work``: N x (2E + N) above which paths are taken in :func:`sparsified_edges`
     (an upper bound on the stretch; None: always exact). Memory and time: see the module docstring.
@@ -269,7 +275,7 @@ def graph_protection(
         k = max(MIN_NEIGHBOURS, int((max_work / n - n) // (2.0 * n)))
         g_edges, g_dist = sparsified_edges(n, edges, distances, k)
     bounds = _LowerBounds(inst, assume_complete)
-    stretch, worst = 1.0, None
+    stretch, worst, within = 1.0, None, 1.0
     if sizes.max() >= 2:
         adj = adjacency(n, g_edges, g_dist)
         multi = np.flatnonzero(sizes[labels] >= 2)  # records with someone to be confused with
@@ -283,6 +289,8 @@ def graph_protection(
             same[np.arange(rows.size), rows] = False
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(same, dg / dl, -1.0)  # dl = 0 < dg: inf
+            if radius is not None:
+                within = max(within, float(np.where(dl <= radius, ratio, -1.0).max(initial=1.0)))
             flat = int(np.argmax(ratio))
             r, c = divmod(flat, n)
             if ratio[r, c] > best:
@@ -301,6 +309,7 @@ def graph_protection(
         exact=bool(exact),
         lower_bound=bounds.kind,
         edges_used=int(g_edges.shape[0]),
+        stretch_within=float(stretch) if radius is None else min(within, float(stretch)),
     )
 
 

@@ -589,7 +589,8 @@ def _spend_sentence(c: dict) -> str:
             f"(eps x eta + additive); this table's total so far is {_g(led['total_so_far'])} over "
             f"{led['releases_so_far']} release(s)" + (f", limit {limit:g}." if limit is not None else ", no limit set.")
         )
-    mech = g["metric_epsilon_per_unit"] * g["protection_radius"]
+    within = g.get("stretch_within_radius", g["stretch"])  # the stretch the charge pays (issue 40)
+    mech = c["epsilon"] * within * g["protection_radius"]
     cap = led.get("max_total_epsilon")
     budget = (
         f"total so far {_g(led['total_so_far'])} of the cap {cap:g}, {_g(led['left'])} left"
@@ -598,7 +599,8 @@ def _spend_sentence(c: dict) -> str:
     )
     return (
         f"- **Budget.** This release is charged {_g(led['this_release'])} to population `{c['population']}`'s "
-        f"budget: eps {c['epsilon']:g} per {unit} x stretch {_g(g['stretch'], '.4g')} x protection radius "
+        f"budget: eps {c['epsilon']:g} per {unit} x stretch {_g(within, '.4g')}"
+        f"{' (over the pairs within the radius)' if within != g['stretch'] else ''} x protection radius "
         f"{g['protection_radius']:g} {unit} = {_g(mech)} for the perturbed locations + eps_counts "
         f"{c['counts_epsilon']:g} for the counts{prior} (each charged once, before it was measured); {budget} "
         f"(ledger entry {led['ledger_seq']}, head "

@@ -200,6 +200,13 @@ class Guarantee:
     additive_epsilon: float
     distance_unit: str
     with_prior: bool
+    stretch_within_radius: float | None = None  # None: the stretch (releases before issue 40)
+
+    @property
+    def radius_stretch(self) -> float:
+        """The stretch over the pairs within the protection radius: what a move the budget is charged for
+        can cost (<= :attr:`stretch`; 1 when every pair within the radius is an edge of the mDP graph)."""
+        return self.stretch if self.stretch_within_radius is None else self.stretch_within_radius
 
     def statement(self) -> str:
         """The guarantee in words (``guarantee.statement``; the audit checks its figures).
@@ -210,7 +217,16 @@ class Guarantee:
         Chatzikokolakis et al. 2013; Bordenabe, Chatzikokolakis and Palamidessi, CCS 2014); the eps-DP counts
         (and DP prior) add ``additive_epsilon`` by sequential composition (Dwork and Roth 2014, Thm 3.16)."""
         unit, prior = self.distance_unit, self.with_prior
-        return (
+        within = ""
+        if self.radius_stretch < self.stretch:
+            within = (
+                f"for any individual and any two records r, r' at most {self.protection_radius:g} {unit} apart (the "
+                f"protection radius), the probability of every possible release changes by at most a factor "
+                f"exp({stated_metric(self.epsilon_per_unit, self.radius_stretch)} * d(r, r') + "
+                f"{self.additive_epsilon:g}) (eps {self.epsilon_per_unit:g} x stretch {self.radius_stretch:.6g} "
+                "over the pairs within the radius); farther apart, "
+            )
+        return within + (
             f"for any individual and any two records r, r' in one component of the mDP graph, the probability of "
             f"every possible release (microdata, counts{', prior' if prior else ''}) changes by at most a factor "
             f"exp({stated_metric(self.epsilon_per_unit, self.stretch)} * d(r, r') + {self.additive_epsilon:g}), d "
@@ -231,11 +247,12 @@ class Guarantee:
             "additive_epsilon": self.additive_epsilon,
             "distance_unit": self.distance_unit,
             "statement": self.statement(),
-        }
+        } | ({} if self.stretch_within_radius is None else {"stretch_within_radius": self.stretch_within_radius})
 
     def charge(self) -> float:
-        """This release's charge: :func:`this_release` of the guarantee's figures."""
-        return this_release(self.epsilon_per_unit, self.stretch, self.protection_radius, self.additive_epsilon)
+        """This release's charge: :func:`this_release` of the guarantee's figures, at the stretch within the
+        protection radius (a move within the radius is what the budget is charged for)."""
+        return this_release(self.epsilon_per_unit, self.radius_stretch, self.protection_radius, self.additive_epsilon)
 
 
 def guarantee_statement(

@@ -152,6 +152,8 @@ SOLVE_KEYS = frozenset(
 MANIFEST_SOLVE_KEYS = ("method", "status", "objective", "lower_bound", "upper_bound", "gap", "iterations", "seconds")
 GUARANTEE_KEYS_V2 = frozenset({"epsilon_per_unit", "additive_epsilon", "distance_unit", "statement"})
 GUARANTEE_KEYS = GUARANTEE_KEYS_V2 | {"stretch", "metric_epsilon_per_unit", "protection_radius"}
+# optional (releases before issue 40 have none): the stretch over the pairs within the protection radius
+GUARANTEE_KEYS_OPTIONAL = frozenset({"stretch_within_radius"})
 LEDGER_KEYS_V2 = frozenset({"this_release", "total_so_far", "releases_so_far", "max_total_epsilon"})
 LEDGER_KEYS = frozenset("population this_release total_so_far max_total_epsilon left ledger_seq ledger_head".split())
 # optional (releases before issue 39 have none): the budget's decisions up to this release
@@ -182,6 +184,9 @@ MANIFEST_KEYS = frozenset(
     "format version run_name flow_run_id created_at config stages code_versions started_at refresh_from "
     "package_versions privacy solve released_files".split()
 )
+# optional: the officer's approval of the plan (flows/approval.py; [release] approval)
+MANIFEST_KEYS_OPTIONAL = frozenset({"approval"})
+APPROVAL_KEYS = frozenset("mode by at note plan_sha256".split())
 SIGNATURE_KEYS = frozenset("format version algorithm key_fingerprint signature signed_file signed_sha256".split())
 # mdp_core.solvers.verify.Certificate.as_dict(): solve.json's and the manifest's privacy ``certificate``
 CERTIFICATE_KEYS = frozenset(
@@ -279,7 +284,8 @@ DATASET_PARAMETER_KEYS: dict[str, frozenset[str]] = {
 }
 _MAP = frozenset({ANY_KEY})
 MANIFEST_BLOCKS: dict[str, frozenset[str]] = {
-    "": MANIFEST_KEYS,
+    "": MANIFEST_KEYS | MANIFEST_KEYS_OPTIONAL,
+    "approval": APPROVAL_KEYS,
     **CONFIG_KEYS,
     "stages": frozenset(STAGE_NAMES),
     **{f"stages.{s}": STAGE_ENTRY_KEYS for s in STAGE_NAMES},
@@ -288,7 +294,7 @@ MANIFEST_BLOCKS: dict[str, frozenset[str]] = {
     "package_versions": frozenset(MANIFEST_PACKAGES),
     "privacy": PRIVACY_KEYS | PRIVACY_KEYS_V3_OPTIONAL,
     "privacy.certificate": CERTIFICATE_KEYS,
-    "privacy.guarantee": GUARANTEE_KEYS,
+    "privacy.guarantee": GUARANTEE_KEYS | GUARANTEE_KEYS_OPTIONAL,
     "privacy.ledger": LEDGER_KEYS | LEDGER_KEYS_V2 | LEDGER_KEYS_OPTIONAL,
     "privacy.ledger.history[]": LEDGER_HISTORY_KEYS,
     "privacy.protection": PROTECTION_KEYS,
@@ -344,14 +350,14 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         True,
         keys=PROVENANCE_KEYS,
         nested={
-            "guarantee": GUARANTEE_KEYS,
+            "guarantee": GUARANTEE_KEYS | GUARANTEE_KEYS_OPTIONAL,
             "ledger": LEDGER_KEYS | LEDGER_KEYS_OPTIONAL,
             "protection": PROTECTION_KEYS,
         },
         doc="the release's provenance, guarantee and ledger (format v3)",
         blocks={
             "": PROVENANCE_KEYS,
-            "guarantee": GUARANTEE_KEYS,
+            "guarantee": GUARANTEE_KEYS | GUARANTEE_KEYS_OPTIONAL,
             "ledger": LEDGER_KEYS | LEDGER_KEYS_V2 | LEDGER_KEYS_OPTIONAL,
             "ledger.history[]": LEDGER_HISTORY_KEYS,
             "protection": PROTECTION_KEYS,
@@ -451,8 +457,8 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         "manifest.json",
         "release",
         True,
-        keys=MANIFEST_KEYS,
-        volatile=frozenset({"run_name", "flow_run_id", "created_at", "started_at", "stages"}),
+        keys=MANIFEST_KEYS | MANIFEST_KEYS_OPTIONAL,
+        volatile=frozenset({"run_name", "flow_run_id", "created_at", "started_at", "stages", "approval"}),
         listed=False,
         doc="the run manifest (every released file's sha256)",
         blocks=MANIFEST_BLOCKS,
