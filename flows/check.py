@@ -181,6 +181,8 @@ def _check_door(rep: Report, cfg: Any, inst: Any, has_table: bool) -> Any:
         rep.reasons.append(str(exc))
         return None
     rep.reasons.extend(door.plan.reasons)
+    g = door.plan.guarantee
+    rep.sections["privacy"] |= {"protection_radius": g.protection_radius, "stretch_within_radius": g.radius_stretch}
     return door.plan
 
 
@@ -454,9 +456,16 @@ def _render_graph(s: dict[str, Any], u: str, out: list[str]) -> None:
         )
     if "stretch" in s.get("privacy", {}):
         pv = s["privacy"]
+        within = ""
+        if "stretch_within_radius" in pv:
+            within = (
+                f"eps {pv['epsilon'] * pv['stretch_within_radius']:.4g} per {u} for records within the protection "
+                f"radius {pv['protection_radius']:g} {u} (stretch {pv['stretch_within_radius']:.4g} there: what the "
+                "budget is charged at); "
+            )
         out.append(
-            f"guarantee: eps {pv['metric_epsilon']:.4g} per {u} in the data's metric (eps {pv['epsilon']:g} x "
-            f"stretch {pv['stretch']:.4g}; max_stretch {pv['max_stretch']:g})"
+            f"guarantee: {within}eps {pv['metric_epsilon']:.4g} per {u} in the data's metric over any distance (eps "
+            f"{pv['epsilon']:g} x stretch {pv['stretch']:.4g}; max_stretch {pv['max_stretch']:g})"
         )
     if s.get("budget", {}).get("population"):
         b = s["budget"]
