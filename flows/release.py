@@ -24,7 +24,7 @@ import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.private import Draw
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
-from flows import operate_ui
+from flows import operate_ui, runner
 from flows.approval import wait_for_approval
 from flows.config import (
     DEFAULT_CONFIG,
@@ -131,7 +131,8 @@ def release_key(cfg: ReleaseFlowConfig) -> str:
     import hashlib
     import json
 
-    exclude = {"run": True, "name": True, "store": True, "evaluate": True, "release": {"approval", "approval_timeout"}}
+    exclude: dict[str, Any] = {"run": True, "name": True, "store": True, "evaluate": True}
+    exclude["release"] = {"approval", "approval_timeout"}
     data = cfg.model_dump(mode="json", exclude=exclude)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -216,7 +217,7 @@ def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: boo
     """The Prefect task the flow runs for ``stage`` -- each of ``STAGE_NAMES`` (``release``: the
     publication, never cached) or ``evaluate_point`` (the evaluate stage's own solves) -- with the
     config's options: its ``[run.timeouts]`` entry (evaluate_point: evaluate's) and retries where they
-    help (:func:`flows.operate_ui.task_options`); a cached stage with its cache policy (``refresh``:
+    help (:func:`flows.runner.task_options`); a cached stage with its cache policy (``refresh``:
     recompute and overwrite). Every task the flow runs comes from here."""
     if stage == "release":
         task = release_task.release
@@ -224,7 +225,7 @@ def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: boo
         task = cached(evaluate.evaluate_point, "evaluate_point", store, refresh)
     else:
         task = cached(_TASKS[stage], stage, store, refresh)
-    return task.with_options(**operate_ui.task_options("evaluate" if stage == "evaluate_point" else stage, config))
+    return task.with_options(**runner.task_options("evaluate" if stage == "evaluate_point" else stage, config))
 
 
 def run_title(config: ReleaseFlowConfig) -> str:
@@ -445,12 +446,12 @@ def _solve_and_evaluate(
     point_task = stage_task("evaluate_point", config, store, refresh_points)
     remote = config.run.dask_address if config.run.task_runner == "dask" else None  # its workers' logs: here too
     with (
-        operate_ui.task_runner(config.run) as runner,
-        operate_ui.dask_logs_in_terminal(remote),
+        runner.task_runner(config.run) as pool,
+        runner.dask_logs_in_terminal(remote),
         tags(*run_tags(config)),
     ):
         futures = [
-            runner.submit(
+            pool.submit(
                 point_task,
                 {
                     "store": str(store.root),

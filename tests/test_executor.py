@@ -183,7 +183,7 @@ dask_address = "{address}"
 def test_the_log_lines_of_a_remote_clusters_workers_reach_the_run_terminal(prefect_server, tmp_path):
     """``mdp-release run`` with ``[run] dask_address`` of a cluster that is not its child (started here,
     its workers print to this process): the evaluate-point task runs' lines appear in the run's
-    stderr, forwarded through the scheduler (flows.operate_ui.dask_logs_in_terminal)."""
+    stderr, forwarded through the scheduler (flows.runner.dask_logs_in_terminal)."""
     distributed = pytest.importorskip("distributed")
     import sys
 

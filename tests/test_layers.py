@@ -202,7 +202,9 @@ def test_below_flows_no_function_takes_the_release_config() -> None:
     for name, path in MODULES.items():
         if name.split(".")[0] == "flows":
             continue
-        found += [f"{name}:{line} imports {mod}" for mod, _, line in _imports(name, path) if mod.split(".")[0] == "flows"]
+        found += [
+            f"{name}:{line} imports {mod}" for mod, _, line in _imports(name, path) if mod.split(".")[0] == "flows"
+        ]
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs

@@ -890,7 +890,12 @@ def _check_guarantee(prov: dict, inst: Record, true_stretch: float, within: floa
     )
     statement, unit = g.get("statement"), inst["distance_unit"]
     shown = stated_metric(inst["epsilon"], stretch)
-    needed = (f"exp({shown} * d(r, r') + {add:g})", f"d in {unit}", f"{radius:g} {unit}", f"stretch {stretch:.6g}")
+    needed: tuple[str, ...] = (
+        f"exp({shown} * d(r, r') + {add:g})",
+        f"d in {unit}",
+        f"{radius:g} {unit}",
+        f"stretch {stretch:.6g}",
+    )
     if within is not None and math.isfinite(within) and within < stretch:  # the within-radius factor, stated too
         needed += (f"exp({stated_metric(inst['epsilon'], within)} * d(r, r') + {add:g})",)
     missing = [n for n in needed if not (isinstance(statement, str) and n in statement)]
