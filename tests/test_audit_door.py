@@ -303,3 +303,16 @@ def test_a_rollback_is_still_detected_through_signed_manifests(store_with_releas
     ledger[-1].unlink()  # roll back the newest entry, whose head the genuine release committed to
     with pytest.raises(LedgerError, match=r"1 published ledger head\(s\) are not in the private ledger"):
         PrivateStore(root).check_published(POPULATION, heads)
+
+
+def test_the_audit_applies_the_door_to_the_released_figures(run):
+    """Issue 39: the audit runs the privacy door (mdp_core.release.door.plan_privacy) on the stated settings
+    and the recomputed graph: a release whose max_distance lies above its protection radius (a person far
+    away released as a record the guarantee does not speak for) is a finding, signed and coherent or not."""
+    prov = read(run, audit.PROVENANCE)
+    radius = prov["protection"]["protection_radius"]
+    prov["protection"]["max_distance"] = 10 * radius
+    edit(run, audit.PROVENANCE, lambda p: p.update(prov))
+    edit(run, "manifest.json", lambda m: m["privacy"].update(protection=prov["protection"]))
+    rerender(run, protection=prov["protection"])
+    findings(run, f"{audit.PROVENANCE}: the privacy door refuses this release: max_distance = {10 * radius:g}")

@@ -118,7 +118,7 @@ def test_cached_rerun_and_forced_recompute_give_the_same_bytes_and_spend_nothing
     redo = run_stages(root, cfg)
     assert {n: p.read_bytes() for n, p in published(root, redo).items()} == before
     prov = read_json(published(root, redo)["release_provenance.json"])
-    stretch = prov["guarantee"]["stretch"]
+    stretch = prov["guarantee"]["stretch_within_radius"]  # the charge pays the stretch within the radius
     assert prov["ledger"]["this_release"] == pytest.approx(2 * stretch * 1.5 + 1)
     assert PrivateStore(root).budget(POPULATION).spent == pytest.approx(2 * stretch * 1.5 + 1)
 
@@ -269,7 +269,7 @@ def test_another_mechanism_on_the_same_draw_is_a_new_accounted_release_with_fres
     cfg = cfg.model_copy(update={"privacy": cfg.privacy.model_copy(update={"epsilon": 3.0})})
     refs = run_stages(tmp_path, cfg)
     prov = read_json(published(tmp_path, refs)["release_provenance.json"])
-    stretch = prov["guarantee"]["stretch"]
+    stretch = prov["guarantee"]["stretch_within_radius"]  # the charge pays the stretch within the radius
     assert prov["ledger"]["total_so_far"] == pytest.approx((2 * stretch * 1.5 + 1) + (3 * stretch * 1.5 + 1))
     draw = PrivateStore(tmp_path).load(prov["draw_commitment"])
     assert not np.array_equal(draw.rng("perturb:a").random(8), draw.rng("perturb:b").random(8))

@@ -72,7 +72,7 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mdp_core.errors import MdpError, PrivacyError
 from mdp_core.runtime.files import file_sha256
@@ -681,8 +681,42 @@ def _check_provenance(prov: dict, actual: dict[str, str], facts: Record) -> list
     stretch = _stretch(prov, facts)
     within = _stretch_within(prov, facts, stretch)
     findings += _check_protection(prov, facts, stretch)
-    findings += _check_within(prov, facts, within)
+    findings += _check_within(prov, facts, within) + _check_door(prov, facts, stretch, within)
     return findings + _check_guarantee(prov, facts["instance"], stretch, within) + _check_ledger(prov, within)
+
+
+def _check_door(prov: dict, facts: Record, stretch: float, within: float) -> list[str]:
+    """The privacy door (:func:`mdp_core.release.door.plan_privacy`, the rules check and run apply) on the
+    released figures: the stated settings and the recomputed mDP graph. A rule it refuses is a finding (a
+    release the door would not have admitted), and so is a charge other than the door's. Releases stated
+    before the within-radius stretch are charged at the whole graph's (:func:`_stretch_within`)."""
+    from mdp_core.release.door import GraphFacts, Settings, plan_privacy
+
+    p, inst = _obj(prov.get("protection")), facts["instance"]
+    radius, limit, cap = (_num(p.get(k)) for k in ("protection_radius", "max_distance", "max_stretch"))
+    eps_counts, eps_prior = _num(prov.get("eps_counts")), _num(prov.get("eps_prior"))
+    if None in (radius, limit, cap, eps_counts, eps_prior) or not math.isfinite(stretch):
+        return []  # the figures' own checks report what is missing
+    settings = Settings(
+        epsilon=inst["epsilon"],
+        eta=inst["eta"],
+        protection_radius=radius,
+        max_distance=limit,
+        eps_counts=cast(float, eps_counts),
+        eps_prior=eps_prior if prov.get("prior_source") == "dp" else None,
+        max_stretch=cast(float, cap),
+        allow_unprotected=bool(p.get("allow_unprotected")),
+        population=None if prov.get("microdata_source") == "simulated" else str(prov.get("population")),
+    )
+    graph = GraphFacts(inst["n_records"], tuple(facts["components"]), stretch, inst["distance_unit"], within)
+    plan = plan_privacy(settings, graph)
+    findings = [f"{PROVENANCE}: the privacy door refuses this release: {why}" for why in plan.refusals]
+    charge = _num(_obj(prov.get("ledger")).get("this_release"))
+    if charge is not None and not _same_number(charge, float(plan.charge), RECOMPUTED):
+        findings.append(
+            f"{PROVENANCE} ledger: this_release {charge!r} but the privacy door charges {float(plan.charge)!r}"
+        )
+    return findings
 
 
 def _stretch(prov: dict, facts: Record) -> float:
