@@ -162,6 +162,7 @@ def run_check(config: str | Path) -> Report:
     plan = _check_door(rep, cfg, inst, table is not None)
     if plan is not None:
         _check_budget(rep, cfg, plan)
+        _against_laplace(rep, inst, plan)
     unit = inst.distance_unit
     _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
     rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
@@ -313,6 +314,45 @@ def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int
         )
 
 
+def _against_laplace(rep: Report, inst: Any, plan: Any) -> None:
+    """What an analyst would write instead (issue 40): planar Laplace at the guarantee this release states for
+    any two records (eps x the graph's stretch per unit: planar Laplace then promises no more, anywhere, than
+    the release does; the report's comparison, :mod:`mdp_core.release.baseline`), continuous and remapped to these
+    outputs, beside the outputs' own floor (each record to its nearest output, no privacy: no mechanism on
+    these outputs can do better), averaged with the instance's public prior
+    (:mod:`mdp_core.release.baseline`). When the floor alone is above planar Laplace's whole error the
+    outputs are too coarse to win: a hint says how many would bring the floor to a quarter of it (the floor
+    falls as K^(-1/D) for K outputs spread over D dimensions)."""
+    from mdp_core.release import baseline
+
+    g = plan.guarantee
+    eps = g.epsilon_per_unit * g.stretch
+    try:
+        rows = {r["method"]: r for r in baseline.comparison_rows(inst, eps, samples=64)}
+        dim = baseline.noise_dimension(inst)
+    except (InputError, ValueError):
+        return
+    if not rows:
+        return
+    unit = inst.distance_unit
+    pl, remap, floor = (rows[m]["dist_loss_mean"] for m in (baseline.CONTINUOUS, baseline.REMAP, baseline.FLOOR))
+    rep.sections["against_laplace"] = {
+        "metric_epsilon": eps,
+        "planar_laplace": pl,
+        "planar_laplace_remap": remap,
+        "nearest_output": floor,
+        "unit": unit,
+    }
+    if floor >= pl / 2:
+        k = inst.n_outputs * (floor / (pl / 4)) ** dim
+        rep.hints.append(
+            f"outputs too coarse to beat planar Laplace: each record's nearest of the {inst.n_outputs} outputs is "
+            f"{floor:.3g} {unit} away on average (no privacy at all), against planar Laplace's whole error "
+            f"{pl:.3g} {unit} at eps {eps:.4g} per {unit}; about {math.ceil(k):,} outputs would bring that floor to "
+            f"a quarter of it (more outputs: a larger LP), or release with planar Laplace"
+        )
+
+
 def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
     """The population's budget in the config's store (read only; nothing is created): what the release
     would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
@@ -387,6 +427,7 @@ def render(rep: Report) -> str:
     u = _render_instance(s, out)
     _render_data(s, out)
     _render_graph(s, u, out)
+    _render_laplace(s, out)
     _render_suggested(s, u, out)
     out += [f"hint: {h}" for h in rep.hints]
     if rep.accepted:
@@ -473,6 +514,18 @@ def _render_graph(s: dict[str, Any], u: str, out: list[str]) -> None:
         out.append(
             f"budget: population {b['population']}: this release charges {b['charge']:.4g}; spent so far "
             f"{b.get('spent', 0.0):.4g}, {cap}"
+        )
+
+
+def _render_laplace(s: dict[str, Any], out: list[str]) -> None:
+    """Append the comparison with planar Laplace (its expected errors; the release's own after the solve)."""
+    if "against_laplace" in s:
+        a, u = s["against_laplace"], s["against_laplace"]["unit"]
+        out.append(
+            f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee over any "
+            f"distance): continuous {a['planar_laplace']:.3g} {u}, remapped to these outputs "
+            f"{a['planar_laplace_remap']:.3g} {u}; the outputs' own floor (no privacy) {a['nearest_output']:.3g} {u}"
+            " -- the release's expected error is in its report after the solve"
         )
 
 
