@@ -3,7 +3,7 @@ plan and before its first charge (issue 41).
 
 ``[release] approval`` (:func:`flows.config.approval_mode`):
 
-- ``required`` (unset, with microdata): the run publishes the officer's summary of the plan (a markdown
+- ``required``: the run publishes the officer's summary of the plan (a markdown
   artifact ``<release name>-approval``: what will be released, the guarantee, this release's charge, the
   population's budget, its history and what is left, the plan's sha256) and pauses through Prefect's own
   input mechanism (:func:`prefect.flow_runs.pause_flow_run` with ``wait_for_input``): the UI's *Resume*
@@ -12,12 +12,13 @@ plan and before its first charge (issue 41).
   approval record ``{mode, by, at, note, plan_sha256}`` goes to the manifest. Rejected, or no decision within
   ``[release] approval_timeout`` seconds: :class:`NotApproved` (a PrivacyError: the run ends Refused),
   nothing measured, nothing charged.
-- ``policy``: a scheduled release runs unattended while it stays inside the envelope a person approved once
+- ``policy`` (unset, with microdata, in a deployed or scheduled run): a scheduled release runs unattended while it stays inside the envelope a person approved once
   (``<store>/approvals/<release name>.json``: the same population, the same guarantee figures, a charge at
   most ``max_charge``, the budget left after it at least ``min_left``), and waits for a person otherwise;
   approving a policy release's run (re)records its envelope (the form's ``max_charge`` / ``min_left``,
   prefilled with this plan's charge and 0).
-- ``none`` (unset, with ``simulate = true``): nobody is asked.
+- ``none`` (unset, with ``simulate = true``, or with microdata in a run an operator starts in a terminal, who
+  approves it by starting it after ``mdp-release check``): nobody is asked.
 
 The approval is the flow's gate: only a Prefect flow run can wait for a person. The stages called directly
 (:func:`flows.release.prepare` outside a flow run, as the tests do) and the library
@@ -244,11 +245,12 @@ def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) 
     not in a flow run). NotApproved when rejected or not decided in time (nothing measured or charged)."""
     from prefect.context import FlowRunContext
 
-    mode = approval_mode(config)
-    if mode == "none":
-        return None
     ctx = FlowRunContext.get()
     in_flow = ctx is not None and ctx.flow_run is not None
+    flow_run = ctx.flow_run if ctx is not None else None
+    mode = approval_mode(config, deployed=getattr(flow_run, "deployment_id", None) is not None)
+    if mode == "none":
+        return None
     name, sha = release_name(config), plan_sha256(plan)
     view = budget_view(store.root, plan, config.release.max_total_epsilon) if in_flow or mode == "policy" else None
     if mode == "policy":

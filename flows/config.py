@@ -40,7 +40,7 @@ Example (every key optional; these are the defaults of the built-in release)::
     eps_counts = 1.0             # budget of the released counts of the true data (discrete Laplace + CBDP)
     prior = "dataset"            # dataset | uniform | dp (DP histogram of the microdata, eps_prior) | a file
     # approval = "required"      # required | policy | none: a person approves the plan before the first
-    #                            # charge (unset: required with microdata, none with simulate = true)
+    #                            # charge (unset, microdata: policy when deployed or served, none in a terminal)
     # approval_timeout = 3600    # seconds to wait for it; then the run ends Refused, nothing measured
 
     [evaluate]
@@ -421,9 +421,10 @@ class ReleaseConfig(BaseModel):
         None,
         description="who lets the run measure the people, before its first charge: required (a person approves "
         "each run's plan through Prefect: the UI's Resume form or `mdp-release approve`), policy (unattended "
-        "inside the envelope a person approved once, otherwise as required) or none; unset: required with "
-        "microdata (an agency's people are never measured unattended by default), none with simulate = true "
-        "(nobody's data: the built-in default and the demos run unattended, with no Prefect server)",
+        "inside the envelope a person approved once, otherwise as required) or none; unset: for microdata, "
+        "policy in a deployed or scheduled run (an agency's people are never measured unattended before a "
+        "person approved once) and none in a run started in a terminal (its operator approves it by starting "
+        "it); none with simulate = true (nobody's data)",
     )
     approval_timeout: int | None = Field(
         None,
@@ -648,11 +649,14 @@ def is_simulated(cfg: ReleaseFlowConfig) -> bool:
 DEFAULT_APPROVAL_TIMEOUT = 3600  # seconds a run waits for the officer's approval (``[release] approval_timeout``)
 
 
-def approval_mode(cfg: ReleaseFlowConfig) -> str:
-    """``[release] approval``; unset: "required" for an agency's microdata, "none" for simulated people."""
+def approval_mode(cfg: ReleaseFlowConfig, deployed: bool = False) -> str:
+    """``[release] approval``; unset: "none" for simulated people (nobody's data); for an agency's microdata,
+    "policy" in a run nobody started by hand (``deployed``: a deployment's or a schedule's run, which waits
+    for a person the first time and then runs inside the envelope that person approved) and "none" in a run
+    an operator starts in a terminal (who, having read ``mdp-release check``, approves it by starting it)."""
     if cfg.release.approval is not None:
         return cfg.release.approval
-    return "none" if cfg.release.simulate else "required"
+    return "policy" if deployed and not cfg.release.simulate else "none"
 
 
 def effective_epsilon(cfg: ReleaseFlowConfig) -> float | None:

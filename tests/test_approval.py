@@ -53,8 +53,9 @@ def _plan(eps: float = 2.0, population: str | None = POPULATION, eps_counts: flo
 
 
 # ------------------------------------------------------------------------------------------------ config
-def test_the_default_is_required_for_microdata_and_none_for_simulated_people(tmp_path):
-    assert approval_mode(_config(tmp_path)) == "required"
+def test_the_default_is_policy_when_deployed_none_in_a_terminal_or_for_simulated_people(tmp_path):
+    assert approval_mode(_config(tmp_path)) == "none"  # a terminal run: its operator approves by starting it
+    assert approval_mode(_config(tmp_path), deployed=True) == "policy"  # nobody started it: a person, once
     assert approval_mode(parse_config({"release": {"simulate": True}})) == "none"
     for mode in ("required", "policy", "none"):
         assert approval_mode(_config(tmp_path, approval=mode)) == mode
@@ -147,7 +148,7 @@ def test_the_hook_outside_a_flow_run_asks_nobody_but_a_policy_still_applies(tmp_
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("mdp_release").addHandler(handler)  # Prefect's logging set-up replaces pytest's capture
     try:
-        assert wait_for_approval(_config(tmp_path), store, plan) is None
+        assert wait_for_approval(_config(tmp_path, approval="required"), store, plan) is None
     finally:
         logging.getLogger("mdp_release").removeHandler(handler)
     assert any("nobody to ask" in m for m in seen)
