@@ -1,18 +1,54 @@
 """Stage cache keys that really work across runs and processes.
 
 A stage's cache key is sha256 over
-  * the stage name and the stage's **code version**,
+  * the stage name and the stage's **code version** (:func:`stage_code_version`),
   * the stage's own parameters (JSON, sorted keys),
   * the **content hashes** of the upstream artifacts it reads (ArtifactRef.content_hash: the sha256 of
     every file, not its path or run),
   * the versions of the libraries that change numbers or bytes (numpy, scipy, highspy, pyarrow, pandas).
 
-Code version: the sha256 of the source files of the stage's task module and of every module of this
-project (``mdp_core``, ``tasks``, ``artifacts``) that it imports, transitively -- found by reading
-``import`` statements with :mod:`ast`. Editing a helper deep inside ``mdp_core`` that a stage uses
-(and of lazily referenced ``"module:function"`` strings, as in ``mdp_core.solvers.solve.METHODS``)
-therefore invalidates that stage (Prefect's own TASK_SOURCE policy hashes only the task function's
-text); editing a module the stage does not import does not.
+Code version: exactly the code the stage runs, and every declaration it reads (issue 42).
+
+1. The stage's task module and every project module (``mdp_core``, ``tasks``, ``artifacts``) it imports,
+   transitively, found by reading ``import`` statements with :mod:`ast` (never by importing them): the
+   sha256 of each file. Editing a helper deep inside ``mdp_core`` that a stage uses invalidates that stage
+   (Prefect's own TASK_SOURCE policy hashes only the task function's text); editing a module the stage does
+   not import does not.
+2. The **declaring modules** of the :data:`REGISTRIES` -- ``mdp_core.spec.methods`` (``REGISTRY``: each
+   :class:`~mdp_core.spec.methods.Method`'s ``"module:function"`` and options) and
+   ``mdp_core.spec.dataset_kinds`` (``DECLARED``: each :class:`~mdp_core.spec.dataset_kinds.Kind`'s loader, as
+   in ``LOADER_PATHS``, and parameters) -- are not hashed whole. What is hashed of them: their **shared part**
+   (the source without the registry's statement and without the options classes only its entries use:
+   ``Method``, ``GapOptions``, ``resolve``, ``PARTITIONERS``, ...), the **declaration of each entry the stage
+   uses** (its fields; its options class and that class's bases: their declared fields -- types, defaults,
+   help, bounds -- and the source of those declared in the declaring module), and the source of any entry's
+   options class a module imports by name (``lp.py`` imports ``LpOptions``).
+3. The entries a stage **runs**, through the registry's dispatcher (``mdp_core.solvers.solve`` imports a
+   method's module from its ``"module:function"``, ``mdp_core.problem.datasets.registry`` a kind's loader):
+   that module and its options class's module, and everything they import (their own package's modules too:
+   a loader may live outside ``mdp_core``), hashed like (1). The entries are read from the registries
+   themselves, never from string literals in the source (``f"{_LOADERS}.points:points"`` is a kind's loader
+   too).
+
+Which entries a stage uses: those its parameters name (:attr:`Registry.named_by`: ingest's ``kind``,
+solve's and evaluate_point's ``method``, evaluate's ``method`` and ``baselines``); every entry when one of
+them ``delegates`` (``auto`` may run any method), when the stage names none, or when a module it runs reads
+the registry as a whole -- any read of a registry view (a name whose value depends on the registry:
+``REGISTRY``, ``BASELINES``, ``RECORD_KEYS``, ``public_record_columns``, ...) except the lookups by the
+named entry listed in :attr:`Registry.entry_scoped` (``METHODS[method]`` in ``mdp_core.solvers.solve``, ...).
+So a new or edited method or kind changes only the keys of the releases that use it -- and of the stages that
+read every declaration (prior, postprocess: ``mdp_core.spec.contract``'s allow-lists,
+``mdp_core.problem.microdata``'s record keys) -- while any code a stage runs stays in its key. (Module
+granularity stays: ``mdp_core.problem.datasets`` imports every built-in loader, so a built-in kind's ingest
+key holds all of them; a loader outside it is in its own kind's key only.)
+Rule for new code: a module that looks an entry up by a name other than the stage's own (or iterates a
+registry) must not be listed in ``entry_scoped``; a stage naming entries by a new parameter needs it in
+``named_by``; a loader or method module must not change other code when it is imported (the dispatcher of
+kinds imports every loader, and only the used one is in the key). tests/test_cache_declarations.py shows which
+keys move.
+
+:func:`code_modules` / :func:`code_version` are the conservative form (every entry of every registry the
+module reaches; declaring modules hashed whole): the manifest's ``code_versions`` and the reproduce flow.
 
 :class:`StageCachePolicy` plugs this into Prefect and heals its records before Prefect reads them: a
 cache-key record or persisted result that is missing, unreadable (truncated, not a pickle, ...) or
@@ -33,13 +69,19 @@ recomputation, never code execution.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
+import importlib
+import importlib.machinery
 import importlib.metadata
 import json
 import logging
 import os
 import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,57 +95,144 @@ PROJECT_PACKAGES = ("mdp_core", "tasks", "artifacts")
 NUMERIC_LIBRARIES = ("numpy", "scipy", "highspy", "pyarrow", "pandas")
 
 
-_LAZY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+@dataclass(frozen=True)
+class Registry:
+    """A table of declarations whose entries name the code they run as ``"module:function"`` (module docstring).
+
+    * ``module``, ``table``: the declaring module and its ``{name: entry}`` dict (an entry is a dataclass);
+    * ``code``, ``options``: the entry's fields holding its ``"module:function"`` and its options class;
+    * ``dispatcher``: the module that imports an entry's code from ``code``: a stage runs entries only through it;
+    * ``named_by``: stage -> the parameters naming the entries it uses (a name or a list of names);
+    * ``entry_scoped``: module -> the registry views it reads only at the entries the stage names (a lookup by
+      that name, never an iteration, never another name). Every other read of a view uses every entry.
+    """
+
+    module: str
+    table: str
+    code: str
+    options: str
+    dispatcher: str
+    named_by: Mapping[str, tuple[str, ...]]
+    entry_scoped: Mapping[str, frozenset[str]]
+
+
+METHOD_REGISTRY = Registry(
+    "mdp_core.spec.methods",
+    "REGISTRY",
+    code="function",
+    options="options",
+    dispatcher="mdp_core.solvers.solve",
+    named_by={"solve": ("method",), "evaluate_point": ("method",), "evaluate": ("method", "baselines")},
+    entry_scoped={
+        "mdp_core.solvers.solve": frozenset({"REGISTRY", "BASELINES"}),  # METHODS[method], method in BASELINES
+        "mdp_core.release.report": frozenset({"REGISTRY"}),  # BOUND_PLOTS.get(the method that ran)
+        "tasks.evaluate": frozenset({"needs_partition"}),  # of the released method, a baseline, the one auto ran
+    },
+)
+KIND_REGISTRY = Registry(
+    "mdp_core.spec.dataset_kinds",
+    "DECLARED",
+    code="loader",
+    options="params",
+    dispatcher="mdp_core.problem.datasets.registry",
+    named_by={"ingest": ("kind",)},
+    entry_scoped={  # load(kind): validate(kind, ...), FILE_PARAMETERS[kind], LOADERS[kind] (built from DECLARED)
+        "mdp_core.problem.datasets.registry": frozenset(
+            {"DECLARED", "FILE_PARAMETERS", "input_files", "parameters", "validate"}
+        ),
+    },
+)
+REGISTRIES: tuple[Registry, ...] = (METHOD_REGISTRY, KIND_REGISTRY)
+_DECLARING = frozenset(r.module for r in REGISTRIES)
 _ROOT = Path(__file__).resolve().parents[1]  # the directory holding mdp_core/, tasks/, artifacts/
 
 
 def _module_file(name: str) -> Path | None:
-    """Source file of project module ``name`` (without importing it), or None if not a module."""
-    base = _ROOT.joinpath(*name.split("."))
+    """Source file of module ``name``, or None if not a module (``pkg.attr``), found without importing anything: a
+    project module under the project root, another (a registered entry's own package) along ``sys.path``."""
+    top, _, rest = name.partition(".")
+    where = _ROOT / top if top in PROJECT_PACKAGES else _top_level(top)
+    if where is None or where.suffix == ".py":  # a top-level module has no submodules
+        return where if where is not None and not rest else None
+    base = where.joinpath(*rest.split(".")) if rest else where
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
     return None
 
 
-_IMPORTS_CACHE = Path(os.environ.get("MDP_RELEASE_HOME", Path.home() / ".mdp-release")) / "imports-cache.json"
-_imports_memo: dict[str, list[str]] | None = None
+@functools.cache
+def _top_level(top: str) -> Path | None:
+    """The directory of top-level package ``top`` (or the file of module ``top``) that ``import`` would find along
+    ``sys.path``; None when there is none. Memoised per process (:func:`forget_code_versions`)."""
+    spec = importlib.machinery.PathFinder.find_spec(top)
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:  # a package (or a namespace package: no __init__.py)
+        return Path(spec.origin).parent if spec.origin else Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """:func:`_parse_imports`, memoised by (module, sha256 of its source) in this process and on disk
-    (``~/.mdp-release/imports-cache.json``): parsing ~100 modules cost 0.5-1.8 s of every cached rerun."""
+@dataclass(frozen=True)
+class _Parsed:
+    imports: frozenset[str]  # every module the source imports ("from m import x" gives m and m.x)
+    reads: Mapping[str, frozenset[str]]  # declaring module -> the names read from it ("*": the module as a whole)
+
+
+_IMPORTS_CACHE = Path(os.environ.get("MDP_RELEASE_HOME", Path.home() / ".mdp-release")) / "imports-cache-2.json"
+_MEMO_TAG = hashlib.sha256(" ".join(sorted(_DECLARING)).encode()).hexdigest()[:8]
+_imports_memo: dict[str, Any] | None = None
+_MEMO_LOCK = threading.Lock()  # stages compute their keys in parallel (the evaluate-point task runs)
+
+
+def _parsed(name: str, path: Path) -> _Parsed:
+    """:func:`_parse_imports`, memoised by (module, sha256 of its source) in this process and, for project
+    modules, on disk (``~/.mdp-release/imports-cache-2.json``): parsing ~100 modules cost 0.5-1.8 s of every
+    cached rerun."""
     global _imports_memo
-    if _imports_memo is None:
-        try:
-            _imports_memo = json.loads(_IMPORTS_CACHE.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            _imports_memo = {}
     data = path.read_bytes()
-    memo_key = f"{name}:{hashlib.sha256(data).hexdigest()}"
-    hit = _imports_memo.get(memo_key)
-    if isinstance(hit, list):
-        return set(hit)
+    memo_key = f"{name}:{_MEMO_TAG}:{hashlib.sha256(data).hexdigest()}"
+    with _MEMO_LOCK:
+        if _imports_memo is None:
+            try:
+                loaded = json.loads(_IMPORTS_CACHE.read_text(encoding="utf-8"))
+                _imports_memo = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                _imports_memo = {}
+        hit = _imports_memo.get(memo_key)
+    if isinstance(hit, dict) and isinstance(hit.get("imports"), list) and isinstance(hit.get("reads"), dict):
+        return _Parsed(frozenset(hit["imports"]), {m: frozenset(n) for m, n in hit["reads"].items()})
     found = _parse_imports(name, path, data.decode("utf-8"))
-    _imports_memo[memo_key] = sorted(found)
-    try:  # best effort, atomic: a concurrent writer's version is as good as ours
-        _IMPORTS_CACHE.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _IMPORTS_CACHE.with_name(f".{_IMPORTS_CACHE.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(_imports_memo, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, _IMPORTS_CACHE)
-    except OSError:
-        pass
+    entry = {"imports": sorted(found.imports), "reads": {m: sorted(n) for m, n in found.reads.items()}}
+    with _MEMO_LOCK:
+        _imports_memo[memo_key] = entry
+        if name.split(".")[0] in PROJECT_PACKAGES:
+            _save_memo({k: v for k, v in _imports_memo.items() if k.split(".")[0].split(":")[0] in PROJECT_PACKAGES})
     return found
 
 
-def _parse_imports(name: str, path: Path, text: str) -> set[str]:
-    """Project modules imported by module ``name`` (absolute and relative imports)."""
+def _save_memo(mine: dict[str, Any]) -> None:
+    """Best effort, atomic (a concurrent writer's version is as good as ours)."""
+    try:
+        _IMPORTS_CACHE.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _IMPORTS_CACHE.with_name(f".{_IMPORTS_CACHE.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(mine, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, _IMPORTS_CACHE)
+    except OSError:
+        pass
+
+
+def _parse_imports(name: str, path: Path, text: str) -> _Parsed:
+    """Modules imported by module ``name`` (absolute and relative imports, anywhere in the module), and the
+    names it reads from each declaring module (:func:`_declaration_reads`)."""
     tree = ast.parse(text)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
+    bound: list[tuple[str, str, str | None]] = []  # (module, name imported from it or "", the local name)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
+            bound += [(a.name, "", a.asname) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -111,18 +240,55 @@ def _parse_imports(name: str, path: Path, text: str) -> set[str]:
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _LAZY.match(node.value):
-            found.add(node.value.partition(":")[0])  # lazy "module:function" references (solve.METHODS)
-    return {m for m in found if m.split(".")[0] in PROJECT_PACKAGES}
+            bound += [(base, a.name, a.asname or a.name) for a in node.names]
+    return _Parsed(frozenset(found), _declaration_reads(tree, bound))
 
 
-def code_modules(module: str) -> dict[str, Path]:
-    """``module`` and every project module it imports, transitively: {name: source file}."""
+def _declaration_reads(tree: ast.AST, bound: list[tuple[str, str, str | None]]) -> dict[str, frozenset[str]]:
+    """Declaring module -> the names a module reads from it: ``from D import x`` reads x; ``from pkg import D``
+    / ``import D as d`` reads each ``d.x``, and "*" (everything) where ``d`` itself is used or ``import D``."""
+    reads: dict[str, set[str]] = {}
+    aliases: dict[str, str] = {}  # local name -> declaring module
+    for module, attr, local in bound:
+        if attr and module in _DECLARING:
+            reads.setdefault(module, set()).add(attr)
+        elif attr and f"{module}.{attr}" in _DECLARING and local:
+            aliases[local] = f"{module}.{attr}"
+        elif not attr and module in _DECLARING:
+            if local:
+                aliases[local] = module
+            else:
+                reads.setdefault(module, set()).add("*")
+    attribute_bases: set[int] = set()
+    for node in ast.walk(tree) if aliases else ():
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            reads.setdefault(aliases[node.value.id], set()).add(node.attr)
+            attribute_bases.add(id(node.value))
+    for node in ast.walk(tree) if aliases else ():
+        if isinstance(node, ast.Name) and node.id in aliases and id(node) not in attribute_bases:
+            reads.setdefault(aliases[node.id], set()).add("*")
+    return {m: frozenset(n) for m, n in reads.items()}
+
+
+def _closure(roots: tuple[str, ...]) -> dict[str, Path]:
+    """``roots`` and every module they import, transitively, that is a project module or in a root's own
+    top-level package: {name: source file}. Importing ``pkg.mod`` runs ``pkg/__init__.py``: parents are in."""
+    packages = frozenset(PROJECT_PACKAGES) | {r.split(".")[0] for r in roots}
     seen: dict[str, Path] = {}
-    todo = [module]
+    for root in roots:
+        seen |= _closure_of(root, packages)
+    return seen
+
+
+@functools.cache
+def _closure_of(root: str, packages: frozenset[str]) -> dict[str, Path]:
+    """:func:`_closure` of one root, memoised per process (:func:`forget_code_versions`); callers do not change
+    the dict."""
+    seen: dict[str, Path] = {}
+    todo = [root]
     while todo:
         name = todo.pop()
-        if name in seen:
+        if name in seen or name.split(".")[0] not in packages:
             continue
         path = _module_file(name)
         if path is None:  # "pkg.attr" imports: not a module
@@ -130,18 +296,242 @@ def code_modules(module: str) -> dict[str, Path]:
         seen[name] = path
         parent = name.rpartition(".")[0]
         if parent and parent not in seen:
-            todo.append(parent)  # importing pkg.mod runs pkg/__init__.py
-        todo.extend(_imports(name, path))
+            todo.append(parent)
+        todo.extend(_parsed(name, path).imports)
     return seen
+
+
+# ----------------------------------------------------------------------------- declarations and the code run
+def _defines(stmt: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement binds."""
+    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {stmt.name}
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _loads(stmt: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _lines(stmt: ast.stmt) -> range:
+    first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
+    return range(first, (stmt.end_lineno or stmt.lineno) + 1)
+
+
+def _option_classes(reg: Registry, entry: Any) -> list[type]:
+    """The entry's options class and its bases (``object`` aside)."""
+    cls = getattr(entry, reg.options, None)
+    return [c for c in cls.__mro__ if c is not object] if isinstance(cls, type) else []
+
+
+@dataclass(frozen=True)
+class _Declarations:
+    """A declaring module read for the code version: its registry and what its source declares."""
+
+    entries: Mapping[str, Any]  # the registry, in declaration order
+    shared: bytes  # the source without the registry's statement and the classes cut out of it
+    classes: Mapping[str, str]  # cut out: the options classes only entries use (name -> source)
+    views: frozenset[str]  # the names whose value depends on the registry (REGISTRY, BASELINES, method, ...)
+
+
+def _declarations(reg: Registry, path: Path) -> _Declarations:
+    """The registry of ``reg`` and its declaring module's source (read from ``path``, as every hashed module)
+    split by :func:`_split_source`."""
+    entries = dict(getattr(importlib.import_module(reg.module), reg.table))
+    owned = {c.__name__ for e in entries.values() for c in _option_classes(reg, e) if c.__module__ == reg.module}
+    shared, classes, views = _split_source(path.read_text(encoding="utf-8"), reg.table, frozenset(owned))
+    return _Declarations(entries, shared, classes, views)
+
+
+@functools.cache
+def _split_source(text: str, table: str, owned: frozenset[str]) -> tuple[bytes, Mapping[str, str], frozenset[str]]:
+    """(the shared part: ``text`` without the statement binding ``table`` and the ``owned`` classes -- the
+    entries' options classes and their bases -- that no other statement uses; the source of each class cut
+    out; the registry views: the names whose statements load ``table``, transitively)."""
+    body = ast.parse(text).body
+    facts = [(s, _defines(s), _loads(s)) for s in body]
+    classes = {s.name: s for s in body if isinstance(s, ast.ClassDef)}
+    registry = [s for s, names, _ in facts if table in names]
+    cut = owned & set(classes)
+    while True:  # a class the shared part uses (GapOptions: Method checks it) stays in the shared part
+        kept = [loads for s, names, loads in facts if s not in registry and not names & cut]
+        used = cut & set().union(*kept)
+        if not used:
+            break
+        cut -= used
+    dropped = {i for s in [*registry, *(classes[c] for c in cut)] for i in _lines(s)}
+    lines = text.splitlines(keepends=True)
+    shared = "".join(line for i, line in enumerate(lines, 1) if i not in dropped).encode()
+    views = {table}
+    while grown := [names for _, names, loads in facts if names - views and loads & views]:
+        views |= set().union(*grown)
+    texts = {c: "".join(lines[_lines(classes[c]).start - 1 : _lines(classes[c]).stop - 1]) for c in sorted(cut)}
+    return shared, texts, frozenset(views)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON that is the same in every process (a class or function by its module and name; no
+    object addresses)."""
+    if isinstance(value, type) or callable(value):
+        return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', type(value).__name__)}"
+    if isinstance(value, set | frozenset):
+        return sorted(_plain(v) for v in value)
+    if value is dataclasses.MISSING:
+        return "<required>"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+
+
+def _fields(obj: Any) -> Any:
+    """A dataclass (class or instance) as its fields: name, declared type, default (or factory), metadata."""
+    if not dataclasses.is_dataclass(obj):
+        return _plain(obj)
+    out = {}
+    for f in dataclasses.fields(obj):
+        default = f.default_factory if f.default is dataclasses.MISSING else f.default
+        value = default if isinstance(obj, type) else getattr(obj, f.name)
+        out[f.name] = [_plain(f.type), _plain(value), {k: _plain(v) for k, v in sorted(f.metadata.items())}]
+    return out
+
+
+def _describe(reg: Registry, decl: _Declarations, name: str) -> Any:
+    """What a stage reads of one entry: its fields and, for its options class and that class's bases, their
+    declared fields (types, defaults, help, bounds) and, for those cut out of the shared part, their source."""
+    entry = decl.entries.get(name)
+    if entry is None:
+        return None  # an unknown name: the stage fails, nothing is stored under its key
+    return {
+        "fields": _fields(entry),
+        "options": [[_plain(c), _fields(c), decl.classes.get(c.__name__)] for c in _option_classes(reg, entry)],
+    }
+
+
+def _code_root(reg: Registry, entry: Any) -> str | None:
+    """The module of an entry's ``"module:function"`` (or function)."""
+    code = getattr(entry, reg.code, None)
+    return code.partition(":")[0] if isinstance(code, str) else getattr(code, "__module__", None)
+
+
+@dataclass(frozen=True)
+class _Use:
+    """What a stage uses of one registry: the entries whose declarations it reads and those it runs."""
+
+    reg: Registry
+    decl: _Declarations
+    declared: list[str]
+    run: list[str]
+    classes: list[str]  # cut-out options classes a module imports by name (lp.py: LpOptions)
+
+
+def _use(reg: Registry, decl: _Declarations, mods: dict[str, Path], names: tuple[str, ...] | None) -> _Use:
+    """The entries of ``reg`` that the modules ``mods`` of a stage naming ``names`` (None: none, or
+    conservative) read and run (module docstring)."""
+    every = list(decl.entries)
+    if names is not None and any(getattr(decl.entries.get(n), "delegates", False) for n in names):
+        names = None  # a delegating entry (auto) may run any other
+    reads = {(m, n) for m in mods if m != reg.module for n in _parsed(m, mods[m]).reads.get(reg.module, ())}
+    views = {(m, n) for m, n in reads if n == "*" or n in decl.views}
+    scoped = every if names is None else [n for n in every if n in names] + sorted(set(names) - set(every))
+    whole = names is None or any(n not in reg.entry_scoped.get(m, ()) for m, n in views)
+    declared = (every if whole else scoped) if views else []
+    run = scoped if reg.dispatcher in mods else []
+    classes = sorted({n for _, n in reads if n in decl.classes})
+    return _Use(reg, decl, declared, run, classes)
+
+
+def _plan(module: str, named: tuple[tuple[str, ...] | None, ...]) -> tuple[dict[str, Path], list[_Use]]:
+    """The modules a stage of task module ``module`` runs and what it uses of each registry it reaches, with the
+    entries ``named`` per registry (:func:`_named`). Grows until the entries' own modules add nothing."""
+    roots = {module}
+    while True:
+        mods = _closure(tuple(sorted(roots)))
+        uses = [
+            _use(reg, _declarations(reg, mods[reg.module]), mods, names)
+            for reg, names in zip(REGISTRIES, named, strict=True)
+            if reg.module in mods
+        ]
+        more = set(roots)
+        for u in uses:
+            more |= {r for n in u.run if (r := _code_root(u.reg, u.decl.entries.get(n)))}
+            more |= {c.__module__ for n in u.run for c in _option_classes(u.reg, u.decl.entries.get(n))}
+        more = {m for m in more if m != "builtins"}
+        if more <= roots:
+            return mods, uses
+        roots |= more
+
+
+def _named(stage: str, params: Mapping[str, Any]) -> tuple[tuple[str, ...] | None, ...]:
+    """Per registry, the entries the stage's ``params`` name (:attr:`Registry.named_by`), or None: it names none."""
+    out: list[tuple[str, ...] | None] = []
+    for reg in REGISTRIES:
+        found: set[str] = set()
+        for key in reg.named_by.get(stage, ()):
+            value = params.get(key)
+            found.update(
+                [value] if isinstance(value, str) else map(str, value if isinstance(value, list | tuple) else ())
+            )
+        out.append(tuple(sorted(found)) if found else None)
+    return tuple(out)
+
+
+@functools.cache
+def _code_version(module: str, named: tuple[tuple[str, ...] | None, ...]) -> str:
+    mods, uses = _plan(module, named)
+    shared = {u.reg.module: u.decl.shared for u in uses}
+    h = hashlib.sha256()
+    for name, path in sorted(mods.items()):
+        h.update(name.encode() + b"\0" + (shared[name] if name in shared else path.read_bytes()) + b"\0")
+    for u in uses:
+        used = {
+            "entries": [[n, _describe(u.reg, u.decl, n)] for n in u.declared],  # declaration order (RECORD_KEYS)
+            "classes": {c: u.decl.classes[c] for c in u.classes},
+        }
+        h.update(u.reg.module.encode() + b"\0" + json.dumps(used, sort_keys=True).encode() + b"\0")
+    return h.hexdigest()
+
+
+def stage_code_version(stage: str, module: str, params: Mapping[str, Any]) -> str:
+    """The code version of one execution of ``stage`` (task module ``module``) with ``params``: sha256 over the
+    modules it runs and the declarations it reads, the entries it names only (module docstring). Computed once
+    per process for each (module, entries named): :func:`forget_code_versions` after editing code in-process."""
+    return _code_version(module, _named(stage, params))
+
+
+def code_modules(module: str) -> dict[str, Path]:
+    """``module`` and every module it may run, conservatively: every project module it imports, transitively,
+    and, for each registry it reaches, every entry's module and what that imports: {name: source file}."""
+    roots = {module}
+    while True:
+        seen = _closure(tuple(sorted(roots)))
+        more = set(roots)
+        for reg in REGISTRIES:
+            if reg.module in seen:
+                entries = getattr(importlib.import_module(reg.module), reg.table).values()
+                more |= {r for e in entries if (r := _code_root(reg, e))}
+                more |= {c.__module__ for e in entries for c in _option_classes(reg, e)} - {"builtins"}
+        if more <= roots:
+            return dict(seen)
+        roots |= more
 
 
 @functools.cache
 def code_version(module: str) -> str:
-    """sha256 over the sources of :func:`code_modules` (name and bytes, sorted by name)."""
+    """sha256 over the sources of :func:`code_modules` (name and bytes, sorted by name): the conservative code
+    version, independent of a stage's parameters (the manifest's ``code_versions``)."""
     h = hashlib.sha256()
     for name, path in sorted(code_modules(module).items()):
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def forget_code_versions() -> None:
+    """Drop this process's memo of code versions (sources are hashed once per process; tests edit them)."""
+    _code_version.cache_clear()
+    code_version.cache_clear()
+    _closure_of.cache_clear()
+    _top_level.cache_clear()
 
 
 def package_versions(names: tuple[str, ...]) -> dict[str, str]:
@@ -165,7 +555,7 @@ def stage_key(stage: str, module: str, params: dict[str, Any], upstream: dict[st
     return sha256_json(
         {
             "stage": stage,
-            "code": code_version(module),
+            "code": stage_code_version(stage, module, params),
             "params": params,
             "upstream": {
                 name: (ref.content_hash if ref is not None else None) for name, ref in sorted(upstream.items())
