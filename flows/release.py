@@ -48,7 +48,7 @@ from mdp_core.spec import contract, dataset_kinds
 from mdp_core.spec.methods import needs_partition
 from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
 from tasks import release as release_task
-from tasks.cache import cached, code_version, package_versions
+from tasks.cache import cached, package_versions, stage_code_version
 from tasks.common import instance_with_graph, stage_output
 from tasks.progress import watch_cancellation
 
@@ -403,7 +403,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         "package_versions": package_versions(PACKAGES),
         **({"approval": approval} if approval is not None else {}),  # the officer's approval (flows/approval.py)
     }
-    manifest = _run_manifest(config, store, refs, run_id, entries, fields)
+    manifest = _run_manifest(config, store, refs, run_id, entries, fields, params)
     control.check("release")  # a stop requested meanwhile: nothing is published
     operate_ui.at_stage(run_id, "release")
     # The door: staged, re-verified from the exact bytes (mdp_core.release.audit), published only if it checks out;
@@ -476,15 +476,17 @@ def _run_manifest(
     run_id: str,
     entries: dict[str, dict[str, Any]],
     fields: dict[str, Any],
+    params: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """The run manifest before publication: the stages' ``entries``, their code versions, the flow's
-    ``fields`` and the ``privacy`` / ``solve`` blocks (:func:`release_fields`) of the released files."""
+    """The run manifest before publication: the stages' ``entries``, their code versions (what is in each
+    stage's cache key: :func:`tasks.cache.stage_code_version` of its ``params``), the flow's ``fields`` and the
+    ``privacy`` / ``solve`` blocks (:func:`release_fields`) of the released files."""
     finished = _dt.datetime.now(_dt.UTC)
     solve_info = read_json(store.path(refs["solve"], "solve.json"))
     inst_meta = read_json(store.path(refs["export"], "instance.json"))
     prov = read_json(store.path(refs["postprocess"], audit.PROVENANCE))
     fields = fields | release_fields(inst_meta, solve_info, prov)
-    code_versions = {s: code_version(_TASKS[s].fn.__module__) for s in STAGES}
+    code_versions = {s: stage_code_version(s, _TASKS[s].fn.__module__, params.get(s, {})) for s in STAGES}
     return mf.new_manifest(
         "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields
     )

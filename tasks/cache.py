@@ -48,7 +48,7 @@ kinds imports every loader, and only the used one is in the key). tests/test_cac
 keys move.
 
 :func:`code_modules` / :func:`code_version` are the conservative form (every entry of every registry the
-module reaches; declaring modules hashed whole): the manifest's ``code_versions`` and the reproduce flow.
+module reaches; declaring modules hashed whole): the reproduce flow (the manifest's ``code_versions`` are each stage's own).
 
 :class:`StageCachePolicy` plugs this into Prefect and heals its records before Prefect reads them: a
 cache-key record or persisted result that is missing, unreadable (truncated, not a pickle, ...) or
