@@ -519,7 +519,7 @@ def code_modules(module: str) -> dict[str, Path]:
 @functools.cache
 def code_version(module: str) -> str:
     """sha256 over the sources of :func:`code_modules` (name and bytes, sorted by name): the conservative code
-    version, independent of a stage's parameters (the manifest's ``code_versions``)."""
+    version, independent of a stage's parameters (the reproduce flow)."""
     h = hashlib.sha256()
     for name, path in sorted(code_modules(module).items()):
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
