@@ -154,7 +154,7 @@ def _compute(
 ) -> None:
     import numpy as np
 
-    from mdp_core.problem.io import read_mechanism, read_table, write_frame
+    from mdp_core.problem.io import read_mechanism, read_table, write_published
     from mdp_core.release import evaluate as ev
     from mdp_core.release import report
     from mdp_core.runtime.files import atomic_write, read_json
@@ -180,11 +180,11 @@ def _compute(
             rows.append(row)
     figures = _against_laplace(store, upstream.get("postprocess"), inst, rows, w.file("against_laplace.png"))
     table = ev.evaluation_table(rows)
-    write_frame(w.file("evaluation.parquet"), table)
+    write_published(w.file("evaluation.parquet"), table, "evaluation.parquet")
     w.meta["ui_table"] = ui_records(table)  # what publish_report shows in the UI on every run, without pandas
 
     utility, title = report.utility_curve(sweep, inst.distance_unit, w.file("utility_vs_eps.png"))
-    write_frame(w.file("utility_vs_eps.parquet"), utility)
+    write_published(w.file("utility_vs_eps.parquet"), utility, "utility_vs_eps.parquet")
     figures += [(title, "utility_vs_eps.png")] if title else []
     labels = None
     if upstream.get("partition") is not None:
@@ -200,7 +200,7 @@ def _compute(
             int(params.get("counts_seeds", 10)),
             w.file("cbdp_error.png"),
         )
-        write_frame(w.file("cbdp_error.parquet"), curve)
+        write_published(w.file("cbdp_error.parquet"), curve, "cbdp_error.parquet")
         figures.append((title, "cbdp_error.png"))
     method_run = ((info.get("extra") or {}).get("auto") or {}).get("method", released)
     if "trace.parquet" in mech.files:

@@ -21,7 +21,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
 
-    from mdp_core.problem.io import read_table, write_table
+    from mdp_core.problem.io import read_table, write_published
     from mdp_core.solvers.solve import solve as solve_instance
     from mdp_core.solvers.verify import write_mechanism
     from mdp_core.spec.solver_options import SolverOptions
@@ -69,7 +69,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     bar.done(f"{sol.status}, objective {sol.objective:.9g}, lower bound {sol.lower_bound}")
     write_mechanism(inst, sol.z, w.dir, info)
     if sol.trace is not None:
-        write_table(w.file("trace.parquet"), {c: sol.trace[c].to_numpy() for c in sol.trace.columns})
+        trace = {c: sol.trace[c].to_numpy() for c in sol.trace.columns}  # NaN stays NaN
+        write_published(w.file("trace.parquet"), trace, "trace.parquet")
     w.meta.update(
         {
             "volatile": ["solve.json", "trace.parquet"],  # timings: not part of the content hash

@@ -34,25 +34,89 @@ from mdp_core.errors import InputError
 from mdp_core.problem.instance import Instance
 
 # the helpers that need no numerical library live in mdp_core.runtime.files (re-exported here)
-from mdp_core.runtime.files import TABLES, atomic_write, file_sha256, read_json, write_json  # noqa: F401
+from mdp_core.runtime.files import atomic_write, file_sha256, read_json, write_json  # noqa: F401
+from mdp_core.spec import tables
+from mdp_core.spec.tables import PublishedFile
 
 FORMAT = "mdp-instance"
 SCHEMA_VERSION = 1
-EDGE_SCHEMA = {"i": "int64", "j": "int64", "distance": "float64"}
-COST_SCHEMA = {"i": "int64", "k": "int64", "cost": "float64"}
-MECHANISM_SCHEMA = {"i": "int64", "k": "int64", "prob": "float64"}
+TABLES = tables.INSTANCE_TABLES  # in the order instance.json lists them
+_PANDAS = {"int64": "int64", "double": "float64", "bool": "bool"}  # Arrow type -> the dtype read_table checks
 
 
-def write_table(path: str | Path, columns: Mapping[str, np.ndarray | list | pd.Series]) -> Path:
-    """Write columns (in the given order) as Parquet without pandas metadata or timestamps."""
-    table = pa.table(
-        {k: pa.Array.from_pandas(v) if isinstance(v, pd.Series) else pa.array(v) for k, v in columns.items()}
-    )
+def _schema(decl: PublishedFile) -> dict[str, str]:
+    """The pandas dtypes :func:`read_table` checks of a declared all-numeric table (its declared columns)."""
+    return {c.name: _PANDAS[str(c.dtype)] for c in decl.columns or ()}
+
+
+EDGE_SCHEMA = _schema(tables.EDGES)
+COST_SCHEMA = _schema(tables.COSTS)
+MECHANISM_SCHEMA = _schema(tables.MECHANISM)
+Columns = Mapping[str, np.ndarray | list | pd.Series]
+
+
+def _arrow(values: np.ndarray | list | pd.Series) -> pa.Array:
+    """A column as Arrow: a Series through pandas (a null stays null, NaN of a float Series is null), else as is."""
+    return pa.Array.from_pandas(values) if isinstance(values, pd.Series) else pa.array(values)
+
+
+def _write(path: str | Path, arrays: Mapping[str, pa.Array]) -> Path:
+    """Parquet without pandas metadata or timestamps (zstd): the same columns give the same bytes."""
+    table = pa.table(dict(arrays))
     return atomic_write(path, lambda p: pq.write_table(table, p, compression="zstd"))
+
+
+def write_table(path: str | Path, columns: Columns) -> Path:
+    """Write columns (in the given order) as Parquet without pandas metadata or timestamps. A table a release
+    publishes is written by :func:`write_published` instead (its declared columns and Arrow types)."""
+    return _write(path, {k: _arrow(v) for k, v in columns.items()})
 
 
 def write_frame(path: str | Path, frame: pd.DataFrame) -> Path:
     return write_table(path, {c: frame[c] for c in frame.columns})
+
+
+def _declared_order(decl: PublishedFile, given: list[str]) -> list[str]:
+    """The columns to write, checked against ``decl``: every given column declared (or, in a table with
+    coordinates, ``x0, x1, ...``); a table of ``all_columns`` has each declared column, written in declared order;
+    another (a method's trace, a kind's records) any subset, in the given order."""
+    declared = set(decl.column_names)
+    undeclared = [c for c in given if c not in declared and not (decl.coordinates and tables.COORDINATE.fullmatch(c))]
+    if undeclared:
+        raise InputError(
+            f"{decl.path}: undeclared column(s) {undeclared} (declared: {', '.join(decl.column_names)}); "
+            "a published column is declared first, in mdp_core/spec/tables.py"
+        )
+    if not decl.all_columns:
+        return given
+    missing = [c for c in decl.column_names if c not in given]
+    if missing:
+        raise InputError(f"{decl.path}: missing declared column(s) {missing}")
+    return list(decl.column_names)
+
+
+def write_published(path: str | Path, data: pd.DataFrame | Columns, name: str | PublishedFile) -> Path:
+    """Write the published Parquet table ``name`` (:func:`mdp_core.spec.tables.table`, e.g.
+    ``"evaluation.parquet"``, or its declaration: :func:`mdp_core.spec.contract.published` for
+    ``instance/records.parquet``) from a frame or columns: checked against its declared columns
+    (:func:`_declared_order`: an undeclared or missing column is an InputError), each cast to its declared Arrow
+    type (text: ``large_string`` even from a numpy object array; a coordinate: ``double``; a column declared
+    ``any`` as given; a lossy cast, e.g. 1.5 to int64, is an InputError), deterministic like :func:`write_table`."""
+    decl = name if isinstance(name, PublishedFile) else tables.table(name)
+    if decl.columns is None:
+        raise InputError(f"{decl.path}: not a Parquet table")
+    source = {c: data[c] for c in data.columns} if isinstance(data, pd.DataFrame) else dict(data)
+    types = {c.name: c.dtype for c in decl.columns}
+    arrays = {}
+    for col in _declared_order(decl, list(source)):
+        arr, dtype = _arrow(source[col]), types.get(col, "double")  # not declared: a coordinate
+        if dtype is not None and str(arr.type) != dtype:
+            try:
+                arr = arr.cast(pa.type_for_alias(dtype))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise InputError(f"{decl.path}: column {col!r} ({arr.type}) is not a {dtype}: {exc}") from None
+        arrays[col] = arr
+    return _write(path, arrays)
 
 
 def read_table(
@@ -123,10 +187,9 @@ def write_instance(instance: Instance, out_dir: str | Path) -> dict:
         outs |= {c: instance.outputs[c] for c in instance.outputs.columns if c not in outs}
     write_table(out / "records.parquet", rec)
     write_table(out / "outputs.parquet", outs)
-    write_table(
-        out / "edges.parquet", {"i": instance.edges[:, 0], "j": instance.edges[:, 1], "distance": instance.distances}
-    )
-    write_table(out / "costs.parquet", _long(instance.costs) | {"cost": instance.costs.ravel()})
+    edges = {"i": instance.edges[:, 0], "j": instance.edges[:, 1], "distance": instance.distances}
+    write_published(out / "edges.parquet", edges, tables.EDGES)
+    write_published(out / "costs.parquet", _long(instance.costs) | {"cost": instance.costs.ravel()}, tables.COSTS)
     meta = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -234,7 +297,7 @@ def read_instance(in_dir: str | Path, epsilon: float | None = None) -> Instance:
 def write_mechanism_table(z: np.ndarray, path: str | Path) -> None:
     """Write an (N, K) mechanism as mechanism.parquet's long table (i, k, prob), atomically. Unchecked: the
     one caller that publishes is :func:`mdp_core.solvers.verify.write_mechanism`, which verifies first."""
-    write_table(path, _long(z) | {"prob": np.asarray(z, dtype=np.float64).ravel()})
+    write_published(path, _long(z) | {"prob": np.asarray(z, dtype=np.float64).ravel()}, tables.MECHANISM)
 
 
 def read_mechanism(path: str | Path, n_records: int | None = None, n_outputs: int | None = None) -> np.ndarray:

@@ -39,47 +39,13 @@ from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import pairwise
 from mdp_core.solvers.mechanisms import record_output_distances
 from mdp_core.solvers.verify import RATIO_TOL, check_mechanism, directed_pairs, log_ratio, objective, verify
+from mdp_core.spec import tables
 
 DELTA = 1e-3
+_DTYPES = {"int64": "Int64", "double": "float64", "bool": "boolean", "large_string": "string"}
 Q = 0.95
 
-COLUMNS = [
-    "method",
-    "n_records",
-    "n_outputs",
-    "n_edges",
-    "lp_rows",
-    "lp_nonzeros",
-    "epsilon",
-    "eta",
-    "distance_unit",
-    "expected_loss",
-    "loss_q95",
-    "loss_max",
-    "dist_loss_mean",
-    "dist_loss_q95",
-    "dist_loss_max",
-    "verified",
-    "realised_epsilon",
-    "eps_tight",
-    "eps_tight_delta",
-    "gv_ratio",
-    "gv_count",
-    "gv_max",
-    "gv_mean",
-    "lower_bound",
-    "gap",
-    "relative_gap",
-    "no_privacy_bound",
-    "packing_bound",
-    "packing_centers",
-    "packing_radius",
-    "adversary_error",
-    "metric_epsilon",
-    "dist_loss_se",
-    "mc_samples",
-    "seconds",
-]
+COLUMNS = list(tables.EVALUATION.column_names)  # evaluation.parquet's, declared in mdp_core.spec.tables
 
 
 def record_losses(instance: Instance, z: np.ndarray) -> np.ndarray:
@@ -304,20 +270,6 @@ def evaluation_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         if extra:
             raise InputError(f"evaluation row has unknown column(s) {sorted(extra)}")
     df = pd.DataFrame(rows, columns=COLUMNS)
-    int_cols = [
-        "n_records",
-        "n_outputs",
-        "n_edges",
-        "lp_rows",
-        "lp_nonzeros",
-        "gv_count",
-        "packing_centers",
-        "mc_samples",
-    ]
-    float_cols = [c for c in COLUMNS if c not in int_cols + ["method", "distance_unit", "verified"]]
-    df[float_cols] = df[float_cols].astype("float64")
-    df[int_cols] = df[int_cols].astype("Int64")
-    df["verified"] = df["verified"].astype("boolean")
-    df["method"] = df["method"].astype("string")
-    df["distance_unit"] = df["distance_unit"].astype("string")
+    for c in tables.EVALUATION.columns or ():  # the declared Arrow type's nullable pandas dtype (float: NaN is null)
+        df[c.name] = df[c.name].astype(_DTYPES[str(c.dtype)])
     return df

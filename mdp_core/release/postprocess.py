@@ -40,6 +40,7 @@ from mdp_core.release.intervals import check_level, count_intervals
 from mdp_core.release.noise import MOVE_SENSITIVITY, Measurement
 from mdp_core.solvers import highs
 from mdp_core.solvers.result import Status
+from mdp_core.spec import tables
 
 FeatureSpec = np.ndarray | Sequence[np.ndarray]
 
@@ -581,7 +582,7 @@ def weighted_l2(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return float(np.sqrt(sum(sq)))
 
 
-CURVE_COLUMNS = ["eps_counts", "method", "mae_singletons", "mae_features", "weighted_l2", "n_repeats"]
+CURVE_COLUMNS = list(tables.COUNT_ERROR.column_names)  # cbdp_error.parquet's, declared in mdp_core.spec.tables
 
 
 def error_curve(
@@ -626,10 +627,7 @@ def error_curve(
 
 
 # ------------------------------------------------------------------------------ flow aggregate
-AGGREGATE_COLUMNS = [
-    *("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale"),
-    *("ci_level", "ci_low", "ci_high", "sim_low", "sim_high"),
-]
+AGGREGATE_COLUMNS = list(tables.AGGREGATES.column_names)  # aggregates.parquet's (mdp_core.spec.tables)
 Measure = Callable[[np.ndarray, int, float], Measurement]  # (true counts, L1 sensitivity, eps) -> noisy
 
 

@@ -1,5 +1,4 @@
-"""File helpers that need no numerical library: atomic writes, deterministic JSON, sha256 of a file,
-and the names of an instance directory's tables.
+"""File helpers that need no numerical library: atomic writes, deterministic JSON, sha256 of a file.
 
 Split from :mod:`mdp_core.problem.io` (which re-exports them) so the artifact store, the release flow and the
 publication check can use them without importing numpy, pandas and pyarrow: a fully cached
@@ -17,9 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import InputError
-
-# The tables of an instance directory (schema in mdp_core.problem.io), in the order instance.json lists them.
-TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:

@@ -127,6 +127,7 @@ from mdp_core.solvers.highs import LpModel, LpSolution
 from mdp_core.solvers.mechanisms import smooth_to_mdp
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
 from mdp_core.solvers.verify import MAX_LOG_RATIO, repair
+from mdp_core.spec import tables
 from mdp_core.spec.methods import BendersOptions
 from mdp_core.spec.solver_options import Executor, SolverOptions
 
@@ -138,22 +139,7 @@ PRICED_AT_ONCE_GAP = 1e-3  # seed vs first master bound (relative) above which t
 HEURISTIC_EVERY = 10  # iterations between primal-heuristic runs once it stops improving the UB
 PROCESS_MIN_VARS = 20_000  # total subproblem variables (internal records x K) before a process pool pays off
 INF = highs.INF
-_TRACE_COLUMNS = [
-    "iteration",
-    "lower_bound",
-    "upper_bound",
-    "gap",
-    "optimality_cuts",
-    "penalised_subproblems",
-    "slack",
-    "heuristic_upper_bound",
-    "rho",
-    "master_seconds",
-    "sub_max_seconds",
-    "sub_total_seconds",
-    "master_rows",
-    "elapsed_seconds",
-]
+_TRACE_COLUMNS = list(tables.TRACE_COLUMNS["benders"])  # trace.parquet's, declared in mdp_core.spec.tables
 
 
 # ============================================================================ subproblems

@@ -137,6 +137,7 @@ from mdp_core.solvers import privacy_rows as pr
 from mdp_core.solvers.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, LpModel, LpSolution
 from mdp_core.solvers.result import LIMITS, RawSolution, Status, gap_closed
 from mdp_core.solvers.verify import MAX_LOG_RATIO
+from mdp_core.spec import tables
 from mdp_core.spec.methods import ColgenOptions
 from mdp_core.spec.solver_options import Executor, SolverOptions
 
@@ -635,16 +636,7 @@ def _polish(run: _Run, comps: list[_Component]) -> None:
 
 
 # --------------------------------------------------------------------------- the method
-TRACE_COLUMNS = [
-    "iteration",
-    "lower_bound",
-    "pricing_bound",
-    "upper_bound",
-    "gap",
-    "columns_added",
-    "master_seconds",
-    "pricing_seconds",
-]
+TRACE_COLUMNS = list(tables.TRACE_COLUMNS["colgen"])  # trace.parquet's, declared in mdp_core.spec.tables
 
 
 @dataclass

@@ -89,20 +89,11 @@ from mdp_core.solvers import privacy_rows as pr
 from mdp_core.solvers.mechanisms import smooth_to_mdp
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
 from mdp_core.solvers.verify import objective
+from mdp_core.spec import tables
 from mdp_core.spec.methods import RowgenOptions
 from mdp_core.spec.solver_options import SolverOptions
 
-TRACE_COLUMNS = [
-    "iteration",
-    "lower_bound",
-    "upper_bound",
-    "gap",
-    "rows",
-    "rows_added",
-    "lp_seconds",
-    "seconds",
-    "lp_tolerance",  # the round's interior point relative gap tolerance (NaN for simplex)
-]
+TRACE_COLUMNS = list(tables.TRACE_COLUMNS["rowgen"])  # trace.parquet's, declared in mdp_core.spec.tables
 CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
 # min c.z over z >= 0 with c >= 0 is bounded and feasible (the uniform mechanism satisfies every row):
 # any status but optimal or a limit is a numerical breakdown, retried with the other algorithm, cold.

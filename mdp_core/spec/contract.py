@@ -16,14 +16,34 @@ outputs are owner-only until published; docs/privacy.md).
 
 from __future__ import annotations
 
-import fnmatch
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mdp_core.spec import dataset_kinds
 from mdp_core.spec.methods import REGISTRY, PartitionOptions
 from mdp_core.spec.options import specs
 from mdp_core.spec.solver_options import RepairOptions, SolverOptions
+from mdp_core.spec.tables import (  # noqa: F401  (re-exported: the contract's columns and files)
+    AGGREGATE_COLUMNS,
+    AGGREGATE_COLUMNS_BEFORE_41,
+    AGGREGATES,
+    COORDINATE,
+    COSTS,
+    COUNT_ERROR,
+    EDGES,
+    EVALUATION,
+    INSTANCE_DIR,
+    INSTANCE_TABLES,
+    MECHANISM,
+    MICRODATA,
+    OUTPUTS,
+    SECONDS,
+    TRACE,
+    TRACE_COLUMNS,
+    UTILITY,
+    Column,
+    PublishedFile,
+    cols,
+)
 
 
 # ----------------------------------------------------------------------------- stages
@@ -62,84 +82,11 @@ def stage(name: str) -> Stage:
     raise KeyError(f"no stage {name!r} (one of {', '.join(STAGE_NAMES)})")
 
 
-# ----------------------------------------------------------------------------- columns and files
-@dataclass(frozen=True)
-class Column:
-    """A published Parquet column: its ``name``, Arrow type (``str(pyarrow type)``, e.g. ``int64``,
-    ``double``, ``large_string``, ``bool``; None: depends on the input, e.g. a points file's ``id``) and doc."""
-
-    name: str
-    dtype: str | None
-    doc: str = ""
-
-
-@dataclass(frozen=True)
-class PublishedFile:
-    """A file of a release folder.
-
-    ``path``: relative to the folder (a top-level ``*.png`` pattern for figures); ``stage``: the stage whose
-    output holds it (under its last path component, :attr:`file`); ``required``: every release lists it.
-    ``columns`` (Parquet: the allowed columns in written order) or ``keys`` (JSON: the top-level keys;
-    ``nested``: {key: keys of that object}); ``volatile``: columns / keys (report claims) whose values differ
-    between two identical re-runs (wall-clock seconds, timestamps). ``all_columns``: the writer writes every
-    declared column (else a subset: a method's trace, a dataset kind's records); ``ordered``: in this order;
-    ``coordinates``: may also hold the euclidean coordinates ``x0, x1, ...`` (double); ``name_exceptions``:
-    public columns whose names hold a :data:`FORBIDDEN` fragment. ``listed``: listed in the manifest's
-    ``released_files`` (False: manifest.json and the signature files beside it). ``blocks`` (JSON): every
-    object of the file, by dotted path from the top (``""``), with the keys it may hold (:data:`ANY_KEY`: a
-    map whose keys are data, e.g. file names; its values under ``<path>.*``); ``free``: the paths of objects
-    whose keys are not enumerated here (:data:`FREE_FORM_DOC`); ``<path>[]``: the keys of each object of a list
-    at ``path``. A key the blocks do not allow is a finding of the audit, and so is an object where a block
-    declares a value (:func:`json_blocks`)."""
-
-    path: str
-    stage: str
-    required: bool
-    columns: tuple[Column, ...] | None = None
-    keys: frozenset[str] | None = None
-    volatile: frozenset[str] = frozenset()
-    doc: str = ""
-    nested: dict[str, frozenset[str]] = field(default_factory=dict)
-    all_columns: bool = True
-    ordered: bool = False
-    coordinates: bool = False
-    name_exceptions: frozenset[str] = frozenset()
-    listed: bool = True
-    blocks: dict[str, frozenset[str]] = field(default_factory=dict)
-    free: frozenset[str] = frozenset()
-
-    @property
-    def file(self) -> str:
-        """The file's name in its stage's output (``instance/edges.parquet`` -> ``edges.parquet``)."""
-        return self.path.rpartition("/")[2]
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns or ())
-
-    def matches(self, name: str) -> bool:
-        """``name`` (relative path) is this file (a pattern matches top-level names only)."""
-        if "*" not in self.path:
-            return name == self.path
-        return "/" not in name and fnmatch.fnmatchcase(name, self.path)
-
-
-def _cols(spec: str, doc: str = "") -> tuple[Column, ...]:
-    """Columns from ``"name:type name:type ..."`` (type ``any``: None)."""
-    out = []
-    for item in spec.split():
-        name, _, dtype = item.partition(":")
-        out.append(Column(name, None if dtype == "any" else dtype, doc))
-    return tuple(out)
-
-
-INSTANCE_DIR = "instance"
 PROVENANCE = "release_provenance.json"
 PROVENANCE_FORMAT = "mdp-release-provenance"
 PROVENANCE_VERSION = 3  # what the pipeline writes: population, protection, the v3 guarantee and ledger
 PROVENANCE_VERSIONS = (2, 3)  # v2: releases made before populations (still audited, with the v2 formulas)
 FORBIDDEN = ("seed", "secret", "true_", "record_id")  # in no published column or provenance key
-COORDINATE = re.compile(r"x\d+")  # euclidean coordinates x0, x1, ...; haversine ones are lat, lon
 PRIOR_FILE = "file"  # the prior_source of a public prior file
 PRIOR_SOURCES: tuple[str, ...] = ("dataset", "uniform", "dp", PRIOR_FILE)  # provenance prior_source values
 MICRODATA_SOURCES = frozenset({"file", "simulated"})
@@ -178,7 +125,6 @@ PRIVACY_KEYS_V3_OPTIONAL = frozenset({"population", "protection"})
 INSTANCE_KEYS = frozenset(
     "format schema_version epsilon eta distance_unit metric n_records n_outputs n_edges tables provenance".split()
 )
-INSTANCE_TABLES = ("records.parquet", "outputs.parquet", "edges.parquet", "costs.parquet")
 # flows.manifest.new_manifest + the release flow's fields + released_files (publish_run)
 MANIFEST_KEYS = frozenset(
     "format version run_name flow_run_id created_at config stages code_versions started_at refresh_from "
@@ -223,7 +169,7 @@ INSTANCE_PROVENANCE_KEYS = frozenset("dataset generator parameters source road_g
 # without a type here is an error at import.
 _RECORD_TYPES = {
     c.name: c
-    for c in _cols(
+    for c in cols(
         "record_id:int64 prior:double lat:double lon:double row:int64 col:int64 road_osmid:int64 snap_km:double "
         "osmid:int64 word:large_string id:any n_merged:int64"
     )
@@ -232,13 +178,6 @@ _untyped = dataset_kinds.public_record_columns() - set(_RECORD_TYPES)
 if _untyped:
     raise TypeError(f"records.parquet columns declared by a dataset kind without an Arrow type: {sorted(_untyped)}")
 RECORD_COLUMNS = tuple(c for n, c in _RECORD_TYPES.items() if n in dataset_kinds.public_record_columns())
-# aggregates.parquet's columns before the intervals (issue 41): a release published then still audits clean
-AGGREGATE_COLUMNS_BEFORE_41 = ("level", "block", "label", "n_members", "count", "eps_counts", "noise", "noise_scale")
-AGGREGATE_COLUMNS = (
-    *AGGREGATE_COLUMNS_BEFORE_41,
-    *("ci_level", "ci_low", "ci_high", "sim_low", "sim_high"),  # issue 41: mdp_core.release.intervals
-)
-_SECONDS = frozenset({"seconds"})
 
 # ----------------------------------------------------------------------------- the JSON files' objects
 ANY_KEY = "*"  # in a block's keys: a map whose keys are data (file names, sha256 per file)
@@ -303,15 +242,13 @@ MANIFEST_BLOCKS: dict[str, frozenset[str]] = {
 }
 
 PUBLISHED: tuple[PublishedFile, ...] = (
-    PublishedFile(
-        "mechanism.parquet", "solve", True, _cols("i:int64 k:int64 prob:double"), doc="the mechanism z_ik, long form"
-    ),
+    MECHANISM,
     PublishedFile(
         "solve.json",
         "solve",
         True,
         keys=SOLVE_KEYS,
-        volatile=_SECONDS,
+        volatile=SECONDS,
         doc="the solve and certificate",
         blocks={
             "": SOLVE_KEYS,
@@ -322,28 +259,8 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         },
         free=frozenset({"extra"}),
     ),
-    PublishedFile(
-        "microdata.parquet",
-        "postprocess",
-        True,
-        _cols("individual:int64 output_id:int64 output_record_id:int64 lat:double lon:double"),
-        all_columns=False,
-        coordinates=True,
-        name_exceptions=frozenset({"output_record_id"}),
-        doc="each individual's released output and its public coordinates (v2 also: individual)",
-    ),
-    PublishedFile(
-        "aggregates.parquet",
-        "postprocess",
-        True,
-        _cols(
-            "level:large_string block:int64 label:large_string n_members:int64 count:int64 eps_counts:double "
-            "noise:large_string noise_scale:double ci_level:double ci_low:int64 ci_high:int64 sim_low:int64 "
-            "sim_high:int64"
-        ),
-        ordered=True,
-        doc="DP counts (discrete Laplace) of the released outputs by level, with their intervals",
-    ),
+    MICRODATA,
+    AGGREGATES,
     PublishedFile(
         PROVENANCE,
         "postprocess",
@@ -372,60 +289,11 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         blocks={"": INSTANCE_KEYS, "tables": frozenset(INSTANCE_TABLES), "provenance": INSTANCE_PROVENANCE_KEYS},
         free=frozenset({"provenance.parameters", "provenance.source", "provenance.road_graph"}),
     ),
-    PublishedFile(
-        "trace.parquet",
-        "solve",
-        False,
-        _cols(
-            "iteration:int64 lower_bound:double upper_bound:double gap:double optimality_cuts:any "
-            "penalised_subproblems:any slack:any heuristic_upper_bound:any rho:any master_seconds:any "
-            "sub_max_seconds:any sub_total_seconds:any master_rows:any elapsed_seconds:any pricing_bound:any "
-            "columns_added:any pricing_seconds:any rows:int64 rows_added:int64 lp_seconds:double seconds:double "
-            "lp_tolerance:any"
-        ),
-        volatile=frozenset(
-            "master_seconds sub_max_seconds sub_total_seconds elapsed_seconds pricing_seconds lp_seconds seconds".split()
-        ),
-        all_columns=False,
-        doc="the TRACE_COLUMNS of mdp_core.solvers.benders, colgen or rowgen (one row per iteration; types: rowgen's)",
-    ),
-    PublishedFile(
-        "evaluation.parquet",
-        "evaluate",
-        True,
-        _cols(
-            "method:large_string n_records:int64 n_outputs:int64 n_edges:int64 lp_rows:int64 lp_nonzeros:int64 "
-            "epsilon:double eta:double distance_unit:large_string expected_loss:double loss_q95:double "
-            "loss_max:double dist_loss_mean:double dist_loss_q95:double dist_loss_max:double verified:bool "
-            "realised_epsilon:double eps_tight:double eps_tight_delta:double gv_ratio:double gv_count:int64 "
-            "gv_max:double gv_mean:double lower_bound:double gap:double relative_gap:double "
-            "no_privacy_bound:double packing_bound:double packing_centers:int64 packing_radius:double "
-            "adversary_error:double metric_epsilon:double dist_loss_se:double mc_samples:int64 seconds:double"
-        ),
-        volatile=_SECONDS,
-        doc="mdp_core.release.evaluate.COLUMNS: the released method, the baselines and planar Laplace at the "
-        "stated guarantee (mdp_core.release.baseline)",
-    ),
-    PublishedFile(
-        "utility_vs_eps.parquet",
-        "evaluate",
-        True,
-        _cols("factor:double epsilon:double method:large_string expected_loss:double"),
-        doc="each mechanism re-solved at eps x factor",
-    ),
-    PublishedFile(
-        "cbdp_error.parquet",
-        "evaluate",
-        False,
-        _cols(
-            "eps_counts:double method:large_string mae_singletons:double mae_features:double weighted_l2:double "
-            "n_repeats:int64"
-        ),
-        doc="mdp_core.release.postprocess.CURVE_COLUMNS: the count-error curve",
-    ),
-    PublishedFile(
-        "report.md", "evaluate", True, volatile=_SECONDS, doc="the officer's page (claims: report_version 3)"
-    ),
+    TRACE,
+    EVALUATION,
+    UTILITY,
+    COUNT_ERROR,
+    PublishedFile("report.md", "evaluate", True, volatile=SECONDS, doc="the officer's page (claims: report_version 3)"),
     PublishedFile(
         f"{INSTANCE_DIR}/records.parquet",
         "export",
@@ -436,22 +304,9 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         name_exceptions=frozenset({"record_id"}),
         doc="the public universe of records",
     ),
-    PublishedFile(
-        f"{INSTANCE_DIR}/outputs.parquet",
-        "export",
-        True,
-        _cols("output_id:int64 record_id:int64 lat:double lon:double id:any"),
-        all_columns=False,
-        coordinates=True,
-        name_exceptions=frozenset({"record_id"}),
-        doc="the outputs (each one record's public coordinates)",
-    ),
-    PublishedFile(
-        f"{INSTANCE_DIR}/edges.parquet", "export", True, _cols("i:int64 j:int64 distance:double"), doc="the eta-graph"
-    ),
-    PublishedFile(
-        f"{INSTANCE_DIR}/costs.parquet", "export", True, _cols("i:int64 k:int64 cost:double"), doc="the loss c_ik"
-    ),
+    OUTPUTS,
+    EDGES,
+    COSTS,
     PublishedFile("*.png", "evaluate", False, doc="figures (top level)"),
     PublishedFile(
         "manifest.json",
