@@ -117,7 +117,7 @@ class _StderrLog:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from mdp_core.problem.io import read_instance, write_table
+    from mdp_core.problem.io import read_instance, write_published
     from mdp_core.runtime import control
     from mdp_core.solvers.solve import solve
     from mdp_core.solvers.verify import write_mechanism
@@ -146,7 +146,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         sol = solve(inst, args.method, options, progress=progress, **repair, **method_args)
     info = write_mechanism(inst, sol.z, args.out, sol.solve_info())
     if sol.trace is not None:
-        write_table(Path(args.out) / "trace.parquet", {c: sol.trace[c].to_numpy() for c in sol.trace.columns})
+        trace = {c: sol.trace[c].to_numpy() for c in sol.trace.columns}
+        write_published(Path(args.out) / "trace.parquet", trace, "trace.parquet")
     print(sol.certificate.summary())
     print(
         json.dumps(

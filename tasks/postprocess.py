@@ -238,7 +238,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     """The release (:mod:`mdp_core.release.make`) with the store's secret draw and the population's ledger:
     plan (certify the mechanism), charge, then draw and measure; write the tables and the provenance."""
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
-    from mdp_core.problem.io import read_mechanism, write_frame
+    from mdp_core.problem.io import read_mechanism, write_published
     from mdp_core.release import audit, make
     from mdp_core.release.door import GraphFacts, Settings, plan_privacy
     from mdp_core.runtime.files import write_json
@@ -277,8 +277,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     )
     at = private.position(draw.population, tuple(keys.values()))
     assert at is not None  # just charged (or charged before)
-    write_frame(w.file("microdata.parquet"), rel.microdata)
-    write_frame(w.file("aggregates.parquet"), rel.aggregates)
+    write_published(w.file("microdata.parquet"), rel.microdata, "microdata.parquet")
+    write_published(w.file("aggregates.parquet"), rel.aggregates, "aggregates.parquet")
     ledger = make.published_ledger(draw.population, plan.guarantee.charge(), at)
     ledger["history"] = private.history(draw.population, at["seq"])  # caps, raises, new budgets: disclosed
     source = "simulated" if params.get("microdata") is None else "file"
