@@ -230,7 +230,7 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
     started, t0 = time.time(), time.perf_counter()
     entries = {stage: mf.stage_entry(ref, "flow-run-1", t0, started) for stage, ref in refs.items()}
     fields = {"started_at": started, "refresh_from": None, "package_versions": package_versions(PACKAGES)}
-    manifest = _run_manifest(cfg, store, refs, "flow-run-1", entries, fields)
+    manifest = _run_manifest(cfg, store, refs, "flow-run-1", entries, fields, stage_params(cfg))
     released = release_task.released_files(refs["solve"], refs["postprocess"], refs["evaluate"], refs["export"])
     manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
     folder = Path(release_task.release.fn(str(store.root), manifest["run_name"], released, manifest))
