@@ -221,7 +221,7 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
     import time
 
     from flows import manifest as mf
-    from flows.release import PACKAGES, _run_manifest
+    from flows.release import PACKAGES, _run_manifest, stage_params
     from tasks import release as release_task
     from tasks.cache import package_versions
 
