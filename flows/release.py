@@ -11,6 +11,7 @@ parameters, not strings it cannot resolve (every scheduled run failed in 0 s tha
 """
 
 import datetime as _dt
+import importlib
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -46,22 +47,17 @@ from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
 from mdp_core.spec import contract, dataset_kinds
 from mdp_core.spec.methods import needs_partition
-from tasks import evaluate, export, graph, ingest, partition, postprocess, prior, solve
+from tasks import evaluate, postprocess
 from tasks import release as release_task
 from tasks.cache import cached, package_versions, stage_code_version
 from tasks.common import instance_with_graph, stage_output
 from tasks.progress import watch_cancellation
 
 STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.spec.contract.STAGES; then release)
-_TASKS: dict[str, Any] = {
-    "ingest": ingest.ingest,
-    "graph": graph.graph,
-    "prior": prior.prior,
-    "partition": partition.partition,
-    "export": export.export,
-    "solve": solve.solve,
-    "postprocess": postprocess.postprocess,
-    "evaluate": evaluate.evaluate,
+_TASKS: dict[str, Any] = {  # each cached stage's task, from its declaration (mdp_core.spec.contract.Stage.task)
+    st.name: getattr(importlib.import_module(st.task.partition(":")[0]), st.task.partition(":")[2])
+    for st in contract.STAGES
+    if st.cached
 }
 SOLVE_SUMMARY = contract.MANIFEST_SOLVE_KEYS  # the manifest's solve summary: these keys of solve.json
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")

@@ -172,3 +172,16 @@ def test_an_undeclared_file_is_a_finding(lp_release: Path, tmp_path: Path) -> No
     (run / "manifest.json").write_text(json.dumps(m))
     set_listed_hash(run, "notes.txt")
     assert "notes.txt: not a file a release publishes (listed in the manifest)" in audit.audit_release(run)
+
+
+def test_every_stage_declares_its_task() -> None:
+    """Issue 42: the flow takes each stage's task from its declaration (``Stage.task``), and the task is named
+    after its stage (its ``[run.timeouts]`` key, its cache-key stage)."""
+    import importlib
+
+    for st in contract.STAGES:
+        module, _, attr = st.task.partition(":")
+        task = getattr(importlib.import_module(module), attr)
+        assert task.name == st.name, st
+        if st.cached:
+            assert _TASKS[st.name] is task

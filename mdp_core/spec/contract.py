@@ -51,12 +51,18 @@ from mdp_core.spec.tables import (  # noqa: F401  (re-exported: the contract's c
 class Stage:
     """One pipeline stage: ``name`` (its ``[run.timeouts]`` key, ``refresh_from`` value and task name),
     ``doc`` (one line), ``reads_secret`` (reads the agency's secret microdata table), ``cached`` (a cached
-    Prefect task whose output the store keeps; ``release``, the publication, is not)."""
+    Prefect task whose output the store keeps; ``release``, the publication, is not), ``task`` (its Prefect
+    task, ``"module:attribute"``, imported by the flow: :data:`flows.release._TASKS`)."""
 
     name: str
     doc: str
     reads_secret: bool = False
     cached: bool = True
+    task: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.task:
+            object.__setattr__(self, "task", f"tasks.{self.name}:{self.name}")
 
 
 STAGES: tuple[Stage, ...] = (
@@ -68,7 +74,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("solve", "the optimal mechanism, its certificate and bounds"),
     Stage("postprocess", "perturbed microdata, DP counts and the release's provenance (the secret draw)", True),
     Stage("evaluate", "utility, baselines, the count-error curve and report.md"),
-    Stage("release", "sign, check at the door and publish runs/<run>/", cached=False),
+    Stage("release", "sign, check at the door and publish runs/<run>/", cached=False),  # tasks.release:release
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)  # in run order
 CACHED_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.cached)
