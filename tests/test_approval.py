@@ -276,8 +276,10 @@ def test_a_paused_release_measures_only_once_an_officer_approves_then_its_policy
 def test_a_rejected_or_timed_out_release_ends_refused_and_charges_nothing(prefect_server, tmp_path):
     """Rejected (``mdp-release approve --reject``), or no decision within ``approval_timeout``: the run ends
     in the state named Refused; one error line, no traceback."""
-    timed, timed_store = _start(prefect_server, tmp_path, "appr-late", extra="approval_timeout = 3")
-    no, no_store = _start(prefect_server, tmp_path, "appr-no")
+    timed, timed_store = _start(
+        prefect_server, tmp_path, "appr-late", extra='approval = "required"\napproval_timeout = 3'
+    )
+    no, no_store = _start(prefect_server, tmp_path, "appr-no", extra='approval = "required"')
     run = _paused_run(prefect_server, "appr-no")
     env = server_env(prefect_server, tmp_path)
     reject = [MDP, "approve", run["id"], "--by", "B. Officer", "--reject", "--note", "not this week"]
