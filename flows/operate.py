@@ -2,7 +2,14 @@
 
 * ``serve`` -- a long-running process (a Prefect ``Runner``, what ``flow.serve`` uses) that creates the
   deployment ``<release name>-serve`` with a schedule on the Prefect server and runs its flow runs
-  itself. Ctrl-C or SIGTERM stops it: schedule paused, the runs still scheduled deleted.
+  itself. Ctrl-C or SIGTERM stops it: schedule paused, the runs still scheduled deleted (within seconds even
+  when the server is gone: :func:`flows.run.bounded_stop`). It names its upcoming runs after the release
+  (:func:`name_upcoming_runs`: Prefect's scheduler names them with random words) and says when a run lasts
+  longer than the interval (:class:`Watch`).
+* One release at a time: both deployments carry a Prefect deployment concurrency limit (``--limit``, 1 for
+  ``deploy``) with the collision strategy ``CANCEL_NEW``: a tick due while the previous run still runs is
+  *skipped* -- Prefect ends it Cancelled, "Deployment concurrency limit reached." -- never queued to start
+  late.
 * ``deploy --pool NAME`` -- the deployment ``<release name>-<pool>`` on a *work pool* (created as a
   ``process`` pool if absent); a ``prefect worker start --pool NAME`` process (any machine that has this
   checkout and ``PREFECT_API_URL``) runs it. ``prefect.yaml`` in the repository root is the same route
@@ -72,8 +79,18 @@ def _need_server() -> str:
     return where
 
 
+def one_at_a_time(limit: int = 1) -> Any:
+    """The deployment concurrency limit of a scheduled release: ``limit`` runs at the same time, and a run that
+    would start beyond it is cancelled by the server (``CANCEL_NEW``: the tick is skipped, not queued; Prefect
+    also cancels, rather than marks Late, a scheduled run that waits for a slot)."""
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+
+    return ConcurrencyLimitConfig(limit=limit, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)
+
+
 def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
-    """The deployment's name, parameters, tags, description and schedule. Its default name is the release
+    """The deployment's name, parameters, tags, description, schedule and concurrency limit
+    (:func:`one_at_a_time`: ``serve --limit``, 1 for ``deploy``). Its default name is the release
     name and the ``route`` ("serve", or deploy's pool name): ``serve`` and ``deploy`` of one config are two
     deployments, never one overwriting the other."""
     from flows.config import load_config, release_name, to_parameter
@@ -98,26 +115,33 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
         "parameters": {"config": to_parameter(cfg)},
         "tags": ["mdp-release", *run_tags(cfg)],
         "description": f"mdp-release {name}: {args.config or 'the built-in default release'}",
+        "concurrency_limit": one_at_a_time(getattr(args, "limit", 1)),
         **schedule,
     }
 
 
 def serve_from_cli(args: argparse.Namespace) -> int:
     where = _need_server()
+    if args.limit < 1:
+        raise InputError(f"--limit must be >= 1, got {args.limit}")
     dep = _deployment(args, "serve")
     when = f"cron {args.cron!r} ({args.timezone})" if args.cron else f"every {args.interval:g} s"
     print(
-        f"mdp-release serve: {where}; deployment mdp-release/{dep['name']}, {when}; Ctrl-C or SIGTERM stops",
+        f"mdp-release serve: {where}; deployment mdp-release/{dep['name']}, {when}; at most {args.limit} run(s) "
+        "at a time, a tick due while they run is skipped; Ctrl-C or SIGTERM stops",
         file=sys.stderr,
         flush=True,
     )
     from prefect.runner import Runner
 
-    from flows.release import release_flow
+    from flows.config import as_config
+    from flows.release import release_flow, run_title
 
     # What flow.serve does (a Runner with this one flow), with its shutdown done here: on Ctrl-C / SIGTERM
-    # the runner stops (its schedule paused) and the deployment's runs still scheduled are deleted.
-    runner = Runner(name=f"mdp-release-{dep['name']}", pause_on_shutdown=True, limit=args.limit)
+    # the runner stops (its schedule paused) and the deployment's runs still scheduled are deleted. One
+    # process slot more than the deployment's limit: a tick due while a run runs is proposed on time and
+    # cancelled by the server (skipped), instead of waiting for the slot and starting late.
+    runner = Runner(name=f"mdp-release-{dep['name']}", pause_on_shutdown=True, limit=args.limit + 1)
     for attempt in range(4):  # a busy server can answer 503 to the deployment's creation: try again
         try:
             deployment_id = runner.add_flow(release_flow, **dep)
@@ -126,19 +150,30 @@ def serve_from_cli(args: argparse.Namespace) -> int:
             if attempt == 3 or "503" not in str(exc):
                 raise
             time.sleep(5)
-    asyncio.run(_serve_until_stopped(runner))
-    dropped = asyncio.run(drop_scheduled_runs(deployment_id))
+    watch = Watch(deployment_id, run_title(as_config(dep["parameters"]["config"])), args.interval, args.limit)
+    from flows.run import bounded_stop
+
+    disarm = bounded_stop("mdp-release serve")  # a stop ends this process within seconds, server or not
+    try:
+        asyncio.run(_serve_until_stopped(runner, watch))
+        dropped = asyncio.run(drop_scheduled_runs(deployment_id))
+    finally:
+        disarm()
     print(f"mdp-release serve: stopped; {dropped} scheduled run(s) of {dep['name']} removed", file=sys.stderr)
     return 0
 
 
-async def _serve_until_stopped(runner: Any) -> None:
-    """``runner.start()`` until SIGTERM or SIGINT, then ``await runner.astop()``. Runner.start installs
-    a SIGTERM handler of its own that calls the synchronous ``stop`` inside the event loop ("coroutine
-    'Runner.astop' was never awaited", then ``sys.exit``); the loop's handlers set here replace it once
-    start has begun."""
+async def _serve_until_stopped(runner: Any, watch: Watch | None = None) -> None:
+    """``runner.start()`` (and ``watch.run()``) until SIGTERM or SIGINT, then ``await runner.astop()``.
+    Runner.start installs a SIGTERM handler of its own that calls the synchronous ``stop`` inside the event
+    loop ("coroutine 'Runner.astop' was never awaited", then ``sys.exit``); the loop's handlers set here replace
+    it once start has begun. A signal also requests this process's stop (the watchdog of
+    :func:`flows.run.bounded_stop` ends the process when the server does not answer)."""
+    from mdp_core.runtime import control
+
     loop = asyncio.get_running_loop()
     started = asyncio.ensure_future(runner.start())
+    watching = asyncio.ensure_future(watch.run()) if watch is not None else None
     await asyncio.sleep(0)  # start's first step (installing its handler) has run
 
     async def stop() -> None:
@@ -148,15 +183,164 @@ async def _serve_until_stopped(runner: Any) -> None:
             await runner.astop()
 
     stopping: list[asyncio.Task[None]] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        control.end_if_due(sig)  # the watchdog gave up waiting for the server: the process ends here
+        control.request_stop(f"{sig.name} received")
+        stopping.append(loop.create_task(stop()))
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: stopping.append(loop.create_task(stop())))
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await started
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if watching is not None:
+            watching.cancel()
     for task in stopping:
         await task
+
+
+SKIPPED = "Deployment concurrency limit reached."  # Prefect's message on a run its deployment's limit cancelled
+WATCH_EVERY = 3.0  # s between two looks at the deployment's runs
+
+
+def scheduled_run_name(title: str, run: Any) -> str:
+    """``<release name>-<config hash8>-<scheduled UTC time>-<id4>``: the name a run of the release gets when it
+    starts (:func:`flows.release.run_title`), with the time it is scheduled for."""
+    import datetime as dt
+
+    when = run.expected_start_time.astimezone(dt.UTC) if run.expected_start_time else dt.datetime.now(dt.UTC)
+    return f"{title}-{when:%Y%m%d-%H%M%S}-{str(run.id)[-4:]}"
+
+
+def _runs_of(deployment_id: Any, *states: Any) -> dict[str, Any]:
+    """``read_flow_runs`` filters: the deployment's runs in ``states`` (StateType)."""
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+
+    return {
+        "deployment_filter": DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+        "flow_run_filter": FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=list(states)))),
+    }
+
+
+async def name_upcoming_runs(client: Any, deployment_id: Any, title: str, limit: int = 20) -> int:
+    """Name the deployment's next ``limit`` scheduled runs after the release (:func:`scheduled_run_name`) through
+    Prefect's ``update_flow_run``. Prefect 3.8.8's scheduler creates them named with two random words (a
+    deployment has no run-name setting; the flow's ``flow_run_name`` runs only when a run starts). Returns how
+    many it renamed."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    runs = await client.read_flow_runs(
+        **_runs_of(deployment_id, StateType.SCHEDULED), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=limit
+    )
+    renamed = 0
+    for run in runs:
+        if not run.name.startswith(f"{title}-"):
+            await client.update_flow_run(run.id, name=scheduled_run_name(title, run))
+            renamed += 1
+    return renamed
+
+
+class Watch:
+    """What ``serve`` keeps an eye on while it runs, every :data:`WATCH_EVERY` s: it names the upcoming runs
+    (:func:`name_upcoming_runs`) and says -- on its stderr and in the run's log in the UI -- when runs last
+    longer than the interval: once when the first tick is skipped (the server cancelled its run with
+    :data:`SKIPPED`: a run held the slot, from its pickup -- up to 10 s before its tick -- to its end), once per
+    run still running an interval after its tick, and one line per skipped tick."""
+
+    def __init__(self, deployment_id: Any, title: str, interval: float | None, limit: int = 1) -> None:
+        import datetime as dt
+
+        self.deployment_id, self.title, self.interval, self.limit = deployment_id, title, interval, limit
+        self.since = dt.datetime.now(dt.UTC)
+        self.warned: set[Any] = set()  # runs said to run longer than the interval (and "any" after a first skip)
+        self.skipped: set[Any] = set()
+
+    async def run(self) -> None:
+        from prefect.client.orchestration import get_client
+
+        failed = ""
+        async with get_client() as client:
+            while True:
+                try:
+                    await name_upcoming_runs(client, self.deployment_id, self.title)
+                    await self.look(client)
+                except Exception as exc:  # noqa: BLE001 -- a busy or absent server: look again next time
+                    if type(exc).__name__ != failed:  # said once per kind of failure
+                        failed = type(exc).__name__
+                        print(f"mdp-release serve: could not look at the runs: {failed}: {exc}", file=sys.stderr)
+                await asyncio.sleep(WATCH_EVERY)
+
+    async def look(self, client: Any) -> None:
+        """One look at the runs holding the deployment's slots (running, or pending: picked up, about to start)
+        and at the skipped ones, the newest 20."""
+        import datetime as dt
+
+        from prefect.client.schemas.objects import StateType
+        from prefect.client.schemas.sorting import FlowRunSort
+
+        runs = await client.read_flow_runs(
+            **_runs_of(self.deployment_id, StateType.RUNNING, StateType.PENDING, StateType.CANCELLED),
+            sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+            limit=20,
+        )
+        now = dt.datetime.now(dt.UTC)
+        holding = [r for r in runs if r.state_type in (StateType.RUNNING, StateType.PENDING)]
+        for r in holding:  # still running an interval after its tick: the next tick finds the slot taken
+            took = (now - r.expected_start_time).total_seconds() if r.expected_start_time else 0.0
+            if self.interval and took > self.interval and r.id not in self.warned:
+                self.warned.add(r.id)
+                await self.say(client, r.id, self.too_long(f"run {r.name} still runs {took:.0f} s after its tick"))
+        holder = holding[0].id if holding else None
+        for r in sorted(runs, key=lambda x: x.expected_start_time or now):
+            recent = r.expected_start_time is not None and r.expected_start_time >= self.since
+            message = r.state.message if r.state is not None else None
+            if r.state_type != StateType.CANCELLED or message != SKIPPED or not recent or r.id in self.skipped:
+                continue
+            self.skipped.add(r.id)
+            if "any" not in self.warned:
+                self.warned.add("any")
+                await self.say(client, holder, self.too_long("a run lasts from its pickup to its end"))
+            who = ", ".join(x.name for x in holding) or "the previous run"
+            when = r.expected_start_time.astimezone(dt.UTC)
+            line = f"the tick of {when:%Y-%m-%d %H:%M:%S} UTC was skipped: {who} still held the slot"
+            await self.say(client, holder, f"mdp-release serve: {line} (at most {self.limit} run(s) at a time)")
+
+    def too_long(self, what: str) -> str:
+        between = f"the interval of {self.interval:g} s" if self.interval else "the time between two ticks"
+        return (
+            f"mdp-release serve: warning: {what}, longer than {between}: the ticks due meanwhile are skipped "
+            f"(each ends Cancelled, {SKIPPED!r}), not queued; serve with a longer --interval (or a --cron) than "
+            "a run takes"
+        )
+
+    @staticmethod
+    async def say(client: Any, flow_run_id: Any, line: str) -> None:
+        """``line`` on serve's stderr and, when ``flow_run_id`` is given, as a warning in that run's log."""
+        import datetime as dt
+        import logging
+
+        print(line, file=sys.stderr, flush=True)
+        if flow_run_id is not None:
+            from prefect.client.schemas.actions import LogCreate
+
+            log = LogCreate(
+                name="mdp_release.serve",
+                level=logging.WARNING,
+                message=line,
+                timestamp=dt.datetime.now(dt.UTC),
+                flow_run_id=flow_run_id,
+            )
+            await client.create_logs([log])
 
 
 async def drop_scheduled_runs(deployment_id: Any) -> int:

@@ -318,10 +318,68 @@ def run_from_cli(args: argparse.Namespace) -> int:
     restore = (
         install_signal_handlers()
     )  # SIGTERM / Ctrl-C: the running solve stops within seconds, nothing is published
+    disarm = bounded_stop("mdp-release")  # ... and the process ends within seconds even when the server is gone
     try:
         return _run_flows(args, cfgs, refresh_from, draw)
     finally:
+        disarm()
         restore()  # this process's own handlers again (an in-process caller keeps its Ctrl-C)
+
+
+STOP_BOUND = 60.0  # s: the longest a stopped run may take to end (its stage, records, final state)
+DEAD_API_GRACE = 3.0  # s: after a stop, once the Prefect API does not answer (the stop itself takes 1-3 s)
+
+
+def api_url() -> str | None:
+    """The Prefect API this process talks to: ``PREFECT_API_URL`` (environment, the server ``mdp-release server
+    start`` started, your profile); None in Prefect's ephemeral mode."""
+    from prefect.settings import get_current_settings
+
+    url = os.environ.get("PREFECT_API_URL") or get_current_settings().api.url
+    return str(url) if url else None
+
+
+def bounded_stop(command: str) -> Any:
+    """After SIGTERM / Ctrl-C / a Cancel, the process ends within :data:`STOP_BOUND` seconds, and within
+    :data:`DEAD_API_GRACE` seconds once the Prefect server does not answer (:func:`answers`): Prefect's client
+    retries every call to a dead API for about a minute (5 attempts, exponential back-off), and a stopped run
+    makes several (its failure artifact, its final state, its logs), which kept a SIGTERM'd run alive for
+    4 minutes. Then one line on stderr (``<command>: error: ...``) and the process ends (exit status 143,
+    :func:`mdp_core.runtime.control.stop_watchdog`); the run's record in the store is written by then (the
+    stop took 1-3 s), its end is not recorded on the server. Returns ``disarm``."""
+    from mdp_core.runtime.control import stop_watchdog
+
+    url = api_url()
+
+    def message(reason: str, waited: float, dead: bool) -> str:
+        why = (
+            f"Prefect's server {url} does not answer (its client would retry for minutes)"
+            if dead
+            else f"the stopped run did not end within {STOP_BOUND:g} s"
+        )
+        return (
+            f"{command}: error: {reason}; {why}: ending now, {waited:.0f} s after the stop "
+            "(the run's end is not recorded on the server)"
+        )
+
+    return stop_watchdog(
+        STOP_BOUND, hopeless=(lambda: not answers(url)) if url else None, grace=DEAD_API_GRACE, message=message
+    )
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether anything answers at the Prefect API ``url`` (its ``/health``): any HTTP response counts -- a busy
+    server's 503, Prefect Cloud's 401 to a request without a key --; a refused connection or no answer within
+    ``timeout`` seconds does not."""
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):  # URLError (refused, unreachable), a timeout, a malformed URL
+        return False
 
 
 def _run_flows(args: argparse.Namespace, cfgs: list[Any], refresh_from: Any, draw: Any) -> int:
@@ -384,7 +442,9 @@ def no_flow_heartbeat() -> contextlib.AbstractContextManager[Any]:
 def _print_manifest(manifest: dict) -> None:
     cert = manifest["privacy"]["certificate"]
     same = (
-        f": the same bytes as release {manifest['same_as']}, nothing new published" if manifest.get("same_as") else ""
+        f": the same content as release {manifest['same_as']} (timings aside), nothing new published"
+        if manifest.get("same_as")
+        else ""
     )
     print(f"release {manifest['run_name']}{same} -> {manifest['run_dir']}")
     for name, st in manifest["stages"].items():

@@ -14,6 +14,12 @@ child is stopped when it or any parent is. The root, :data:`PROCESS`, stops ever
 :func:`request_stop` (safe in a signal handler: it only assigns attributes) and
 :func:`install_signal_handlers` are what a command line or a flow calls.
 
+Ending. A stop ends a run within seconds when the process can report its end; when it cannot (a Prefect
+server that is gone: its client retries each call for a minute), :func:`stop_watchdog` bounds the wait: once a
+stop was requested it ends the process after ``grace`` seconds when ``hopeless()`` holds, and after ``bound``
+seconds in any case -- a message on stderr, this process's child processes terminated, then the default
+action of SIGTERM (exit status 143), raised by the signal handler in the main thread (:func:`end_if_due`).
+
 Watching. :class:`Progress` is a ``str`` (so every existing ``progress(line)`` callback keeps working)
 that also carries the numbers: round, lower and upper bound, the requested gap, elapsed seconds and the
 time limit. ``tasks.progress`` turns them into a moving percentage and a heartbeat that says what changed.
@@ -26,10 +32,12 @@ import contextvars
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from mdp_core.errors import Interrupted, StageTimeout
@@ -229,12 +237,14 @@ def clear_stop() -> None:
 
 def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Callable[[], None]:
     """SIGTERM / SIGINT -> :func:`request_stop` (call from the main thread). A second SIGINT raises
-    KeyboardInterrupt as usual (a forced stop). Returns a function restoring the previous handlers."""
+    KeyboardInterrupt as usual (a forced stop); a signal after :func:`stop_watchdog` gave up ends the process
+    (:func:`end_if_due`). Returns a function restoring the previous handlers."""
     previous: dict[int, Any] = {}
 
     interrupts = [0]
 
     def handler(signum: int, frame: Any) -> None:
+        end_if_due(signum)  # the stop watchdog gave up waiting: the process ends here
         if signum == signal.SIGINT:
             interrupts[0] += 1
             if interrupts[0] > 1:
@@ -275,6 +285,95 @@ def install_signal_handlers(signals: tuple[int, ...] = (signal.SIGTERM, signal.S
         os.close(read_fd)
 
     return restore
+
+
+_DUE: list[str] = []  # set once by the stop watchdog when it gives up waiting: the message it printed
+END_SIGNAL = signal.SIGTERM  # what the watchdog ends the process with: exit status 128 + 15
+
+
+def end_if_due(signum: int = END_SIGNAL) -> None:
+    """In a signal handler (the main thread): when :func:`stop_watchdog` gave up waiting, end the process by
+    ``signum``'s default action -- what the signal does without a handler -- else return at once."""
+    if not _DUE:
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def terminate_children(wait: float = 1.0) -> None:
+    """SIGTERM to this process's child processes (Linux ``/proc``; nothing elsewhere), SIGKILL to those
+    still there ``wait`` seconds later. A solver's child process group also ends by itself when its parent
+    is gone (:mod:`mdp_core.runtime.isolate`)."""
+    kids: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").glob("*"):
+        try:
+            kids |= {int(x) for x in (task / "children").read_text().split()}
+        except (OSError, ValueError):
+            continue
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in sorted(kids):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                kids.discard(pid)
+        end = time.monotonic() + wait
+        while kids and time.monotonic() < end:
+            kids = {pid for pid in kids if Path(f"/proc/{pid}").exists() and not _zombie(pid)}
+            time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def stop_watchdog(
+    bound: float,
+    hopeless: Callable[[], bool] | None = None,
+    grace: float = 3.0,
+    message: Callable[[str, float, bool], str] | None = None,
+) -> Callable[[], None]:
+    """Bound the end of this process after a stop request of :data:`PROCESS` (SIGTERM, Ctrl-C, a Cancel).
+
+    A daemon thread waits for the request, then: once ``hopeless()`` (polled every 0.5 s, in that thread)
+    held twice in a row and ``grace`` seconds have passed -- nothing that would end the process sooner can
+    happen, e.g. its API server is gone --, or after ``bound`` seconds in any case, it writes
+    ``message(reason, seconds waited, hopeless)`` on stderr, terminates the child processes
+    (:func:`terminate_children`) and sends :data:`END_SIGNAL` to the process: the handler of
+    :func:`install_signal_handlers` (or the signal's default action) ends it; SIGKILL 5 s later if it did not.
+    Returns ``disarm`` (an in-process caller disarms it before going on)."""
+    disarmed = threading.Event()
+
+    def watch() -> None:
+        while PROCESS.reason() is None:
+            if disarmed.wait(2 * POLL):
+                return
+        reason, t0, strikes = PROCESS.reason() or "stop requested", time.monotonic(), 0
+        while not disarmed.wait(0.5):
+            waited = time.monotonic() - t0
+            strikes = strikes + 1 if hopeless is not None and hopeless() else 0
+            if (strikes >= 2 and waited >= grace) or waited >= bound:
+                break
+        else:
+            return
+        if disarmed.is_set():
+            return
+        text = message(reason, waited, strikes >= 2) if message is not None else f"{reason}: ending now"
+        _DUE.append(text)
+        try:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        terminate_children()
+        os.kill(os.getpid(), END_SIGNAL)
+        time.sleep(5.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="mdp-stop-watchdog", daemon=True).start()
+    return disarmed.set
 
 
 def report(progress: Callable[[str], None] | None, line: str) -> None:
