@@ -53,7 +53,13 @@ def _add_schedule_arguments(p: argparse.ArgumentParser, required: bool) -> None:
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     _add_schedule_arguments(p, required=True)
-    p.add_argument("--limit", type=int, default=1, help="flow runs at the same time (default 1)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=1,
+        help="flow runs at the same time (default 1); a tick that comes due while they run is skipped "
+        "(Cancelled: 'Deployment concurrency limit reached.'), not queued to run late",
+    )
 
 
 def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
