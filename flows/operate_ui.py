@@ -225,7 +225,7 @@ def after_release(
     name: str,
     spent_before: dict[str, float] | None = None,
 ) -> bool:
-    """After publication: point ``runs/latest`` at the release and publish the release artifact
+    """After publication: point ``runs/latest`` at the store's newest release and publish the release artifact
     ``<name>-release`` with this run's spend (the population's ledger now minus ``spent_before``, from
     :func:`ledger_snapshot` before the first stage) and the budget left; then the population's budget
     artifact ``budget-<population>`` and, once per budget, the low-budget warning (:func:`publish_budget`).
@@ -233,11 +233,12 @@ def after_release(
     A run that published nothing new (``manifest["same_as"]``: a cached tick) and spent nothing creates no
     artifact when the key's latest version already describes that release folder: one line "nothing new
     published" in the run's logs instead. Returns True when an artifact was created."""
+    from flows.manifest import newest_release
     from tasks.progress import latest_artifact, publish_artifact
 
     run_dir = Path(run_dir)
-    _link_latest(run_dir)
     root = getattr(store, "root", store)
+    _link_latest(newest_release(root, run_dir))  # the newest release, not this run's (a cached older month)
     population = (manifest.get("privacy") or {}).get("population")
     spend = run_spend(root, population, spent_before) if population else None
     if population:

@@ -241,11 +241,16 @@ def run_tags(config: ReleaseFlowConfig) -> list[str]:
 
 
 def run_stamp() -> str:
-    """What makes a flow run's name unique: the UTC time it started and the last 4 hex digits of its id,
-    e.g. ``20260101-030000-1a2b`` (two runs started in one second differ in their ids)."""
+    """What makes a flow run's name unique: the UTC time it was scheduled for (the name ``serve`` gives its
+    upcoming runs, kept when they start; now for a run started by hand) and the last 4 hex digits of its id,
+    e.g. ``20260101-030000-1a2b`` (two runs of one second differ in their ids)."""
     from prefect.runtime import flow_run
 
-    return f"{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}-{str(flow_run.id or '')[-4:] or 'local'}"
+    try:
+        when = flow_run.scheduled_start_time.astimezone(_dt.UTC)
+    except Exception:  # not in a run, or no scheduled time: now
+        when = _dt.datetime.now(_dt.UTC)
+    return f"{when:%Y%m%d-%H%M%S}-{str(flow_run.id or '')[-4:] or 'local'}"
 
 
 def _flow_run_name() -> str:
