@@ -75,7 +75,7 @@ def test_bad_rows_are_found_by_number_and_no_value_is_printed(helsinki):
     out = proc.stdout
     assert "semicolon-delimited" in out
     # the door's refusals (counts), and which rows on this terminal only (hints)
-    assert "refused: microdata: 1 of 300 row(s) cannot be read or mapped to a record" in out
+    assert "refused: microdata: 1 of 300 row(s) have NaN, non-numeric or out-of-range lat/lon" in out
     assert "refused: microdata: 1 of 300 individual(s) lie farther than max_distance = 0.5 km from every record" in out
     assert (
         "hint: microdata: 1 row(s) with NaN, non-numeric or out-of-range coordinates or no key: data row(s) 8 " in out

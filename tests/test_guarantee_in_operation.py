@@ -391,7 +391,7 @@ def test_a_bad_table_spends_nothing_and_sets_no_cap(table, tmp_path):
     bad.to_csv(path, index=False)
     cfg = config(tmp_path, path, max_total_epsilon=40.0, prior="dp", eps_prior=0.5)
     assert not _check(tmp_path, cfg).accepted
-    with pytest.raises(SecretTableError, match="cannot be read or mapped"):  # a bad file: a failure, no row named
+    with pytest.raises(SecretTableError, match="non-numeric"):  # a bad file: a failure, no row named
         run_stages(tmp_path, cfg)
     assert _nothing_charged(tmp_path)
     good = tmp_path / "good.csv"

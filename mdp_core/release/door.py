@@ -129,6 +129,7 @@ class TableFacts:
     n_people: int
     n_records: int = 0
     n_unreadable: int = 0
+    unreadable: str = "cannot be read or mapped to a record"  # what is wrong with them (a verb phrase, no value)
     n_far: int = 0
     n_at_record: int = 0
     n_records_at_person: int = 0
@@ -289,7 +290,7 @@ def _table_errors(t: TableFacts, limit: float, unit: str) -> list[str]:
     why = []
     if t.n_unreadable:
         why.append(
-            f"microdata: {t.n_unreadable} of {t.n_people} row(s) cannot be read or mapped to a record "
+            f"microdata: {t.n_unreadable} of {t.n_people} row(s) {t.unreadable} "
             "(`mdp-release check --config F` shows which, on your terminal only)"
         )
     if t.n_far:
@@ -333,6 +334,7 @@ def table_facts(
         n_people=int(ids.size),
         n_records=int(n_records),
         n_unreadable=int(bad.sum()),
+        unreadable=str(getattr(located, "bad_reason", "") or TableFacts.unreadable),
         n_far=int(far.sum()),
         n_at_record=0 if by_key else int(at.sum()),
         n_records_at_person=0 if by_key else int(np.unique(ids[at]).size),
