@@ -703,3 +703,14 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
     if TIER_SECONDS:
         parts = [f"{t} {TIER_SECONDS[t][0]:.1f} s ({TIER_SECONDS[t][1]} tests)" for t in sorted(TIER_SECONDS)]
         terminalreporter.write_line("time by tier: " + ", ".join(parts))
+
+
+def findings(run: Path, *needles: str) -> list[str]:
+    """The audit's findings on the release folder ``run`` (one line each), asserting each needle is in one."""
+    from mdp_core.release import audit
+
+    out = audit.audit_release(run)
+    assert all("\n" not in f for f in out)
+    for needle in needles:
+        assert any(needle in f for f in out), (needle, out)
+    return out

@@ -18,6 +18,7 @@ from conftest import (
     edit,
     edit_report,
     edit_table,
+    findings,
     people_config,
     people_table,
     publish_release,
@@ -53,14 +54,6 @@ def set_claims(run: Path, claims: dict) -> None:
         run,
         lambda t: re.sub(r"(<!-- mdp-release-claims )\{.*\}(?= -->)", lambda m: m.group(1) + json.dumps(claims), t),
     )
-
-
-def findings(run: Path, *needles: str) -> list[str]:
-    out = audit.audit_release(run)
-    assert all("\n" not in f for f in out)
-    for needle in needles:
-        assert any(needle in f for f in out), (needle, out)
-    return out
 
 
 def test_published_release_audits_clean(released):

@@ -22,6 +22,7 @@ from conftest import (
     build_release,
     claims_of,
     edit,
+    findings,
     people_config,
     people_table,
     publish_release,
@@ -37,14 +38,6 @@ from mdp_core.problem.io import read_instance
 from mdp_core.release import audit, report, signing
 from mdp_core.release.protection import graph_protection
 from mdp_core.spec import budget, contract
-
-
-def findings(run: Path, *needles: str) -> list[str]:
-    out = audit.audit_release(run)
-    assert all("\n" not in f for f in out)
-    for needle in needles:
-        assert any(needle in f for f in out), (needle, out)
-    return out
 
 
 def rerender(run: Path, **changes: object) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import build_release as build
+from conftest import findings
 from conftest import publish_release as publish
 from test_audit_claims import claims_of, edit, edit_report, edit_table, read, rehash
 
@@ -155,13 +156,6 @@ def v3(released, tmp_path_factory) -> Path:
 def run(v3, tmp_path) -> Path:
     out = tmp_path / "run"
     shutil.copytree(v3, out)
-    return out
-
-
-def findings(run: Path, *needles: str) -> list[str]:
-    out = audit.audit_release(run)
-    for needle in needles:
-        assert any(needle in f for f in out), (needle, out)
     return out
 
 
