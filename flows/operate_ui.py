@@ -233,11 +233,12 @@ def after_release(
     A run that published nothing new (``manifest["same_as"]``: a cached tick) and spent nothing creates no
     artifact when the key's latest version already describes that release folder: one line "nothing new
     published" in the run's logs instead. Returns True when an artifact was created."""
+    from artifacts.store import Store
     from flows.manifest import newest_release
     from tasks.progress import latest_artifact, publish_artifact
 
     run_dir = Path(run_dir)
-    root = getattr(store, "root", store)
+    root = store.root if isinstance(store, Store) else Path(store)  # (a Path's own .root is "/")
     _link_latest(newest_release(root, run_dir))  # the newest release, not this run's (a cached older month)
     population = (manifest.get("privacy") or {}).get("population")
     spend = run_spend(root, population, spent_before) if population else None
