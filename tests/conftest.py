@@ -30,9 +30,11 @@ import sys
 import threading
 import time
 import types
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -491,18 +493,27 @@ def operate_env(server, tmp_path: Path) -> dict[str, str]:
     )
 
 
-def api_post(server, path: str, body: dict) -> list[dict]:
+def api_post(server, path: str, body: dict) -> Any:
+    """POST ``body`` to the Prefect server's REST API at ``path``; the decoded JSON answer.
+
+    A busy 2-core machine can keep the server from answering for a while, and its database then answers
+    503 Service Unavailable: those, timeouts and refused connections are retried with a growing pause. A
+    4xx is the test's own mistake and raised at once.
+    """
     req = urllib.request.Request(
         server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    for attempt in range(4):  # a busy 2-core machine can keep the server from answering for a while
+    for attempt in range(6):
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return json.load(r)
-        except (TimeoutError, OSError):
-            if attempt == 3:
+        except urllib.error.HTTPError as e:
+            if e.code < 500 or attempt == 5:
                 raise
-            time.sleep(2)
+        except (TimeoutError, OSError):
+            if attempt == 5:
+                raise
+        time.sleep(1 + 2 * attempt)
     raise AssertionError("unreachable")
 
 

@@ -26,22 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DENSE_RUN_CONFIG, STOP_WITHIN, children, nothing_published, run_until_solving, wait_gone
+from conftest import DENSE_RUN_CONFIG, STOP_WITHIN, api_post, children, nothing_published, run_until_solving, wait_gone
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 
-def _api(server: dict[str, Any], path: str, body: dict[str, Any]) -> Any:
-    req = urllib.request.Request(
-        server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
-
-
 def _flow_run_of(server: dict[str, Any], since: float) -> dict[str, Any]:
     """The running ``mdp-release`` flow run started after ``since`` (unix time): the test's own."""
-    runs = _api(
+    runs = api_post(
         server,
         "/flow_runs/filter",
         {"flow_runs": {"state": {"type": {"any_": ["RUNNING"]}}}, "sort": "START_TIME_DESC", "limit": 10},
@@ -62,7 +54,7 @@ def _solve_task_run(server: dict[str, Any], run_id: str, within: float = 10.0) -
     """The flow run's solve task run once its state is final (task states arrive as events)."""
     end = time.monotonic() + within
     while True:
-        runs = _api(server, "/task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}, "limit": 50})
+        runs = api_post(server, "/task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}, "limit": 50})
         solve = [r for r in runs if r["name"].startswith("solve")]
         if solve and solve[0]["state"]["type"] not in ("RUNNING", "PENDING") or time.monotonic() > end:
             assert solve, [r["name"] for r in runs]
@@ -195,7 +187,7 @@ def test_cancel_of_a_served_run_ends_it_and_its_solve_task_cancelled(prefect_ser
                 assert serve.poll() is None, log.read_text()[-3000:]
                 time.sleep(1.0)
         assert deployment is not None, log.read_text()[-3000:]
-        run_id = _api(prefect_server, f"/deployments/{deployment['id']}/create_flow_run", {})["id"]
+        run_id = api_post(prefect_server, f"/deployments/{deployment['id']}/create_flow_run", {})["id"]
         while "solve[lp]: N=300" not in log.read_text(errors="replace"):
             assert time.monotonic() < end + 60, log.read_text()[-3000:]
             time.sleep(0.5)
@@ -283,7 +275,7 @@ def test_sigterm_to_a_batch_cancels_its_running_release(prefect_server, tmp_path
 
     runs = [
         r
-        for r in _api(prefect_server, "/flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 20})
+        for r in api_post(prefect_server, "/flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 20})
         if r["start_time"] and datetime.fromisoformat(r["start_time"]).timestamp() >= since - 1
     ]
     by_name = {r["name"].split("-")[0] + "-" + r["name"].split("-")[1]: r for r in runs}

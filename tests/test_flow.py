@@ -11,12 +11,11 @@ import json
 import shutil
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import run_command, server_env
+from conftest import api_post, run_command, server_env
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
@@ -77,12 +76,10 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
         assert (run_dir / name).is_file(), name
 
     # What the Prefect UI shows for this run: the evaluation table and the markdown report.
-    body = json.dumps({"flow_runs": {"id": {"any_": [first["flow_run_id"]]}}}).encode()
-    req = urllib.request.Request(
-        prefect_server["url"] + "/artifacts/filter", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:
-        arts = {a["key"]: a for a in json.load(r)}
+    arts = {
+        a["key"]: a
+        for a in api_post(prefect_server, "/artifacts/filter", {"flow_runs": {"id": {"any_": [first["flow_run_id"]]}}})
+    }
     name = "grid-eps10-benders"  # the release name derived from the config: artifact keys per release
     assert first["flow_run_id"] and arts[f"{name}-evaluation"]["type"] == "table"
     rows = arts[f"{name}-evaluation"]["data"]
@@ -109,12 +106,14 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
     assert [p.name for p in (store / "runs").iterdir() if p.name != "latest"] == [run_dir.name]
     assert (store / "runs" / "latest").resolve() == run_dir.resolve()
     # ... but every run has a name of its own (release name, config hash, UTC time, id)
-    body = json.dumps({"flow_runs": {"id": {"any_": [m["flow_run_id"] for m in (first, second, third)]}}}).encode()
-    req = urllib.request.Request(
-        prefect_server["url"] + "/flow_runs/filter", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        names = [f["name"] for f in json.load(r)]
+    names = [
+        f["name"]
+        for f in api_post(
+            prefect_server,
+            "/flow_runs/filter",
+            {"flow_runs": {"id": {"any_": [m["flow_run_id"] for m in (first, second, third)]}}},
+        )
+    ]
     assert len(set(names)) == 3 and all(n.startswith(f"{name}-") for n in names), names
 
     eps = _run(prefect_server, tmp_path, store, epsilon=5.0)
@@ -249,17 +248,9 @@ def test_dask_task_runner_gives_the_serial_release_bytes_and_batch_shares_stages
     assert {"ingest", "graph", "partition"}.isdisjoint(_executed(second)) and "solve" in _executed(second)
     assert second["privacy"]["mechanism_epsilon"] == 5.0 and first["privacy"]["mechanism_epsilon"] == 10.0
     # The batch parent: named after its releases, tagged, with an artifact saying where each went.
-    batch = _api(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["batch"]}}})
+    batch = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["batch"]}}})
     batch = [f for f in batch if f["name"].startswith("batch-2-grid-")]
     assert batch and {"batch", "dataset:grid", "method:benders", "eps:10", "eps:5"} <= set(batch[0]["tags"])
-    arts = _api(prefect_server, "/artifacts/filter", {"flow_runs": {"id": {"any_": [batch[0]["id"]]}}})
+    arts = api_post(prefect_server, "/artifacts/filter", {"flow_runs": {"id": {"any_": [batch[0]["id"]]}}})
     table = [a for a in arts if a["key"] == "mdp-release-batch"]
     assert table and all(m["run_dir"] in table[0]["data"] for m in (first, second))
-
-
-def _api(server, path: str, body: dict) -> list[dict]:
-    req = urllib.request.Request(
-        server["url"] + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.load(r)

@@ -13,13 +13,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import pytest
-from conftest import QUIET, free_port
+from conftest import QUIET, api_post, free_port
 
 from flows import notify
 from flows.cli import main
@@ -191,14 +190,6 @@ class _Receiver:
         self.thread.join(timeout=10)
 
 
-def _api(url: str, path: str, body: dict) -> list[dict]:
-    req = urllib.request.Request(
-        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.load(r)
-
-
 # A release that passes config validation (its input file exists) and fails in its first stage, ingest:
 # the points table has a header and no rows (InputError: not retried).
 CONFIG = """
@@ -273,11 +264,11 @@ def test_webhook_hears_a_failed_run_of_the_release_and_only_of_it(prefect_server
         assert "t0ken" not in proc.stdout + proc.stderr  # the webhook URL is shown redacted only
         with temporary_settings(updates={PREFECT_API_URL: url}):
             assert main(["notify", "--release", name, "--webhook", hook]) == 0  # again: replaced, not doubled
-            assert len(_api(url, "/automations/filter", {"automations": {"name": {"any_": [auto]}}})) == 1
+            assert len(api_post({"url": url}, "/automations/filter", {"automations": {"name": {"any_": [auto]}}})) == 1
             found = {e.name: e for e in notify.existing()}
         assert found[auto].webhook == f"{receiver.url}/..." and found[auto].enabled
         assert set(found[auto].states) == set(notify.DEFAULT_STATES)
-        blocks = _api(url, "/block_documents/filter", {"block_documents": {"name": {"any_": [auto]}}})
+        blocks = api_post({"url": url}, "/block_documents/filter", {"block_documents": {"name": {"any_": [auto]}}})
         assert len(blocks) == 1 and "t0ken" not in json.dumps(blocks)  # the URL is a secret value of the block
 
         # a failing run of another release first, then one of this release
@@ -291,7 +282,7 @@ def test_webhook_hears_a_failed_run_of_the_release_and_only_of_it(prefect_server
                 timeout=180,
             )
             assert "failed: InputError" in run.stdout, run.stderr[-2000:]
-        runs = _api(url, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": [f"release:{name}"]}}})
+        runs = api_post({"url": url}, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": [f"release:{name}"]}}})
         assert len(runs) == 1 and runs[0]["state_type"] == "FAILED", runs
         path, got = receiver.got.get(timeout=60)
         heard = time.monotonic() - t0
@@ -313,5 +304,5 @@ def test_webhook_hears_a_failed_run_of_the_release_and_only_of_it(prefect_server
         receiver.close()
         with temporary_settings(updates={PREFECT_API_URL: url}):
             assert main(["notify", "--release", name, "--remove"]) == 0
-    assert _api(url, "/automations/filter", {"automations": {"name": {"any_": [auto]}}}) == []
-    assert _api(url, "/block_documents/filter", {"block_documents": {"name": {"any_": [auto]}}}) == []
+    assert api_post({"url": url}, "/automations/filter", {"automations": {"name": {"any_": [auto]}}}) == []
+    assert api_post({"url": url}, "/block_documents/filter", {"block_documents": {"name": {"any_": [auto]}}}) == []

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_command, server_env
+from conftest import api_post, run_command, server_env
 
 from flows.cli import main
 from mdp_core.runtime.files import file_sha256
@@ -584,14 +584,11 @@ def test_issue11_findings_1_and_5_in_the_flow(prefect_server, tmp_path):
     first = run_flow(prefect_server, tmp_path, store)
     assert first.returncode == 0, first.stderr[-3000:]
     m1 = latest_manifest(store)
-    import urllib.request
 
-    body = json.dumps({"flow_runs": {"id": {"any_": [m1["flow_run_id"]]}}}).encode()
-    req = urllib.request.Request(
-        prefect_server["url"] + "/task_runs/filter", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:  # publication is its own Prefect task, "release"
-        assert any(t["name"].startswith("release-") and t["state_type"] == "COMPLETED" for t in json.load(r))
+    assert any(
+        t["name"].startswith("release-") and t["state_type"] == "COMPLETED"
+        for t in api_post(prefect_server, "/task_runs/filter", {"flow_runs": {"id": {"any_": [m1["flow_run_id"]]}}})
+    )  # publication is its own Prefect task, "release"
     results = store / "prefect" / "results"
     keys = store / "prefect" / "keys"
     g, p = m1["stages"]["graph"]["cache_key"], m1["stages"]["partition"]["cache_key"]

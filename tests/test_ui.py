@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 from cdp import Browser, find_chromium
-from conftest import QUIET
+from conftest import QUIET, api_post
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
@@ -77,12 +77,14 @@ def test_flow_run_page_shows_stages_artifacts_and_plots(prefect_server, tmp_path
     with urllib.request.urlopen(f"{prefect_server['url']}/flow_runs/{run_id}", timeout=30) as r:
         run = json.load(r)
 
-    body = json.dumps({"flow_runs": {"id": {"any_": [run_id]}}, "artifacts": {"type": {"any_": ["progress"]}}}).encode()
-    req = urllib.request.Request(
-        f"{prefect_server['url']}/artifacts/filter", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        progress = {a["key"]: a for a in json.load(r)}
+    progress = {
+        a["key"]: a
+        for a in api_post(
+            prefect_server,
+            "/artifacts/filter",
+            {"flow_runs": {"id": {"any_": [run_id]}}, "artifacts": {"type": {"any_": ["progress"]}}},
+        )
+    }
     assert float(progress["ui-check-solve-progress"]["data"]) == 100.0  # the solve's progress bar, finished
     assert "benders" in progress["ui-check-solve-progress"]["description"]
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import api_post
 
 from artifacts.private import PrivateStore
 from flows import operate_ui
@@ -313,12 +313,7 @@ def test_report_renders_a_caption_under_each_figure():
 
 # ------------------------------------------------------------------------- artifacts on a real server
 def _artifacts(server: dict, key: str) -> list[dict]:
-    body = json.dumps({"artifacts": {"key": {"any_": [key]}}}).encode()
-    req = urllib.request.Request(
-        server["url"] + "/artifacts/filter", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.load(r)
+    return api_post(server, "/artifacts/filter", {"artifacts": {"key": {"any_": [key]}}})
 
 
 @pytest.mark.flow
@@ -406,12 +401,13 @@ def test_a_cached_tick_adds_no_artifact_and_says_nothing_new_once(prefect_server
     assert f"| this run spent | {charge:.6g} (charged to `{runs[0]['privacy']['population']}` by this run) |" in md
     assert "| budget left | no cap (a simulated population)" in md and "limit -" not in md
     assert "(checked to 1e-9)" in md
-    body = json.dumps({"logs": {"flow_run_id": {"any_": [runs[1]["flow_run_id"]]}}}).encode()
-    req = urllib.request.Request(
-        prefect_server["url"] + "/logs/filter", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        said = [log["message"] for log in json.load(r) if "nothing new published" in log["message"]]
+    said = [
+        log["message"]
+        for log in api_post(
+            prefect_server, "/logs/filter", {"logs": {"flow_run_id": {"any_": [runs[1]["flow_run_id"]]}}}
+        )
+        if "nothing new published" in log["message"]
+    ]
     assert len(said) == 1 and "this run spent 0" in said[0], said
 
 
