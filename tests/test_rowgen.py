@@ -339,3 +339,74 @@ def test_deficit_share_adds_the_largest_deficits_beyond_the_limit():
 )
 def test_deficit_share_rounds_reach_the_lp_optimum(inst, start):
     check_against_lp(inst, deficit_share=0.99, share_from_round=start, rows_per_round=50, neighbours=1, gap_rel=1e-4)
+
+
+# ---------------------------------------------------------------- support: variables only on S (issue 43)
+@pytest.mark.parametrize("tau", [1e-2, 1e-5])
+@pytest.mark.parametrize(
+    "inst",
+    [
+        grid(5, 6, n_outputs=8, epsilon=2.0),
+        synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0),
+        synthetic(n_records=40, n_outputs=8, dim=4, sigma=4.0, epsilon=10.0, seed=2),  # components, isolated
+    ],
+    ids=["grid", "dense", "components"],
+)
+def test_support_matches_the_lp_with_bounds_over_every_pair(inst, tau):
+    check_against_lp(inst, support_tau=tau)
+
+
+def test_support_holds_fewer_columns_and_grows_only_where_needed():
+    inst = synthetic(n_records=120, n_outputs=30, epsilon=10.0, seed=1)
+    sol = solve(inst, "rowgen", support_tau=1e-5, gap_rel=1e-6)
+    start = rowgen.support_estimate(inst, 1e-5)
+    assert sol.status == Status.OPTIMAL and verify(inst, sol.z).passed
+    assert start.sum() <= sol.extra["columns"] < inst.n_records * inst.n_outputs
+    full = solve(inst, "rowgen", gap_rel=1e-6)
+    assert full.extra["columns"] == inst.n_records * inst.n_outputs
+    assert sol.objective == pytest.approx(full.objective, rel=2e-6)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hard_instances(), st.sampled_from([0.5, 1e-2, 1e-6]))
+def test_property_support_bound_is_below_every_certified_mechanism(inst, tau):
+    """The bound over every pair stays valid whatever S held (rowgen's docstring, "Support")."""
+    ref = solve(inst, "lp")
+    sol = solve(inst, "rowgen", support_tau=tau)
+    assert verify(inst, sol.z).passed
+    assert sol.lower_bound <= min(ref.objective, sol.objective) + slack(ref.objective)
+    assert ref.lower_bound <= sol.objective + slack(sol.objective)
+
+
+def test_support_estimate_is_the_nearest_output_closure_cut_at_tau():
+    """(i, k) kept iff the graph distance from i to the records whose cheapest output is k is within
+    ln(1/tau)/eps: checked against all-pairs shortest paths; smaller tau keeps a superset."""
+    from scipy.sparse import csgraph, csr_matrix
+
+    inst = synthetic(n_records=80, n_outputs=12, epsilon=10.0, seed=3)
+    n = inst.n_records
+    e = np.asarray(inst.edges)
+    d = np.asarray(inst.distances)
+    dist = csgraph.shortest_path(
+        csr_matrix((np.r_[d, d], (np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]])), shape=(n, n))
+    )
+    best = np.argmin(inst.costs, axis=1)
+    for tau in (1e-1, 1e-3, 1e-6):
+        mask = rowgen.support_estimate(inst, tau)
+        cut = np.log(1 / tau) / inst.epsilon
+        want = np.zeros_like(mask)
+        for k in np.unique(best):
+            want[:, k] = dist[:, best == k].min(axis=1) <= cut + 1e-12
+        assert np.array_equal(mask, want), tau
+        assert mask[np.arange(n), best].all()
+    assert (rowgen.support_estimate(inst, 1e-6) >= rowgen.support_estimate(inst, 1e-3)).all()
+
+
+def test_price_takes_the_pairs_outside_s_with_negative_reduced_cost_only():
+    s = rowgen.Support.of(np.array([[True, False, False], [False, True, True]]))
+    c = np.array([0.5, 0.1, 0.9, 0.2, 0.3, 0.4])
+    got = rowgen.price(s, c, np.array([0.5, 0.3]), bound=1.0, gap_rel=0.0)
+    assert got.tolist() == [1, 3]  # (0, 1): 0.1 < 0.5; (1, 0): 0.2 < 0.3; (0, 2) costs more than y_0
+    assert s.join(np.r_[got, got, 0]).tolist() == [1, 3]  # new columns once each; (0, 0) held already
+    assert s.col.tolist() == [[0, 3, -1], [4, 1, 2]]
+    assert s.scatter(np.arange(1.0, 6.0)).tolist() == [[1.0, 4.0, 0.0], [5.0, 2.0, 3.0]]

@@ -107,10 +107,23 @@ def rows(
     as Benders does, building that side with a second map). Column of (record r, output k): cols[r] + k.
     """
     ei, ki = np.asarray(ei, dtype=np.int64), np.asarray(ki, dtype=np.int64)
+    ca, cb = cols[p.a[ei]], cols[p.b[ei]]
+    return _assemble(p, ei, np.where(ca >= 0, ca + ki, -1), np.where(cb >= 0, cb + ki, -1), n_cols, balanced)
+
+
+def rows_at(p: Pairs, ei: np.ndarray, ki: np.ndarray, col: np.ndarray, n_cols: int) -> sp.csr_matrix:
+    """:func:`rows` (balanced) over a model whose columns are any set of (record, output) pairs: ``col``
+    (n_records, K) int maps (record, output) to its column, -1 when it is not a variable (its term is
+    dropped, as in :func:`rows`)."""
+    ei, ki = np.asarray(ei, dtype=np.int64), np.asarray(ki, dtype=np.int64)
+    return _assemble(p, ei, col[p.a[ei], ki], col[p.b[ei], ki], n_cols, True)
+
+
+def _assemble(p: Pairs, ei: np.ndarray, ca: np.ndarray, cb: np.ndarray, n_cols: int, balanced: bool) -> sp.csr_matrix:
+    """The CSR rows s_j (x[ca_j] - g_j x[cb_j]) of pairs ``ei`` (a column -1: that term dropped)."""
     g = p.g[ei]
     root = np.sqrt(g) if balanced else np.ones_like(g)
-    ca, cb = cols[p.a[ei]], cols[p.b[ei]]
-    idx = np.c_[ca + ki, cb + ki]
+    idx = np.c_[ca, cb]
     val = np.c_[1.0 / root, -g / root]
     keep = np.c_[ca >= 0, cb >= 0]
     indptr = np.r_[0, np.cumsum(keep.sum(axis=1))]

@@ -66,7 +66,28 @@ bounds the full LP whatever HiGHS's tolerances were, tight when y is optimal for
 optimum is the full LP's. It is computed in float64 from the rows' own arrays (no HiGHS objective
 is trusted).
 
-Memory: the model holds N K columns and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense); violation
+Support (``support_tau`` > 0; issue 43). The model's variables are then only the pairs (i, k) of a
+support S, and its rows only rows whose two pairs are both in S; every other z_ik is held at 0.
+S starts from :func:`support_estimate` (where the nearest-output mechanism's closure reaches tau) and
+grows each round by two rules: (a) a violated row (step 5, scanned over the full N x K point) brings
+the pairs it joins, so a record's mass at (a, k) pulls its neighbour (b, k) in when the row needs it;
+(b) pricing (:func:`price`): a pair outside S joins when its reduced cost c_ik - y_i at the LP's
+unit-row duals y is negative. The rounds stop as before: the gap closed, or nothing left to add.
+
+Why the bounds stay valid with S. The upper bound is the closure of the LP point extended by zeros
+to all N K pairs: a verified mechanism of the full problem, whatever S was. The lower bound is the
+same Lagrangian bound over the *full* problem (:func:`mdp_core.solvers.privacy_rows.lagrangian_bound`):
+for any multipliers mu >= 0 on the full problem's privacy rows,
+    L(mu) = sum_i min_k (c_ik + (A^T mu)_ik) <= c . z   for every feasible z of the full problem,
+because c . z >= c . z + mu . (A z) (A z <= 0, mu >= 0) = sum_ik (c_ik + (A^T mu)_ik) z_ik and each
+row of z sums to 1 over k. Taking mu = the held rows' duals and mu = 0 on every other row (including
+every row that touches a pair outside S) is one choice of mu >= 0: fixing the pairs outside S at zero
+in the LP only chooses the multipliers, it never enters the bound's inequality. The pairs outside S
+enter the minimum with their own cost c_ik (no held row touches them), so the bound is over all N K
+pairs; it is below the held LP's value by exactly the records whose cheapest outside pair undercuts
+y_i, which is what rule (b) prices in.
+
+Memory: the model holds N K columns (|S| with a support) and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense); violation
 checks stream over the 2 E K (edge, output) pairs in chunks.
 """
 
@@ -81,6 +102,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from scipy.sparse import csgraph
 
 from mdp_core.problem.instance import Instance
 from mdp_core.runtime import control
@@ -104,27 +126,71 @@ GAP_RATIO = 70.0  # the next round can close only when this gap is within GAP_RA
 
 
 @dataclass
+class Support:
+    """Which (record, output) pairs are variables of the model: all N K, or a support S (``support_tau``).
+
+    ``col`` (N, K) int64 is the model's column of (i, k), -1 outside S; columns are numbered in the
+    order they joined, so a column keeps its number as S grows (HiGHS appends)."""
+
+    col: np.ndarray
+    flat: np.ndarray  # (|S|,) i K + k of the model's columns, in column order
+
+    @classmethod
+    def of(cls, mask: np.ndarray) -> Support:
+        """S = the True entries of ``mask`` (N, K), numbered in C order."""
+        col = np.full(mask.shape, -1, dtype=np.int64)
+        flat = np.flatnonzero(mask)
+        col.flat[flat] = np.arange(flat.size)
+        return cls(col, flat)
+
+    @property
+    def count(self) -> int:
+        return int(self.flat.size)
+
+    @property
+    def full(self) -> bool:
+        return self.count == self.col.size
+
+    def join(self, flat: np.ndarray) -> np.ndarray:
+        """Give the pairs ``flat`` (i K + k, any not yet in S, duplicates allowed) columns; their
+        flat ids, ascending, in the order of their new columns."""
+        new = np.unique(flat[self.col.flat[flat] < 0])
+        self.col.flat[new] = np.arange(self.count, self.count + new.size)
+        self.flat = np.r_[self.flat, new]
+        return new
+
+    def scatter(self, x: np.ndarray) -> np.ndarray:
+        """(N, K) z from the model's column values ``x`` (zero outside S)."""
+        z = np.zeros(self.col.size)
+        z[self.flat] = x[: self.count]
+        return z.reshape(self.col.shape)
+
+
+@dataclass
 class _Rows:
-    """The directed edges of the mDP graph and which (edge, output) rows the model holds."""
+    """The directed edges of the mDP graph, which (edge, output) rows the model holds, over which columns."""
 
     pairs: pr.Pairs  # (2E,) directed edges: edges as given, then reversed
     active: np.ndarray  # (2E, K) bool: row in the model
     n_records: int
+    support: Support
     edge: list[np.ndarray] = field(default_factory=list)  # per block of added rows: directed edge ids
     out: list[np.ndarray] = field(default_factory=list)  # ... and their outputs
 
     @classmethod
-    def of(cls, instance: Instance) -> _Rows:
+    def of(cls, instance: Instance, support: Support | None = None) -> _Rows:
         p = pr.pairs(instance.edges, instance.distances, instance.epsilon)
-        return cls(p, np.zeros((p.size, instance.n_outputs), dtype=bool), instance.n_records)
+        n, k = instance.n_records, instance.n_outputs
+        support = support or Support.of(np.ones((n, k), dtype=bool))
+        return cls(p, np.zeros((p.size, k), dtype=bool), n, support)
 
     @property
     def count(self) -> int:
         return int(sum(x.size for x in self.edge))
 
     def matrix(self, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> sp.csr_matrix:
-        """The balanced rows of the (directed edge, output) pairs (ei, ki) over the N K columns."""
-        return pr.rows(self.pairs, ei, ki, np.arange(n, dtype=np.int64) * k, n * k)
+        """The balanced rows of the (directed edge, output) pairs (ei, ki) over the model's columns."""
+        return pr.rows_at(self.pairs, ei, ki, self.support.col, self.support.count)
 
 
 def initial_rows(rows: _Rows, distances: np.ndarray, neighbours: int) -> np.ndarray:
@@ -148,9 +214,28 @@ def _with_binding(
     return key // k, key % k
 
 
-def _add(h: Any, rows: _Rows, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> None:
+def _add(
+    h: Any,
+    rows: _Rows,
+    ei: np.ndarray,
+    ki: np.ndarray,
+    n: int,
+    k: int,
+    priced: np.ndarray | None = None,
+    c: np.ndarray | None = None,
+) -> None:
     """Append the balanced privacy rows (:func:`mdp_core.solvers.privacy_rows.rows`) of the (directed edge,
-    output) pairs (ei, ki) to the model."""
+    output) pairs (ei, ki) to the model; with a support, first the columns they need and the ``priced``
+    pairs (flat i K + k) with their scaled costs ``c`` ((N K,)) and unit-row entries."""
+    if not rows.support.full and c is not None:
+        need = [np.asarray(priced if priced is not None else [], dtype=np.int64)]
+        need += [rows.pairs.a[ei] * k + ki, rows.pairs.b[ei] * k + ki]
+        new = rows.support.join(np.concatenate(need))
+        if new.size:
+            unit = sp.csc_matrix(
+                (np.ones(new.size), new // k, np.arange(new.size + 1)), shape=(h.getNumRow(), new.size)
+            )
+            highs.add_cols(h, c[new], unit)
     if ei.size == 0:
         return
     highs.add_rows(h, rows.matrix(ei, ki, n, k), np.full(ei.size, -highs.INF), np.zeros(ei.size))
@@ -170,7 +255,16 @@ def lower_bound(c: np.ndarray, rows: _Rows, priv_dual: np.ndarray, k: int) -> fl
     ki = np.concatenate(rows.out) if rows.out else np.zeros(0, np.int64)
     n = c.size // k
     terms = pr.dual_terms(rows.matrix(ei, ki, n, k), rows.pairs.capped[ei], priv_dual)
+    # to the (N K,) pairs; every pair outside S has multiplier terms 0: its own cost ("Support" above)
+    terms = pr.Terms(*(None if t is None else _spread(rows.support, t) for t in (terms.exact, terms.capped)))
     return pr.lagrangian_bound(c.reshape(n, k), terms)
+
+
+def _spread(support: Support, t: np.ndarray) -> np.ndarray:
+    """(N K,) values of the model's columns ``t`` (|S|,) at their pairs, 0 elsewhere."""
+    out = np.zeros(support.col.size)
+    out[support.flat] = t
+    return out
 
 
 def violated(
@@ -203,6 +297,20 @@ def violated(
         keep = keep[np.lexsort((ki[keep], ei[keep]))]  # deterministic order
         ei, ki = ei[keep], ki[keep]
     return ei, ki
+
+
+def price(support: Support, c: np.ndarray, unit_dual: np.ndarray, bound: float, gap_rel: float) -> np.ndarray:
+    """Pairs outside the support that join it (flat i K + k, ascending): reduced cost
+    c_ik - y_i below -max(1e-12, gap_rel |bound| / (100 N)) at the unit rows' duals y (scaled unit,
+    ``bound`` too). Such a pair would lower the Lagrangian bound's record term below the LP's y_i:
+    pricing it in is what lets the bound over every pair reach the held LP's value. Empty without a
+    support."""
+    if support.full:
+        return np.zeros(0, np.int64)
+    n, k = support.col.shape
+    threshold = max(1e-12, gap_rel * abs(bound) / (100 * n)) if np.isfinite(bound) else 1e-12
+    reduced = c.reshape(n, k) - np.asarray(unit_dual, dtype=np.float64)[:, None]
+    return np.flatnonzero((reduced < -threshold) & (support.col < 0))
 
 
 def share_count(deficit: np.ndarray, share: float) -> int:
@@ -274,18 +382,48 @@ def new_model(
     n, k = instance.n_records, instance.n_outputs
     c, scale = highs.scale_costs(instance.prior[:, None] * instance.costs)
     c = c.ravel()
-    rows = _Rows.of(instance)
+    support = Support.of(support_estimate(instance, params.support_tau)) if params.support_tau > 0 else None
+    rows = _Rows.of(instance, support)
     h = highs.new_highs(highs.with_options(options, solver=params.lp_solver, presolve=False))
     if params.lp_solver == "ipm":
         tol = ipm_tolerance(params.gap_rel)
         highs.set_options(h, run_crossover="off", ipm_optimality_tolerance=tol, optimality_tolerance=tol)
-    h.addVars(n * k, np.zeros(n * k), np.full(n * k, highs.INF))
-    highs.change_costs(h, np.arange(n * k), c)
-    unit = sp.csr_matrix((np.ones(n * k), np.arange(n * k), np.arange(0, n * k + 1, k)), shape=(n, n * k))
+    held = rows.support.flat
+    h.addVars(held.size, np.zeros(held.size), np.full(held.size, highs.INF))
+    highs.change_costs(h, np.arange(held.size), c[held])
+    unit = sp.csr_matrix(
+        (np.ones(held.size), np.arange(held.size), np.r_[0, np.cumsum(np.bincount(held // k, minlength=n))]),
+        shape=(n, held.size),
+    )
     highs.add_rows(h, unit, np.ones(n), np.ones(n))
     first = initial_rows(rows, instance.distances, params.neighbours)
-    _add(h, rows, np.repeat(first, k), np.tile(np.arange(k), first.size), n, k)
+    ei, ki = np.repeat(first, k), np.tile(np.arange(k), first.size)
+    inside = (rows.support.col[rows.pairs.a[ei], ki] >= 0) & (rows.support.col[rows.pairs.b[ei], ki] >= 0)
+    _add(h, rows, ei[inside], ki[inside], n, k)
     return h, rows, c, scale
+
+
+def support_estimate(instance: Instance, tau: float) -> np.ndarray:
+    """(N, K) bool: the pairs where the closure of the nearest-output mechanism reaches ``tau``.
+
+    The nearest-output mechanism puts each record's mass on its cheapest output; its closure
+    (:func:`mdp_core.solvers.mechanisms.smooth_to_mdp`, before renormalising) is
+    z_ik = exp(-eps D(i, R_k)), R_k the records whose cheapest output is k and D the mDP graph's path
+    distance. So (i, k) is kept when D(i, R_k) <= ln(1 / tau) / eps: K multi-source shortest-path
+    searches cut off at that distance (scipy.sparse.csgraph.dijkstra with ``limit``), never an N x N
+    distance matrix. Every record keeps its cheapest output (D = 0)."""
+    n, k = instance.n_records, instance.n_outputs
+    best = np.argmin(instance.costs, axis=1)
+    e = np.asarray(instance.edges, dtype=np.int64).reshape(-1, 2)
+    d = np.asarray(instance.distances, dtype=np.float64)
+    graph = sp.csr_matrix((np.r_[d, d], (np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]])), shape=(n, n))
+    cut = np.log(1.0 / tau) / instance.epsilon
+    mask = np.zeros((n, k), dtype=bool)
+    for kk in np.unique(best):
+        control.check("rowgen's support estimate")
+        dist = csgraph.dijkstra(graph, directed=False, indices=np.flatnonzero(best == kk), min_only=True, limit=cut)
+        mask[:, kk] = dist <= cut
+    return mask
 
 
 def _closure(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, float]:
@@ -456,7 +594,7 @@ def _rounds(
         if sol.x.size == 0:
             status = Status.TIME_LIMIT if sol.status in (Status.TIME_LIMIT, Status.INTERRUPTED) else sol.status
             break
-        z = sol.x.reshape(n, k)
+        z = rows.support.scatter(sol.x)
         lb = max(lb, scale * lower_bound(c, rows, sol.row_dual[n:], k))
         lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
         notify = _lagrangian_progress(progress, options, params, t0, it, lb) if lag is not None else None
@@ -464,10 +602,11 @@ def _rounds(
         upper = control.Background(bounds, name="rowgen-closure")
         share = params.deficit_share if it >= params.share_from_round else 0.0
         ei, ki = violated(z, rows, params.min_deficit, limit, share)  # while the closure runs
+        priced = price(rows.support, c, sol.row_dual[:n], lb / scale, params.gap_rel)
         held = rows.count
         # no row left to add after a loose LP: its point is feasible but its bound loose, so once more, tight
-        again = ei.size == 0 and tol > ipm_tolerance(params.gap_rel)
-        more = (ei.size > 0 or again) and it < params.max_rounds and deadline > time.perf_counter()
+        again = ei.size == 0 and priced.size == 0 and tol > ipm_tolerance(params.gap_rel)
+        more = (ei.size > 0 or priced.size > 0 or again) and it < params.max_rounds and deadline > time.perf_counter()
         sync = more and lag is not None and params.lagrangian_rows  # the next rows wait for the ascent
         ready = upper.result(f"rowgen round {it} closure") if sync else None
         known = (lb, best_ub) if ready is None else (max(lb, _lag_bound(ready[2], lb)), min(best_ub, ready[1]))
@@ -475,7 +614,7 @@ def _rounds(
         if more:  # round it + 1's LP starts now, beside the closure, with the bounds known so far
             asc_now = None if ready is None else ready[2]
             nxt, added = _next_lp(
-                solve_lp, h, rows, params, it + 1, (ei, ki), (tol, again, ei.size >= limit), known, asc_now
+                solve_lp, h, rows, params, it + 1, (ei, ki, priced, c), (tol, again, ei.size >= limit), known, asc_now
             )
         cz, ub, asc = ready if ready is not None else _closure_result(upper, it, nxt if more else None)
         if ub < best_ub:
@@ -491,7 +630,7 @@ def _rounds(
         if closed or not more:  # closed, no row left worth adding, the round limit or the time limit
             if more:
                 _discard(nxt.lp, nxt.spec, f"round {it} closed the gap")
-            status = _final_status(closed, int(ei.size), it, params)
+            status = _final_status(closed, int(ei.size + priced.size), it, params)
             break
         nxt = _retune(nxt, solve_lp, params, (lb, best_ub), tol)
         sol, tol = nxt.lp.result(f"rowgen round {it + 1} LP"), nxt.tol
@@ -499,6 +638,7 @@ def _rounds(
     extra: dict[str, Any] = {
         "rows": held,
         "full_rows": int(rows.active.size),
+        "columns": rows.support.count,
         "lower_bound": lb,
         "upper_bound": best_ub,
     }
@@ -531,23 +671,23 @@ def _next_lp(
     rows: _Rows,
     params: RowgenOptions,
     it: int,
-    picked: tuple[np.ndarray, np.ndarray],
+    picked: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     after: tuple[float, bool, bool],
     known: tuple[float, float],
     asc: lagrangian.Ascent | None,
 ) -> tuple[_Next, int]:
     """Add round ``it``'s rows and start its LP: (:class:`_Next`, rows added). ``picked``: the violated
-    rows (edge ids, outputs); ``after``: the tolerance the last LP stopped at, whether no row was left
+    rows (edge ids, outputs), the priced pairs (:func:`price`) and the (N K,) scaled costs; ``after``: the tolerance the last LP stopped at, whether no row was left
     after that loose LP (``again``: this one is tight) and whether the batch was full; ``known``:
     (lower, best upper) bound so far; ``asc``: with ``lagrangian_rows``, the ascent whose subproblems'
     binding rows are added when this round is tight (None: none)."""
-    (ei, ki), (tol, again, full) = picked, after
+    (ei, ki, priced, c), (tol, again, full) = picked, after
     n, k = rows.n_records, rows.active.shape[1]
     tight = ipm_tolerance(params.gap_rel)
     nxt_tol = tight if again else round_tolerance(params, known[1], known[0], tol, full)
     if asc is not None and nxt_tol == tight:
         ei, ki = _with_binding(rows, ei, ki, asc.binding)
-    _add(h, rows, ei, ki, n, k)
+    _add(h, rows, ei, ki, n, k, priced, c)
     return _start_lp(solve_lp, it, nxt_tol, full, not np.isfinite(known[1])), int(ei.size)
 
 

@@ -138,6 +138,13 @@ class RowgenOptions(GapOptions):
     scheduler: str | None = option(
         None, "with lagrangian_executor dask: a scheduler address (tcp://host:8786); unset: a local Dask cluster"
     )
+    support_tau: float = option(
+        0.0,
+        "variables only on a support that grows by pricing: it starts where the nearest-output mechanism's"
+        " closure reaches this mass (mdp_core.solvers.rowgen.support_estimate; 0 = every record and output)",
+        ge=0,
+        lt=1,
+    )
 
 
 @dataclass(frozen=True)
