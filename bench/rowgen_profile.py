@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         "lagrangian": raw.extra.get("lagrangian"),
         "lp_cpu_seconds": lp_cpu,
         "rows": [int(x) for x in tr.rows],
+        "columns": raw.extra.get("columns"),  # the model's variables at the end (N K without support_tau)
         "gap_after_round": [float(g) for g in tr.gap / tr.upper_bound],
         "objective": obj,
         "lower_bound": lb,
