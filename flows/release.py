@@ -1,4 +1,6 @@
-"""The release flow: ingest -> graph -> [prior] -> partition -> export -> solve -> postprocess -> evaluate -> release.
+"""The release flow: the stages of :data:`mdp_core.spec.contract.STAGES`, run in their declared order
+(:func:`run_stages`: ingest -> graph -> [prior] -> partition -> export -> solve -> postprocess -> evaluate), then
+the publication (the release stage).
 
 Every stage is a cached Prefect task (``tasks/``) whose key is built from its code version, its own
 parameters and the content hashes of what it reads (:mod:`tasks.cache`), so a re-run recomputes only
@@ -10,9 +12,13 @@ fresh process by pickling it, and the copy must see the real (pydantic) annotati
 parameters, not strings it cannot resolve (every scheduled run failed in 0 s that way).
 """
 
+import contextlib
 import datetime as _dt
+import functools
 import importlib
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,7 +35,6 @@ from flows import operate_ui, runner
 from flows.approval import wait_for_approval
 from flows.config import (
     DEFAULT_CONFIG,
-    STAGE_NAMES,
     ReleaseFlowConfig,
     StageName,
     as_config,
@@ -54,30 +59,71 @@ from tasks.common import instance_with_graph, stage_output
 from tasks.progress import watch_cancellation
 
 STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.spec.contract.STAGES; then release)
-_TASKS: dict[str, Any] = {  # each cached stage's task, from its declaration (mdp_core.spec.contract.Stage.task)
-    st.name: getattr(importlib.import_module(st.task.partition(":")[0]), st.task.partition(":")[2])
-    for st in contract.STAGES
-    if st.cached
-}
+
+
+@functools.cache
+def task_at(path: str) -> Any:
+    """The Prefect task a stage declares (:attr:`mdp_core.spec.contract.Stage.task`, ``"module:attribute"``)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+_TASKS: dict[str, Any] = {st.name: task_at(st.task) for st in contract.STAGES if st.cached}  # each cached stage's task
 SOLVE_SUMMARY = contract.MANIFEST_SOLVE_KEYS  # the manifest's solve summary: these keys of solve.json
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
 
-def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
-    """Each stage's own parameters (what goes into its cache key besides upstream hashes)."""
-    inputs = {str(p): file_sha256(p) for p in dataset_kinds.input_files(cfg.dataset.kind, cfg.dataset.params)}
+def _solve_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
+    """[solve]: the method, HiGHS's and the repair's settings, the options of the chosen method set in [solve]."""
     s = cfg.solve
-    method_args = s.method_args()  # the options of the chosen method set in [solve] (mdp_core.spec.methods)
+    return {"method": s.method, "solver": s.solver_settings(), **s.repair_settings(), "method_args": s.method_args()}
+
+
+def _evaluate_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
+    """[evaluate], and the solve it compares against (its own solves run with [solve]'s settings)."""
+    s = cfg.solve
+    return cfg.evaluate.model_dump() | {
+        "method": s.method,
+        "method_args": s.method_args(),
+        "solver": s.solver_settings(),
+        **s.repair_settings(),
+    }
+
+
+def _dataset_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
+    """[dataset], and the content hash of each input file its parameters name."""
+    inputs = {str(p): file_sha256(p) for p in dataset_kinds.input_files(cfg.dataset.kind, cfg.dataset.params)}
+    return {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs}
+
+
+# How a config section becomes a stage's parameters (:attr:`mdp_core.spec.contract.Stage.params`); any other
+# section: its ``model_dump()``; ``"section.key"``: ``{key: value}``.
+SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
+    "dataset": _dataset_section,
+    "solve": _solve_section,
+    "evaluate": _evaluate_section,
+    # the release settings; the flow replaces them with release_params (and adds "prior") at the secret draw
+    "release": lambda cfg: cfg.release.model_dump(mode="json", exclude_unset=True),
+}
+
+
+def section_params(cfg: ReleaseFlowConfig, section: str) -> dict[str, Any]:
+    """The parameters a stage takes from config ``section`` (its declared ``params``: :data:`SECTION_PARAMS`)."""
+    name, _, key = section.partition(".")
+    if key:
+        return {key: getattr(getattr(cfg, name), key)}
+    build = SECTION_PARAMS.get(name)
+    return build(cfg) if build is not None else cast(dict[str, Any], getattr(cfg, name).model_dump())
+
+
+def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
+    """Each cached stage's own parameters (what goes into its cache key besides upstream hashes), from the config
+    section it declares (:attr:`mdp_core.spec.contract.Stage.params`); a stage declaring none: ``{}``, but a
+    stage that reads the secret table has its parameters set at the draw (:func:`release_params`)."""
     return {
-        "ingest": {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs},
-        "graph": {"eta": cfg.privacy.eta},
-        "partition": cfg.partition.model_dump(),
-        "export": {"epsilon": cfg.privacy.epsilon},
-        "solve": {"method": s.method, "solver": s.solver_settings(), **s.repair_settings(), "method_args": method_args},
-        # the release settings; the flow replaces them with release_params (and adds "prior") once the draw is known
-        "postprocess": cfg.release.model_dump(mode="json", exclude_unset=True),
-        "evaluate": cfg.evaluate.model_dump()
-        | {"method": s.method, "method_args": method_args, "solver": s.solver_settings(), **s.repair_settings()},
+        st.name: section_params(cfg, st.params) if st.params else {}
+        for st in contract.STAGES
+        if st.cached and (st.params or not st.reads_secret)
     }
 
 
@@ -157,6 +203,141 @@ def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: 
     return {"privacy": privacy, "solve": solve}
 
 
+def stage_plan(config: ReleaseFlowConfig) -> list[str]:
+    """The steps of a run, in order, from the declarations (:data:`mdp_core.spec.contract.STAGES`): each cached
+    stage that runs for ``config`` (:meth:`~mdp_core.spec.contract.Stage.runs`); ``"door"`` before the first
+    stage that reads the secret table (the privacy door, the officer's approval, for real people the draw and
+    the budget's early check); ``"draw"`` after the stage whose output defines the simulated table (the
+    ``instance`` the secret-reading stages read: the draw of simulated people); then ``"points"`` (the
+    side runs, :data:`~mdp_core.spec.contract.SIDE_RUNS`: the evaluate stage's own solves, started on the task
+    runner beside the stages that follow and collected for the stage that reads them)."""
+    door = next(st.name for st in contract.STAGES if st.reads_secret)
+    instance = _instance()
+    steps: list[str] = []
+    for st in contract.STAGES:
+        if not st.cached:
+            continue
+        if st.name == door:
+            steps.append("door")
+        if st.runs(config):
+            steps.append(st.name)
+        if st.name == instance:
+            steps += ["draw", "points"]
+    return steps
+
+
+@dataclass
+class StageRun:
+    """What the stage loop (:func:`run_stages`) has made so far: {stage: output}, the draw, the door's admitted
+    plan and the officer's approval record (or None)."""
+
+    refs: dict[str, ArtifactRef] = field(default_factory=dict)
+    draw: Draw | None = None
+    plan: PrivacyPlan | None = None
+    approval: dict[str, Any] | None = None
+
+
+def run_stages(
+    config: ReleaseFlowConfig,
+    store: Store,
+    params: dict[str, dict[str, Any]],
+    run: Any,
+    note: Any = lambda what: None,
+    new_draw: bool = False,
+    draw: str | None = None,
+    *,
+    until: str | None = None,
+    side: Any = None,
+) -> StageRun:
+    """Run the steps of :func:`stage_plan` through ``until`` (a step name; None: all): each stage through
+    ``run(stage, **upstream)`` (the flow: a cached Prefect task; tests: its ``.fn``) with the keyword arguments
+    its declaration reads (:meth:`~mdp_core.spec.contract.Stage.upstream`), the door (:func:`_door`) and the
+    draw at their steps; ``params`` (from :func:`stage_params`) gains the release's parameters at the draw.
+    ``side(refs, stack)`` starts the side runs, entering its task runner into ``stack`` (closed once their
+    outputs are collected, before the stage that reads them), and returns what collects them (None: no side
+    runs, their readers get [])."""
+    state = StageRun()
+    collect: Any = lambda: []  # noqa: E731
+    with contextlib.ExitStack() as stack:
+        for step in stage_plan(config):
+            if step == "door":
+                _door(config, store, params, note, new_draw, draw, state)
+            elif step == "draw":
+                if state.draw is None:  # simulated individuals: the table is defined by the instance and n
+                    n = config.release.simulated_individuals
+                    table = postprocess.simulated_table({"instance": state.refs[_instance()].content_hash, "n": n})
+                    state.draw = _secret(config, store, params, note, new_draw, draw, state, *table)
+            elif step == "points":
+                collect = side(state.refs, stack) if side is not None else collect
+            else:
+                st = contract.stage(step)
+                outputs: dict[str, Any] = {**state.refs, **dict.fromkeys(contract.SIDE_RUNS)}
+                if any(s in contract.SIDE_RUNS for s in st.inputs.values()):
+                    outputs |= dict.fromkeys(contract.SIDE_RUNS, collect())
+                    stack.close()  # collected: the side runs' task runner shut down before the stage starts
+                state.refs[step] = run(step, **st.upstream(config, outputs))
+            if step == until:
+                break
+    return state
+
+
+def _instance() -> str:
+    """The stage whose output the secret-reading stages read as ``instance`` (export)."""
+    return next(st.inputs["instance"] for st in contract.STAGES if st.reads_secret and "instance" in st.inputs)
+
+
+def _door(
+    config: ReleaseFlowConfig,
+    store: Store,
+    params: dict[str, dict[str, Any]],
+    note: Any,
+    new_draw: bool,
+    draw: str | None,
+    state: StageRun,
+) -> None:
+    """The privacy door, before the first stage that reads the secret table: every rule of the guarantee
+    (:func:`flows.door.plan_for`, the secret table read and validated) before anything is charged, the officer's
+    approval (:func:`flows.approval.wait_for_approval`), for real people the table's population claimed, the
+    population's draw for this version of the table (published releases checked against the private ledger)
+    and the early budget check of the plan's charges; then the signing key (refused before the first charge)."""
+    note("the privacy door")
+    reads = next(st for st in contract.STAGES if st.reads_secret).inputs  # the door sees what that stage reads
+    door = plan_for(config, instance_with_graph(store, state.refs[reads["dataset"]], state.refs[reads["graph"]]))
+    state.plan = door.plan.admit()  # refused: PrivacyError, nothing measured, nothing charged
+    state.approval = wait_for_approval(config, store, state.plan)  # [release] approval: a person first
+    if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
+        population = cast(str, config.release.population)
+        postprocess.claim_table(store, cast(str, door.fingerprint), population)
+        version = postprocess.table_version(config.release.microdata)
+        state.draw = _secret(config, store, params, note, new_draw, draw, state, population, version)
+        postprocess.precheck_release(store, state.draw, params["postprocess"], state.plan.charges())
+    signing.signing_key(store.root)  # a refused or lost signing key is refused now, before the first charge
+
+
+def _secret(
+    config: ReleaseFlowConfig,
+    store: Store,
+    params: dict[str, dict[str, Any]],
+    note: Any,
+    new_draw: bool,
+    draw: str | None,
+    state: StageRun,
+    population: str,
+    version: str,
+) -> Draw:
+    """The population's secret draw for this version of its table; ``params`` gain the release's parameters
+    (:func:`release_params`) and, for each stage given the draw, the protection radius."""
+    plan = cast(PrivacyPlan, state.plan)
+    note("postprocess (the secret draw)")
+    d = postprocess.secret_draw(store, population, version, new_draw, draw)
+    params.update(release_params(config, d, plan.settings))
+    radius = {"value": plan.radius, "unit": plan.guarantee.distance_unit}
+    for st in contract.STAGES:  # each stage that reads the secret table and is given the draw (prior, postprocess)
+        if st.reads_secret and "draw" in params.get(st.name, {}):
+            params[st.name]["radius"] = radius
+    return d
+
+
 def prepare(
     config: ReleaseFlowConfig,
     store: Store,
@@ -166,47 +347,13 @@ def prepare(
     new_draw: bool = False,
     draw: str | None = None,
 ) -> tuple[dict[str, ArtifactRef], Draw, PrivacyPlan, dict[str, Any] | None]:
-    """The stages up to the secret draw, in the order that keeps the door shut until the budget accepts:
-    ingest, graph, then the privacy door (:func:`flows.door.plan_for`: every rule of the guarantee, with the
-    secret table read and validated, before anything is charged), for real people the table's population
-    claimed, the population's draw for this version of the table (published releases checked against the
-    private ledger) and the early budget check of the plan's charges, then prior (a DP prior is charged
-    before it is measured), partition and export; simulated people are drawn once the instance is known.
-    ``run(stage, **upstream)`` runs one stage (the flow: a cached Prefect task; tests: its ``.fn``);
-    ``params`` (from :func:`stage_params`) gains the release's parameters. Returns ({stage: output}, the draw,
-    the door's admitted plan, the officer's approval record or None: :func:`flows.approval.wait_for_approval`)."""
-    refs = {"ingest": run("ingest")}
-    refs["graph"] = g = run("graph", dataset=refs["ingest"])
-    note("the privacy door")
-    door = plan_for(config, instance_with_graph(store, refs["ingest"], g))
-    plan = door.plan.admit()  # refused: PrivacyError, nothing measured, nothing charged
-    approval = wait_for_approval(config, store, plan)  # [release] approval: a person first (flows/approval.py)
-
-    def secret(population: str, version: str) -> Draw:
-        note("postprocess (the secret draw)")
-        d = postprocess.secret_draw(store, population, version, new_draw, draw)
-        params.update(release_params(config, d, plan.settings))
-        radius = {"value": plan.radius, "unit": plan.guarantee.distance_unit}
-        for stage in ("prior", "postprocess"):
-            if "draw" in params.get(stage, {}):
-                params[stage]["radius"] = radius
-        return d
-
-    the_draw = None
-    if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
-        population = cast(str, config.release.population)
-        postprocess.claim_table(store, cast(str, door.fingerprint), population)
-        the_draw = secret(population, postprocess.table_version(config.release.microdata))
-        postprocess.precheck_release(store, the_draw, params["postprocess"], plan.charges())
-    signing.signing_key(store.root)  # a refused or lost signing key is refused now, before the first charge
-    if config.release.prior_source != "dataset":
-        refs["prior"] = run("prior", dataset=refs["ingest"], graph=g)
-    refs["partition"] = run("partition", dataset=refs["ingest"], graph=g)
-    refs["export"] = run("export", dataset=refs["ingest"], graph=g, prior=refs.get("prior"))
-    if the_draw is None:  # simulated individuals: the table is defined by the instance and n
-        n = config.release.simulated_individuals
-        the_draw = secret(*postprocess.simulated_table({"instance": refs["export"].content_hash, "n": n}))
-    return refs, the_draw, plan, approval
+    """The steps of :func:`run_stages` up to the secret draw, in the order that keeps the door shut until the
+    budget accepts: ingest, graph, then the privacy door (before the first stage that reads the secret table),
+    then prior (a DP prior is charged before it is measured), partition and export; simulated people are drawn
+    once the instance is known. Returns ({stage: output}, the draw, the door's admitted plan, the officer's
+    approval record or None)."""
+    state = run_stages(config, store, params, run, note, new_draw, draw, until="draw")
+    return state.refs, cast(Draw, state.draw), cast(PrivacyPlan, state.plan), state.approval
 
 
 def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: bool = False) -> Any:
@@ -220,7 +367,7 @@ def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: boo
     elif stage == "evaluate_point":
         task = cached(evaluate.evaluate_point, "evaluate_point", store, refresh)
     else:
-        task = cached(_TASKS[stage], stage, store, refresh)
+        task = cached(task_at(contract.stage(stage).task), stage, store, refresh)
     return task.with_options(**runner.task_options("evaluate" if stage == "evaluate_point" else stage, config))
 
 
@@ -366,11 +513,12 @@ def _refused(ctx: FlowRunContext | None, exc: PrivacyError) -> State[Any]:
 
 
 def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool, draw: str | None) -> dict[str, Any]:
-    """The body of :func:`release_flow`: the stages (:func:`prepare`, then :func:`_solve_and_evaluate`), the
-    manifest (:func:`_run_manifest`), the publication through the door, then retention."""
-    if refresh_from is not None and refresh_from not in STAGE_NAMES:
-        raise ValueError(f"refresh_from must be one of {list(STAGE_NAMES)}, got {refresh_from!r}")
-    first_refresh = STAGES.index(refresh_from) if refresh_from in STAGES else len(STAGES)
+    """The body of :func:`release_flow`: the stages as declared (:func:`run_stages`), the manifest
+    (:func:`_run_manifest`), the publication through the door, then retention."""
+    if refresh_from is not None and refresh_from not in contract.STAGE_NAMES:
+        raise ValueError(f"refresh_from must be one of {list(contract.STAGE_NAMES)}, got {refresh_from!r}")
+    names = tuple(st.name for st in contract.STAGES if st.cached)  # the cached stages in run order
+    first_refresh = names.index(refresh_from) if refresh_from in names else len(names)
     store = Store(store_root(config))
     store.clean_debris()  # temp / trash folders a killed run left behind (kill -9): gone before this run starts
     ctx = FlowRunContext.get()
@@ -385,7 +533,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         control.check(stage)  # stopped (Cancel, SIGTERM): no further stage starts
         operate_ui.at_stage(run_id, stage)
         t0 = time.perf_counter()
-        task = stage_task(stage, config, store, STAGES.index(stage) >= first_refresh)
+        task = stage_task(stage, config, store, stage in names[first_refresh:])
         with tags(*run_tags(config)):
             ref = stage_output(stage, task(str(store.root), params[stage], **upstream))  # stopped: Interrupted
         entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
@@ -394,25 +542,30 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     def note(what: str) -> None:
         operate_ui.at_stage(run_id, what)
 
+    def side(refs: dict[str, ArtifactRef], stack: contextlib.ExitStack) -> Callable[[], list[ArtifactRef]]:
+        return _side_runs(config, store, params, refs, stack, "evaluate" in names[first_refresh:])
+
     spent_before = operate_ui.ledger_snapshot(store.root)  # this run's spend = the ledger after minus before
-    refs, _, _, approval = prepare(config, store, params, run, note, new_draw, draw)
-    refs |= _solve_and_evaluate(config, store, params, run, refs, STAGES.index("evaluate") >= first_refresh)
+    state = run_stages(config, store, params, run, note, new_draw, draw, side=side)  # the door and the draw included
+    refs = state.refs
     evaluate.publish_report(str(store.root), refs["evaluate"], key=rname)
     fields = {
         "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
         "refresh_from": refresh_from,
         "package_versions": package_versions(PACKAGES),
-        **({"approval": approval} if approval is not None else {}),  # the officer's approval (flows/approval.py)
+        **({"approval": state.approval} if state.approval is not None else {}),  # the officer's (flows/approval.py)
     }
     manifest = _run_manifest(config, store, refs, run_id, entries, fields, params)
     control.check("release")  # a stop requested meanwhile: nothing is published
     operate_ui.at_stage(run_id, "release")
     # The door: staged, re-verified from the exact bytes (mdp_core.release.audit), published only if it checks out;
-    # the exact bytes of a release already published from this config: nothing new (mf.publish_run).
+    # the exact bytes of a release already published from this config: nothing new (mf.publish_run). What is
+    # published: the outputs the release stage reads (its declaration), each file from the stage the contract names.
+    published = release_task.released_files(**contract.stage("release").upstream(config, refs))
     manifest = mf.publish_run(
         store,
         manifest,
-        release_task.released_files(refs["solve"], refs["postprocess"], refs["evaluate"], refs["export"]),
+        published,
         publish=lambda name, files, m: stage_task("release", config, store)(str(store.root), name, files, m),
     )
     run_dir = manifest["run_dir"]
@@ -431,43 +584,37 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
     return manifest
 
 
-def _solve_and_evaluate(
+def _side_runs(
     config: ReleaseFlowConfig,
     store: Store,
     params: dict[str, dict[str, Any]],
-    run: Any,
     refs: dict[str, ArtifactRef],
-    refresh_points: bool,
-) -> dict[str, ArtifactRef]:
-    """The solve, postprocess and evaluate stages after :func:`prepare` (``run(stage, **upstream)``): the
-    evaluate stage's own solves (baselines, eps sweep) are separate cached task runs on the configured task
-    runner ([run] task_runner: threads or Dask), running beside the main solve (``refresh_points``:
-    recompute them). Returns {stage: output} of the three stages."""
-    g, part, inst = refs["graph"], refs["partition"], refs["export"]
-    point_task = stage_task("evaluate_point", config, store, refresh_points)
+    stack: contextlib.ExitStack,
+    refresh: bool,
+) -> Callable[[], list[ArtifactRef]]:
+    """Start the side runs (:data:`mdp_core.spec.contract.SIDE_RUNS`): the evaluate stage's own solves (baselines,
+    eps sweep), separate cached task runs on the configured task runner ([run] task_runner: threads or Dask),
+    entered into ``stack`` by :func:`run_stages` so they run beside the stages that follow (``refresh``:
+    recompute them). Returns what waits for their outputs."""
+    part, inst = refs["partition"], refs["export"]
+    point_task = stage_task("evaluate_point", config, store, refresh)
     remote = config.run.dask_address if config.run.task_runner == "dask" else None  # its workers' logs: here too
-    with (
-        runner.task_runner(config.run) as pool,
-        runner.dask_logs_in_terminal(remote),
-        tags(*run_tags(config)),
-    ):
-        futures = [
-            pool.submit(
-                point_task,
-                {
-                    "store": str(store.root),
-                    "params": spec,
-                    "instance": inst,
-                    "partition": part if needs_partition(spec["method"]) else None,
-                },
-            )
-            for spec in evaluate.point_specs(params["evaluate"])
-        ]
-        sol = run("solve", instance=inst, partition=part if needs_partition(config.solve.method) else None)
-        post = run("postprocess", instance=inst, mechanism=sol, graph=g, partition=part)
-        points = [f.result() for f in futures]
-    ev = run("evaluate", instance=inst, mechanism=sol, partition=part, postprocess=post, points=points)
-    return {"solve": sol, "postprocess": post, "evaluate": ev}
+    pool = stack.enter_context(runner.task_runner(config.run))
+    stack.enter_context(runner.dask_logs_in_terminal(remote))
+    stack.enter_context(tags(*run_tags(config)))
+    futures = [
+        pool.submit(
+            point_task,
+            {
+                "store": str(store.root),
+                "params": spec,
+                "instance": inst,
+                "partition": part if needs_partition(spec["method"]) else None,
+            },
+        )
+        for spec in evaluate.point_specs(params["evaluate"])
+    ]
+    return lambda: [f.result() for f in futures]
 
 
 def _run_manifest(
@@ -487,7 +634,11 @@ def _run_manifest(
     inst_meta = read_json(store.path(refs["export"], "instance.json"))
     prov = read_json(store.path(refs["postprocess"], audit.PROVENANCE))
     fields = fields | release_fields(inst_meta, solve_info, prov)
-    code_versions = {s: stage_code_version(s, _TASKS[s].fn.__module__, params.get(s, {})) for s in STAGES}
+    code_versions = {
+        st.name: stage_code_version(st.name, task_at(st.task).fn.__module__, params.get(st.name, {}))
+        for st in contract.STAGES
+        if st.cached
+    }
     return mf.new_manifest(
         "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields
     )

@@ -16,10 +16,12 @@ outputs are owner-only until published; docs/privacy.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from mdp_core.spec import dataset_kinds
-from mdp_core.spec.methods import REGISTRY, PartitionOptions
+from mdp_core.spec.methods import REGISTRY, PartitionOptions, needs_partition
 from mdp_core.spec.options import specs
 from mdp_core.spec.solver_options import RepairOptions, SolverOptions
 from mdp_core.spec.tables import (  # noqa: F401  (re-exported: the contract's columns and files)
@@ -47,35 +49,141 @@ from mdp_core.spec.tables import (  # noqa: F401  (re-exported: the contract's c
 
 
 # ----------------------------------------------------------------------------- stages
+def _prior_released(config: Any) -> bool:
+    """The prior stage runs unless the mechanism is optimised for the dataset's own prior."""
+    return bool(config.release.prior_source != "dataset")
+
+
+def _method_needs_partition(config: Any) -> bool:
+    """The solve stage reads the partition only for a method that solves on one (benders)."""
+    return needs_partition(config.solve.method)
+
+
+SIDE_RUNS: tuple[str, ...] = ("evaluate_point",)  # the evaluate stage's own solves: cached task runs beside the stages
+
+
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage: ``name`` (its ``[run.timeouts]`` key, ``refresh_from`` value and task name),
-    ``doc`` (one line), ``reads_secret`` (reads the agency's secret microdata table), ``cached`` (a cached
-    Prefect task whose output the store keeps; ``release``, the publication, is not), ``task`` (its Prefect
-    task, ``"module:attribute"``, imported by the flow: :data:`flows.release._TASKS`)."""
+    ``doc`` (one line), ``reads_secret`` (reads the agency's secret microdata table: the privacy door is
+    passed before the first such stage, and its parameters are set at the secret draw,
+    ``flows.release.release_params``), ``cached`` (a cached Prefect task whose output the store keeps;
+    ``release``, the publication, is not), ``task`` (its Prefect task, ``"module:attribute"``, imported by
+    the flow: :data:`flows.release._TASKS`).
+
+    What the flow derives from it (``flows.release.run_stages``): ``reads``, the upstream outputs its task
+    takes, ``"keyword=stage"`` separated by spaces (``"partition"``: keyword and stage alike; a
+    :data:`SIDE_RUNS` name: those runs' outputs, a list); ``params``, the config section its parameters come
+    from (``"partition"``: the section, ``"privacy.eta"``: ``{"eta": ...}`` of it; ``""``: none; sections
+    shaped by ``flows.release.SECTION_PARAMS``); ``when``, the configs it runs for (None: every config; a
+    stage that does not run gives None to its readers); ``reads_when``, reads given only for the configs
+    where their predicate holds (else None)."""
 
     name: str
     doc: str
     reads_secret: bool = False
     cached: bool = True
     task: str = ""
+    reads: str = ""
+    params: str = ""
+    when: Callable[[Any], bool] | None = None
+    reads_when: tuple[tuple[str, Callable[[Any], bool]], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.task:
             object.__setattr__(self, "task", f"tasks.{self.name}:{self.name}")
 
+    @property
+    def inputs(self) -> dict[str, str]:
+        """{keyword of its task: the stage (or side runs) whose output it takes}, from ``reads``."""
+        return {kw: source or kw for kw, _, source in (r.partition("=") for r in self.reads.split())}
 
+    def runs(self, config: Any) -> bool:
+        """Whether the stage runs for ``config`` (``when``)."""
+        return self.when is None or bool(self.when(config))
+
+    def upstream(self, config: Any, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of its task: each read's output in ``outputs`` ({stage: output}; None for a
+        stage that did not run, or a read ``reads_when`` leaves out for ``config``)."""
+        given = dict(self.reads_when)
+        return {
+            kw: outputs.get(source) if kw not in given or given[kw](config) else None
+            for kw, source in self.inputs.items()
+        }
+
+
+def check_stages(stages: tuple[Stage, ...]) -> None:
+    """Every stage is named once and reads only earlier stages' outputs or a side run; its conditional reads are
+    reads. ValueError otherwise (checked at import for :data:`STAGES`)."""
+    seen: list[str] = []
+    for st in stages:
+        if st.name in seen or st.name in SIDE_RUNS:
+            raise ValueError(f"stage {st.name!r} is declared twice")
+        late = [s for s in st.inputs.values() if s not in seen and s not in SIDE_RUNS]
+        if late:
+            raise ValueError(f"stage {st.name!r} reads {late}: not an earlier stage")
+        unknown = [kw for kw, _ in st.reads_when if kw not in st.inputs]
+        if unknown:
+            raise ValueError(f"stage {st.name!r}: reads_when names {unknown}, not among its reads")
+        seen.append(st.name)
+
+
+_DATASET, _GRAPH = "dataset=ingest", "graph"
 STAGES: tuple[Stage, ...] = (
-    Stage("ingest", "load the dataset kind's public universe of records and outputs"),
-    Stage("graph", "the eta-graph of records and its protection (components, stretch)"),
-    Stage("prior", "the prior the mechanism is optimised for (uniform, a file, or a DP histogram)", True),
-    Stage("partition", "the partition of the records (benders; the counts' zones)"),
-    Stage("export", "the instance the mechanism is certified against (instance.json + 4 tables)"),
-    Stage("solve", "the optimal mechanism, its certificate and bounds"),
-    Stage("postprocess", "perturbed microdata, DP counts and the release's provenance (the secret draw)", True),
-    Stage("evaluate", "utility, baselines, the count-error curve and report.md"),
-    Stage("release", "sign, check at the door and publish runs/<run>/", cached=False),  # tasks.release:release
+    Stage("ingest", "load the dataset kind's public universe of records and outputs", params="dataset"),
+    Stage(
+        "graph",
+        "the eta-graph of records and its protection (components, stretch)",
+        reads=_DATASET,
+        params="privacy.eta",
+    ),
+    Stage(
+        "prior",
+        "the prior the mechanism is optimised for (uniform, a file, or a DP histogram)",
+        True,
+        reads=f"{_DATASET} {_GRAPH}",
+        when=_prior_released,
+    ),
+    Stage(
+        "partition",
+        "the partition of the records (benders; the counts' zones)",
+        reads=f"{_DATASET} {_GRAPH}",
+        params="partition",
+    ),
+    Stage(
+        "export",
+        "the instance the mechanism is certified against (instance.json + 4 tables)",
+        reads=f"{_DATASET} {_GRAPH} prior",
+        params="privacy.epsilon",
+    ),
+    Stage(
+        "solve",
+        "the optimal mechanism, its certificate and bounds",
+        reads="instance=export partition",
+        params="solve",
+        reads_when=(("partition", _method_needs_partition),),
+    ),
+    Stage(
+        "postprocess",
+        "perturbed microdata, DP counts and the release's provenance (the secret draw)",
+        True,
+        reads="instance=export mechanism=solve graph partition",
+        params="release",
+    ),
+    Stage(
+        "evaluate",
+        "utility, baselines, the count-error curve and report.md",
+        reads="instance=export mechanism=solve partition postprocess points=evaluate_point",
+        params="evaluate",
+    ),
+    Stage(  # tasks.release:release; reads: the published outputs (tasks.release.released_files)
+        "release",
+        "sign, check at the door and publish runs/<run>/",
+        cached=False,
+        reads="mechanism=solve postprocess evaluate instance=export",
+    ),
 )
+check_stages(STAGES)
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)  # in run order
 CACHED_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.cached)
 
