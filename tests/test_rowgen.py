@@ -410,3 +410,18 @@ def test_price_takes_the_pairs_outside_s_with_negative_reduced_cost_only():
     assert s.join(np.r_[got, got, 0]).tolist() == [1, 3]  # new columns once each; (0, 0) held already
     assert s.col.tolist() == [[0, 3, -1], [4, 1, 2]]
     assert s.scatter(np.arange(1.0, 6.0)).tolist() == [[1.0, 4.0, 0.0], [5.0, 2.0, 3.0]]
+
+
+def test_auto_holds_only_the_support_when_the_loss_is_the_metric():
+    """The distance loss (synthetic: c_ik = d(r_i, o_k)) gets support_tau; any other loss does not."""
+    dense = synthetic(n_records=60, n_outputs=20, epsilon=10.0, seed=0)
+    name, reason, feats = auto.choose(dense, auto.AutoOptions(lp_max_rows=1000))
+    assert name == "rowgen" and feats["loss_is_metric"] and "support_tau 1e-05" in reason
+    assert auto.delegated(name, auto.AutoOptions(lp_max_rows=1000), feats) == {"support_tau": auto.SUPPORT_TAU}
+    sol = solve(dense, "auto", gap_rel=1e-6, lp_max_rows=1000)
+    assert sol.extra["columns"] < dense.n_records * dense.n_outputs and sol.status == Status.OPTIMAL
+    other = dense.replace(costs=dense.costs**2)  # squared distance: not the metric
+    name, reason, feats = auto.choose(other, auto.AutoOptions(lp_max_rows=1000))
+    assert name == "rowgen" and not feats["loss_is_metric"] and "support" not in reason
+    assert auto.delegated(name, auto.AutoOptions(lp_max_rows=1000), feats) == {}
+    assert solve(other, "auto", lp_max_rows=1000).extra["columns"] == other.n_records * other.n_outputs

@@ -18,6 +18,12 @@ cluster, so the choice is deterministic for a given instance and machine setting
   outright, up to ``AutoOptions.lp_max_rows`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
   LP 33 s against 85 s for row generation; the LP's memory, 9.7 GB at 5.9 M rows, is what caps it).
   Above that, row generation.
+* Rowgen holds only the mechanism's support (``support_tau`` = :data:`SUPPORT_TAU`) when the costs are the
+  data's own distance from record to output (:func:`loss_is_metric`): its starting support is made from
+  that metric, and on that loss each round's LP is 2-6x cheaper in CPU with the same rounds (syn500,
+  syn1000, syn2000, Rome N = 500 with the distance loss). On any other loss it is off: on Rome's
+  travel-cost loss its upper bound stalls and it takes 8 rounds where rowgen takes 3 (bench/HISTORY.md,
+  "Support").
 * Benders is never chosen, and column generation only as the distributed path below. Measured on 2
   cores (bench/README.md, "Which method wins"): Benders beats neither on any class; colgen beats the LP
   only on small sparse grids (N <= 500, where both take seconds) and loses from N = 1,000 on and on
@@ -58,8 +64,10 @@ from typing import Any
 
 import numpy as np
 
+from mdp_core.errors import InputError
 from mdp_core.problem.graph import components
 from mdp_core.problem.instance import Instance
+from mdp_core.problem.metrics import pairwise
 from mdp_core.solvers import colgen, lp, rowgen
 from mdp_core.solvers.result import RawSolution
 from mdp_core.spec.methods import AutoOptions, GapOptions
@@ -76,6 +84,7 @@ CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {
 LAGRANGIAN_STEPS = 30  # rowgen's Lagrangian steps a round when auto puts them on a cluster (module docstring)
 MEMORY_MODEL = {"lp": (0.0, 1650.0), "rowgen": (0.7, 4.0)}
 MEMORY_SHARE = 0.8  # of this machine's physical memory: the default budget of one machine
+SUPPORT_TAU = 1e-5  # rowgen's starting support when the loss is the metric (module docstring)
 
 
 def features(instance: Instance) -> dict[str, Any]:
@@ -93,7 +102,20 @@ def features(instance: Instance) -> dict[str, Any]:
         "largest_component_rows": int(2 * comp_edges.max(initial=0) * k),
         "eps_eta": round(instance.epsilon * instance.eta, 6),
         "cores": os.cpu_count() or 1,
+        "loss_is_metric": loss_is_metric(instance),
     }
+
+
+def loss_is_metric(instance: Instance) -> bool:
+    """Whether the costs are the data's own distance from record to output, c_ik = d(r_i, o_k) (to 1e-9
+    relative): the loss for which :func:`mdp_core.solvers.rowgen.support_estimate`, made from the same
+    metric, predicts the optimal mechanism's support (module docstring). False when the instance has no
+    coordinates to measure it by."""
+    try:
+        d = pairwise(instance.metric, instance.record_points(), instance.output_points())
+    except (InputError, ValueError, KeyError, TypeError):
+        return False
+    return bool(d.shape == instance.costs.shape and np.allclose(instance.costs, d, rtol=1e-9, atol=1e-12))
 
 
 def machine_memory() -> float:
@@ -120,6 +142,11 @@ def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str,
     need = memory_estimate(name, f)
     budget = params.memory_limit or MEMORY_SHARE * machine_memory()
     f |= {"memory_estimate_gb": float(f"{need:.4g}"), "memory_budget_gb": float(f"{budget:.4g}")}
+    if name == "rowgen" and f["loss_is_metric"] and not (params.scheduler and budget > 0 and need > budget):
+        reason += (
+            f"; variables only on the mechanism's support (support_tau {SUPPORT_TAU:g}): the loss is the metric"
+            " distance, whose support the nearest-output closure predicts"
+        )
     if params.scheduler and name == "rowgen" and not (budget > 0 and need > budget):
         reason += (
             f"; with the row-sum Lagrangian's {instance.n_outputs} subproblems on the Dask cluster at "
@@ -137,15 +164,21 @@ def choose(instance: Instance, params: AutoOptions) -> tuple[str, str, dict[str,
     return name, reason, f
 
 
-def delegated(name: str, params: AutoOptions) -> dict[str, Any]:
-    """The options auto sets on the method ``name`` it picked, beyond the gap (module docstring): with a
-    cluster, colgen's pricing LPs or rowgen's Lagrangian subproblems go there."""
+def delegated(name: str, params: AutoOptions, f: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The options auto sets on the method ``name`` it picked, beyond the gap (module docstring): rowgen
+    holds only the support (``support_tau`` = :data:`SUPPORT_TAU`) when the loss is the metric (``f``,
+    :func:`features`); with a cluster, colgen's pricing LPs or rowgen's Lagrangian subproblems go there."""
+    support = {"support_tau": SUPPORT_TAU} if name == "rowgen" and f and f.get("loss_is_metric") else {}
     if not params.scheduler:
-        return {}
+        return support
     if name == "colgen":
         return {"executor": "dask", "scheduler": params.scheduler}
     if name == "rowgen":
-        return {"lagrangian_steps": LAGRANGIAN_STEPS, "lagrangian_executor": "dask", "scheduler": params.scheduler}
+        return support | {
+            "lagrangian_steps": LAGRANGIAN_STEPS,
+            "lagrangian_executor": "dask",
+            "scheduler": params.scheduler,
+        }
     return {}
 
 
@@ -185,6 +218,7 @@ def method(
     if progress:
         progress(f"auto: {name} ({reason})")
     f, cls = CHOICES[name]
-    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel, **delegated(name, params)))
+    more = delegated(name, params, feats)
+    raw = f(instance, options, progress, cls(gap_abs=params.gap_abs, gap_rel=params.gap_rel, **more))
     raw.extra = {"auto": {"method": name, "reason": reason, "features": feats}} | raw.extra
     return raw

@@ -256,7 +256,8 @@ def lower_bound(c: np.ndarray, rows: _Rows, priv_dual: np.ndarray, k: int) -> fl
     n = c.size // k
     terms = pr.dual_terms(rows.matrix(ei, ki, n, k), rows.pairs.capped[ei], priv_dual)
     # to the (N K,) pairs; every pair outside S has multiplier terms 0: its own cost ("Support" above)
-    terms = pr.Terms(*(None if t is None else _spread(rows.support, t) for t in (terms.exact, terms.capped)))
+    capped = None if terms.capped is None else _spread(rows.support, terms.capped)
+    terms = pr.Terms(_spread(rows.support, terms.exact), capped)
     return pr.lagrangian_bound(c.reshape(n, k), terms)
 
 
@@ -604,9 +605,7 @@ def _rounds(
         ei, ki = violated(z, rows, params.min_deficit, limit, share)  # while the closure runs
         priced = price(rows.support, c, sol.row_dual[:n], lb / scale, params.gap_rel)
         held = rows.count
-        # no row left to add after a loose LP: its point is feasible but its bound loose, so once more, tight
-        again = ei.size == 0 and priced.size == 0 and tol > ipm_tolerance(params.gap_rel)
-        more = (ei.size > 0 or priced.size > 0 or again) and it < params.max_rounds and deadline > time.perf_counter()
+        again, more = _continue(ei.size + priced.size, tol, it, params, deadline)
         sync = more and lag is not None and params.lagrangian_rows  # the next rows wait for the ascent
         ready = upper.result(f"rowgen round {it} closure") if sync else None
         known = (lb, best_ub) if ready is None else (max(lb, _lag_bound(ready[2], lb)), min(best_ub, ready[1]))
@@ -646,6 +645,14 @@ def _rounds(
     return RawSolution(
         best_z, status, lb if np.isfinite(lb) else None, len(trace), extra, pd.DataFrame(trace, columns=TRACE_COLUMNS)
     )
+
+
+def _continue(to_add: int, tol: float, it: int, params: RowgenOptions, deadline: float) -> tuple[bool, bool]:
+    """(again, more) after round ``it``'s LP (stopped at ``tol``) left ``to_add`` rows and columns to add:
+    ``again`` when nothing is left after a loose LP (its point is feasible but its bound loose: once more,
+    tight); ``more`` when there is a next round to solve (within the round and time limits)."""
+    again = to_add == 0 and tol > ipm_tolerance(params.gap_rel)
+    return again, (to_add > 0 or again) and it < params.max_rounds and deadline > time.perf_counter()
 
 
 def _lag_bound(asc: lagrangian.Ascent | None, lb: float) -> float:
