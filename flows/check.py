@@ -224,7 +224,7 @@ def _check_instance(rep: Report, cfg: Any) -> tuple[Any, Any, int] | None:
 
     t1 = time.perf_counter()
     try:
-        inst = registry.load(cfg.dataset.kind, cfg.dataset.params)
+        inst = registry.load(cfg.dataset.kind, cfg.dataset.loader_params())  # what the ingest stage loads
     except InputError as exc:
         rep.reasons.append(f"dataset: {exc}")
         return None

@@ -8,6 +8,8 @@ Example (every key optional; these are the defaults of the built-in release)::
     [dataset]
     kind = "grid"
     params = { rows = 10, cols = 20, n_outputs = 100, seed = 0 }
+    # params.loss (grid, road): the c_ik the mechanism minimises: "distance" (unset: the data's metric, what the
+    # analyst measures) | "travel" (LR-Geo's travel-distance estimation cost, the papers' and the loaders' default)
 
     [privacy]           # unset: the dataset's own values (grid: eps = 10 / km, eta = 2 km)
     epsilon = 10.0      # per distance unit (km for geo data)
@@ -145,8 +147,15 @@ PRIVACY_PARAMETERS = ("epsilon", "eta")
 
 def _params_model(kind: str) -> type[BaseModel]:
     module, _, func = dataset_kinds.LOADER_PATHS[kind].partition(":")
+    release = dataset_kinds.RELEASE_DEFAULTS[kind]  # a release's own defaults (loss = "distance"), not the loader's
     fields: dict[str, Any] = {
-        s.name: _field(s) for s in specs(dataset_kinds.PARAMETERS[kind]) if s.name not in PRIVACY_PARAMETERS
+        s.name: _field(s)
+        if s.name not in release
+        else _field(
+            s, release[s.name], f"{s.help}; unset: {release[s.name]!r} (the loader's own default: {s.default!r})"
+        )
+        for s in specs(dataset_kinds.PARAMETERS[kind])
+        if s.name not in PRIVACY_PARAMETERS
     }
     return create_model(
         f"{kind.capitalize()}Params",
@@ -184,14 +193,21 @@ _DATASET_SCHEMA: TypeAdapter[Any] = TypeAdapter(
 class DatasetConfig(BaseModel):
     """Which dataset to ingest: a kind of ``mdp_core.problem.datasets.registry`` and its loader parameters.
 
-    ``params`` holds the parameters given (unset ones take the loader's default; the ingest stage's cache
-    key is what was given), checked against the kind's :data:`DATASET_PARAMS` model: a parameter the
-    loader does not take, a missing required one or a wrong type is an error naming it. The JSON schema
-    (Prefect's run form) is the union of those models, discriminated by ``kind``."""
+    ``params`` holds the parameters given; unset ones take the kind's release default (``loss = "distance"`` on
+    grid and road: :meth:`loader_params`), else the loader's default. The ingest stage's cache key is what was
+    given (its code version holds the defaults). They are checked against the kind's :data:`DATASET_PARAMS`
+    model: a parameter the loader does not take, a missing required one or a wrong type or value is an error
+    naming it. The JSON schema (Prefect's run form) is the union of those models, discriminated by ``kind``."""
 
     model_config = STRICT
     kind: Literal[dataset_kinds.KINDS] = "grid"  # type: ignore[valid-type]
     params: dict[str, Any] = Field(default_factory=lambda: {"rows": 10, "cols": 20, "n_outputs": 100, "seed": 0})
+
+    def loader_params(self) -> dict[str, Any]:
+        """The parameters the release loads the dataset with: ``params`` and, where unset, the kind's release
+        defaults (:data:`mdp_core.spec.dataset_kinds.RELEASE_DEFAULTS`: ``loss = "distance"`` for grid and road,
+        a release optimises the distance its analyst measures, issue 40); the rest take the loader's default."""
+        return dataset_kinds.with_release_defaults(self.kind, self.params)
 
     @field_validator("params")
     @classmethod

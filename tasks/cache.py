@@ -140,6 +140,7 @@ KIND_REGISTRY = Registry(
         "mdp_core.problem.datasets.registry": frozenset(
             {"DECLARED", "FILE_PARAMETERS", "input_files", "parameters", "validate"}
         ),
+        "tasks.ingest": frozenset({"with_release_defaults"}),  # with_release_defaults(kind, ...): the kind's own
     },
 )
 REGISTRIES: tuple[Registry, ...] = (METHOD_REGISTRY, KIND_REGISTRY)

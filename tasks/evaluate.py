@@ -288,6 +288,7 @@ def _release_claims(store: Store, post: ArtifactRef, inst, info: dict, row: dict
         "n_records": inst.n_records,
         "n_outputs": inst.n_outputs,
         "n_edges": inst.n_edges,
+        "loss": report.loss_of(inst.provenance),  # the loss the mechanism minimises (issue 40)
     }
     try:
         report.plot_released_points(  # over the mDP graph's edges: the streets the instance has

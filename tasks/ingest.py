@@ -1,7 +1,10 @@
 """Stage ``ingest``: load a dataset (``mdp_core.problem.datasets.registry``) into an instance directory.
 
 params: {"kind": str, "params": {...loader parameters...}, "inputs": {path: sha256}} -- the input
-files' hashes are in the params, so editing an input file changes the key and re-runs ingestion.
+files' hashes are in the params, so editing an input file changes the key and re-runs ingestion. The
+loader parameters are a release config's ``dataset.params`` as written; unset ones take the kind's release
+default (``loss = "distance"`` on grid and road, :data:`mdp_core.spec.dataset_kinds.RELEASE_DEFAULTS`, part of
+this stage's code version), else the loader's own.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     from mdp_core.problem.datasets import registry
     from mdp_core.problem.io import write_instance
+    from mdp_core.spec.dataset_kinds import with_release_defaults
 
-    inst = registry.load(params["kind"], params.get("params", {}))
+    inst = registry.load(params["kind"], with_release_defaults(params["kind"], params.get("params", {})))
     meta = write_instance(inst, w.dir)
     w.meta.update({"n_records": meta["n_records"], "n_outputs": meta["n_outputs"], "metric": meta["metric"]})
 

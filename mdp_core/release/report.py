@@ -492,6 +492,25 @@ def plot_against_laplace(rows: Sequence[dict], method: str, unit: str, path: Pat
     return _save(fig, path)
 
 
+def loss_of(provenance: dict) -> str | None:
+    """The loss c_ik an instance's mechanism minimises, as its loader states it (the instance provenance's
+    ``cost``, which names the loss: "loss distance: ..." or "loss travel: ..." for grid and road; issue 40), or
+    None when the loader states none (synthetic and text: the data's metric; points: the metric or a file)."""
+    cost = provenance.get("cost") if isinstance(provenance, dict) else None
+    return cost if isinstance(cost, str) and cost else None
+
+
+def loss_sentence(c: dict) -> str | None:
+    """The officer's page's bullet naming the loss the mechanism minimises (claim ``loss``), or None."""
+    loss = c.get("loss")
+    if not loss:
+        return None
+    return (
+        f"- **Loss optimised.** {loss}. Every *expected loss* in this report is the expectation of this loss; the "
+        f"expected error is the distance in {c['distance_unit']} whatever the loss."
+    )
+
+
 def release_claims(
     inst_meta: dict, info: dict, prov: dict, row: dict, count_scale: float, n_zones: int
 ) -> dict[str, Any]:
@@ -499,7 +518,8 @@ def release_claims(
     the released files (``<!-- mdp-release-claims {...} -->`` at the end of report.md) and regenerates
     the whole report from it (:func:`render_report`), so an edited sentence is a finding.
 
-    ``inst_meta``: the instance's epsilon, eta, distance_unit, n_records, n_outputs, n_edges; ``info``:
+    ``inst_meta``: the instance's epsilon, eta, distance_unit, n_records, n_outputs, n_edges, loss
+    (:func:`loss_of`); ``info``:
     solve.json; ``prov``: release_provenance.json (v2 or v3); ``row``: the released mechanism's
     evaluation row; ``count_scale``: the output level's noise scale; ``n_zones``: zone rows of the counts."""
     cert = info["certificate"]
@@ -512,6 +532,7 @@ def release_claims(
         "n_records": inst_meta["n_records"],
         "n_outputs": inst_meta["n_outputs"],
         "n_edges": inst_meta["n_edges"],
+        "loss": inst_meta.get("loss"),
         "n_zones": int(n_zones),
         "n_individuals": prov["n_individuals"],
         "microdata_source": prov["microdata_source"],
@@ -710,6 +731,7 @@ def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -
     ]
     protection = _protection_sentence(c)
     lines += [protection] if protection else []
+    lines += [s] if (s := loss_sentence(c)) else []  # issue 40: which loss the mechanism minimises
     lines += [
         f"- **Method run.** `{c['method_run']}`{chosen}: {c['status']}, expected loss {_g(c['objective'])}, proven "
         f"lower bound {_g(c['lower_bound'])}, gap {_g(c['gap'])}.",
@@ -747,6 +769,7 @@ def appendix_markdown(c: dict, evaluation_md: str, figures: set[str] | frozenset
         "",
         f"Released mechanism: **{c['method']}** ({c['status']}), expected loss {_g(c['objective'])}, "
         f"lower bound {_g(c['lower_bound'])}, gap {_g(c['gap'])}, {c['iterations']} iterations, {c['seconds']} s.",
+        *([f"Loss c_ik: {c['loss']}."] if c.get("loss") else []),
         f"Privacy certificate: {'PASS' if c['certificate_passed'] else 'FAIL'}, realised eps "
         f"{rounded_to_tolerance(c['max_realised_epsilon'], c['certificate_ratio_tol'])}, "
         f"{c['certificate_violations']} violations over {c['certificate_pairs']} pairs.",
@@ -790,6 +813,7 @@ def technical_markdown(inst, info: dict, table: pd.DataFrame, figures: list[tupl
         f"Released mechanism: **{info['method']}** ({info['status']}), expected loss {info['objective']:.6g}, "
         f"lower bound {info.get('lower_bound')}, gap {info.get('gap')}, {info['iterations']} iterations, "
         f"{info['seconds']} s.",
+        *([f"Loss c_ik: {loss}."] if (loss := loss_of(inst.provenance)) else []),
         f"Privacy certificate: {'PASS' if cert['passed'] else 'FAIL'}, realised eps {cert['max_realised_epsilon']}, "
         f"{cert['n_violations']} violations over {cert['n_pairs']} pairs.",
         "",

@@ -10,7 +10,8 @@ is here, importing none of them:
   publishes and the column microdata records are keyed by. Everything else is derived from it:
   :data:`KINDS`, :data:`PARAMETERS` (the loaders take their defaults from these declarations, ``mdp-release
   export`` makes its flags of them and the release config its typed ``dataset.params``), :data:`LOADER_PATHS`,
-  :data:`FILE_PARAMETERS`, :data:`RECORD_KEYS` and :func:`public_record_columns` (the audit's allow-list);
+  :data:`FILE_PARAMETERS`, :data:`RECORD_KEYS`, :func:`public_record_columns` (the audit's allow-list) and
+  :data:`RELEASE_DEFAULTS` (a release config's own defaults: ``loss = "distance"``, :func:`with_release_defaults`);
 * :func:`parameters`, :func:`check`, :func:`validate` -- a kind's parameters and defaults, and the check of
   given ones against the declaration (unknown, missing, wrong type or range: an InputError naming it);
 * :func:`input_files` -- the input files a dataset reads (their content hashes go into the ingest stage's
@@ -31,6 +32,15 @@ from mdp_core.spec.options import REQUIRED, Options, option, specs
 
 _FILE = "CSV or GeoPackage"
 _GEO = "km for grid/road/lat-lon points"
+# The loss c_ik a release optimises (issue 40): "distance", the data's own metric between record i and output k
+# (what the analyst measures); "travel", LR-Geo's travel-distance estimation cost sum_t p_t |d(r_i,t) - d(o_k,t)|.
+# The loaders' default is "travel" (the papers' instances keep their numbers); a release config's is "distance"
+# (Kind.release_defaults).
+LOSSES = ("distance", "travel")
+_LOSS = (
+    "the loss c_ik the mechanism minimises: 'distance' (the metric between record and output, as the mDP graph "
+    "and the evaluation measure it) or 'travel' (LR-Geo's sum_t p_t |d(r_i,t) - d(o_k,t)| over destinations t)"
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,9 @@ class GridParams(Options):
     road_pbf: str | None = option(None, "OSM PBF file for LR-Geo road-path costs (needs pyrosm)")
     anchor_lat: float | None = option(None, "latitude of the grid's south-west corner")
     anchor_lon: float | None = option(None, "longitude of the grid's south-west corner")
+    loss: str = option(
+        "travel", f"{_LOSS}; d: Euclidean centre distance, or street path with a road graph", choices=LOSSES
+    )
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,7 @@ class RoadParams(Options):
     epsilon: float = option(10.0, "privacy budget per distance unit (1 / km)")
     eta: float = option(2.0, "neighbour threshold (km)")
     seed: int = option(0, "random seed", ge=0)
+    loss: str = option("travel", f"{_LOSS}; metric: haversine km, d: shortest street path", choices=LOSSES)
 
 
 @dataclass(frozen=True)
@@ -142,7 +156,13 @@ class Kind:
       (:mod:`mdp_core.problem.microdata`), or None (record ids);
     * ``records_from_table``: the records are read from a user's table (not generated, not a public map):
       the privacy door refuses a universe that is the secret table's own locations
-      (:mod:`mdp_core.release.door`, rule 5).
+      (:mod:`mdp_core.release.door`, rule 5);
+    * ``release_defaults``: ``(parameter, value)`` pairs a release config uses where it leaves the parameter
+      unset, instead of the loader's default (``loss = "distance"``: a release optimises what its analyst
+      measures, issue 40; the loader's own default keeps the papers' instances). The ingest stage loads a
+      release's ``dataset.params`` (as written: its parameters) with them where unset
+      (:func:`with_release_defaults`; ``flows.config.DatasetConfig.loader_params`` for ``mdp-release check``);
+      the named kind's declaration, these included, is part of the stage's code version (``tasks.cache``).
     """
 
     name: str
@@ -152,6 +172,7 @@ class Kind:
     public_columns: frozenset[str] = frozenset()
     record_key: str | None = None
     records_from_table: bool = False
+    release_defaults: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         fields = {s.name for s in specs(self.params)}
@@ -162,6 +183,9 @@ class Kind:
             raise TypeError(f"dataset kind {self.name!r}: record key {self.record_key!r} is not a public column")
         if ":" not in self.loader:
             raise TypeError(f"dataset kind {self.name!r}: loader {self.loader!r} is not 'module:function'")
+        unknown = sorted({n for n, _ in self.release_defaults} - fields)
+        if unknown:
+            raise TypeError(f"dataset kind {self.name!r}: release defaults {unknown} are not parameters")
 
 
 _LOADERS = "mdp_core.problem.datasets"
@@ -175,6 +199,7 @@ DECLARED: dict[str, Kind] = {
             file_parameters=("road_nodes", "road_edges", "road_osm", "road_pbf"),
             # cell centre (degrees) and index; with a road graph, each cell's snapped node and snap distance
             public_columns=frozenset({"lat", "lon", "row", "col", "road_osmid", "snap_km"}),
+            release_defaults=(("loss", "distance"),),
         ),
         Kind("synthetic", SyntheticParams, f"{_LOADERS}.synthetic:synthetic"),
         Kind(
@@ -184,6 +209,7 @@ DECLARED: dict[str, Kind] = {
             file_parameters=("nodes", "edges", "osm", "pbf"),
             public_columns=frozenset({"osmid"}),
             record_key="osmid",
+            release_defaults=(("loss", "distance"),),
         ),
         Kind(
             "text",
@@ -219,6 +245,15 @@ def public_record_columns() -> frozenset[str]:
     """Every column a published records.parquet may have: :data:`BASE_RECORD_COLUMNS` and every kind's
     ``public_columns`` (Euclidean coordinates ``x0..``, matching :data:`COORDINATE_COLUMN`, besides)."""
     return BASE_RECORD_COLUMNS.union(*(k.public_columns for k in DECLARED.values()))
+
+
+RELEASE_DEFAULTS: dict[str, dict[str, Any]] = {k.name: dict(k.release_defaults) for k in DECLARED.values()}
+
+
+def with_release_defaults(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` of a release config with its kind's :attr:`Kind.release_defaults` filled in where unset (a new
+    dict; an unknown kind: ``params`` unchanged)."""
+    return params | {n: v for n, v in RELEASE_DEFAULTS.get(kind, {}).items() if n not in params}
 
 
 def kind(name: str) -> Kind:

@@ -2,14 +2,22 @@
 
 A rows x cols grid of ``cell_km`` square cells anchored at the south-west corner of the paper's Rome
 box (SW 41.66, 12.24; NE 42.10, 12.81). Records are the cells (centres); the metric is the Euclidean
-distance between centres in km; outputs are K cells (seeded subset); the utility loss is
+distance between centres in km; outputs are K cells (seeded subset); the utility loss, by ``loss``:
+
+* ``"travel"`` (the loader's default, the papers' instances):
 
     c_ik = sum_t p_t |d(r_i, t) - d(o_k, t)|
 
-over ``n_destinations`` destination cells t drawn (seeded) with uniform weights p_t, where d is the
-Euclidean distance between cell centres (km), or, when a road graph is given (the LR-Geo paper, Qiu
-2025 section 5.1), the shortest street-path length (km) between the road nodes nearest to the cell
-centres. The mDP graph always uses the Euclidean centre distance.
+  over ``n_destinations`` destination cells t drawn (seeded) with uniform weights p_t, where d is the
+  Euclidean distance between cell centres (km), or, when a road graph is given (the LR-Geo paper, Qiu
+  2025 section 5.1), the shortest street-path length (km) between the road nodes nearest to the cell
+  centres;
+* ``"distance"`` (a release config's default, issue 40): c_ik = the Euclidean distance (km) between the
+  centres of cell i and output cell k, the metric of the mDP graph and of the evaluation (a road graph
+  then only anchors the grid and snaps the cells: no street paths are computed).
+
+The mDP graph always uses the Euclidean centre distance. The destination cells are drawn with either loss,
+so the seeded ``prior = "random"`` weights are the same.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import numpy as np
 
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets.common import DEFAULT_OUTPUTS, choose_outputs, destination_costs, from_points
-from mdp_core.problem.datasets.road import RoadGraph, road_graph
+from mdp_core.problem.datasets.road import RoadGraph, check_loss, road_graph
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import euclidean
 from mdp_core.spec.dataset_kinds import GridParams
@@ -52,14 +60,24 @@ def _road_lscc(nodes: str | None, edges: str | None, osm: str | None, pbf: str |
     return road_graph(nodes, edges, osm, pbf).largest_scc()
 
 
-def _grid_provenance(parameters: dict[str, Any], road: RoadGraph | None, seed: int) -> dict[str, Any]:
-    """The instance provenance; with a road graph, the road-path cost and the graph's source."""
+def _grid_cost(loss: str, road: RoadGraph | None) -> str:
+    """The instance provenance's "cost" (what c_ik is): it names the loss."""
+    if loss == "distance":
+        return "loss distance: d(r_i, o_k), Euclidean km between cell centres (the data's metric)"
+    d = "Euclidean km between cell centres" if road is None else "street path km between the cells' road nodes"
+    return f"loss travel: sum_t p_t |d(r_i,t) - d(o_k,t)|, d = {d}"
+
+
+def _grid_provenance(parameters: dict[str, Any], road: RoadGraph | None, seed: int, loss: str) -> dict[str, Any]:
+    """The instance provenance; with a road graph (and loss travel), the road-path cost and the graph's source."""
+    road_path = road is not None and loss == "travel"
     return {
         "dataset": "grid",
         "generator": "mdp_core.problem.datasets.grid",
-        "parameters": parameters | ({} if road is None else {"cost_distance": "road_path"}),
+        "parameters": parameters | ({"cost_distance": "road_path"} if road_path else {}),
         **({} if road is None else {"source": road.source}),
         "seed": seed,
+        "cost": _grid_cost(loss, road),
     }
 
 
@@ -87,15 +105,18 @@ def _cell_centres(
 
 
 def _destination_distances(
-    xy: np.ndarray, latlon: np.ndarray, dest: np.ndarray, road: RoadGraph | None
-) -> tuple[np.ndarray, dict[str, Any]]:
+    xy: np.ndarray, latlon: np.ndarray, dest: np.ndarray, road: RoadGraph | None, paths: bool = True
+) -> tuple[np.ndarray | None, dict[str, Any]]:
     """(N, T) km from every cell to each destination cell (Euclidean, or street path between the
-    cells' nearest road nodes) and the extra record columns the road snap adds (none without road)."""
+    cells' nearest road nodes; None when not ``paths``: no street paths computed) and the extra record
+    columns the road snap adds (none without road)."""
     if road is None:
         return euclidean(xy, xy[dest]), {}
     node, snap = road.nearest(latlon)
-    d_rt = road.km_to(node[dest])[:, node].T  # (N, T) street km from cell i's node to cell t's node
-    return d_rt, {"road_osmid": road.osmid[node], "snap_km": snap}
+    snapped = {"road_osmid": road.osmid[node], "snap_km": snap}
+    if not paths:
+        return None, snapped
+    return road.km_to(node[dest])[:, node].T, snapped  # (N, T) street km from cell i's node to cell t's node
 
 
 def grid(
@@ -114,6 +135,7 @@ def grid(
     road_pbf: str | None = GridParams.road_pbf,
     anchor_lat: float | None = GridParams.anchor_lat,
     anchor_lon: float | None = GridParams.anchor_lon,
+    loss: str = GridParams.loss,
 ) -> Instance:
     """The paper's grid map (default 20 x 25 = 500 cells, K = 100, eta = 2 km, eps = 10 / km).
 
@@ -123,8 +145,11 @@ def grid(
     ``road_osmid`` (nearest node of the largest strongly connected component) and ``snap_km``.
     ``anchor_lat``, ``anchor_lon``: the grid's south-west corner in degrees (default: the Rome box's
     SW corner, or the south-west corner of the road graph's LSCC when a road graph is given).
+    ``loss``: "travel" (default: the destination cost) or "distance" (Euclidean centre distance), see the
+    module docstring.
     """
     _check_grid_parameters(rows, cols, cell_km, n_destinations, prior)
+    check_loss(loss)
     road = _road_lscc(road_nodes, road_edges, road_osm, road_pbf)
     anchor = _grid_anchor(road, anchor_lat, anchor_lon)
     rng = np.random.default_rng(seed)
@@ -134,8 +159,14 @@ def grid(
         n_outputs = min(DEFAULT_OUTPUTS, n)
     outputs = choose_outputs(n, n_outputs, rng)
     dest = rng.choice(n, size=min(n_destinations, n), replace=False)  # (T,) destination cells
-    d_rt, snapped = _destination_distances(xy, np.column_stack([cells["lat"], cells["lon"]]), dest, road)
-    costs = destination_costs(d_rt, d_rt[outputs], np.full(dest.shape[0], 1.0 / dest.shape[0]))  # uniform p_t
+    latlon = np.column_stack([cells["lat"], cells["lon"]])
+    if loss == "travel":
+        d_rt, snapped = _destination_distances(xy, latlon, dest, road)
+        assert d_rt is not None  # paths computed
+        costs = destination_costs(d_rt, d_rt[outputs], np.full(dest.shape[0], 1.0 / dest.shape[0]))  # uniform p_t
+    else:
+        _, snapped = _destination_distances(xy, latlon, dest, road, paths=False)
+        costs = euclidean(xy, xy[outputs])  # the metric of the mDP graph and of the evaluation
     weights = rng.dirichlet(np.ones(n)) if prior == "random" else None
     parameters = {
         "rows": rows,
@@ -145,6 +176,7 @@ def grid(
         "n_destinations": n_destinations,
         "prior": prior,
         "anchor_sw": list(anchor),
+        "loss": loss,
     }
     return from_points(
         xy,
@@ -155,5 +187,5 @@ def grid(
         prior=weights,
         output_record_ids=outputs,
         extra_columns=cells | snapped,
-        provenance=_grid_provenance(parameters, road, seed),
+        provenance=_grid_provenance(parameters, road, seed, loss),
     )

@@ -10,7 +10,8 @@ Outputs file (``outputs``, optional): the same coordinate columns, optional uniq
 the records, or a seeded subset of ``n_outputs`` of them.
 Cost file (``costs``, optional): columns ``record_id``, ``output_id``, ``cost`` (ids as in the
 ``id`` columns or row numbers; output ids are record ids when outputs are the records), one row per
-pair, every pair present; default: the metric distance d(r_i, o_k).
+pair, every pair present; default: the metric distance d(r_i, o_k) -- the data's metric, the "distance"
+loss of the grid and road kinds (issue 40); a cost file is the way to any other loss.
 
 Records with identical coordinates are merged into one (weights added; their cost rows averaged with
 the weights, which gives the same expected loss because an mDP mechanism must treat points at

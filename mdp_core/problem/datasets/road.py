@@ -12,13 +12,19 @@ Sources (exactly one):
 Records: ``n_records`` nodes sampled (seeded) from the largest strongly connected component (LSCC)
 inside an optional target region (``region_bbox`` or ``center`` + ``radius_km``); nodes with
 identical coordinates are kept once. Metric: haversine km between node coordinates. Outputs: the
-records or a seeded subset of ``n_outputs`` of them. Cost (km):
+records or a seeded subset of ``n_outputs`` of them. Cost (km), by ``loss``:
+
+* ``"travel"`` (the loader's default; LR-Geo's travel-distance estimation cost, the papers' instances):
 
     c_ik = sum_t p_t |pd(r_i, t) - pd(o_k, t)|
 
-over destinations t (``n_destinations`` random region nodes with uniform p_t, or a given list of
-osmids with weights), pd = shortest street-path length from a node to t (edge ``length``),
-computed with scipy ``csgraph.dijkstra`` from the destinations on the reversed street graph.
+  over destinations t (``n_destinations`` random region nodes with uniform p_t, or a given list of
+  osmids with weights), pd = shortest street-path length from a node to t (edge ``length``),
+  computed with scipy ``csgraph.dijkstra`` from the destinations on the reversed street graph;
+* ``"distance"`` (a release config's default, issue 40): c_ik = haversine km between record i and output
+  k, the metric of the mDP graph and of the evaluation's expected distance: the release then minimises
+  what its analyst measures. No destinations are drawn (``n_destinations`` is unused; explicit
+  ``destinations`` or ``destination_weights`` are an error).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from mdp_core.problem.datasets.common import choose_outputs, destination_costs, 
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import check_points, haversine_km, unit_sphere
 from mdp_core.runtime.files import file_sha256
-from mdp_core.spec.dataset_kinds import RoadParams
+from mdp_core.spec.dataset_kinds import LOSSES, RoadParams
 
 ROME_BBOX = (41.66, 12.24, 42.10, 12.81)  # south, west, north, east (Qiu 2024)
 NETWORK_TYPES = {"driving": "drive", "walking": "walk", "cycling": "bike", "all": "all"}
@@ -460,8 +466,24 @@ def _road_costs(
     return destination_costs(d_rt, d_rt[outputs], weights)
 
 
-def _road_provenance(g: RoadGraph, scc: RoadGraph, parameters: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The instance provenance: source, the sizes of the graph and of its LSCC, the parameters."""
+def check_loss(loss: str) -> str:
+    """``loss`` when it is one of :data:`mdp_core.spec.dataset_kinds.LOSSES`, else an InputError naming it."""
+    if loss not in LOSSES:
+        raise InputError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
+    return loss
+
+
+# The instance provenance's "cost" (what c_ik is), by loss: it names the loss.
+ROAD_COSTS = {
+    "travel": "loss travel: sum_t p_t |pd(r_i,t) - pd(o_k,t)|, pd = shortest street path, km",
+    "distance": "loss distance: d(r_i, o_k), haversine km between record and output (the data's metric)",
+}
+
+
+def _road_provenance(
+    g: RoadGraph, scc: RoadGraph, parameters: dict[str, Any], seed: int, loss: str = "travel"
+) -> dict[str, Any]:
+    """The instance provenance: source, the sizes of the graph and of its LSCC, the parameters, the cost."""
     return {
         "dataset": "road",
         "generator": "mdp_core.problem.datasets.road",
@@ -474,7 +496,7 @@ def _road_provenance(g: RoadGraph, scc: RoadGraph, parameters: dict[str, Any], s
         },
         "parameters": parameters,
         "seed": seed,
-        "cost": "sum_t p_t |pd(r_i,t) - pd(o_k,t)|, pd = shortest street path, km",
+        "cost": ROAD_COSTS[loss],
     }
 
 
@@ -496,6 +518,7 @@ def road(
     epsilon: float = RoadParams.epsilon,
     eta: float = RoadParams.eta,
     seed: int = RoadParams.seed,
+    loss: str = RoadParams.loss,
 ) -> Instance:
     """Road-network instance (paper defaults: eta = 2 km, eps = 10 per km, 100 destinations).
 
@@ -508,9 +531,13 @@ def road(
         n_destinations: random destination nodes (in the region) with uniform weights, or
         destinations, destination_weights: explicit destination osmids and weights (normalised).
         epsilon: privacy budget per km; eta: neighbour threshold in km (haversine).
+        loss: "travel" (default: LR-Geo's cost over the destinations) or "distance" (haversine km between
+            record and output; no destinations), see the module docstring.
     Returns:
         Instance with records ``lat, lon, osmid``; costs (N, K) in km.
     """
+    if check_loss(loss) != "travel" and (destinations is not None or destination_weights is not None):
+        raise InputError(f"destinations and destination_weights are for loss = 'travel', not loss = {loss!r}")
     g = road_graph(nodes, edges, osm, pbf, bbox, network_type)
     scc = g.largest_scc()
     candidates = _region_candidates(scc, region_bbox, center, radius_km)
@@ -518,21 +545,27 @@ def road(
     rng = np.random.default_rng(seed)
     rec = np.sort(rng.choice(candidates, size=n_records, replace=False))
     outputs = choose_outputs(n_records, n_outputs, rng)
-    dest, w = _destinations(scc, candidates, n_destinations, destinations, destination_weights, rng)
+    points = np.column_stack([scc.lat[rec], scc.lon[rec]])
     params = {
         "network_type": network_type,
         **_region_parameters(region_bbox, center, radius_km),
         "n_records": n_records,
         "n_outputs": n_outputs,
-        **_destination_parameters(scc, dest, w),
     }
+    if loss == "travel":
+        dest, w = _destinations(scc, candidates, n_destinations, destinations, destination_weights, rng)
+        params |= _destination_parameters(scc, dest, w)
+        costs = _road_costs(scc, rec, outputs, dest, w)
+    else:
+        costs = haversine_km(points, points[outputs])  # the metric of the mDP graph and of the evaluation
+    params["loss"] = loss
     return from_points(
-        np.column_stack([scc.lat[rec], scc.lon[rec]]),
+        points,
         "haversine",
         eta,
         epsilon,
-        _road_costs(scc, rec, outputs, dest, w),
+        costs,
         output_record_ids=outputs,
         extra_columns={"osmid": scc.osmid[rec]},
-        provenance=_road_provenance(g, scc, params, seed),
+        provenance=_road_provenance(g, scc, params, seed, loss),
     )

@@ -1,5 +1,8 @@
 """Synthetic Gaussian points (Qiu 2024 section 4.1 (4)): N points ~ N(0, sigma^2 I_dim), Euclidean
-metric, cost c_ik = d(r_i, o_k), outputs a seeded subset of K records (all when K is None)."""
+metric, cost c_ik = d(r_i, o_k), outputs a seeded subset of K records (all when K is None).
+
+The loss is already the data's metric (the "distance" loss of the grid and road kinds, issue 40): no
+``loss`` parameter."""
 
 from __future__ import annotations
 

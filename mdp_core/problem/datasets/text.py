@@ -13,7 +13,8 @@ Vocabulary: an explicit ``words`` list, or ``n_records`` words sampled as Imola 
 random word; then each next word is, with probability 1/2, a random word, otherwise one of the
 ``n_neighbours`` (50) Euclidean-nearest words of a random already chosen word. Words with identical
 vectors are merged (one record, weights added). Metric: Euclidean distance between vectors;
-cost c_ik = d(r_i, o_k) (vector units); outputs are the records or a seeded subset.
+cost c_ik = d(r_i, o_k) (vector units); outputs are the records or a seeded subset. The loss is already
+the data's metric (the "distance" loss of the grid and road kinds, issue 40): no ``loss`` parameter.
 
 eta and epsilon. The paper uses eta = 2.0 and eps = 10 on 300-d word2vec vectors. Multiplying every
 vector by s maps an instance with (eta, eps) to one with (s eta, eps / s) and the same mechanisms, so
