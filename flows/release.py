@@ -119,12 +119,16 @@ def section_params(cfg: ReleaseFlowConfig, section: str) -> dict[str, Any]:
 def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     """Each cached stage's own parameters (what goes into its cache key besides upstream hashes), from the config
     section it declares (:attr:`mdp_core.spec.contract.Stage.params`); a stage declaring none: ``{}``, but a
-    stage that reads the secret table has its parameters set at the draw (:func:`release_params`)."""
-    return {
+    stage that reads the secret table has its parameters set at the draw (:func:`release_params`), except a prior
+    that reads nothing secret (:func:`public_prior_params`)."""
+    params = {
         st.name: section_params(cfg, st.params) if st.params else {}
         for st in contract.STAGES
         if st.cached and (st.params or not st.reads_secret)
     }
+    if (prior := public_prior_params(cfg)) is not None:  # simulated people are drawn after it runs
+        params["prior"] = prior
+    return params
 
 
 def release_params(cfg: ReleaseFlowConfig, draw: Draw, door: Settings) -> dict[str, dict[str, Any]]:
@@ -156,15 +160,24 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw, door: Settings) -> dict[s
             "door": door.as_params(),  # the door's settings: the stage plans with them again
         }
     }
+    if r.prior_source == "dp":
+        out["prior"] = secret | {"source": "dp", "eps_prior": r.eps_prior}
+    elif (public := public_prior_params(cfg)) is not None:
+        out["prior"] = public
+    return out
+
+
+def public_prior_params(cfg: ReleaseFlowConfig) -> dict[str, Any] | None:
+    """The ``prior`` stage's parameters when the prior reads nothing secret (``uniform`` or a public file):
+    known before any draw, so the stage can run before the simulated people are drawn. None otherwise."""
+    r = cfg.release
     if r.prior_source == "file":
         from mdp_core.problem.microdata import sha256_regular  # numpy / pandas: only for a prior file
 
-        out["prior"] = {"source": "file", "file": r.prior, "file_sha256": sha256_regular(r.prior, "prior")}
-    elif r.prior_source == "dp":
-        out["prior"] = secret | {"source": "dp", "eps_prior": r.eps_prior}
-    elif r.prior_source == "uniform":
-        out["prior"] = {"source": "uniform"}
-    return out
+        return {"source": "file", "file": r.prior, "file_sha256": sha256_regular(r.prior, "prior")}
+    if r.prior_source == "uniform":
+        return {"source": "uniform"}
+    return None
 
 
 def release_key(cfg: ReleaseFlowConfig) -> str:

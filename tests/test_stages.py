@@ -110,3 +110,19 @@ def test_an_added_stage_runs_in_its_declared_place(tmp_path, monkeypatch) -> Non
     assert set(state.refs) == {st.name for st in stages if st.cached and st.runs(cfg)}
     assert state.draw is not None and "draw" in params["postprocess"]
     assert release.stage_task("approve", cfg, Store(s)).name == "approve"
+
+
+def test_simulated_people_with_a_public_prior_run_the_prior_stage_before_the_draw(tmp_path) -> None:
+    """A uniform prior reads nothing secret: its parameters are known before the simulated people are drawn
+    (after export), so the prior stage, declared before export, runs (it raised KeyError 'prior' before)."""
+    cfg = parse_config({**SMALL, "store": str(tmp_path), "release": {**SMALL["release"], "prior": "uniform"}})
+    s = str(tmp_path)
+    params = release.stage_params(cfg)
+    assert params["prior"] == {"source": "uniform"} and "prior" in release.stage_plan(cfg)
+
+    def run(stage: str, **upstream: Any) -> ArtifactRef:
+        return release.task_at(contract.stage(stage).task).fn(s, params[stage], **upstream)
+
+    state = release.run_stages(cfg, Store(s), params, run, until="draw")
+    assert "prior" in state.refs and state.draw is not None
+    assert params["prior"] == {"source": "uniform"}  # the draw leaves a public prior's parameters as they were
