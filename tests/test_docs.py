@@ -44,7 +44,7 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "ruff check .": (".ci/run", "check ruff check ."),
     "ruff format --check .": (".ci/run", "check ruff format --check ."),
     "mypy": (".ci/run", "check mypy"),
-    # docs/operations.md: a real server and a webhook receiver on 127.0.0.1 (the flow-marked notify test)
+    # docs/operating.md "Being notified": a real server and a webhook receiver on 127.0.0.1 (the flow-marked notify test)
     'eval "$(mdp-release server start)"': ("tests/test_operate.py", "mdp-release server start"),
     "mdp-release notify --release grid-eps10-lp --webhook https://hooks.example.org/services/T0/B1/XXXX": (
         "tests/test_notify.py",
