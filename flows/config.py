@@ -837,6 +837,8 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
     if m.get("format") != "mdp-release-manifest" or not isinstance(m.get("config"), dict):
         raise InputError(f"{path}: not an mdp-release run manifest")
     data = dict(m["config"])
+    if m.get("version", 1) < 2:  # made before a release config's loss defaulted to distance: the loader's own
+        data["dataset"] = _pinned_loss(data.get("dataset"))
     rel = data.get("release")
     if isinstance(rel, dict) and "simulate" not in rel:  # written before simulate existed
         rel = dict(rel)
@@ -846,6 +848,21 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
             rel.pop("n_individuals", None)
         data["release"] = rel
     return parse_config(data, f"{path}: config")
+
+
+def _pinned_loss(dataset: Any) -> Any:
+    """A version-1 manifest's ``[dataset]`` with the loss its release was made with: where a kind's release
+    config now defaults ``loss`` (:data:`mdp_core.spec.dataset_kinds.RELEASE_DEFAULTS`) and the manifest left it
+    unset, the loader's own default then ("travel"), so a year-old release re-runs to the same bytes."""
+    if not isinstance(dataset, dict):
+        return dataset
+    kind = dataset.get("kind") or DatasetConfig.model_fields["kind"].default
+    params = dataset.get("params")
+    if params is None:  # the kind's default params, as written then (the loader's own loss)
+        return dataset
+    if "loss" in dataset_kinds.RELEASE_DEFAULTS.get(kind, {}) and "loss" not in params:
+        return dataset | {"params": dict(params) | {"loss": "travel"}}
+    return dataset
 
 
 DEFAULT_CONFIG = (

@@ -32,7 +32,8 @@ from artifacts.store import ArtifactRef, Store
 from mdp_core.runtime.files import file_sha256
 from mdp_core.spec.contract import SIGNATURE_FILES, is_published, published
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2 (2026-11-27): a release config's dataset loss defaults to distance (before: the loader's,
+# travel); flows.config.manifest_config re-runs a version-1 manifest with the loss it was made with
 RELEASE_FORMAT = "mdp-release-manifest"  # the release flow's manifests (flows/release.py)
 # What a manifest's config says in place of the secret table's path: its role, never where it is (re-run with
 # ``mdp-release run --from-manifest M --microdata PATH``).

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from artifacts.store import ArtifactRef, Store
@@ -74,3 +75,27 @@ def test_publish_run_uses_the_given_publisher(tmp_path: Path) -> None:
     manifest = mf.new_manifest("m", "run", "id", dt.datetime.now(dt.UTC), _Config(), {}, {})
     mf.publish_run(store, manifest, {"f.txt": (ref, "table.txt")}, publish=publisher)
     assert calls == [("run", ["f.txt"], {"f.txt": ref.files["table.txt"]})]
+
+
+@pytest.mark.parametrize(("version", "loss"), [(1, "travel"), (2, None)])
+def test_a_version_1_manifest_re_runs_with_the_loss_it_was_made_with(tmp_path, version, loss) -> None:
+    """Before manifest version 2 a grid or road release config left the loss to the loader (travel); re-running
+    such a manifest must give the same bytes, so the loss is pinned. A version-2 manifest is read as written."""
+    from flows.config import manifest_config, parse_config
+    from flows.manifest import public_config
+
+    cfg = parse_config(
+        {"dataset": {"kind": "grid", "params": {"rows": 3, "cols": 3, "n_outputs": 4}}, "release": {"simulate": True}}
+    )
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"format": "mdp-release-manifest", "version": version, "config": public_config(cfg)}))
+    params = manifest_config(path).dataset.params
+    assert params.get("loss") == loss and {k: v for k, v in params.items() if k != "loss"} == cfg.dataset.params
+    given = parse_config(
+        {
+            "dataset": {"kind": "grid", "params": {"rows": 3, "cols": 3, "loss": "distance"}},
+            "release": {"simulate": True},
+        }
+    )
+    path.write_text(json.dumps({"format": "mdp-release-manifest", "version": version, "config": public_config(given)}))
+    assert manifest_config(path).dataset.params["loss"] == "distance"  # a loss the config named is kept
