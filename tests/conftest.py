@@ -214,13 +214,14 @@ def manifest_fields(store, refs: dict, sol, post, cfg=None) -> dict:
 def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:
     """What the flow's publication does: manifest (as the flow writes it) + the release task; the release
     folder. ``cfg``: the config the stages ran with (default :func:`release_config`)."""
+    from flows.manifest import MANIFEST_VERSION
     from tasks import release as release_task
 
     sol, post = sol or refs["solve"], post or refs["postprocess"]
     released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
     manifest = {
         "format": "mdp-release-manifest",
-        "version": 1,
+        "version": MANIFEST_VERSION,
         "run_name": run_name,
         "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "postprocess": post}).items()},
         **manifest_fields(store, refs, sol, post, cfg),
