@@ -228,7 +228,9 @@ def _check_instance(rep: Report, cfg: Any) -> tuple[Any, Any, int] | None:
     except InputError as exc:
         rep.reasons.append(f"dataset: {exc}")
         return None
-    eta = float(cfg.privacy.eta if cfg.privacy.eta is not None else inst.eta)
+    from mdp_core.problem.graph import graph_eta
+
+    eta = graph_eta(cfg.privacy.eta, inst.eta, cfg.privacy.protection_radius)  # as the graph stage does
     epsilon = float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon)
     r, unit = cfg.release, inst.distance_unit
     if inst.coordinate_columns():

@@ -271,7 +271,13 @@ class PrivacyConfig(BaseModel):
 
     model_config = STRICT
     epsilon: float | None = Field(None, gt=0, allow_inf_nan=False, description="privacy budget per distance unit")
-    eta: float | None = Field(None, gt=0, allow_inf_nan=False, description="neighbour threshold (distance unit)")
+    eta: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="neighbour threshold (distance unit); unset: the dataset's, or the protection radius when that "
+        "is smaller",
+    )
     protection_radius: float | None = Field(
         None,
         gt=0,
@@ -291,6 +297,13 @@ class PrivacyConfig(BaseModel):
         description="release even when the mDP graph has several components or a stretch above max_stretch "
         "(the officer's summary says who is unprotected from whom)",
     )
+
+    def graph_params(self) -> dict[str, Any]:
+        """The graph stage's parameters: ``eta`` as written and, when it is unset and a protection radius is set,
+        the radius (:func:`mdp_core.problem.graph.graph_eta`: the graph's eta is then at most the radius, so every pair within the
+        radius is an edge and the stretch there is 1: the stated eps holds in the metric, issue 40)."""
+        unset_eta_radius = self.eta is None and self.protection_radius is not None
+        return {"eta": self.eta} | ({"protection_radius": self.protection_radius} if unset_eta_radius else {})
 
 
 # [partition]: Benders' partition options (mdp_core.spec.methods.PartitionOptions), under their config keys.

@@ -104,16 +104,20 @@ SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
     "evaluate": _evaluate_section,
     # the release settings; the flow replaces them with release_params (and adds "prior") at the secret draw
     "release": lambda cfg: cfg.release.model_dump(mode="json", exclude_unset=True),
+    # eta as written, and the protection radius when eta is unset (the graph's eta is then at most the radius)
+    "privacy.eta": lambda cfg: cfg.privacy.graph_params(),
 }
 
 
 def section_params(cfg: ReleaseFlowConfig, section: str) -> dict[str, Any]:
     """The parameters a stage takes from config ``section`` (its declared ``params``: :data:`SECTION_PARAMS`)."""
+    build = SECTION_PARAMS.get(section)
+    if build is not None:
+        return build(cfg)
     name, _, key = section.partition(".")
     if key:
         return {key: getattr(getattr(cfg, name), key)}
-    build = SECTION_PARAMS.get(name)
-    return build(cfg) if build is not None else cast(dict[str, Any], getattr(cfg, name).model_dump())
+    return cast(dict[str, Any], getattr(cfg, name).model_dump())
 
 
 def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:

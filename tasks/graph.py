@@ -21,13 +21,13 @@ from tasks.common import instance_of, run_stage
 
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
-    from mdp_core.problem.graph import neighbour_edges
+    from mdp_core.problem.graph import graph_eta, neighbour_edges
     from mdp_core.problem.io import write_table
     from mdp_core.release.protection import graph_protection
     from mdp_core.runtime.files import write_json
 
     inst = instance_of(store, upstream["dataset"])
-    eta = float(params["eta"]) if params.get("eta") is not None else inst.eta
+    eta = graph_eta(params.get("eta"), inst.eta, params.get("protection_radius"))
     if inst.coordinate_columns():
         edges, dist = neighbour_edges(inst.record_points(), inst.metric, eta)
     else:

@@ -176,3 +176,37 @@ def test_check_compares_with_planar_laplace_and_says_when_outputs_are_too_coarse
     assert a["planar_laplace"] == pytest.approx(2 / (10.0 * stretch), rel=1e-12)
     assert a["nearest_output"] > a["planar_laplace"]
     assert any("outputs too coarse to beat planar Laplace" in h for h in rep.hints), rep.hints
+
+
+def test_an_unset_eta_follows_a_smaller_protection_radius_so_the_stretch_there_is_one(tmp_path: Path) -> None:
+    """Issue 40: a 1 km protection radius with the grid's own eta (2 km) was refused ("protection_radius = 1 is
+    below eta = 2"); with eta unset, the graph's eta is the radius, every pair within it is an edge (stretch 1
+    there: the stated eps holds in the metric), and the graph stage resolves it the same way as check."""
+    from flows.config import load_config
+    from flows.release import stage_params
+    from mdp_core.problem.datasets import grid
+    from mdp_core.problem.graph import graph_eta
+
+    def write(privacy: str) -> Path:
+        config = tmp_path / "release.toml"
+        config.write_text(
+            f'store = "{tmp_path / "store"}"\n[dataset]\nkind = "grid"\n[dataset.params]\nrows = 6\ncols = 6\n'
+            f"n_outputs = 10\nseed = 0\n[privacy]\nepsilon = 10.0\n{privacy}\n[release]\nsimulate = true\n"
+        )
+        return config
+
+    assert grid(6, 6, n_outputs=10, seed=0).eta == 2.0
+    rep = run_check(write("protection_radius = 1.0"))
+    assert rep.accepted, rep.reasons
+    assert rep.sections["graph"]["eta"] == 1.0 and rep.sections["privacy"]["stretch_within_radius"] == 1.0
+    params = stage_params(load_config(write("protection_radius = 1.0")))["graph"]
+    assert (
+        params == {"eta": None, "protection_radius": 1.0} and graph_eta(None, 2.0, params["protection_radius"]) == 1.0
+    )
+    assert stage_params(load_config(write("eta = 2.0\nprotection_radius = 1.0")))["graph"] == {"eta": 2.0}
+    assert not run_check(write("eta = 2.0\nprotection_radius = 1.0")).accepted  # a written eta is kept, and refused
+    assert stage_params(load_config(write("protection_radius = 3.0")))["graph"] == {
+        "eta": None,
+        "protection_radius": 3.0,
+    }
+    assert graph_eta(None, 2.0, 3.0) == 2.0 and graph_eta(0.5, 2.0, 1.0) == 0.5  # a larger radius keeps the dataset's

@@ -113,3 +113,11 @@ def _blocks(n: int, edges: np.ndarray, count: int, labels: np.ndarray, sizes: np
         local[members] = np.arange(members.shape[0])
         eidx = e_order[e_bounds[c] : e_bounds[c + 1]]
         yield Block(c, members, eidx, local[edges[eidx]])
+
+
+def graph_eta(eta: float | None, dataset_eta: float, radius: float | None = None) -> float:
+    """The mDP graph's eta (distance unit): ``eta`` when given, else the dataset's own, capped at the protection
+    ``radius`` when one is given, so that every pair within the radius is an edge (stretch 1 there)."""
+    if eta is not None:
+        return float(eta)
+    return float(dataset_eta if radius is None else min(dataset_eta, radius))
