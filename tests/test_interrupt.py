@@ -267,3 +267,21 @@ def test_background_work_obeys_the_starting_threads_token_and_re_raises_its_erro
     with pytest.raises(Interrupted, match="operator pressed stop"):  # the HiGHS run in the thread stopped too
         job.result()
     assert time.monotonic() - t0 < STOP_WITHIN
+
+
+def test_a_child_tokens_activity_and_lines_reach_the_solve_subprocess_relay() -> None:
+    """rowgen solves its later rounds under a child token (mdp_core.solvers.rowgen._start_lp); in the solve
+    subprocess the stage's token is the relay to the parent process, so the child's activity must go through the
+    relay's own set_activity (it went around it: a release's heartbeat said "round 1 LP iteration 41" for 30 min)."""
+    from mdp_core.runtime.isolate import _RelayToken
+
+    sent: list[tuple[str, object]] = []
+    relay = _RelayToken(sent.append)
+    child = control.StopToken(parent=control.StopToken(parent=relay))
+    child.set_activity("rowgen round 4 LP: HiGHS interior point iteration 3")
+    child.note("rowgen round 4: gap 0.2%")
+    assert sent == [
+        ("activity", "rowgen round 4 LP: HiGHS interior point iteration 3"),
+        ("note", "rowgen round 4: gap 0.2%"),
+    ]
+    assert relay.activity == child.activity and relay.last == child.last == "rowgen round 4: gap 0.2%"

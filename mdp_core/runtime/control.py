@@ -125,19 +125,18 @@ class StopToken:
         return tok.last if tok is not None else ""
 
     def note(self, line: str) -> None:
-        """Record a progress line here and in every parent (the stage's heartbeat reads its own token)."""
-        tok: StopToken | None = self
-        while tok is not None:
-            tok.last = line
-            tok = tok.parent
+        """Record a progress line here and in every parent (the stage's heartbeat reads its own token), through
+        each parent's own ``note`` (a subclass's, e.g. the solve subprocess's relay to its parent process)."""
+        self.last = line
+        if self.parent is not None:
+            self.parent.note(line)
 
     def set_activity(self, text: str) -> None:
-        """Record what the solver does right now, here and in every parent."""
-        now = time.monotonic()
-        tok: StopToken | None = self
-        while tok is not None:
-            tok.activity, tok.activity_at = text, now
-            tok = tok.parent
+        """Record what the solver does right now, here and in every parent (through their own ``set_activity``:
+        rowgen's later rounds run under a child token, whose activity must reach the relay as round 1's does)."""
+        self.activity, self.activity_at = text, time.monotonic()
+        if self.parent is not None:
+            self.parent.set_activity(text)
 
     def sleep(self, seconds: float) -> bool:
         """Sleep up to ``seconds``, waking every :data:`POLL` s; True when stopped meanwhile."""
