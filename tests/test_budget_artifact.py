@@ -124,9 +124,9 @@ CONFIG = {
 
 
 def _latest(url: str, key: str) -> dict:
-    from test_notify import _api
+    from conftest import api_post
 
-    found = _api(url, "/artifacts/filter", {"artifacts": {"key": {"any_": [key]}}, "sort": "CREATED_DESC"})
+    found = api_post({"url": url}, "/artifacts/filter", {"artifacts": {"key": {"any_": [key]}}, "sort": "CREATED_DESC"})
     return found[0]
 
 
@@ -181,7 +181,7 @@ def test_runs_publish_the_budget_and_warn_once_per_budget(prefect_server, tmp_pa
 
 def _events(url: str, population: str, want: int, within: float = 30) -> list[dict]:
     """The low-budget events of ``population`` the server received (waits up to ``within`` s for ``want``)."""
-    from test_notify import _api
+    from conftest import api_post
 
     body = {
         "filter": {
@@ -192,7 +192,7 @@ def _events(url: str, population: str, want: int, within: float = 30) -> list[di
     }
     t0, found = time.monotonic(), []
     while time.monotonic() - t0 < within:
-        found = _api(url, "/events/filter", body)["events"]  # type: ignore[call-overload]
+        found = api_post({"url": url}, "/events/filter", body)["events"]
         if len(found) >= want:
             break
         time.sleep(1)
