@@ -90,8 +90,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mdp_core.declarations import budget as exact
 from mdp_core.errors import InputError, MdpError, PrivacyError
-from mdp_core.spec import budget as exact
 
 if TYPE_CHECKING:
     import numpy as np
@@ -174,7 +174,7 @@ class Budget:
     """A population's budget as its verified ledger states it.
 
     ``cap``: the stored cap (None: none yet); ``spent``: the charges' epsilons since the ledger began or the
-    last new budget, composed exactly (:func:`mdp_core.spec.budget.compose`) and rounded once to a float;
+    last new budget, composed exactly (:func:`mdp_core.declarations.budget.compose`) and rounded once to a float;
     ``left`` = cap - spent (exact, then rounded) (None without a cap; may be negative
     after a lowering); ``n_charges``: charges in the current budget; ``seq``/``head``: index and hash
     (64 hex) of the last entry (-1 and ``"0" * 64`` for an empty ledger), what a published manifest
@@ -673,7 +673,7 @@ class PrivateStore:
         population: str, cap: float | None, spent: Sequence[float], new: Sequence[float], require_cap: bool = True
     ) -> None:
         """BudgetRefused when the ``new`` charges (epsilons) on top of the ``spent`` ones do not fit ``cap``
-        (:meth:`mdp_core.spec.budget.Budget.admits`: exact arithmetic, no slack), or without a cap while
+        (:meth:`mdp_core.declarations.budget.Budget.admits`: exact arithmetic, no slack), or without a cap while
         ``require_cap``. Nothing new: never refused (a re-run measures nothing new, whatever the cap now)."""
         if not new:
             return
@@ -856,7 +856,7 @@ def _charges(chain: Sequence[Mapping[str, Any]]) -> list[float]:
 
 
 def _spent(chain: Sequence[Mapping[str, Any]]) -> exact.Epsilon:
-    """The current budget's spend: its charges composed exactly (:func:`mdp_core.spec.budget.compose`)."""
+    """The current budget's spend: its charges composed exactly (:func:`mdp_core.declarations.budget.compose`)."""
     return exact.compose(_charges(chain))
 
 

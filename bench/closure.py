@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
     import suite  # bench/ is not a package
 
+    from mdp_core.declarations.solver_options import SolverOptions
     from mdp_core.solvers import rowgen
     from mdp_core.solvers.mechanisms import smooth_to_mdp
     from mdp_core.solvers.verify import objective, verify
-    from mdp_core.spec.solver_options import SolverOptions
 
     inst = suite.load(a.instance, a.rome)
     points = Path(a.points)

@@ -31,10 +31,10 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     args = ap.parse_args()
 
+    from mdp_core.declarations.solver_options import SolverOptions
     from mdp_core.problem.datasets import synthetic
     from mdp_core.solvers.highs import model_status, new_highs, pass_model, scale_costs, set_option
     from mdp_core.solvers.lp import build_pmo
-    from mdp_core.spec.solver_options import SolverOptions
 
     inst = synthetic(n_records=args.n, n_outputs=args.k, epsilon=10.0, seed=0)
     w, _ = scale_costs(inst.prior[:, None] * inst.costs)

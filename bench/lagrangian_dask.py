@@ -73,12 +73,12 @@ from typing import Any
 
 import numpy as np
 
+from mdp_core.declarations.methods import RowgenOptions
+from mdp_core.declarations.solver_options import Executor, Factory, SolverOptions
 from mdp_core.problem.instance import Instance
 from mdp_core.runtime.executor import DaskExecutor, ProcessExecutor, SerialExecutor, balanced_groups
 from mdp_core.solvers import rowgen
 from mdp_core.solvers.lagrangian import MAX_SOLVES, Evaluation, Lagrangian, SubResult, ascend
-from mdp_core.spec.methods import RowgenOptions
-from mdp_core.spec.solver_options import Executor, Factory, SolverOptions
 
 try:
     from bench import suite

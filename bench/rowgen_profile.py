@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import suite  # bench/ is not a package
 
+    from mdp_core.declarations.solver_options import SolverOptions
     from mdp_core.solvers import rowgen
     from mdp_core.solvers.verify import objective, verify
-    from mdp_core.spec.solver_options import SolverOptions
 
     inst = suite.load(a.instance, a.rome, a.seed)
     timers: dict[str, float] = {}

@@ -140,8 +140,8 @@ def _run(
     seed: int | None = None,
 ) -> None:
     """Child process: solve once (on a Dask cluster when ``workers`` or ``scheduler``), send one result dict."""
+    from mdp_core.declarations.solver_options import SolverOptions
     from mdp_core.solvers.solve import solve
-    from mdp_core.spec.solver_options import SolverOptions
 
     try:
         inst = load(name, seed=seed)

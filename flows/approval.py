@@ -46,9 +46,9 @@ from prefect.input import RunInput
 from pydantic import Field
 
 from flows.config import DEFAULT_APPROVAL_TIMEOUT, ReleaseFlowConfig, approval_mode, release_name
+from mdp_core.declarations.budget import Budget, Epsilon, round_up
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.release.door import PrivacyPlan
-from mdp_core.spec.budget import Budget, Epsilon, round_up
 
 APPROVALS = "approvals"  # <store>/approvals/<release name>.json: a policy release's approved envelope
 ENVELOPE_FORMAT = "mdp-release-approval-envelope"

@@ -136,7 +136,7 @@ def _fmt(x: float) -> str:
 def run_check(config: str | Path) -> Report:
     """The check of the release configured in ``config`` (see the module docstring)."""
     from flows.config import load_config
-    from mdp_core.spec.dataset_kinds import parameters
+    from mdp_core.declarations.dataset_kinds import parameters
 
     t0 = time.perf_counter()
     rep = Report(str(config))

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mdp_core.declarations.methods import METHOD_NAMES
 from mdp_core.errors import InputError, MdpError, PrivacyError, SolverError
-from mdp_core.spec.methods import METHOD_NAMES
 
 
 def _positive_float(text: str) -> float:
@@ -44,13 +44,13 @@ def _positive_float(text: str) -> float:
 
 def _method_groups(p: argparse.ArgumentParser) -> list[str]:
     """The options every method shares (HiGHS settings, the repair limit) in one group, then one group per
-    method (mdp_core.spec.methods), each flag built from its declaration (:meth:`mdp_core.spec.options.Spec.add_argument`).
+    method (mdp_core.declarations.methods), each flag built from its declaration (:meth:`mdp_core.declarations.options.Spec.add_argument`).
     An option several methods declare (the gap, the executor, ...) is one flag, in the group "options of
     several methods", its help naming each method's default. Flags not given are absent from the namespace:
     the method's own default applies. Returns the method options' names."""
-    from mdp_core.spec.methods import REGISTRY
-    from mdp_core.spec.options import show, specs
-    from mdp_core.spec.solver_options import RepairOptions, SolverOptions
+    from mdp_core.declarations.methods import REGISTRY
+    from mdp_core.declarations.options import show, specs
+    from mdp_core.declarations.solver_options import RepairOptions, SolverOptions
 
     common = p.add_argument_group("solver options (every method)")
     for cls in (SolverOptions, RepairOptions):
@@ -85,16 +85,16 @@ def _method_groups(p: argparse.ArgumentParser) -> list[str]:
 
 
 def _solver_options(args: argparse.Namespace):
-    from mdp_core.spec.options import specs
-    from mdp_core.spec.solver_options import SolverOptions
+    from mdp_core.declarations.options import specs
+    from mdp_core.declarations.solver_options import SolverOptions
 
     return SolverOptions(**{s.name: getattr(args, s.name) for s in specs(SolverOptions) if hasattr(args, s.name)})
 
 
 def _check_method_flags(method: str, given: dict) -> None:
     """InputError naming the flags among ``given`` (option names) that ``method`` does not take."""
-    from mdp_core.spec.methods import REGISTRY
-    from mdp_core.spec.options import specs
+    from mdp_core.declarations.methods import REGISTRY
+    from mdp_core.declarations.options import specs
 
     flags = {s.name: s.flag for m in REGISTRY.values() for s in specs(m.options)}
     unknown = sorted(flags[n] for n in set(given) - {s.name for s in specs(REGISTRY[method].options)})
@@ -300,7 +300,7 @@ def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _solve_arguments(p: argparse.ArgumentParser) -> None:
-    from mdp_core.spec.methods import REGISTRY
+    from mdp_core.declarations.methods import REGISTRY
 
     p.add_argument("instance", help="instance directory (records/outputs/edges/costs.parquet + instance.json)")
     p.add_argument(

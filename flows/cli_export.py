@@ -1,6 +1,6 @@
 """``mdp-release export``: dataset options on the command line -> mdp_core.problem.datasets.registry.load.
 
-Every declared parameter of every dataset kind (mdp_core.spec.dataset_kinds.DECLARED) is an option here (``n_records`` ->
+Every declared parameter of every dataset kind (mdp_core.declarations.dataset_kinds.DECLARED) is an option here (``n_records`` ->
 ``--n-records``), with its declared type, help and default per kind; an option the chosen ``--dataset``
 does not take is an error, a value its declaration refuses (``--seed -1``) one error line (exit 2). List
 parameters take several values: ``--bbox S W N E``, ``--center LAT LON``, ``--words king queen``.
@@ -12,9 +12,9 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from mdp_core.declarations import dataset_kinds
+from mdp_core.declarations.options import Spec, specs
 from mdp_core.errors import InputError
-from mdp_core.spec import dataset_kinds
-from mdp_core.spec.options import Spec, specs
 
 if TYPE_CHECKING:
     from mdp_core.problem.instance import Instance
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def options() -> dict[str, list[tuple[str, Spec]]]:
     """Every loader parameter, by name: the dataset kinds that take it and their declarations
-    (each :class:`mdp_core.spec.dataset_kinds.Kind`'s ``params``), in declaration order."""
+    (each :class:`mdp_core.declarations.dataset_kinds.Kind`'s ``params``), in declaration order."""
     out: dict[str, list[tuple[str, Spec]]] = {}
     for kind in dataset_kinds.DECLARED.values():
         for s in specs(kind.params):

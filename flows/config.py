@@ -18,18 +18,18 @@ Example (every key optional; these are the defaults of the built-in release)::
     max_stretch = 2.0   # refuse a mechanism whose graph stretches distances more than this (spanner dilation)
     allow_unprotected = false  # true: release even when the graph is split or over max_stretch (officer told who)
 
-    [partition]         # mdp_core.spec.methods.PartitionOptions (Benders' partition)
+    [partition]         # mdp_core.declarations.methods.PartitionOptions (Benders' partition)
     method = "kmdv"     # kmdv | kmrec | kmadj | bsc
     subsets = 2
     seed = 0
 
     [solve]
     method = "auto"     # auto | lp | rowgen | colgen | benders | exp | laplace | constopt
-    solver = "simplex"  # simplex | ipm  (every method: mdp_core.spec.solver_options)
+    solver = "simplex"  # simplex | ipm  (every method: mdp_core.declarations.solver_options)
     threads = 0
     # time_limit = 600.0  # seconds; unset: none
     max_mix = 0.01      # largest uniform-mixing weight the exact repair may use
-    # gap_rel = 1e-3    # the chosen method's own options (mdp_core.spec.methods), unset: its default
+    # gap_rel = 1e-3    # the chosen method's own options (mdp_core.declarations.methods), unset: its default
     #                   # (gap_rel: 1e-3 in a release, flows.config.RELEASE_GAP_REL);
     #                   # one it does not take is an error
 
@@ -92,19 +92,18 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mdp_core.errors import InputError
-
 # Only the declarations, which import no numerical library (a fully cached run never needs numpy, pandas,
-# scipy or HiGHS): each option's one name, type, default, help text and bounds (mdp_core.spec.options).
-from mdp_core.spec import contract, dataset_kinds
-from mdp_core.spec.methods import COMPARABLE, METHOD_NAMES, REGISTRY, PartitionOptions
-from mdp_core.spec.options import REQUIRED, Spec, show, specs
-from mdp_core.spec.solver_options import RepairOptions, SolverOptions
+# scipy or HiGHS): each option's one name, type, default, help text and bounds (mdp_core.declarations.options).
+from mdp_core.declarations import contract, dataset_kinds
+from mdp_core.declarations.methods import COMPARABLE, METHOD_NAMES, REGISTRY, PartitionOptions
+from mdp_core.declarations.options import REQUIRED, Spec, show, specs
+from mdp_core.declarations.solver_options import RepairOptions, SolverOptions
+from mdp_core.errors import InputError
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-# The pipeline stages, in order (declared in mdp_core.spec.contract). ``refresh_from`` takes one: a Literal, so
+# The pipeline stages, in order (declared in mdp_core.declarations.contract). ``refresh_from`` takes one: a Literal, so
 # the flow's parameter schema is a JSON-schema enum and the UI shows a drop-down (an Enum class would shadow
 # str.partition).
 StageName = Literal[contract.STAGE_NAMES]  # type: ignore[valid-type]
@@ -139,7 +138,7 @@ def _field(s: Spec, default: Any = REQUIRED, description: str | None = None) -> 
 
 
 # ----------------------------------------------------------------------------- dataset parameters
-# The loaders' parameters per kind as pydantic models, generated from their declarations (mdp_core.spec.dataset_kinds):
+# The loaders' parameters per kind as pydantic models, generated from their declarations (mdp_core.declarations.dataset_kinds):
 # every parameter but epsilon and eta (the [privacy] section's) with its declared type and default. They
 # validate ``dataset.params`` and make the flow's parameter schema (the Prefect run form) show each kind's
 # real fields.
@@ -206,7 +205,7 @@ class DatasetConfig(BaseModel):
 
     def loader_params(self) -> dict[str, Any]:
         """The parameters the release loads the dataset with: ``params`` and, where unset, the kind's release
-        defaults (:data:`mdp_core.spec.dataset_kinds.RELEASE_DEFAULTS`: ``loss = "distance"`` for grid and road,
+        defaults (:data:`mdp_core.declarations.dataset_kinds.RELEASE_DEFAULTS`: ``loss = "distance"`` for grid and road,
         a release optimises the distance its analyst measures, issue 40); the rest take the loader's default."""
         return dataset_kinds.with_release_defaults(self.kind, self.params)
 
@@ -306,11 +305,11 @@ class PrivacyConfig(BaseModel):
         return {"eta": self.eta} | ({"protection_radius": self.protection_radius} if unset_eta_radius else {})
 
 
-# [partition]: Benders' partition options (mdp_core.spec.methods.PartitionOptions), under their config keys.
+# [partition]: Benders' partition options (mdp_core.declarations.methods.PartitionOptions), under their config keys.
 PartitionConfig: type[BaseModel] = create_model(
     "PartitionConfig",
     __config__=STRICT,
-    __doc__="Benders' partition, also the release's partition stage (mdp_core.spec.methods.PartitionOptions).",
+    __doc__="Benders' partition, also the release's partition stage (mdp_core.declarations.methods.PartitionOptions).",
     **cast(dict[str, Any], {s.key: _field(s) for s in specs(PartitionOptions) if s.exposed}),
 )
 _PARTITION_FIELDS = {s.name for s in specs(PartitionOptions)}  # a needs_partition method takes them from [partition]
@@ -343,7 +342,7 @@ def _method_fields() -> dict[str, tuple[Any, Any]]:
 
 class _SolveBase(BaseModel):
     """The [solve] section: the method, the options every method shares (HiGHS settings, the repair limit:
-    mdp_core.spec.solver_options) with their declared defaults, and every method's options (mdp_core.spec.methods),
+    mdp_core.declarations.solver_options) with their declared defaults, and every method's options (mdp_core.declarations.methods),
     unset meaning the chosen method's own default. An option the chosen method does not take is an error
     (as on the command line)."""
 
@@ -364,7 +363,7 @@ class _SolveBase(BaseModel):
         return SolverOptions(**self.solver_settings())
 
     def repair_settings(self) -> dict[str, Any]:
-        """``{"max_mix": ...}``: how far the exact repair may go (mdp_core.spec.solver_options.RepairOptions)."""
+        """``{"max_mix": ...}``: how far the exact repair may go (mdp_core.declarations.solver_options.RepairOptions)."""
         return self._given(s.name for s in specs(RepairOptions))
 
     def method_args(self) -> dict[str, Any]:
@@ -538,7 +537,7 @@ def _simulated_release() -> ReleaseConfig:
     return ReleaseConfig(simulate=True)
 
 
-Baseline = Literal[COMPARABLE]  # type: ignore[valid-type]  # mdp_core.spec.methods: baselines, then optimal methods
+Baseline = Literal[COMPARABLE]  # type: ignore[valid-type]  # mdp_core.declarations.methods: baselines, then optimal methods
 _DEFAULT_BASELINES: list[Baseline] = ["exp"]
 
 
@@ -562,7 +561,7 @@ class EvaluateConfig(BaseModel):
         return v
 
 
-# Per-stage timeout in seconds: one optional field per declared stage (mdp_core.spec.contract.STAGES).
+# Per-stage timeout in seconds: one optional field per declared stage (mdp_core.declarations.contract.STAGES).
 TimeoutsConfig: type[BaseModel] = create_model(
     "TimeoutsConfig",
     __config__=STRICT,
@@ -734,7 +733,7 @@ def to_parameter(cfg: ReleaseFlowConfig) -> dict[str, Any]:
     return out
 
 
-# Names a file parameter may take that are not paths (bundled data sets: mdp_core.spec.dataset_kinds.BUNDLED; GloVe).
+# Names a file parameter may take that are not paths (bundled data sets: mdp_core.declarations.dataset_kinds.BUNDLED; GloVe).
 _NOT_PATHS = dataset_kinds.NAMES | {"glove-6b-50d"}
 
 
@@ -892,7 +891,7 @@ def _pinned_gap(solve: Any) -> Any:
 
 def _pinned_loss(dataset: Any) -> Any:
     """A version-1 manifest's ``[dataset]`` with the loss its release was made with: where a kind's release
-    config now defaults ``loss`` (:data:`mdp_core.spec.dataset_kinds.RELEASE_DEFAULTS`) and the manifest left it
+    config now defaults ``loss`` (:data:`mdp_core.declarations.dataset_kinds.RELEASE_DEFAULTS`) and the manifest left it
     unset, the loader's own default then ("travel"), so a year-old release re-runs to the same bytes."""
     if not isinstance(dataset, dict):
         return dataset

@@ -46,8 +46,8 @@ def settings(cfg: ReleaseFlowConfig, epsilon: float, eta: float) -> Settings:
 
 def universe_has_table(cfg: ReleaseFlowConfig, table_sha256: str) -> bool:
     """Whether the secret table's bytes are one of the dataset's input files."""
+    from mdp_core.declarations import dataset_kinds
     from mdp_core.problem.microdata import sha256_regular
-    from mdp_core.spec import dataset_kinds
 
     for path in dataset_kinds.input_files(cfg.dataset.kind, cfg.dataset.params):
         try:
@@ -70,9 +70,9 @@ def table_owner(root: Path, fingerprint: str) -> str | None:
 def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[TableFacts, str, Any]:
     """Read and validate the secret table against ``inst``: (its facts for the door, its fingerprint, the
     located people). InputError when the file cannot be read at all (a message with no value in it)."""
+    from mdp_core.declarations import dataset_kinds
     from mdp_core.problem import microdata
     from mdp_core.release.door import table_facts, table_fingerprint
-    from mdp_core.spec import dataset_kinds
 
     path = str(cfg.release.microdata)
     table = microdata.read_table(path)

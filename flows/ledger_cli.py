@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mdp_core.declarations.budget import Epsilon, compose
 from mdp_core.errors import InputError, PrivacyError
-from mdp_core.spec.budget import Epsilon, compose
 
 
 def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
@@ -108,7 +108,7 @@ class Paid:
 
     @property
     def cost(self) -> Epsilon:
-        """Its charges composed exactly (:func:`mdp_core.spec.budget.compose`)."""
+        """Its charges composed exactly (:func:`mdp_core.declarations.budget.compose`)."""
         return compose(c["epsilon"] for c in self.charges)
 
     def label(self) -> str:

@@ -10,7 +10,7 @@ to a folder; ``same_as`` when nothing new was published, see :func:`publish_run`
 
 One release, one folder (issue 41): a run whose released content is that of a published release of the same
 config -- byte for byte, or apart from the parts the contract declares volatile (wall-clock ``seconds``
-columns and keys: :attr:`mdp_core.spec.contract.PublishedFile.volatile`) -- publishes nothing new
+columns and keys: :attr:`mdp_core.declarations.contract.PublishedFile.volatile`) -- publishes nothing new
 (:func:`same_content`), and ``runs/latest`` names the newest release by its manifest's ``created_at``
 (:func:`newest_release`), never merely the last run.
 """
@@ -29,8 +29,8 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel
 
 from artifacts.store import ArtifactRef, Store
+from mdp_core.declarations.contract import SIGNATURE_FILES, is_published, published
 from mdp_core.runtime.files import file_sha256
-from mdp_core.spec.contract import SIGNATURE_FILES, is_published, published
 
 MANIFEST_VERSION = 2  # 2 (2026-11-27): a release config's dataset loss defaults to distance (before: the loader's,
 # travel); flows.config.manifest_config re-runs a version-1 manifest with the loss it was made with
@@ -130,7 +130,7 @@ def _read(folder: Path) -> dict[str, Any] | None:
 
 def _volatile(fmt: Any, names: Any) -> dict[str, frozenset[str]]:
     """{released file: its volatile columns / keys} for the files of a release manifest (``fmt``) that have
-    any (:attr:`mdp_core.spec.contract.PublishedFile.volatile`: evaluation.parquet's and trace.parquet's
+    any (:attr:`mdp_core.declarations.contract.PublishedFile.volatile`: evaluation.parquet's and trace.parquet's
     timing columns, solve.json's and report.md's ``seconds``); other flows' files have none."""
     if fmt != RELEASE_FORMAT:
         return {}

@@ -1,4 +1,4 @@
-"""The release flow: the stages of :data:`mdp_core.spec.contract.STAGES`, run in their declared order
+"""The release flow: the stages of :data:`mdp_core.declarations.contract.STAGES`, run in their declared order
 (:func:`run_stages`: ingest -> graph -> [prior] -> partition -> export -> solve -> postprocess -> evaluate), then
 the publication (the release stage).
 
@@ -45,25 +45,25 @@ from flows.config import (
     store_root,
 )
 from flows.door import plan_for
+from mdp_core.declarations import contract, dataset_kinds
+from mdp_core.declarations.methods import needs_partition
 from mdp_core.errors import Interrupted, PrivacyError, StageTimeout
 from mdp_core.release import audit, signing
 from mdp_core.release.door import PrivacyPlan, Settings
 from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
-from mdp_core.spec import contract, dataset_kinds
-from mdp_core.spec.methods import needs_partition
 from tasks import evaluate, postprocess
 from tasks import release as release_task
 from tasks.cache import cached, package_versions, stage_code_version
 from tasks.common import instance_with_graph, stage_output
 from tasks.progress import watch_cancellation
 
-STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.spec.contract.STAGES; then release)
+STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.declarations.contract.STAGES; then release)
 
 
 @functools.cache
 def task_at(path: str) -> Any:
-    """The Prefect task a stage declares (:attr:`mdp_core.spec.contract.Stage.task`, ``"module:attribute"``)."""
+    """The Prefect task a stage declares (:attr:`mdp_core.declarations.contract.Stage.task`, ``"module:attribute"``)."""
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -96,7 +96,7 @@ def _dataset_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
     return {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs}
 
 
-# How a config section becomes a stage's parameters (:attr:`mdp_core.spec.contract.Stage.params`); any other
+# How a config section becomes a stage's parameters (:attr:`mdp_core.declarations.contract.Stage.params`); any other
 # section: its ``model_dump()``; ``"section.key"``: ``{key: value}``.
 SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
     "dataset": _dataset_section,
@@ -122,7 +122,7 @@ def section_params(cfg: ReleaseFlowConfig, section: str) -> dict[str, Any]:
 
 def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     """Each cached stage's own parameters (what goes into its cache key besides upstream hashes), from the config
-    section it declares (:attr:`mdp_core.spec.contract.Stage.params`); a stage declaring none: ``{}``, but a
+    section it declares (:attr:`mdp_core.declarations.contract.Stage.params`); a stage declaring none: ``{}``, but a
     stage that reads the secret table has its parameters set at the draw (:func:`release_params`), except a prior
     that reads nothing secret (:func:`public_prior_params`)."""
     params = {
@@ -221,12 +221,12 @@ def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: 
 
 
 def stage_plan(config: ReleaseFlowConfig) -> list[str]:
-    """The steps of a run, in order, from the declarations (:data:`mdp_core.spec.contract.STAGES`): each cached
-    stage that runs for ``config`` (:meth:`~mdp_core.spec.contract.Stage.runs`); ``"door"`` before the first
+    """The steps of a run, in order, from the declarations (:data:`mdp_core.declarations.contract.STAGES`): each cached
+    stage that runs for ``config`` (:meth:`~mdp_core.declarations.contract.Stage.runs`); ``"door"`` before the first
     stage that reads the secret table (the privacy door, the officer's approval, for real people the draw and
     the budget's early check); ``"draw"`` after the stage whose output defines the simulated table (the
     ``instance`` the secret-reading stages read: the draw of simulated people); then ``"points"`` (the
-    side runs, :data:`~mdp_core.spec.contract.SIDE_RUNS`: the evaluate stage's own solves, started on the task
+    side runs, :data:`~mdp_core.declarations.contract.SIDE_RUNS`: the evaluate stage's own solves, started on the task
     runner beside the stages that follow and collected for the stage that reads them)."""
     door = next(st.name for st in contract.STAGES if st.reads_secret)
     instance = _instance()
@@ -268,7 +268,7 @@ def run_stages(
 ) -> StageRun:
     """Run the steps of :func:`stage_plan` through ``until`` (a step name; None: all): each stage through
     ``run(stage, **upstream)`` (the flow: a cached Prefect task; tests: its ``.fn``) with the keyword arguments
-    its declaration reads (:meth:`~mdp_core.spec.contract.Stage.upstream`), the door (:func:`_door`) and the
+    its declaration reads (:meth:`~mdp_core.declarations.contract.Stage.upstream`), the door (:func:`_door`) and the
     draw at their steps; ``params`` (from :func:`stage_params`) gains the release's parameters at the draw.
     ``side(refs, stack)`` starts the side runs, entering its task runner into ``stack`` (closed once their
     outputs are collected, before the stage that reads them), and returns what collects them (None: no side
@@ -609,7 +609,7 @@ def _side_runs(
     stack: contextlib.ExitStack,
     refresh: bool,
 ) -> Callable[[], list[ArtifactRef]]:
-    """Start the side runs (:data:`mdp_core.spec.contract.SIDE_RUNS`): the evaluate stage's own solves (baselines,
+    """Start the side runs (:data:`mdp_core.declarations.contract.SIDE_RUNS`): the evaluate stage's own solves (baselines,
     eps sweep), separate cached task runs on the configured task runner ([run] task_runner: threads or Dask),
     entered into ``stack`` by :func:`run_stages` so they run beside the stages that follow (``refresh``:
     recompute them). Returns what waits for their outputs."""

@@ -14,9 +14,9 @@ Code version: exactly the code the stage runs, and every declaration it reads (i
    sha256 of each file. Editing a helper deep inside ``mdp_core`` that a stage uses invalidates that stage
    (Prefect's own TASK_SOURCE policy hashes only the task function's text); editing a module the stage does
    not import does not.
-2. The **declaring modules** of the :data:`REGISTRIES` -- ``mdp_core.spec.methods`` (``REGISTRY``: each
-   :class:`~mdp_core.spec.methods.Method`'s ``"module:function"`` and options) and
-   ``mdp_core.spec.dataset_kinds`` (``DECLARED``: each :class:`~mdp_core.spec.dataset_kinds.Kind`'s loader, as
+2. The **declaring modules** of the :data:`REGISTRIES` -- ``mdp_core.declarations.methods`` (``REGISTRY``: each
+   :class:`~mdp_core.declarations.methods.Method`'s ``"module:function"`` and options) and
+   ``mdp_core.declarations.dataset_kinds`` (``DECLARED``: each :class:`~mdp_core.declarations.dataset_kinds.Kind`'s loader, as
    in ``LOADER_PATHS``, and parameters) -- are not hashed whole. What is hashed of them: their **shared part**
    (the source without the registry's statement and without the options classes only its entries use:
    ``Method``, ``GapOptions``, ``resolve``, ``PARTITIONERS``, ...), the **declaration of each entry the stage
@@ -37,7 +37,7 @@ the registry as a whole -- any read of a registry view (a name whose value depen
 ``REGISTRY``, ``BASELINES``, ``RECORD_KEYS``, ``public_record_columns``, ...) except the lookups by the
 named entry listed in :attr:`Registry.entry_scoped` (``METHODS[method]`` in ``mdp_core.solvers.solve``, ...).
 So a new or edited method or kind changes only the keys of the releases that use it -- and of the stages that
-read every declaration (prior, postprocess: ``mdp_core.spec.contract``'s allow-lists,
+read every declaration (prior, postprocess: ``mdp_core.declarations.contract``'s allow-lists,
 ``mdp_core.problem.microdata``'s record keys) -- while any code a stage runs stays in its key. (Module
 granularity stays: ``mdp_core.problem.datasets`` imports every built-in loader, so a built-in kind's ingest
 key holds all of them; a loader outside it is in its own kind's key only.)
@@ -117,7 +117,7 @@ class Registry:
 
 
 METHOD_REGISTRY = Registry(
-    "mdp_core.spec.methods",
+    "mdp_core.declarations.methods",
     "REGISTRY",
     code="function",
     options="options",
@@ -130,7 +130,7 @@ METHOD_REGISTRY = Registry(
     },
 )
 KIND_REGISTRY = Registry(
-    "mdp_core.spec.dataset_kinds",
+    "mdp_core.declarations.dataset_kinds",
     "DECLARED",
     code="loader",
     options="params",

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.declarations.methods import needs_partition
+from mdp_core.declarations.solver_options import MAX_MIX
 from mdp_core.errors import MdpError
-from mdp_core.spec.methods import needs_partition
-from mdp_core.spec.solver_options import MAX_MIX
 from tasks.common import Throttled, instance_of, logger, output_zones, run_stage
 from tasks.progress import note
 
@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # numpy, pandas and the solvers are imported where a stage co
 
 def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None, step: str = ""):
     """Solve ``inst`` with ``method`` (the released method gets its own arguments), or None if it does not apply."""
+    from mdp_core.declarations.solver_options import SolverOptions
     from mdp_core.solvers.solve import solve as solve_instance
-    from mdp_core.spec.solver_options import SolverOptions
 
     released = method == params.get("method")
     args: dict[str, Any] = dict(params.get("method_args", {})) if released else {}

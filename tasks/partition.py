@@ -1,6 +1,6 @@
 """Stage ``partition``: split the mDP graph into balanced subsets (``mdp_core.problem.partition``).
 
-params: {"method": a partitioner (mdp_core.spec.methods.PARTITIONERS), "subsets": M, "seed": int}.
+params: {"method": a partitioner (mdp_core.declarations.methods.PARTITIONERS), "subsets": M, "seed": int}.
 Writes partition.parquet (record_id, subset, role) and partition.json (the paper's Tables 1-2
 balance statistics).
 """

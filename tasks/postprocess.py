@@ -42,13 +42,13 @@ from prefect import task
 
 from artifacts.private import Budget, Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
+from mdp_core.declarations import contract
+from mdp_core.declarations.budget import compose
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.release.door import SIMULATED_PREFIX
-from mdp_core.spec import contract
-from mdp_core.spec.budget import compose
 from tasks.common import instance_of, output_zones, run_stage
 
-PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.spec.contract: what this stage writes
+PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.declarations.contract: what this stage writes
 T = TypeVar("T")
 
 

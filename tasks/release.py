@@ -21,8 +21,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from artifacts.store import ArtifactRef, Store
+from mdp_core.declarations import contract
 from mdp_core.release import audit, signing
-from mdp_core.spec import contract
 from tasks.common import logger
 
 
@@ -30,7 +30,7 @@ def released_files(
     mechanism: ArtifactRef, postprocess: ArtifactRef, evaluate: ArtifactRef, instance: ArtifactRef
 ) -> dict[str, tuple[ArtifactRef, str]]:
     """{name in the run folder: (stage output, file name)} of everything a release publishes: each file the
-    contract declares as listed (:data:`mdp_core.spec.contract.PUBLISHED`), from its stage's output --
+    contract declares as listed (:data:`mdp_core.declarations.contract.PUBLISHED`), from its stage's output --
     a required one always, an optional one (trace, evaluation files, figures) when the stage wrote it."""
     outputs = {"solve": mechanism, "postprocess": postprocess, "evaluate": evaluate, "export": instance}
     released: dict[str, tuple[ArtifactRef, str]] = {}

@@ -12,7 +12,7 @@ from typing import Any
 from prefect import task
 
 from artifacts.store import ArtifactRef, ObjectWriter, Store
-from mdp_core.spec.solver_options import MAX_MIX
+from mdp_core.declarations.solver_options import MAX_MIX
 from tasks.common import Throttled, instance_of, logger, run_stage, stage_timeout
 from tasks.progress import ProgressArtifact, note, release_key
 
@@ -21,10 +21,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     # imported here, not at the top: a cache hit never runs this (and never pays for numpy, pandas, scipy)
     import numpy as np
 
+    from mdp_core.declarations.solver_options import SolverOptions
     from mdp_core.problem.io import read_table, write_published
     from mdp_core.solvers.solve import solve as solve_instance
     from mdp_core.solvers.verify import write_mechanism
-    from mdp_core.spec.solver_options import SolverOptions
 
     inst = instance_of(store, upstream["instance"])
     method = params["method"]

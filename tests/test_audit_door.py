@@ -34,10 +34,10 @@ from conftest import (
 
 from artifacts.private import LedgerError, PrivateStore, published_heads, unsigned_releases
 from artifacts.store import Store
+from mdp_core.declarations import budget, contract
 from mdp_core.problem.io import read_instance
 from mdp_core.release import audit, report, signing
 from mdp_core.release.protection import graph_protection
-from mdp_core.spec import budget, contract
 
 
 def rerender(run: Path, **changes: object) -> None:

@@ -24,10 +24,10 @@ from conftest import publish_release as publish
 from test_audit_claims import claims_of, edit, edit_report, edit_table, read, rehash
 
 from flows.config import DEFAULT_MAX_STRETCH
+from mdp_core.declarations import budget
 from mdp_core.problem.io import read_instance
 from mdp_core.problem.metrics import pairwise
 from mdp_core.release import audit, report
-from mdp_core.spec import budget
 
 CAP = 100.0
 

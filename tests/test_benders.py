@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mdp_core.declarations.methods import PARTITIONERS
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets import grid, synthetic
 from mdp_core.problem.graph import components
@@ -16,7 +17,6 @@ from mdp_core.solvers import benders, lp
 from mdp_core.solvers.result import RawSolution
 from mdp_core.solvers.solve import solve
 from mdp_core.solvers.verify import certify, verify
-from mdp_core.spec.methods import PARTITIONERS
 
 REL = 1e-7  # LP reference and bounds agree to HiGHS tolerance, not better
 

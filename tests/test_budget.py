@@ -1,4 +1,4 @@
-"""Exact privacy arithmetic (mdp_core.spec.budget) and the release as a library call (mdp_core.release.make)."""
+"""Exact privacy arithmetic (mdp_core.declarations.budget) and the release as a library call (mdp_core.release.make)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdp_core.errors import InputError, PrivacyError
-from mdp_core.spec.budget import (
+from mdp_core.declarations.budget import (
     Budget,
     Epsilon,
     Guarantee,
@@ -25,6 +24,7 @@ from mdp_core.spec.budget import (
     stated_metric,
     this_release,
 )
+from mdp_core.errors import InputError, PrivacyError
 
 EPS = st.floats(min_value=0.0, max_value=100.0, allow_nan=False, allow_infinity=False)
 
@@ -104,7 +104,7 @@ def test_additive_and_mechanism_charge() -> None:
 
 def test_spec_budget_imports_nothing_numerical() -> None:
     code = (
-        "import sys, mdp_core.spec.budget; "
+        "import sys, mdp_core.declarations.budget; "
         "bad = [m for m in ('numpy', 'scipy', 'pandas', 'prefect') if m in sys.modules]; "
         "assert not bad, bad"
     )
@@ -119,7 +119,7 @@ import numpy as np
 from mdp_core.problem.datasets import grid
 from mdp_core.release.door import GraphFacts, Settings, plan_privacy
 from mdp_core.release.make import make_release, plan_release
-from mdp_core.spec.budget import Budget, compose
+from mdp_core.declarations.budget import Budget, compose
 
 inst = grid(4, 5, n_outputs=6)
 z = np.full((inst.n_records, inst.n_outputs), 1.0 / inst.n_outputs)  # equal rows: certified for any eps

@@ -19,10 +19,10 @@ import pytest
 from artifacts.store import Store
 from flows.config import parse_config
 from flows.release import stage_params
+from mdp_core.declarations import dataset_kinds, methods
 from mdp_core.problem.datasets import registry
 from mdp_core.problem.io import read_instance, read_mechanism
 from mdp_core.solvers import solve as solve_mod
-from mdp_core.spec import dataset_kinds, methods
 from tasks import evaluate, export, graph, ingest, solve
 from tasks.cache import code_modules, forget_code_versions, stage_key
 
@@ -37,7 +37,7 @@ LOADER = '''
 
 from dataclasses import dataclass
 
-from mdp_core.spec.options import Options, option
+from mdp_core.declarations.options import Options, option
 from {pkg}.helper import SIGMA
 
 
@@ -191,7 +191,7 @@ def test_adding_a_method_or_a_kind_moves_only_the_stages_reading_every_declarati
     lp_both = keys(release(tmp_path))
 
     # ingest, graph, partition, export, solve, evaluate and evaluate_point keep their keys; prior and
-    # postprocess read every declaration (mdp_core.spec.contract's allow-lists, microdata's record keys)
+    # postprocess read every declaration (mdp_core.declarations.contract's allow-lists, microdata's record keys)
     assert moved(lp, lp_method) == {"prior", "postprocess"}
     assert moved(lp_method, lp_both) == {"prior", "postprocess"}
     assert "solve" in moved(auto, keys(release(tmp_path, "auto")))  # auto may run any method: it uses them all

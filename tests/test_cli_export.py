@@ -28,10 +28,10 @@ def parse(*argv: str):
 
 
 def test_every_loader_parameter_is_an_option_typed_by_its_declaration():
-    """Each declared loader parameter (mdp_core.spec.dataset_kinds.PARAMETERS, whose defaults the loaders take) is a
+    """Each declared loader parameter (mdp_core.declarations.dataset_kinds.PARAMETERS, whose defaults the loaders take) is a
     flag; its values are parsed as declared, and each kind's default is in the help."""
-    from mdp_core.spec import dataset_kinds
-    from mdp_core.spec.options import specs
+    from mdp_core.declarations import dataset_kinds
+    from mdp_core.declarations.options import specs
 
     flags = {a.dest: a for a in build_parser(["export"])._subparsers._group_actions[0].choices["export"]._actions}
     for kind, loader in registry.LOADERS.items():

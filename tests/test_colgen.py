@@ -129,9 +129,9 @@ def test_columns_are_exactly_in_the_cone():
 def test_lazy_pricing_matches_pricing_over_every_row():
     """A pricing worker holds only the rows its solutions violated, yet reaches the optimum of the
     pricing LP over every cone row (solved afresh by HiGHS), at several dual points in a row."""
+    from mdp_core.declarations.methods import ColgenOptions
     from mdp_core.problem.graph import component_blocks
     from mdp_core.solvers import highs
-    from mdp_core.spec.methods import ColgenOptions
 
     inst = synthetic(n_records=60, n_outputs=4, epsilon=10.0, seed=3)
     _, _, blocks = component_blocks(inst.n_records, inst.edges)

@@ -185,7 +185,7 @@ def test_declarations_import_no_numerical_library():
     import sys
 
     code = (
-        "import sys, mdp_core.spec.methods, mdp_core.spec.dataset_kinds, mdp_core.spec.solver_options, flows.config; "
+        "import sys, mdp_core.declarations.methods, mdp_core.declarations.dataset_kinds, mdp_core.declarations.solver_options, flows.config; "
         "print(sorted(m for m in ('numpy', 'scipy', 'pandas', 'highspy') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -204,16 +204,16 @@ def _solve_help_groups() -> dict[str, dict[str, Any]]:
 
 
 def test_each_method_option_is_declared_once_and_read_everywhere():
-    """One declaration per option (mdp_core.spec.methods): the method's ``params`` annotation names that class,
+    """One declaration per option (mdp_core.declarations.methods): the method's ``params`` annotation names that class,
     ``solve --help`` has exactly the declared flags, grouped by method, with the declared defaults, and the
     config's [solve] fields are the shared options plus every method's (unset: the method's default)."""
     import importlib
 
     from flows.config import PartitionConfig, SolveConfig, method_option_specs
+    from mdp_core.declarations.methods import REGISTRY, BendersOptions, PartitionOptions
+    from mdp_core.declarations.options import show, specs
+    from mdp_core.declarations.solver_options import RepairOptions, SolverOptions
     from mdp_core.solvers.solve import options_class
-    from mdp_core.spec.methods import REGISTRY, BendersOptions, PartitionOptions
-    from mdp_core.spec.options import show, specs
-    from mdp_core.spec.solver_options import RepairOptions, SolverOptions
 
     for name, m in REGISTRY.items():
         assert options_class(name) is m.options
@@ -259,8 +259,8 @@ def test_one_default_for_benders_subsets():
     from pathlib import Path
 
     from flows.config import PartitionConfig
-    from mdp_core.spec.methods import BendersOptions
-    from mdp_core.spec.options import default
+    from mdp_core.declarations.methods import BendersOptions
+    from mdp_core.declarations.options import default
 
     m = default(BendersOptions, "n_subsets")
     assert PartitionConfig.model_fields["subsets"].default == m == load_config(None).partition.subsets
@@ -290,9 +290,9 @@ def test_solve_options_the_method_does_not_take_are_errors_and_the_rest_reach_it
 def test_loaders_take_their_defaults_from_the_declarations():
     import inspect
 
+    from mdp_core.declarations import dataset_kinds
+    from mdp_core.declarations.options import REQUIRED
     from mdp_core.problem.datasets import registry
-    from mdp_core.spec import dataset_kinds
-    from mdp_core.spec.options import REQUIRED
 
     assert set(dataset_kinds.KINDS) == set(registry.LOADERS)
     for kind, loader in registry.LOADERS.items():

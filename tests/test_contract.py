@@ -1,4 +1,4 @@
-"""The release contract (mdp_core.spec.contract) against the writers and the audit (issue 31).
+"""The release contract (mdp_core.declarations.contract) against the writers and the audit (issue 31).
 
 A real small release is built with the project's own stages (``conftest.run_stages``) and published through
 the release task (``test_audit.publish``): every file of the folder must be declared, and each published
@@ -25,8 +25,8 @@ from test_audit import set_listed_hash
 from artifacts.store import Store
 from flows.config import STAGE_NAMES, TimeoutsConfig, parse_config
 from flows.release import _TASKS, SOLVE_SUMMARY, STAGES
+from mdp_core.declarations import contract
 from mdp_core.release import audit
-from mdp_core.spec import contract
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mdp_core.declarations.methods import RowgenOptions
+from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets import grid, synthetic
 from mdp_core.problem.datasets.common import from_points
@@ -14,8 +16,6 @@ from mdp_core.problem.metrics import euclidean
 from mdp_core.runtime.executor import ProcessExecutor
 from mdp_core.solvers import highs, lagrangian, rowgen
 from mdp_core.solvers.solve import solve
-from mdp_core.spec.methods import RowgenOptions
-from mdp_core.spec.solver_options import SolverOptions
 
 
 def path(n: int = 30, k: int = 8, eps: float = 3.0) -> Instance:

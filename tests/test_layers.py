@@ -2,9 +2,9 @@
 
 Read from the source files (``ast``), so every import counts, including those inside functions:
 
-- ``mdp_core`` layers, bottom to top: ``errors`` < ``spec`` < ``runtime`` < ``problem`` < ``solvers`` <
+- ``mdp_core`` layers, bottom to top: ``errors`` < ``declarations`` < ``runtime`` < ``problem`` < ``solvers`` <
   ``release``. A module imports from its own layer or below, never above (docs/architecture.md).
-- ``mdp_core.spec`` and ``mdp_core.errors`` import no numerical library (declarations stay free to read).
+- ``mdp_core.declarations`` and ``mdp_core.errors`` import no numerical library (declarations stay free to read).
 - ``mdp_core`` imports neither Prefect nor the project's ``tasks``, ``flows`` or ``artifacts``.
 - The project's module graph (mdp_core, tasks, flows, artifacts) has no cycle.
 - No re-exported names: ``from X import name`` takes ``name`` from the module that defines it.
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("mdp_core", "tasks", "flows", "artifacts")
 LAYERS = (
     "mdp_core.errors",
-    "mdp_core.spec",
+    "mdp_core.declarations",
     "mdp_core.runtime",
     "mdp_core.problem",
     "mdp_core.solvers",
@@ -104,7 +104,7 @@ def test_layers_import_only_downwards() -> None:
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("layer", ["mdp_core.errors", "mdp_core.spec"])
+@pytest.mark.parametrize("layer", ["mdp_core.errors", "mdp_core.declarations"])
 def test_declarations_import_no_numerical_library(layer: str) -> None:
     bad = [
         f"{path.relative_to(ROOT)}:{line} imports {module}"

@@ -143,7 +143,7 @@ def test_the_loss_is_in_the_ingest_key(tmp_path, monkeypatch):
 
     from flows.config import parse_config
     from flows.release import stage_params
-    from mdp_core.spec import dataset_kinds
+    from mdp_core.declarations import dataset_kinds
     from tasks.cache import forget_code_versions, stage_key
 
     def key(params: dict) -> str:

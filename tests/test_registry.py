@@ -1,4 +1,4 @@
-"""The registries are the only lists: every dataset kind's declaration (mdp_core.spec.dataset_kinds.Kind)
+"""The registries are the only lists: every dataset kind's declaration (mdp_core.declarations.dataset_kinds.Kind)
 matches its loader (parameters, defaults, the records.parquet columns it publishes, its record key), every
 method's capability flags match what it does (a needs_partition method solves on a partition; a baseline
 reports no bound), the config's choices come from the registry, and the docs list exactly the registered
@@ -17,11 +17,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from mdp_core.declarations import dataset_kinds, methods
+from mdp_core.declarations.options import REQUIRED, specs
 from mdp_core.problem.datasets import registry
 from mdp_core.problem.io import write_instance
 from mdp_core.problem.microdata import KEY_COLUMNS
-from mdp_core.spec import dataset_kinds, methods
-from mdp_core.spec.options import REQUIRED, specs
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 COORDINATE = re.compile(dataset_kinds.COORDINATE_COLUMN)

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
+from mdp_core.declarations.methods import Method
 from mdp_core.errors import InputError, SolverError
 from mdp_core.problem.datasets import grid
 from mdp_core.solvers import lp, mechanisms
 from mdp_core.solvers import solve as solve_mod
 from mdp_core.solvers.result import RawSolution, Status, gap_closed, honest_status
 from mdp_core.solvers.solve import solve
-from mdp_core.spec.methods import Method
 
 
 @contextlib.contextmanager
@@ -157,8 +157,8 @@ def test_cli_method_options_come_from_the_dataclasses(tmp_path, capsys) -> None:
 
 
 def test_option_constraints_are_declared_once() -> None:
-    """Options validate against their fields' declared constraints (mdp_core.spec.options.validate)."""
-    from mdp_core.spec.methods import BendersOptions, ColgenOptions
+    """Options validate against their fields' declared constraints (mdp_core.declarations.options.validate)."""
+    from mdp_core.declarations.methods import BendersOptions, ColgenOptions
 
     with pytest.raises(InputError, match=r"max_iterations must be an integer, got 2.5"):
         BendersOptions(max_iterations=2.5)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets import grid, synthetic
 from mdp_core.problem.datasets.common import from_points
@@ -21,7 +22,6 @@ from mdp_core.solvers import auto, rowgen
 from mdp_core.solvers.result import Status
 from mdp_core.solvers.solve import solve
 from mdp_core.solvers.verify import verify
-from mdp_core.spec.solver_options import SolverOptions
 
 
 def slack(x: float) -> float:

@@ -1,4 +1,4 @@
-"""The flow runs its stages from their declaration (issue 42): ``mdp_core.spec.contract.STAGES`` says what each
+"""The flow runs its stages from their declaration (issue 42): ``mdp_core.declarations.contract.STAGES`` says what each
 stage reads, which config section feeds its parameters and when it runs; ``flows.release.run_stages`` iterates
 it, ``stage_params`` and the task table are derived. A stage added to a copy of the declaration runs in its
 declared place with no edit to flows/release.py."""
@@ -16,7 +16,7 @@ from prefect import task
 from artifacts.store import ArtifactRef, Store
 from flows import release
 from flows.config import parse_config
-from mdp_core.spec import contract
+from mdp_core.declarations import contract
 from tasks import evaluate
 from tasks import release as release_task
 

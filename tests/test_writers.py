@@ -11,14 +11,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from mdp_core.declarations import contract, tables
 from mdp_core.errors import InputError
 from mdp_core.problem import io
 from mdp_core.release import evaluate, postprocess
 from mdp_core.solvers import benders, colgen, rowgen
-from mdp_core.spec import contract, tables
 
 ROOT = Path(__file__).resolve().parents[1]
-DECLARING = {ROOT / "mdp_core" / "spec" / "contract.py", ROOT / "mdp_core" / "spec" / "tables.py"}
+DECLARING = {ROOT / "mdp_core" / "declarations" / "contract.py", ROOT / "mdp_core" / "declarations" / "tables.py"}
 
 
 def _types(path: Path) -> dict[str, str]:
@@ -110,7 +110,7 @@ def test_no_module_keeps_a_second_column_list() -> None:
             for line, names in _string_lists(ast.parse(path.read_text(), str(path))):
                 if names in declared:
                     copies.append(f"{path.relative_to(ROOT)}:{line}: the columns of {declared[names]}")
-    assert not copies, "read them from mdp_core.spec.contract / tables instead:\n" + "\n".join(copies)
+    assert not copies, "read them from mdp_core.declarations.contract / tables instead:\n" + "\n".join(copies)
 
 
 def test_the_scan_finds_a_copy() -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.errors import InputError
 from mdp_core.problem import partition as part_mod
 from mdp_core.problem.datasets import registry
@@ -43,7 +44,6 @@ from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import pairwise
 from mdp_core.release import perturb, postprocess
 from mdp_core.solvers.solve import solve
-from mdp_core.spec.solver_options import SolverOptions
 
 DATASETS = ("road", "grid", "text", "synthetic")
 PARTITIONERS: tuple[str, ...] = tuple(part_mod.PARTITIONERS)  # ("kmdv", "kmrec", "kmadj", "bsc")
@@ -122,7 +122,7 @@ def dataset_specs(
         )
     specs["grid"] = DatasetSpec("grid", "grid", {}, None, source="1 km grid cells (paper), eta = 2 km")
     try:
-        from mdp_core.spec.dataset_kinds import glove_files
+        from mdp_core.declarations.dataset_kinds import glove_files
 
         glove_files()
         specs["text"] = DatasetSpec(

@@ -36,9 +36,9 @@ from prefect import task
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from flows.reproduce import compare, report
 from flows.reproduce import experiments as ex
+from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.problem.io import read_table, write_frame
 from mdp_core.runtime.files import atomic_write, write_json
-from mdp_core.spec.solver_options import SolverOptions
 from tasks.cache import code_modules
 from tasks.common import logger, run_stage
 

@@ -30,13 +30,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mdp_core.declarations import tables
+from mdp_core.declarations.tables import PublishedFile
 from mdp_core.errors import InputError
 from mdp_core.problem.instance import Instance
 
 # the helpers that need no numerical library live in mdp_core.runtime.files (re-exported here)
 from mdp_core.runtime.files import atomic_write, file_sha256, read_json, write_json  # noqa: F401
-from mdp_core.spec import tables
-from mdp_core.spec.tables import PublishedFile
 
 FORMAT = "mdp-instance"
 SCHEMA_VERSION = 1
@@ -85,7 +85,7 @@ def _declared_order(decl: PublishedFile, given: list[str]) -> list[str]:
     if undeclared:
         raise InputError(
             f"{decl.path}: undeclared column(s) {undeclared} (declared: {', '.join(decl.column_names)}); "
-            "a published column is declared first, in mdp_core/spec/tables.py"
+            "a published column is declared first, in mdp_core/declarations/tables.py"
         )
     if not decl.all_columns:
         return given
@@ -96,8 +96,8 @@ def _declared_order(decl: PublishedFile, given: list[str]) -> list[str]:
 
 
 def write_published(path: str | Path, data: pd.DataFrame | Columns, name: str | PublishedFile) -> Path:
-    """Write the published Parquet table ``name`` (:func:`mdp_core.spec.tables.table`, e.g.
-    ``"evaluation.parquet"``, or its declaration: :func:`mdp_core.spec.contract.published` for
+    """Write the published Parquet table ``name`` (:func:`mdp_core.declarations.tables.table`, e.g.
+    ``"evaluation.parquet"``, or its declaration: :func:`mdp_core.declarations.contract.published` for
     ``instance/records.parquet``) from a frame or columns: checked against its declared columns
     (:func:`_declared_order`: an undeclared or missing column is an InputError), each cast to its declared Arrow
     type (text: ``large_string`` even from a numpy object array; a coordinate: ``double``; a column declared

@@ -48,10 +48,10 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import cKDTree
 
+from mdp_core.declarations import dataset_kinds
 from mdp_core.errors import InputError, SecretTableError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import EARTH_RADIUS_KM, unit_sphere
-from mdp_core.spec import dataset_kinds
 
 # record keys a ``record`` column is matched against, in this order: each dataset kind's declared record_key
 KEY_COLUMNS: tuple[str, ...] = dataset_kinds.RECORD_KEYS

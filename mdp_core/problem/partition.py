@@ -32,11 +32,11 @@ from scipy.cluster.vq import kmeans2
 from scipy.sparse import csgraph
 from scipy.sparse.linalg import eigsh
 
+from mdp_core.declarations.methods import PARTITIONERS  # defined there, importing no scipy
 from mdp_core.errors import InputError
 from mdp_core.problem.graph import adjacency, components, path_distances
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import pairwise
-from mdp_core.spec.methods import PARTITIONERS  # defined there, importing no scipy
 
 DENSE_LIMIT = 2000  # N above which distance / adjacency vectors are sketched instead of stored
 JL_DIM = 128  # sketch dimension

@@ -50,14 +50,14 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      appendix -- is :func:`mdp_core.release.report.render_report` of those claims, character for character (an
      edited sentence is a finding). Only an unsigned v2 release may carry the old claims-only report;
   9. every key of every published JSON file (:func:`_check_declared_keys`) is declared in
-     :mod:`mdp_core.spec.contract` (:attr:`~mdp_core.spec.contract.PublishedFile.blocks`: the manifest's
+     :mod:`mdp_core.declarations.contract` (:attr:`~mdp_core.declarations.contract.PublishedFile.blocks`: the manifest's
      config section by section, its stages, code and package versions; solve.json's options, repair and
      solver; instance.json's tables and provenance; ...), and no object sits where a value is declared.
 
 No finding = the release is what its files say.
 
 Which files a release must carry or may publish, their allowed columns and keys and the stage that wrote
-each are declared once, in :mod:`mdp_core.spec.contract`; :data:`REQUIRED`, :data:`PUBLISHED`,
+each are declared once, in :mod:`mdp_core.declarations.contract`; :data:`REQUIRED`, :data:`PUBLISHED`,
 :data:`COLUMNS`, :data:`NAME_EXCEPTIONS`, the key sets and :func:`_stage_of` are views of it.
 
 The door (:func:`check_publication`) runs every step on every publication: there is no memo of content
@@ -74,16 +74,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+from mdp_core.declarations import contract
+from mdp_core.declarations.budget import additive_epsilon, stated_metric, this_release
+from mdp_core.declarations.methods import GapOptions
 from mdp_core.errors import MdpError, PrivacyError
 from mdp_core.runtime.files import file_sha256
 from mdp_core.solvers.result import BOUND_TOLERANCE, gap_closed
-from mdp_core.spec import contract
-from mdp_core.spec.budget import additive_epsilon, stated_metric, this_release
-from mdp_core.spec.methods import GapOptions
 
 # Step 2 imports numpy, pandas and pyarrow (mdp_core.problem.io, mdp_core.solvers.verify) when it runs, not at import.
 
-# The release contract (mdp_core.spec.contract) declares every published file once; these are its views.
+# The release contract (mdp_core.declarations.contract) declares every published file once; these are its views.
 INSTANCE_DIR = contract.INSTANCE_DIR
 PROVENANCE = contract.PROVENANCE
 PROVENANCE_FORMAT = contract.PROVENANCE_FORMAT
@@ -267,7 +267,7 @@ def _check_listed_files(d: Path, listed: dict) -> tuple[dict[str, str], list[str
 
 
 def _publishable(name: str) -> bool:
-    """A file a release lists (:data:`mdp_core.spec.contract.PUBLISHED`: the declared files and figures)."""
+    """A file a release lists (:data:`mdp_core.declarations.contract.PUBLISHED`: the declared files and figures)."""
     return contract.is_published(name) and contract.published(name).listed
 
 
@@ -285,7 +285,7 @@ def _check_folder(d: Path, listed: dict) -> list[str]:
 
 def _stage_of(name: str) -> tuple[str, str]:
     """(pipeline stage, file name in its output) of a published file (:attr:`PublishedFile.stage` /
-    :attr:`~mdp_core.spec.contract.PublishedFile.file`); an undeclared name: the evaluate stage's (the
+    :attr:`~mdp_core.declarations.contract.PublishedFile.file`); an undeclared name: the evaluate stage's (the
     export stage's under ``instance/``)."""
     if contract.is_published(name) and contract.published(name).listed:
         return contract.published(name).stage, name.rpartition("/")[2]
@@ -1286,7 +1286,7 @@ def _undeclared(
 ) -> Iterator[str]:
     """Every key of the JSON object ``value`` (the object at dotted ``path`` of the file ``where``) that its
     declared block does not allow, and every object where the block declares a value
-    (:attr:`mdp_core.spec.contract.PublishedFile.blocks`; ``free``: objects whose keys are not enumerated;
+    (:attr:`mdp_core.declarations.contract.PublishedFile.blocks`; ``free``: objects whose keys are not enumerated;
     ``checked``: paths whose keys and values another step checks)."""
     allowed = blocks.get(path, frozenset())
     for key, item in value.items():
@@ -1316,7 +1316,7 @@ def _undeclared(
 
 
 def _check_declared_keys(d: Path, manifest: dict) -> list[str]:
-    """Every key of every published JSON file is declared in :mod:`mdp_core.spec.contract` (the manifest's
+    """Every key of every published JSON file is declared in :mod:`mdp_core.declarations.contract` (the manifest's
     config, stages, code and package versions, solve.json's options, repair and solver, instance.json's
     tables and provenance, ...) or is a finding."""
     kind = _obj(_obj(manifest.get("config")).get("dataset")).get("kind")

@@ -1,7 +1,7 @@
 """Against planar Laplace: what an analyst would write instead, at the release's stated guarantee (issue 40).
 
 A release states its guarantee in the data's own metric: eps x stretch per unit (``guarantee.
-metric_epsilon_per_unit``, :class:`mdp_core.spec.budget.Guarantee`). At that same stated guarantee an analyst
+metric_epsilon_per_unit``, :class:`mdp_core.declarations.budget.Guarantee`). At that same stated guarantee an analyst
 would write planar Laplace (Andres et al., "Geo-indistinguishability", CCS 2013) in a few lines of numpy:
 add noise of density proportional to exp(-eps_m ||x||) to the record, in the record's own coordinates (for
 lat/lon: the local tangent plane in km, mapped onto the sphere by the azimuthal equidistant map, so a

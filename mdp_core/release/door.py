@@ -7,7 +7,7 @@ Inputs are public facts of the instance (:class:`GraphFacts`, recomputed from th
 edges, never read from a stage's claim), the release's settings (:class:`Settings`) and, for an agency's
 table, facts about the secret table that were validated before the door (:class:`TableFacts`: counts
 only, never a row or a value). The result, :class:`PrivacyPlan`, holds the guarantee, every planned
-charge in exact arithmetic (:func:`mdp_core.spec.budget.mechanism_epsilon`: the certificate's tolerance
+charge in exact arithmetic (:func:`mdp_core.declarations.budget.mechanism_epsilon`: the certificate's tolerance
 included, rounded up; the stretch it pays is the one over the pairs within the protection radius, the moves
 the budget is charged for) and every refusal with its reason. A plan with refusals admits nothing.
 
@@ -45,8 +45,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from mdp_core.declarations.budget import Epsilon, Guarantee, Spend, compose, mechanism_epsilon
 from mdp_core.errors import PrivacyError, SecretTableError
-from mdp_core.spec.budget import Epsilon, Guarantee, Spend, compose, mechanism_epsilon
 
 SIMULATED_PREFIX = "simulated-"
 AT_RECORD = 1e-9  # a person this close to a record (in the instance's unit) is "at" it

@@ -33,19 +33,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mdp_core.declarations import tables
 from mdp_core.errors import InputError
 from mdp_core.problem.graph import path_distances
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import pairwise
 from mdp_core.solvers.mechanisms import record_output_distances
 from mdp_core.solvers.verify import RATIO_TOL, check_mechanism, directed_pairs, log_ratio, objective, verify
-from mdp_core.spec import tables
 
 DELTA = 1e-3
 _DTYPES = {"int64": "Int64", "double": "float64", "bool": "boolean", "large_string": "string"}
 Q = 0.95
 
-COLUMNS = list(tables.EVALUATION.column_names)  # evaluation.parquet's, declared in mdp_core.spec.tables
+COLUMNS = list(tables.EVALUATION.column_names)  # evaluation.parquet's, declared in mdp_core.declarations.tables
 
 
 def record_losses(instance: Instance, z: np.ndarray) -> np.ndarray:

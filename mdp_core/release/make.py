@@ -3,14 +3,14 @@ measure the DP counts of the true data, with the guarantee it states and the spe
 
 No store, no ledger, no Prefect: the caller (``tasks/postprocess.py`` in the pipeline, or a user of the
 library alone) keeps the secret draw and the budget. Two calls, so that nothing is measured before the budget
-accepts (the release's privacy contract: :mod:`mdp_core.spec.budget`, ``docs/privacy.md``):
+accepts (the release's privacy contract: :mod:`mdp_core.declarations.budget`, ``docs/privacy.md``):
 
   1. :func:`plan_release` certifies the mechanism from the array about to be drawn from
      (:func:`mdp_core.solvers.verify.verify`, exact tolerance, graph against the metric: PrivacyError, nothing
      drawn, when it fails) and returns the :class:`Plan` of the privacy door's verdict
-     (:func:`mdp_core.release.door.plan_privacy`): the :class:`~mdp_core.spec.budget.Guarantee` and the two
+     (:func:`mdp_core.release.door.plan_privacy`): the :class:`~mdp_core.declarations.budget.Guarantee` and the two
      spends -- "perturb" (eps x stretch x protection radius, exact) and "counts" (eps_counts);
-  2. the caller charges ``plan.spends`` (a ledger, or :meth:`mdp_core.spec.budget.Budget.admits`);
+  2. the caller charges ``plan.spends`` (a ledger, or :meth:`mdp_core.declarations.budget.Budget.admits`);
   3. :func:`make_release` draws each individual's output from its record's row (``rng``: a secret stream,
      e.g. :meth:`artifacts.private.Draw.rng`) and measures the counts (``measure``: exact discrete Laplace,
      kept by the caller so a re-run reproduces it); :func:`provenance_fields` gives the provenance record.
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mdp_core.declarations.budget import Budget, Guarantee, Spend
 from mdp_core.errors import PrivacyError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.microdata import cell_of_record
@@ -40,7 +41,6 @@ from mdp_core.release.door import PrivacyPlan, refuse_deterministic
 from mdp_core.release.noise import discrete_laplace
 from mdp_core.release.postprocess import Measure, release_counts
 from mdp_core.solvers.verify import verify
-from mdp_core.spec.budget import Budget, Guarantee, Spend
 
 
 @dataclass(frozen=True)

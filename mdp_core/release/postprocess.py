@@ -35,12 +35,12 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from mdp_core.declarations import tables
 from mdp_core.errors import InputError, SolverError
 from mdp_core.release.intervals import check_level, count_intervals
 from mdp_core.release.noise import MOVE_SENSITIVITY, Measurement
 from mdp_core.solvers import highs
 from mdp_core.solvers.result import Status
-from mdp_core.spec import tables
 
 FeatureSpec = np.ndarray | Sequence[np.ndarray]
 
@@ -582,7 +582,7 @@ def weighted_l2(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return float(np.sqrt(sum(sq)))
 
 
-CURVE_COLUMNS = list(tables.COUNT_ERROR.column_names)  # cbdp_error.parquet's, declared in mdp_core.spec.tables
+CURVE_COLUMNS = list(tables.COUNT_ERROR.column_names)  # cbdp_error.parquet's, declared in mdp_core.declarations.tables
 
 
 def error_curve(
@@ -627,7 +627,7 @@ def error_curve(
 
 
 # ------------------------------------------------------------------------------ flow aggregate
-AGGREGATE_COLUMNS = list(tables.AGGREGATES.column_names)  # aggregates.parquet's (mdp_core.spec.tables)
+AGGREGATE_COLUMNS = list(tables.AGGREGATES.column_names)  # aggregates.parquet's (mdp_core.declarations.tables)
 Measure = Callable[[np.ndarray, int, float], Measurement]  # (true counts, L1 sensitivity, eps) -> noisy
 
 

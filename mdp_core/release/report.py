@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mdp_core.declarations.methods import REGISTRY
 from mdp_core.runtime.files import atomic_write
-from mdp_core.spec.methods import REGISTRY
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,7 +45,7 @@ def _save(fig, path: Path) -> Path:
 
 
 # What the bounds plot is titled and its curves labelled, per method that ran: each method's declared
-# ``bounds`` (mdp_core.spec.methods); a method without them: its own name and the generic labels.
+# ``bounds`` (mdp_core.declarations.methods); a method without them: its own name and the generic labels.
 BOUND_PLOTS: dict[str, tuple[str, str, str]] = {n: m.bounds for n, m in REGISTRY.items() if m.bounds is not None}
 
 

@@ -39,9 +39,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from mdp_core.declarations.solver_options import EXECUTORS, Executor, Factory, Worker
 from mdp_core.errors import InputError, Interrupted, SolverError
 from mdp_core.runtime import control
-from mdp_core.spec.solver_options import EXECUTORS, Executor, Factory, Worker
 
 
 class SerialExecutor:

@@ -64,14 +64,14 @@ from typing import Any
 
 import numpy as np
 
+from mdp_core.declarations.methods import AutoOptions, GapOptions
+from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.errors import InputError
 from mdp_core.problem.graph import components
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import pairwise
 from mdp_core.solvers import colgen, lp, rowgen
 from mdp_core.solvers.result import RawSolution
-from mdp_core.spec.methods import AutoOptions, GapOptions
-from mdp_core.spec.solver_options import SolverOptions
 
 # the methods auto may pick: (function, options class)
 CHOICES: dict[str, tuple[Callable[..., RawSolution], type[GapOptions]]] = {

@@ -115,6 +115,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from mdp_core.declarations import tables
+from mdp_core.declarations.methods import BendersOptions
+from mdp_core.declarations.solver_options import Executor, SolverOptions
 from mdp_core.errors import SolverError
 from mdp_core.problem.graph import path_distances
 from mdp_core.problem.instance import Instance
@@ -127,9 +130,6 @@ from mdp_core.solvers.highs import LpModel, LpSolution
 from mdp_core.solvers.mechanisms import smooth_to_mdp
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
 from mdp_core.solvers.verify import MAX_LOG_RATIO, repair
-from mdp_core.spec import tables
-from mdp_core.spec.methods import BendersOptions
-from mdp_core.spec.solver_options import Executor, SolverOptions
 
 SLACK_TOL = 1e-9  # total slack (probability units) below which an assembled solution counts as feasible
 STALL_GAP = 1e-4  # stall detection only applies once the relative gap is this small
@@ -139,7 +139,7 @@ PRICED_AT_ONCE_GAP = 1e-3  # seed vs first master bound (relative) above which t
 HEURISTIC_EVERY = 10  # iterations between primal-heuristic runs once it stops improving the UB
 PROCESS_MIN_VARS = 20_000  # total subproblem variables (internal records x K) before a process pool pays off
 INF = highs.INF
-_TRACE_COLUMNS = list(tables.TRACE_COLUMNS["benders"])  # trace.parquet's, declared in mdp_core.spec.tables
+_TRACE_COLUMNS = list(tables.TRACE_COLUMNS["benders"])  # trace.parquet's, declared in mdp_core.declarations.tables
 
 
 # ============================================================================ subproblems
@@ -301,7 +301,7 @@ class SubWorker:
 
 
 def make_executor(executor: str | Executor, total_vars: int, n_subs: int, scheduler: str | None = None) -> Executor:
-    """ "serial", "process", "auto" or an :class:`~mdp_core.spec.solver_options.Executor`. "auto" uses processes
+    """ "serial", "process", "auto" or an :class:`~mdp_core.declarations.solver_options.Executor`. "auto" uses processes
     only from ``PROCESS_MIN_VARS`` subproblem variables and 2 subproblems (module docstring)."""
     return executor_mod.make_executor(executor, total_vars >= PROCESS_MIN_VARS and n_subs >= 2, scheduler)
 

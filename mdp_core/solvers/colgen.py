@@ -127,6 +127,9 @@ import pandas as pd
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from mdp_core.declarations import tables
+from mdp_core.declarations.methods import ColgenOptions
+from mdp_core.declarations.solver_options import Executor, SolverOptions
 from mdp_core.errors import InputError, SolverError
 from mdp_core.problem.graph import Block, component_blocks, path_distances
 from mdp_core.problem.instance import Instance
@@ -137,9 +140,6 @@ from mdp_core.solvers import privacy_rows as pr
 from mdp_core.solvers.highs import DUAL_SIMPLEX, PRIMAL_SIMPLEX, LpModel, LpSolution
 from mdp_core.solvers.result import LIMITS, RawSolution, Status, gap_closed
 from mdp_core.solvers.verify import MAX_LOG_RATIO
-from mdp_core.spec import tables
-from mdp_core.spec.methods import ColgenOptions
-from mdp_core.spec.solver_options import Executor, SolverOptions
 
 SOLVED = frozenset({Status.OPTIMAL, *LIMITS})
 FLOOR = 1e-13  # smallest column entry relative to the column's maximum (see module docstring)
@@ -402,7 +402,7 @@ class PricingWorker:
 
 
 def make_executor(executor: str | Executor, work: int, n_workers: int, scheduler: str | None = None) -> Executor:
-    """ "serial", "process", "dask", "auto" or an :class:`~mdp_core.spec.solver_options.Executor`. "auto" uses
+    """ "serial", "process", "dask", "auto" or an :class:`~mdp_core.declarations.solver_options.Executor`. "auto" uses
     processes only from ``PROCESS_MIN_WORK`` pricing nonzeros (K x the pricing rows' nonzeros, summed
     over components) and 2 workers (module docstring)."""
     return executor_mod.make_executor(executor, work >= PROCESS_MIN_WORK and n_workers >= 2, scheduler)
@@ -636,7 +636,7 @@ def _polish(run: _Run, comps: list[_Component]) -> None:
 
 
 # --------------------------------------------------------------------------- the method
-TRACE_COLUMNS = list(tables.TRACE_COLUMNS["colgen"])  # trace.parquet's, declared in mdp_core.spec.tables
+TRACE_COLUMNS = list(tables.TRACE_COLUMNS["colgen"])  # trace.parquet's, declared in mdp_core.declarations.tables
 
 
 @dataclass

@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from mdp_core.declarations.methods import ConstoptOptions
+from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.errors import InputError, SolverError
 from mdp_core.problem.graph import path_distances
 from mdp_core.problem.instance import Instance
@@ -45,8 +47,6 @@ from mdp_core.solvers.highs import LpModel
 from mdp_core.solvers.mechanisms import record_output_distances
 from mdp_core.solvers.result import RawSolution, Status
 from mdp_core.solvers.verify import objective
-from mdp_core.spec.methods import ConstoptOptions
-from mdp_core.spec.solver_options import SolverOptions
 
 TINY = 1e-12  # coefficients below this (relative, after scaling) are left out of the LP matrix
 

@@ -44,13 +44,12 @@ import highspy  # imported in 0.2 s; only this module touches it
 import numpy as np
 import scipy.sparse as sp
 
+# the HiGHS settings and their names live in mdp_core.declarations.solver_options (no highspy, no numpy: the config and
+# the command line read them); re-exported here, where every solver module has always found them
+from mdp_core.declarations.solver_options import INF, SOLVERS, SolverOptions  # noqa: F401
 from mdp_core.errors import SolverError
 from mdp_core.runtime import control
 from mdp_core.solvers.result import LIMITS, Status
-
-# the HiGHS settings and their names live in mdp_core.spec.solver_options (no highspy, no numpy: the config and
-# the command line read them); re-exported here, where every solver module has always found them
-from mdp_core.spec.solver_options import INF, SOLVERS, SolverOptions  # noqa: F401
 
 log = logging.getLogger(__name__)
 

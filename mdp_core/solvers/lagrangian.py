@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from mdp_core.declarations.solver_options import Executor, SolverOptions
 from mdp_core.errors import InputError, SolverError
 from mdp_core.problem.instance import Instance
 from mdp_core.runtime import control
@@ -67,7 +68,6 @@ from mdp_core.solvers import highs
 from mdp_core.solvers import privacy_rows as pr
 from mdp_core.solvers.highs import DUAL_SIMPLEX, LpModel
 from mdp_core.solvers.result import LIMITS, Status
-from mdp_core.spec.solver_options import Executor, SolverOptions
 
 VIOLATION = 1e-9  # a held point violates a pair's row when x_a / g - x_b exceeds this (x in [0, 1])
 ROWS_PER_SOLVE = 1.0  # rows appended per re-solve, at most, times N (largest deficit first)

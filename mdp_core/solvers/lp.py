@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from mdp_core.declarations.methods import LpOptions
+from mdp_core.declarations.solver_options import SOLVERS, SolverOptions
 from mdp_core.errors import SolverError
 from mdp_core.problem.graph import Block, component_blocks
 from mdp_core.problem.instance import Instance
@@ -39,8 +41,6 @@ from mdp_core.runtime import control
 from mdp_core.solvers import privacy_rows as pr
 from mdp_core.solvers.highs import LpModel, LpSolution, new_highs, pass_model, run, scale_costs, solve_model
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
-from mdp_core.spec.methods import LpOptions
-from mdp_core.spec.solver_options import SOLVERS, SolverOptions
 
 # The PMO LP is feasible (the uniform mechanism) and bounded (rows are distributions): any other status
 # is a numerical breakdown, retried (other algorithm, then cold without presolve) within the time limit.

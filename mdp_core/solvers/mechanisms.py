@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.spatial import cKDTree
 
+from mdp_core.declarations.methods import ExpOptions, LaplaceOptions
 from mdp_core.errors import InputError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import EARTH_RADIUS_KM, pairwise
 from mdp_core.solvers.result import RawSolution, Status
-from mdp_core.spec.methods import ExpOptions, LaplaceOptions
 
 if TYPE_CHECKING:
-    from mdp_core.spec.solver_options import SolverOptions
+    from mdp_core.declarations.solver_options import SolverOptions
 
 
 def record_output_distances(instance: Instance) -> np.ndarray:

@@ -104,6 +104,9 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
+from mdp_core.declarations import tables
+from mdp_core.declarations.methods import RowgenOptions
+from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.problem.instance import Instance
 from mdp_core.runtime import control
 from mdp_core.solvers import highs, lagrangian
@@ -111,11 +114,8 @@ from mdp_core.solvers import privacy_rows as pr
 from mdp_core.solvers.mechanisms import smooth_to_mdp
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
 from mdp_core.solvers.verify import objective
-from mdp_core.spec import tables
-from mdp_core.spec.methods import RowgenOptions
-from mdp_core.spec.solver_options import SolverOptions
 
-TRACE_COLUMNS = list(tables.TRACE_COLUMNS["rowgen"])  # trace.parquet's, declared in mdp_core.spec.tables
+TRACE_COLUMNS = list(tables.TRACE_COLUMNS["rowgen"])  # trace.parquet's, declared in mdp_core.declarations.tables
 CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
 # min c.z over z >= 0 with c >= 0 is bounded and feasible (the uniform mechanism satisfies every row):
 # any status but optimal or a limit is a numerical breakdown, retried with the other algorithm, cold.

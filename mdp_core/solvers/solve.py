@@ -3,7 +3,7 @@
 ``solve(instance, "lp")`` returns a :class:`Solution` whose ``z`` passed :func:`mdp_core.solvers.verify.verify`;
 ``solve_info()`` is what goes into solve.json.
 
-Methods are declared in :mod:`mdp_core.spec.methods` (:data:`METHODS`, their function imported on first use).
+Methods are declared in :mod:`mdp_core.declarations.methods` (:data:`METHODS`, their function imported on first use).
 A method is a function ``f(instance, options: SolverOptions, progress, params: XOptions) -> RawSolution``:
 :func:`solve` builds its declared ``XOptions`` from the keyword arguments it is given (which validates
 them) and rejects unknown keys with an :class:`InputError` naming them and listing the known ones (the
@@ -22,15 +22,15 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from mdp_core.declarations.methods import BASELINES, REGISTRY, GapOptions, Method
+from mdp_core.declarations.options import Options, specs
+from mdp_core.declarations.solver_options import MAX_MIX, SolverOptions
 from mdp_core.errors import InputError, SolverError
 from mdp_core.problem.instance import Instance
 from mdp_core.runtime import isolate as isolate_mod
 from mdp_core.solvers import highs
 from mdp_core.solvers.result import RELEASABLE, RawSolution, Status, honest_status
 from mdp_core.solvers.verify import Certificate, RepairReport, certify, objective
-from mdp_core.spec.methods import BASELINES, REGISTRY, GapOptions, Method
-from mdp_core.spec.options import Options, specs
-from mdp_core.spec.solver_options import MAX_MIX, SolverOptions
 
 __all__ = ["METHODS", "BASELINES", "RawSolution", "Solution", "method_options", "options_class", "solve"]
 
@@ -79,7 +79,7 @@ class Solution:
         }
 
 
-# name -> declaration (mdp_core.spec.methods.REGISTRY); its function is imported on first use
+# name -> declaration (mdp_core.declarations.methods.REGISTRY); its function is imported on first use
 METHODS: dict[str, Method] = dict(REGISTRY)
 DEFAULT_GAP = (GapOptions.gap_abs, GapOptions.gap_rel)  # the declared gap, for methods whose options have none
 # From this many full-LP privacy rows (2 E K) a solve runs in a killable child process. HiGHS's preamble
@@ -104,7 +104,7 @@ def _function(method: str) -> Callable[..., RawSolution]:
 
 
 def options_class(method: str) -> type[Options]:
-    """The options dataclass of ``method`` (its declaration in mdp_core.spec.methods; no solver is imported)."""
+    """The options dataclass of ``method`` (its declaration in mdp_core.declarations.methods; no solver is imported)."""
     return _declared(method).options
 
 

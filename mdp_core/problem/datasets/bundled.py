@@ -5,11 +5,11 @@
 * ``corpus = "gensim-lee"``: gensim's ``lee_background.cor`` (trains Word2Vec deterministically).
 
 ``resolve(param, value)`` turns such a name into the file's path; any other value is returned as is.
-Defined in :mod:`mdp_core.spec.dataset_kinds` (which the config reads without importing a loader); re-exported here.
+Defined in :mod:`mdp_core.declarations.dataset_kinds` (which the config reads without importing a loader); re-exported here.
 """
 
 from __future__ import annotations
 
-from mdp_core.spec.dataset_kinds import BUNDLED, NAMES, resolve
+from mdp_core.declarations.dataset_kinds import BUNDLED, NAMES, resolve
 
 __all__ = ["BUNDLED", "NAMES", "resolve"]

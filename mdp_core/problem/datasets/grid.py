@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from mdp_core.declarations.dataset_kinds import GridParams
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets.common import DEFAULT_OUTPUTS, choose_outputs, destination_costs, from_points
 from mdp_core.problem.datasets.road import RoadGraph, check_loss, road_graph
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import euclidean
-from mdp_core.spec.dataset_kinds import GridParams
 
 ROME_SW = (41.66, 12.24)
 ROME_NE = (42.10, 12.81)

@@ -29,12 +29,12 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
+from mdp_core.declarations.dataset_kinds import PointsParams
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets.common import choose_outputs, coordinate_frame, first_occurrence_groups, from_points
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import check_points, haversine_km
 from mdp_core.runtime.files import file_sha256
-from mdp_core.spec.dataset_kinds import PointsParams
 
 RESERVED = ("id", "weight")
 

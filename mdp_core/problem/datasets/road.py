@@ -42,12 +42,12 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 from scipy.spatial import cKDTree
 
+from mdp_core.declarations.dataset_kinds import LOSSES, RoadParams
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets.common import choose_outputs, destination_costs, from_points
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import check_points, haversine_km, unit_sphere
 from mdp_core.runtime.files import file_sha256
-from mdp_core.spec.dataset_kinds import LOSSES, RoadParams
 
 ROME_BBOX = (41.66, 12.24, 42.10, 12.81)  # south, west, north, east (Qiu 2024)
 NETWORK_TYPES = {"driving": "drive", "walking": "walk", "cycling": "bike", "all": "all"}
@@ -467,7 +467,7 @@ def _road_costs(
 
 
 def check_loss(loss: str) -> str:
-    """``loss`` when it is one of :data:`mdp_core.spec.dataset_kinds.LOSSES`, else an InputError naming it."""
+    """``loss`` when it is one of :data:`mdp_core.declarations.dataset_kinds.LOSSES`, else an InputError naming it."""
     if loss not in LOSSES:
         raise InputError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
     return loss

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from mdp_core.declarations.dataset_kinds import SyntheticParams
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets.common import DEFAULT_OUTPUTS, choose_outputs, from_points
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import euclidean
-from mdp_core.spec.dataset_kinds import SyntheticParams
 
 
 def synthetic(

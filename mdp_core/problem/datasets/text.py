@@ -37,11 +37,11 @@ from typing import Any
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from mdp_core.declarations.dataset_kinds import GLOVE_PACKAGE, TextParams, glove_files
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets.common import choose_outputs, first_occurrence_groups, from_points
 from mdp_core.problem.instance import Instance
 from mdp_core.runtime.files import file_sha256
-from mdp_core.spec.dataset_kinds import GLOVE_PACKAGE, TextParams, glove_files
 
 PAPER_EPS_ETA = 2.0 * 10.0
 

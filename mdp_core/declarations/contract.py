@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mdp_core.spec import dataset_kinds
-from mdp_core.spec.methods import REGISTRY, PartitionOptions, needs_partition
-from mdp_core.spec.options import specs
-from mdp_core.spec.solver_options import RepairOptions, SolverOptions
-from mdp_core.spec.tables import (  # noqa: F401  (re-exported: the contract's columns and files)
+from mdp_core.declarations import dataset_kinds
+from mdp_core.declarations.methods import REGISTRY, PartitionOptions, needs_partition
+from mdp_core.declarations.options import specs
+from mdp_core.declarations.solver_options import RepairOptions, SolverOptions
+from mdp_core.declarations.tables import (  # noqa: F401  (re-exported: the contract's columns and files)
     AGGREGATE_COLUMNS,
     AGGREGATE_COLUMNS_BEFORE_41,
     AGGREGATES,
@@ -279,7 +279,7 @@ SOLVE_OPTION_KEYS = frozenset(
 INSTANCE_PROVENANCE_KEYS = frozenset("dataset generator parameters source road_graph seed cost".split())
 
 # The Arrow type of every public records.parquet column a dataset kind may declare. Which columns exist is
-# declared once, with the kinds (mdp_core.spec.dataset_kinds.public_record_columns); a declared column
+# declared once, with the kinds (mdp_core.declarations.dataset_kinds.public_record_columns); a declared column
 # without a type here is an error at import.
 _RECORD_TYPES = {
     c.name: c

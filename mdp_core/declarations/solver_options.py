@@ -1,9 +1,9 @@
 """The options every method shares: the HiGHS settings (:class:`SolverOptions`) and the repair limit
-(:class:`RepairOptions`). Declarations only (:mod:`mdp_core.spec.options`), importing neither highspy nor numpy,
+(:class:`RepairOptions`). Declarations only (:mod:`mdp_core.declarations.options`), importing neither highspy nor numpy,
 so the release config and the command line read them cheaply. :mod:`mdp_core.solvers.highs` (the adapter that
 applies the HiGHS settings) re-exports every name here.
 
-No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.spec.options).
+No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.declarations.options).
 """
 
 import math
@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from mdp_core.declarations.options import Options, option
 from mdp_core.errors import InputError
-from mdp_core.spec.options import Options, option
 
 INF = float("inf")  # HiGHS's kHighsInf is IEEE infinity
 SOLVERS = ("simplex", "ipm")

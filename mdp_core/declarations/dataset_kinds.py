@@ -5,7 +5,7 @@ scipy, which a fully cached release, the config and the command line must not pa
 is here, importing none of them:
 
 * :data:`DECLARED` -- ``kind -> Kind``: one :class:`Kind` per dataset kind, declaring its loader's
-  parameters (a dataclass: type, default, help; :mod:`mdp_core.spec.options`), the loader's
+  parameters (a dataclass: type, default, help; :mod:`mdp_core.declarations.options`), the loader's
   ``"module:function"``, the parameters naming input files, the records.parquet columns the loader
   publishes and the column microdata records are keyed by. Everything else is derived from it:
   :data:`KINDS`, :data:`PARAMETERS` (the loaders take their defaults from these declarations, ``mdp-release
@@ -19,7 +19,7 @@ is here, importing none of them:
 * :data:`BUNDLED`, :func:`resolve` -- real data shipped inside installed packages, by name (``pbf =
   "helsinki"``, ``vectors = "gensim-test"``, ``corpus = "gensim-lee"``).
 
-No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.spec.options).
+No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.declarations.options).
 """
 
 import importlib.util
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mdp_core.declarations.options import REQUIRED, Options, option, specs
 from mdp_core.errors import InputError
-from mdp_core.spec.options import REQUIRED, Options, option, specs
 
 _FILE = "CSV or GeoPackage"
 _GEO = "km for grid/road/lat-lon points"

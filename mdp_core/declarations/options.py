@@ -1,8 +1,8 @@
 """How an option is declared, once: its name, type, default, help text and constraints.
 
 Options are fields of frozen dataclasses deriving from :class:`Options` and declared with
-:func:`option`: the solve methods' (:mod:`mdp_core.spec.methods`), the HiGHS settings
-(:mod:`mdp_core.spec.solver_options`) and the dataset loaders' parameters (:mod:`mdp_core.spec.dataset_kinds`). Those
+:func:`option`: the solve methods' (:mod:`mdp_core.declarations.methods`), the HiGHS settings
+(:mod:`mdp_core.declarations.solver_options`) and the dataset loaders' parameters (:mod:`mdp_core.declarations.dataset_kinds`). Those
 modules import no numerical library and do not postpone their annotations, so a field's type is the real
 type object: the command line (flows/cli.py, flows/cli_export.py), the release config and its Prefect
 parameter schema (flows/config.py) and the method itself read the same field, through :func:`specs`,

@@ -1,10 +1,10 @@
 """The Parquet tables a release publishes, declared once: their columns, in written order, and Arrow types.
 
-Registry-free on purpose (plain Python, no import of :mod:`mdp_core.spec.methods` or
-:mod:`mdp_core.spec.dataset_kinds`): the writers (:func:`mdp_core.problem.io.write_published`), the solvers (their
+Registry-free on purpose (plain Python, no import of :mod:`mdp_core.declarations.methods` or
+:mod:`mdp_core.declarations.dataset_kinds`): the writers (:func:`mdp_core.problem.io.write_published`), the solvers (their
 :data:`TRACE_COLUMNS`), :mod:`mdp_core.release.evaluate` and :mod:`mdp_core.release.postprocess` read these
 declarations without reading every method and dataset kind, so a stage's cache key (``tasks/cache.py``) still
-holds only the entries it uses. :mod:`mdp_core.spec.contract` re-exports them in ``PUBLISHED`` (the same
+holds only the entries it uses. :mod:`mdp_core.declarations.contract` re-exports them in ``PUBLISHED`` (the same
 objects) beside the files whose columns depend on the registries (``records.parquet``: the kinds' columns).
 No module keeps its own copy of a column list (``tests/test_writers.py``).
 """
@@ -223,8 +223,8 @@ PARQUET: tuple[PublishedFile, ...] = (
 def table(path: str) -> PublishedFile:
     """The declaration of the Parquet table ``path`` (relative to a release folder: ``evaluation.parquet``,
     ``instance/edges.parquet``; an instance table also by its file name, ``edges.parquet``). KeyError for a table
-    not declared here (``instance/records.parquet``: :func:`mdp_core.spec.contract.published`)."""
+    not declared here (``instance/records.parquet``: :func:`mdp_core.declarations.contract.published`)."""
     for f in PARQUET:
         if path in (f.path, f.file):
             return f
-    raise KeyError(f"{path!r} is not a Parquet table declared in mdp_core.spec.tables")
+    raise KeyError(f"{path!r} is not a Parquet table declared in mdp_core.declarations.tables")

@@ -16,16 +16,16 @@ What the pipeline does differently per method it reads from the entry's capabili
 :data:`BASELINES`, :data:`PARTITIONED` and :data:`COMPARABLE` (the config's evaluate baselines) derive from
 them. Adding a method is one :data:`REGISTRY` entry plus its module (tests/test_registry.py).
 
-No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.spec.options).
+No ``from __future__ import annotations``: the fields' types are read as objects (mdp_core.declarations.options).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mdp_core.declarations.options import Options, option
+from mdp_core.declarations.solver_options import EXECUTORS, SOLVERS, Executor
 from mdp_core.errors import InputError
-from mdp_core.spec.options import Options, option
-from mdp_core.spec.solver_options import EXECUTORS, SOLVERS, Executor
 
 # The partitioners of Qiu 2024 (mdp_core.problem.partition.partition), named here so the config and the command
 # line can list them without importing scipy.
