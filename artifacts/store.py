@@ -15,7 +15,7 @@ two runs compute the same key concurrently the first rename wins and the loser d
 is staged in ``runs/.<run>.tmp-<pid>-<random>/``, checked there (``check``: the door,
 :mod:`mdp_core.release.audit`) and renamed into place only if the check passes. Stored and released files
 have mode 0644, except objects derived from the secret table (``writer(..., private=True)``: the DP
-prior, the postprocess stage's output), whose folder is 0700 and files 0600 until published: the
+prior, the measure stage's output), whose folder is 0700 and files 0600 until published: the
 published copies (:meth:`Store.publish`) are 0644.
 
 Retention is per release name (:meth:`Store.prune_releases`): a release folder belongs to the name of
@@ -417,7 +417,7 @@ class Store:
         the new content equals it. A forced, different output, or a fresh one replacing an invalid
         leftover, is swapped in; the old folder goes to trash (module docstring), never deleted at once.
 
-        ``private``: an object derived from the secret table (the DP prior, the postprocess output): its
+        ``private``: an object derived from the secret table (the DP prior, the measure output): its
         folder is 0700 and its files 0600 (an existing output kept for the key is made so too), readable
         by the store's owner only until :meth:`publish` copies the released files as 0644.
         """

@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union, cast
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -561,12 +562,18 @@ class EvaluateConfig(BaseModel):
         return v
 
 
+def _timeout_field(stage: str) -> Any:
+    """A stage's ``[run.timeouts]`` field; a former name of the stage (``contract.FORMER_STAGE_NAMES``) is read too."""
+    former = [old for old, new in contract.FORMER_STAGE_NAMES.items() if new == stage]
+    return Field(None, gt=0, validation_alias=AliasChoices(stage, *former)) if former else Field(None, gt=0)
+
+
 # Per-stage timeout in seconds: one optional field per declared stage (mdp_core.declarations.contract.STAGES).
 TimeoutsConfig: type[BaseModel] = create_model(
     "TimeoutsConfig",
     __config__=STRICT,
     __doc__="Per-stage timeout in seconds (None: no limit). A stage that exceeds it fails the run.",
-    **cast(dict[str, Any], {s.name: (float | None, Field(None, gt=0)) for s in contract.STAGES}),
+    **cast(dict[str, Any], {s.name: (float | None, _timeout_field(s.name)) for s in contract.STAGES}),
 )
 
 

@@ -95,7 +95,7 @@ def _table(rows: list[list[str]]) -> str:
 @dataclass
 class Paid:
     """One release as the ledger's charges state it: the charges of one (release key, draw) -- the ``detail``
-    :func:`tasks.postprocess.charge_all` records -- within one budget (``budget``: 0 before any new-budget
+    :func:`tasks.measure.charge_all` records -- within one budget (``budget``: 0 before any new-budget
     entry, one more after each). A charge without that detail (written by hand or by an older version) is
     a release of its own. ``runs``: the folders of runs/ whose manifest commits to one of its charges."""
 

@@ -1,5 +1,5 @@
 """The release flow: the stages of :data:`mdp_core.declarations.contract.STAGES`, run in their declared order
-(:func:`run_stages`: ingest -> graph -> [prior] -> partition -> export -> solve -> postprocess -> evaluate), then
+(:func:`run_stages`: ingest -> graph -> [prior] -> partition -> export -> solve -> measure -> evaluate), then
 the publication (the release stage).
 
 Every stage is a cached Prefect task (``tasks/``) whose key is built from its code version, its own
@@ -52,7 +52,7 @@ from mdp_core.release import audit, signing
 from mdp_core.release.door import PrivacyPlan, Settings
 from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
-from tasks import evaluate, postprocess
+from tasks import evaluate, measure
 from tasks import release as release_task
 from tasks.cache import cached, package_versions, stage_code_version
 from tasks.common import instance_with_graph, stage_output
@@ -136,7 +136,7 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
 
 
 def release_params(cfg: ReleaseFlowConfig, draw: Draw, door: Settings) -> dict[str, dict[str, Any]]:
-    """The ``prior`` (when not the dataset's) and ``postprocess`` stages' parameters: the release settings
+    """The ``prior`` (when not the dataset's) and ``measure`` stages' parameters: the release settings
     (``door``: the privacy door's, which the measuring stage plans with again), the population, the draw's
     public commitment and the secret table's HMAC under the draw (never its hash), and what the ledger needs
     (the cap the config asks for, whether the population must have one)."""
@@ -152,7 +152,7 @@ def release_params(cfg: ReleaseFlowConfig, draw: Draw, door: Settings) -> dict[s
         "release_key": release_key(cfg),
     }
     out: dict[str, dict[str, Any]] = {
-        "postprocess": secret
+        "measure": secret
         | {
             "n_individuals": cfg.release.simulated_individuals,
             "eps_counts": r.eps_counts,
@@ -282,7 +282,7 @@ def run_stages(
             elif step == "draw":
                 if state.draw is None:  # simulated individuals: the table is defined by the instance and n
                     n = config.release.simulated_individuals
-                    table = postprocess.simulated_table({"instance": state.refs[_instance()].content_hash, "n": n})
+                    table = measure.simulated_table({"instance": state.refs[_instance()].content_hash, "n": n})
                     state.draw = _secret(config, store, params, note, new_draw, draw, state, *table)
             elif step == "points":
                 collect = side(state.refs, stack) if side is not None else collect
@@ -324,10 +324,10 @@ def _door(
     state.approval = wait_for_approval(config, store, state.plan)  # [release] approval: a person first
     if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
         population = cast(str, config.release.population)
-        postprocess.claim_table(store, cast(str, door.fingerprint), population)
-        version = postprocess.table_version(config.release.microdata)
+        measure.claim_table(store, cast(str, door.fingerprint), population)
+        version = measure.table_version(config.release.microdata)
         state.draw = _secret(config, store, params, note, new_draw, draw, state, population, version)
-        postprocess.precheck_release(store, state.draw, params["postprocess"], state.plan.charges())
+        measure.precheck_release(store, state.draw, params["measure"], state.plan.charges())
     signing.signing_key(store.root)  # a refused or lost signing key is refused now, before the first charge
 
 
@@ -345,11 +345,11 @@ def _secret(
     """The population's secret draw for this version of its table; ``params`` gain the release's parameters
     (:func:`release_params`) and, for each stage given the draw, the protection radius."""
     plan = cast(PrivacyPlan, state.plan)
-    note("postprocess (the secret draw)")
-    d = postprocess.secret_draw(store, population, version, new_draw, draw)
+    note("measure (the secret draw)")
+    d = measure.secret_draw(store, population, version, new_draw, draw)
     params.update(release_params(config, d, plan.settings))
     radius = {"value": plan.radius, "unit": plan.guarantee.distance_unit}
-    for st in contract.STAGES:  # each stage that reads the secret table and is given the draw (prior, postprocess)
+    for st in contract.STAGES:  # each stage that reads the secret table and is given the draw (prior, measure)
         if st.reads_secret and "draw" in params.get(st.name, {}):
             params[st.name]["radius"] = radius
     return d
@@ -532,6 +532,7 @@ def _refused(ctx: FlowRunContext | None, exc: PrivacyError) -> State[Any]:
 def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool, draw: str | None) -> dict[str, Any]:
     """The body of :func:`release_flow`: the stages as declared (:func:`run_stages`), the manifest
     (:func:`_run_manifest`), the publication through the door, then retention."""
+    refresh_from = None if refresh_from is None else contract.stage_name(refresh_from)
     if refresh_from is not None and refresh_from not in contract.STAGE_NAMES:
         raise ValueError(f"refresh_from must be one of {list(contract.STAGE_NAMES)}, got {refresh_from!r}")
     names = tuple(st.name for st in contract.STAGES if st.cached)  # the cached stages in run order
@@ -649,7 +650,7 @@ def _run_manifest(
     finished = _dt.datetime.now(_dt.UTC)
     solve_info = read_json(store.path(refs["solve"], "solve.json"))
     inst_meta = read_json(store.path(refs["export"], "instance.json"))
-    prov = read_json(store.path(refs["postprocess"], audit.PROVENANCE))
+    prov = read_json(store.path(refs["measure"], audit.PROVENANCE))
     fields = fields | release_fields(inst_meta, solve_info, prov)
     code_versions = {
         st.name: stage_code_version(st.name, task_at(st.task).fn.__module__, params.get(st.name, {}))

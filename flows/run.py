@@ -201,12 +201,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--refresh", action="store_true", help="recompute every stage, ignoring caches")
     from flows.config import STAGE_NAMES
+    from mdp_core.declarations import contract
 
     g.add_argument(
         "--refresh-from",
         default=None,
         metavar="STAGE",
         choices=list(STAGE_NAMES),
+        type=contract.stage_name,  # a stage's former name (postprocess) still works
         help=f"recompute this stage and all later ones; STAGE is one of {', '.join(STAGE_NAMES)}",
     )
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")

@@ -37,7 +37,7 @@ the registry as a whole -- any read of a registry view (a name whose value depen
 ``REGISTRY``, ``BASELINES``, ``RECORD_KEYS``, ``public_record_columns``, ...) except the lookups by the
 named entry listed in :attr:`Registry.entry_scoped` (``METHODS[method]`` in ``mdp_core.solvers.solve``, ...).
 So a new or edited method or kind changes only the keys of the releases that use it -- and of the stages that
-read every declaration (prior, postprocess: ``mdp_core.declarations.contract``'s allow-lists,
+read every declaration (prior, measure: ``mdp_core.declarations.contract``'s allow-lists,
 ``mdp_core.problem.microdata``'s record keys) -- while any code a stage runs stays in its key. (Module
 granularity stays: ``mdp_core.problem.datasets`` imports every built-in loader, so a built-in kind's ingest
 key holds all of them; a loader outside it is in its own kind's key only.)

@@ -178,7 +178,7 @@ def _compute(
         sweep.append(entry)
         if row is not None:
             rows.append(row)
-    figures = _against_laplace(store, upstream.get("postprocess"), inst, rows, w.file("against_laplace.png"))
+    figures = _against_laplace(store, upstream.get("measure"), inst, rows, w.file("against_laplace.png"))
     table = ev.evaluation_table(rows)
     write_published(w.file("evaluation.parquet"), table, "evaluation.parquet")
     w.meta["ui_table"] = ui_records(table)  # what publish_report shows in the UI on every run, without pandas
@@ -190,7 +190,7 @@ def _compute(
     if upstream.get("partition") is not None:
         part = read_table(store.path(upstream["partition"], "partition.parquet"))
         labels = part["subset"].to_numpy(dtype=np.int64)
-    post = upstream.get("postprocess")
+    post = upstream.get("measure")
     if post is not None and params.get("counts_eps"):
         out_ids = read_table(store.path(post, "microdata.parquet"))["output_id"].to_numpy()
         curve, title = report.count_error_curve(
@@ -392,10 +392,10 @@ def evaluate(
     instance: ArtifactRef,
     mechanism: ArtifactRef,
     partition: ArtifactRef | None = None,
-    postprocess: ArtifactRef | None = None,
+    measure: ArtifactRef | None = None,
     points: list[ArtifactRef] | None = None,
 ) -> ArtifactRef:
     """``points``: the :func:`point_specs` solves, done by ``evaluate_point`` task runs (not part of the
     key: they are functions of the same inputs)."""
-    upstream = {"instance": instance, "mechanism": mechanism, "partition": partition, "postprocess": postprocess}
+    upstream = {"instance": instance, "mechanism": mechanism, "partition": partition, "measure": measure}
     return run_stage("evaluate", __name__, store, params, upstream, lambda w, s, p, u: _compute(w, s, p, u, points))

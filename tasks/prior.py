@@ -10,7 +10,7 @@ params: {"source": "uniform" | "file" | "dp", "file": path, "file_sha256": hex (
   one individual moves) with budget ``eps_prior``, kept in the private store so a re-run reproduces it --
   then max(noisy, 0) + 1 per record, normalised (post-processing). The mechanism, and so the release,
   depends on it: its ``eps_prior`` joins the release's guarantee. It is charged to the population's
-  ledger (key: the draw and the records' dataset, :func:`tasks.postprocess.charge_key`) *before* it is
+  ledger (key: the draw and the records' dataset, :func:`tasks.measure.charge_key`) *before* it is
   measured, and the object stays private (0700 / 0600) until a release publishes it.
 
 File: prior.parquet (``record_id``, ``prior``; public: a DP output or public data). The export stage puts
@@ -27,7 +27,7 @@ from artifacts.private import PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.errors import InputError
 from tasks.common import instance_with_graph, run_stage
-from tasks.postprocess import charge_key, charge_then_measure, individuals, kept_measure
+from tasks.measure import charge_key, charge_then_measure, individuals, kept_measure
 
 
 def _from_file(path: str, n: int):  # -> (N,) float64

@@ -27,12 +27,12 @@ from tasks.common import logger
 
 
 def released_files(
-    mechanism: ArtifactRef, postprocess: ArtifactRef, evaluate: ArtifactRef, instance: ArtifactRef
+    mechanism: ArtifactRef, measure: ArtifactRef, evaluate: ArtifactRef, instance: ArtifactRef
 ) -> dict[str, tuple[ArtifactRef, str]]:
     """{name in the run folder: (stage output, file name)} of everything a release publishes: each file the
     contract declares as listed (:data:`mdp_core.declarations.contract.PUBLISHED`), from its stage's output --
     a required one always, an optional one (trace, evaluation files, figures) when the stage wrote it."""
-    outputs = {"solve": mechanism, "postprocess": postprocess, "evaluate": evaluate, "export": instance}
+    outputs = {"solve": mechanism, "measure": measure, "evaluate": evaluate, "export": instance}
     released: dict[str, tuple[ArtifactRef, str]] = {}
     for f in contract.PUBLISHED:
         ref = outputs.get(f.stage)

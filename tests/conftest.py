@@ -149,8 +149,8 @@ def run_stages(root, cfg) -> dict:
 
     refs, *_ = prepare(cfg, Store(s), p, run)
     refs["solve"] = run("solve", instance=refs["export"], partition=None)
-    refs["postprocess"] = run(
-        "postprocess",
+    refs["measure"] = run(
+        "measure",
         instance=refs["export"],
         mechanism=refs["solve"],
         graph=refs["graph"],
@@ -165,7 +165,7 @@ def run_stages(root, cfg) -> dict:
         instance=refs["export"],
         mechanism=refs["solve"],
         partition=refs["partition"],
-        postprocess=refs["postprocess"],
+        measure=refs["measure"],
         points=points,
     )
     return refs
@@ -217,13 +217,13 @@ def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=N
     from flows.manifest import MANIFEST_VERSION
     from tasks import release as release_task
 
-    sol, post = sol or refs["solve"], post or refs["postprocess"]
+    sol, post = sol or refs["solve"], post or refs["measure"]
     released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
     manifest = {
         "format": "mdp-release-manifest",
         "version": MANIFEST_VERSION,
         "run_name": run_name,
-        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "postprocess": post}).items()},
+        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()},
         **manifest_fields(store, refs, sol, post, cfg),
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }

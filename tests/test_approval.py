@@ -239,7 +239,7 @@ def _paused_run(server, name: str, within: float = 120) -> dict:
 
 def _nothing_charged(store: Path, population: str) -> None:
     assert not (store / "private").exists() or PrivateStore(store).budget(population).n_charges == 0
-    assert not (store / "objects" / "postprocess").exists()
+    assert not (store / "objects" / "measure").exists()
     assert [p.name for p in (store / "runs").glob("*") if not p.name.endswith("-failed")] == []
 
 

@@ -25,18 +25,18 @@ from mdp_core.errors import PrivacyError
 from mdp_core.problem.io import _long, read_instance, write_instance, write_table
 from mdp_core.release import audit
 from mdp_core.runtime.files import file_sha256, read_json
-from tasks import postprocess
+from tasks import measure
 
 
-def postprocess_params(store: Store, refs: dict) -> dict:
-    """The postprocess stage's parameters as the flow makes them (the table's current secret draw)."""
+def measure_params(store: Store, refs: dict) -> dict:
+    """The measure stage's parameters as the flow makes them (the table's current secret draw)."""
     cfg = config(store.root)
-    population, version = postprocess.simulated_table(
+    population, version = measure.simulated_table(
         {"instance": refs["export"].content_hash, "n": cfg.release.simulated_individuals}
     )
     inst = read_instance(store.root / refs["export"].path)
     door = settings(cfg, inst.epsilon, inst.eta)
-    return release_params(cfg, postprocess.secret_draw(store, population, version), door)["postprocess"]
+    return release_params(cfg, measure.secret_draw(store, population, version), door)["measure"]
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +117,8 @@ def test_issue11_finding1_tampered_solve_object_is_refused_at_the_door(built, tm
     tampered = store.valid_ref("solve", sol.key)  # (b) what a store hit now returns
     assert tampered is not None and tampered.files["mechanism.parquet"] == file_sha256(mech)
     with pytest.raises(PrivacyError, match="fails its mDP certificate at the moment of drawing"):
-        postprocess.postprocess.fn(
-            str(root), postprocess_params(store, refs), refs["export"], tampered, refs["graph"], refs["partition"]
+        measure.measure.fn(
+            str(root), measure_params(store, refs), refs["export"], tampered, refs["graph"], refs["partition"]
         )  # (b) a recomputing flow never draws from it
     assert {p.name for p in (root / "runs").iterdir()} <= {"run-1"}  # run-1: the clean release published earlier
 

@@ -30,6 +30,7 @@ from conftest import (
 )
 
 from artifacts.store import Store
+from mdp_core.declarations import contract
 from mdp_core.problem.io import read_instance, read_mechanism
 from mdp_core.release import audit
 from mdp_core.runtime.files import file_sha256
@@ -404,6 +405,26 @@ def test_allow_lists_cover_what_the_pipeline_writes():
     assert report.CLAIMS_TAG == audit.CLAIMS_TAG
 
 
-def test_published_files_are_the_stage_outputs_the_manifest_records(run):
+def test_a_manifest_naming_a_stage_by_its_former_name_audits_as_before(run):
+    """A release published before ``postprocess`` was renamed ``measure`` names it so in its manifest: the
+    audit reads the stage under its former name (clean as it was; a tampered output is still found)."""
+
+    def rename(m: dict) -> None:
+        for block in ("stages", "code_versions"):
+            if block in m:
+                m[block] = {_former(k): v for k, v in m[block].items()}
+
+    edit(run, "manifest.json", rename)
+    assert "postprocess" in read(run, "manifest.json")["stages"] and findings(run) == []
     edit(run, "manifest.json", lambda m: m["stages"]["postprocess"]["files"].update({"aggregates.parquet": "0" * 64}))
-    findings(run, "aggregates.parquet: not the postprocess stage's output (sha256 differs)")
+    findings(run, "aggregates.parquet: not the measure stage's output (sha256 differs)")
+
+
+def _former(name: str) -> str:
+    """A stage's former name (its current one when it has none)."""
+    return next((old for old, new in contract.FORMER_STAGE_NAMES.items() if new == name), name)
+
+
+def test_published_files_are_the_stage_outputs_the_manifest_records(run):
+    edit(run, "manifest.json", lambda m: m["stages"]["measure"]["files"].update({"aggregates.parquet": "0" * 64}))
+    findings(run, "aggregates.parquet: not the measure stage's output (sha256 differs)")

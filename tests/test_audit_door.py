@@ -224,7 +224,7 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
     entries = {stage: mf.stage_entry(ref, "flow-run-1", t0, started) for stage, ref in refs.items()}
     fields = {"started_at": started, "refresh_from": None, "package_versions": package_versions(PACKAGES)}
     manifest = _run_manifest(cfg, store, refs, "flow-run-1", entries, fields, stage_params(cfg))
-    released = release_task.released_files(refs["solve"], refs["postprocess"], refs["evaluate"], refs["export"])
+    released = release_task.released_files(refs["solve"], refs["measure"], refs["evaluate"], refs["export"])
     manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
     folder = Path(release_task.release.fn(str(store.root), manifest["run_name"], released, manifest))
     assert audit.audit_release(folder) == []
@@ -285,7 +285,7 @@ def test_a_planted_head_is_a_finding_not_a_block(store_with_release, capsys):
     changed = table.with_name("people-v2.csv")
     people_table(changed, seed=8)
     refs = run_stages(root, people_config(root, changed))
-    assert Store(root).path(refs["postprocess"], audit.PROVENANCE).is_file()
+    assert Store(root).path(refs["measure"], audit.PROVENANCE).is_file()
 
 
 def test_a_rollback_is_still_detected_through_signed_manifests(store_with_release):

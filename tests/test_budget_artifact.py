@@ -17,7 +17,7 @@ from artifacts.private import BudgetRefused, PrivateStore, published_heads
 from flows import operate_ui
 from flows.cli import main
 from flows.ledger_cli import budget_epoch, outlook_line, read_budget_view
-from tasks.postprocess import charge_all, charge_key
+from tasks.measure import charge_all, charge_key
 
 RADIUS = {"value": 2.0, "unit": "km"}
 MONTH = {"prior": 0.5, "perturb": 5.42, "counts": 1.0}  # 6.92 a release
@@ -26,7 +26,7 @@ CAP = 36.99  # five releases: 34.6 spent, 2.39 left: the sixth does not fit (LOW
 
 def spend(root: Path, population: str, months: int, cap: float = CAP) -> list[str]:
     """``months`` monthly releases of ``population`` charged as the pipeline charges them (prior first, then
-    perturbation and counts: :func:`tasks.postprocess.charge_all`), each published in runs/ with the ledger
+    perturbation and counts: :func:`tasks.measure.charge_all`), each published in runs/ with the ledger
     position its manifest commits to. Returns the run folders' names."""
     names = []
     for i in range(1, months + 1):

@@ -2,7 +2,7 @@
 package outside the repository (a module under tmp_path, registered in the registries for one test), and the
 stage keys are compared: the kind's loader is in the ingest key of the releases using that kind only, a method
 in the solve key of the releases using that method only, and an edited loader or method is recomputed, never
-reused stale. The stages that read every declaration (prior, postprocess: the contract's allow-lists, the
+reused stale. The stages that read every declaration (prior, measure: the contract's allow-lists, the
 microdata's record keys) are the only other keys a new entry moves."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tasks.cache import code_modules, forget_code_versions, stage_key
 
 PKG = "mdp_cache_plugin42"
 KIND, METHOD = "tiny42", "lp42"
-MODULES = {s: f"tasks.{s}" for s in ("ingest", "graph", "prior", "partition", "export", "solve", "postprocess")}
+MODULES = {s: f"tasks.{s}" for s in ("ingest", "graph", "prior", "partition", "export", "solve", "measure")}
 MODULES |= {"evaluate": "tasks.evaluate", "evaluate_point": "tasks.evaluate"}
 
 HELPER = "SIGMA = 1.0\n"
@@ -191,9 +191,9 @@ def test_adding_a_method_or_a_kind_moves_only_the_stages_reading_every_declarati
     lp_both = keys(release(tmp_path))
 
     # ingest, graph, partition, export, solve, evaluate and evaluate_point keep their keys; prior and
-    # postprocess read every declaration (mdp_core.declarations.contract's allow-lists, microdata's record keys)
-    assert moved(lp, lp_method) == {"prior", "postprocess"}
-    assert moved(lp_method, lp_both) == {"prior", "postprocess"}
+    # measure read every declaration (mdp_core.declarations.contract's allow-lists, microdata's record keys)
+    assert moved(lp, lp_method) == {"prior", "measure"}
+    assert moved(lp_method, lp_both) == {"prior", "measure"}
     assert "solve" in moved(auto, keys(release(tmp_path, "auto")))  # auto may run any method: it uses them all
 
 

@@ -138,7 +138,7 @@ def test_stage_enum_names_and_run_section():
         "partition",
         "export",
         "solve",
-        "postprocess",
+        "measure",
         "evaluate",
         "release",
     )
@@ -176,6 +176,20 @@ def test_every_stage_timeout_is_applied_to_the_task_the_flow_runs(tmp_path):
     assert stage_task("evaluate_point", cfg, store).timeout_seconds == limits["evaluate"]
     assert stage_task("release", load_config(None), store).timeout_seconds is None  # unset: no limit
     assert stage_task("ingest", cfg, store).retries == 2 and stage_task("solve", cfg, store).retries == 0
+
+
+def test_a_former_stage_name_still_works_in_a_config_and_on_the_command_line():
+    """``postprocess`` was renamed ``measure`` (contract.FORMER_STAGE_NAMES): a config's ``[run.timeouts]`` and
+    ``--refresh-from`` written with the former name mean the stage under its new one."""
+    from flows.cli import build_parser
+    from mdp_core.declarations import contract
+
+    for old, new in contract.FORMER_STAGE_NAMES.items():
+        cfg = parse_config({"run": {"timeouts": {old: 42}}})
+        assert getattr(cfg.run.timeouts, new) == 42 and contract.stage_name(old) == new
+        assert build_parser().parse_args(["run", "--refresh-from", old]).refresh_from == new
+    with pytest.raises(InputError, match="timeouts"):
+        parse_config({"run": {"timeouts": {"no_such_stage": 1}}})
 
 
 def test_declarations_import_no_numerical_library():

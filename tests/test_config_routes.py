@@ -319,10 +319,10 @@ def test_failure_and_cancellation_records_land_in_the_releases_own_store(tmp_pat
     assert operate_ui.record_failure(run, Failed(message="again")) == folder
 
     run2 = FlowRun(flow_id=uuid4(), name="agency-run-2", parameters={"config": to_parameter(cfg)})
-    operate_ui.at_stage(str(run2.id), "postprocess")
+    operate_ui.at_stage(str(run2.id), "measure")
     folder2 = operate_ui.record_failure(run2, Cancelled(message="cancelled in the UI"), "cancelled")
     assert folder2 is not None and folder2.parent == store / "runs"
-    assert (folder2 / "FAILED.txt").read_text().startswith("cancelled at postprocess: ")
+    assert (folder2 / "FAILED.txt").read_text().startswith("cancelled at measure: ")
     assert json.loads((folder2 / "record.json").read_text())["state"] == "cancelled"
     assert sorted(p.name for p in (store / "runs").iterdir()) == sorted([folder.name, folder2.name])
     # a parameter that is no valid config still names its store; retention groups the records by name

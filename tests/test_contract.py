@@ -135,7 +135,7 @@ def test_stages_are_read_from_the_contract() -> None:
     assert tuple(TimeoutsConfig.model_fields) == contract.STAGE_NAMES
     assert STAGES == contract.CACHED_STAGES == tuple(_TASKS)
     assert contract.STAGE_NAMES[-1] == "release" and not contract.stage("release").cached
-    assert {s.name for s in contract.STAGES if s.reads_secret} == {"prior", "postprocess"}
+    assert {s.name for s in contract.STAGES if s.reads_secret} == {"prior", "measure"}
     assert SOLVE_SUMMARY == contract.MANIFEST_SOLVE_KEYS
 
 

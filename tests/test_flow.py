@@ -17,10 +17,12 @@ import pandas as pd
 import pytest
 from conftest import api_post, run_command, server_env
 
+from mdp_core.declarations import contract
+
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ["ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate"]
+STAGES = [s for s in contract.CACHED_STAGES if s != "prior"]  # the default config has no prior stage
 # Parquet files holding wall-clock timings (columns named *seconds): reproducible apart from those.
 TIMED = {"evaluation.parquet", "trace.parquet"}
 # Drawn with the store's secret draw: the same bytes from the same store, different in another store.
@@ -117,7 +119,7 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
     assert len(set(names)) == 3 and all(n.startswith(f"{name}-") for n in names), names
 
     eps = _run(prefect_server, tmp_path, store, epsilon=5.0)
-    assert _executed(eps) == {"export", "solve", "postprocess", "evaluate"}
+    assert _executed(eps) == {"export", "solve", "measure", "evaluate"}
 
     part = _run(prefect_server, tmp_path, store, partition="kmrec")
     assert {"ingest", "graph", "export"}.isdisjoint(_executed(part))
@@ -132,7 +134,7 @@ def test_cached_reruns_and_selective_invalidation(prefect_server, tmp_path):
     assert victim.is_file()
 
     refreshed = _run(prefect_server, tmp_path, store, "--refresh-from", "solve")
-    assert _executed(refreshed) == {"solve", "postprocess", "evaluate"}
+    assert _executed(refreshed) == {"solve", "measure", "evaluate"}
 
 
 def test_keep_releases_keeps_the_newest_n_and_latest(prefect_server, tmp_path):

@@ -50,7 +50,7 @@ def config(root: Path, table: Path, privacy: dict | None = None, **release):
 
 
 def provenance(root: Path, refs: dict) -> dict:
-    return read_json(Store(root).path(refs["postprocess"], "release_provenance.json"))
+    return read_json(Store(root).path(refs["measure"], "release_provenance.json"))
 
 
 def publish_heads(root: Path, refs: dict, name: str) -> None:
@@ -131,7 +131,7 @@ def test_a_refused_release_measures_nothing(table, tmp_path):
         run_stages(tmp_path, config(tmp_path, path, prior="dp", eps_prior=0.9, max_total_epsilon=0.5))
     objects = tmp_path / "objects"
     assert not (objects / "prior").exists() or not any((objects / "prior").iterdir())
-    assert not (objects / "postprocess").exists() or not any((objects / "postprocess").iterdir())
+    assert not (objects / "measure").exists() or not any((objects / "measure").iterdir())
     assert PrivateStore(tmp_path).budget(POPULATION).spent == 0.0
 
 
@@ -217,14 +217,14 @@ def test_a_rerun_spends_nothing_and_is_not_refused_after_the_cap_was_lowered(tab
     priv = PrivateStore(tmp_path)
     spent = priv.budget(POPULATION).spent
     priv.set_cap(POPULATION, spent / 2, "officer", "lowered after the release")
-    shutil.rmtree(Store(tmp_path).root / "objects" / "postprocess")  # recomputed: the same charges
+    shutil.rmtree(Store(tmp_path).root / "objects" / "measure")  # recomputed: the same charges
     run_stages(tmp_path, cfg)
     assert PrivateStore(tmp_path).budget(POPULATION).spent == spent
 
 
 def test_a_planted_mechanism_is_never_drawn_from(table, tmp_path):
     """Item 6: a mechanism replaced in objects/solve, its hash re-fixed in ref.json, fails the certificate at
-    the moment of drawing: nothing is drawn, nothing charged, no postprocess object is written."""
+    the moment of drawing: nothing is drawn, nothing charged, no measure object is written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -248,20 +248,20 @@ def test_a_planted_mechanism_is_never_drawn_from(table, tmp_path):
     ref["files"]["mechanism.parquet"] = file_sha256(mech)
     ref_json.write_text(json.dumps(ref))
     spent = PrivateStore(tmp_path).budget(POPULATION).spent
-    before = set((store.root / "objects" / "postprocess").iterdir())
+    before = set((store.root / "objects" / "measure").iterdir())
     with pytest.raises(PrivacyError, match="certificate"):
         run_stages(tmp_path, config(tmp_path, versions(tmp_path, df)[0]))
     assert PrivateStore(tmp_path).budget(POPULATION).spent == pytest.approx(spent)
-    assert set((store.root / "objects" / "postprocess").iterdir()) == before
+    assert set((store.root / "objects" / "measure").iterdir()) == before
 
 
 def test_objects_derived_from_secrets_are_owner_only(table, tmp_path):
-    """Item 6: the postprocess object, a DP prior and everything computed from them are 0700/0600 until
+    """Item 6: the measure object, a DP prior and everything computed from them are 0700/0600 until
     published."""
     path, _ = table
     refs = run_stages(tmp_path, config(tmp_path, path, prior="dp", eps_prior=0.5, max_total_epsilon=1000.0))
     store = Store(tmp_path)
-    for stage in ("postprocess", "prior"):
+    for stage in ("measure", "prior"):
         folder = store.root / refs[stage].path
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, stage
         for f in folder.iterdir():
@@ -278,7 +278,7 @@ def test_published_rows_reveal_no_input_order(table, tmp_path):
     by_lat = tmp_path / "by-lat.csv"
     df.sort_values("lat").to_csv(by_lat, index=False)
     refs = run_stages(tmp_path, config(tmp_path, by_lat, max_total_epsilon=1000.0))
-    md = pd.read_parquet(Store(tmp_path).path(refs["postprocess"], "microdata.parquet"))
+    md = pd.read_parquet(Store(tmp_path).path(refs["measure"], "microdata.parquet"))
     assert "individual" not in md.columns
     assert md["output_id"].is_monotonic_increasing  # a function of the outputs alone
 

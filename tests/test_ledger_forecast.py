@@ -10,7 +10,7 @@ from pathlib import Path
 
 from artifacts.private import PrivateStore
 from flows.cli import main
-from tasks.postprocess import charge_all, charge_key
+from tasks.measure import charge_all, charge_key
 
 POP = "rome-residents"
 RADIUS = {"value": 2.0, "unit": "km"}
@@ -19,7 +19,7 @@ CAP = 36.99
 
 def month(root: Path, i: int, costs: dict[str, float], cap: float = CAP) -> str:
     """Release ``i`` of one config on month ``i``'s table, charged as the pipeline charges it (the prior
-    first, then perturbation and counts: :func:`tasks.postprocess.charge_all`), published in runs/ with its
+    first, then perturbation and counts: :func:`tasks.measure.charge_all`), published in runs/ with its
     ledger position as the flow's manifest records it. Returns the run folder's name."""
     priv = PrivateStore(root)
     draw, _ = priv.draw(POP, f"{i:064x}")

@@ -27,9 +27,7 @@ T0 = dt.datetime(2026, 1, 1, 3, 0, 0, tzinfo=dt.UTC)
 def _publish(store: Store, refs: dict, cfg, when: dt.datetime, run_id: str, evaluate: ArtifactRef | None = None):
     """What the release flow's publication does with the stages' outputs (manifest, then publish_run; the
     store's own publisher: the door's signature and audit are not what this file tests)."""
-    released = release_task.released_files(
-        refs["solve"], refs["postprocess"], evaluate or refs["evaluate"], refs["export"]
-    )
+    released = release_task.released_files(refs["solve"], refs["measure"], evaluate or refs["evaluate"], refs["export"])
     name = mf.run_name(when, run_id)
     manifest = mf.new_manifest(mf.RELEASE_FORMAT, name, run_id, when, cfg, {}, {})
     return mf.publish_run(store, manifest, released)
@@ -57,7 +55,7 @@ def test_a_recomputed_evaluate_or_another_store_or_run_section_publishes_nothing
         shutil.rmtree(store.root / "objects" / stage)
     again = run_stages(store.root, release_config(store.root))
     assert again["evaluate"].files["evaluation.parquet"] != refs["evaluate"].files["evaluation.parquet"]
-    assert again["export"] == refs["export"] and again["postprocess"] == refs["postprocess"]
+    assert again["export"] == refs["export"] and again["measure"] == refs["measure"]
     m = _publish(store, again, release_config(store.root), T0 + dt.timedelta(days=1), "0000bbbb")
     assert m["same_as"] == first.name and Path(m["run_dir"]) == first
     # `--store` naming the store the config names, another [run] section: how it ran, not what it released

@@ -55,10 +55,10 @@ def no_row(text: str) -> None:
 
 
 def run_path_error(root: Path, table: Path) -> SecretTableError:
-    """The error the postprocess stage (and a DP prior) raises for ``table``: tasks.postprocess.individuals."""
+    """The error the measure stage (and a DP prior) raises for ``table``: tasks.measure.individuals."""
     from artifacts.private import PrivateStore
     from mdp_core.problem.datasets import grid
-    from tasks.postprocess import individuals, table_version
+    from tasks.measure import individuals, table_version
 
     version = table_version(str(table))
     draw, _ = PrivateStore(root).draw(POPULATION, version)
@@ -112,7 +112,7 @@ def test_the_failure_record_is_public_and_the_rows_are_private(tmp_path, far_tab
     store = tmp_path / "store"
     exc = run_path_error(store, far_table)
     run = FlowRun(flow_id=uuid4(), name="leaky-run", parameters={"config": {"name": "leaky", "store": str(store)}})
-    operate_ui.at_stage(str(run.id), "postprocess")
+    operate_ui.at_stage(str(run.id), "measure")
     # no Prefect server here: the UI artifact fails (a warning), the records stand
     with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
         folder = operate_ui.record_failure(run, Failed(message=str(exc), data=exc))
@@ -120,7 +120,7 @@ def test_the_failure_record_is_public_and_the_rows_are_private(tmp_path, far_tab
     failed, record = (folder / "FAILED.txt").read_text(), (folder / "record.json").read_text()
     for text in (failed, record):
         no_row(text)
-    assert failed.startswith(f"postprocess: SecretTableError: microdata: 1 of {N_PEOPLE} individual(s)")
+    assert failed.startswith(f"measure: SecretTableError: microdata: 1 of {N_PEOPLE} individual(s)")
     private = store / json.loads(record)["private_detail"]
     assert private.parent == store / "private" / "failures" and str(private) in failed
     assert f"data row(s) {FAR_ROW} " in private.read_text()
@@ -147,7 +147,7 @@ def test_a_manifest_names_the_table_by_its_role_and_a_rerun_needs_its_path(tmp_p
     from flows.manifest import SECRET_TABLE_ROLE, new_manifest
     from flows.run import rerun_config
     from mdp_core.release import audit
-    from tasks.postprocess import secret_draw, table_version
+    from tasks.measure import secret_draw, table_version
 
     root, table = tmp_path / "store", tmp_path / "agency-secret-people.csv"
     people_table(table)

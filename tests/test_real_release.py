@@ -27,7 +27,7 @@ from mdp_core.problem.datasets import grid
 from mdp_core.problem.io import read_instance, read_mechanism
 from mdp_core.release import evaluate, perturb
 from mdp_core.runtime.files import read_json
-from tasks import postprocess
+from tasks import measure
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def published(root: Path, refs: dict) -> dict[str, Path]:
     from tasks.release import released_files
 
     s = Store(root)
-    rel = released_files(refs["solve"], refs["postprocess"], refs["evaluate"], refs["export"])
+    rel = released_files(refs["solve"], refs["measure"], refs["evaluate"], refs["export"])
     return {name: s.path(ref, src) for name, (ref, src) in rel.items()}
 
 
@@ -114,7 +114,7 @@ def test_cached_rerun_and_forced_recompute_give_the_same_bytes_and_spend_nothing
     # a forced recomputation of the release stage (its object deleted): the same draw, the same stored noise
     import shutil
 
-    shutil.rmtree(Store(root).root / refs["postprocess"].path)
+    shutil.rmtree(Store(root).root / refs["measure"].path)
     redo = run_stages(root, cfg)
     assert {n: p.read_bytes() for n, p in published(root, redo).items()} == before
     prov = read_json(published(root, redo)["release_provenance.json"])
@@ -140,14 +140,14 @@ def test_new_draw_is_recorded_and_the_ledger_limit_refuses(secret_table, tmp_pat
     one = read_json(published(tmp_path / "probe", probe)["release_provenance.json"])["ledger"]["this_release"]
     cfg = config(tmp_path, secret_table[0], max_total_epsilon=2.5 * one)
     run_stages(tmp_path, cfg)
-    version = postprocess.table_version(str(secret_table[0]))
+    version = measure.table_version(str(secret_table[0]))
     store = Store(tmp_path)
-    old = postprocess.secret_draw(store, POPULATION, version)
-    new = postprocess.secret_draw(store, POPULATION, version, new=True)
+    old = measure.secret_draw(store, POPULATION, version)
+    new = measure.secret_draw(store, POPULATION, version, new=True)
     assert new.commitment != old.commitment and new.index == old.index + 1
     run_stages(tmp_path, cfg)  # the current draw is now the new one: a second release, charged again
     assert PrivateStore(tmp_path).budget(POPULATION).spent == pytest.approx(2 * one)
-    postprocess.secret_draw(store, POPULATION, version, new=True)
+    measure.secret_draw(store, POPULATION, version, new=True)
     with pytest.raises(BudgetRefused, match="cap"):
         run_stages(tmp_path, cfg)
     assert PrivateStore(tmp_path).budget(POPULATION).spent == pytest.approx(2 * one)  # refused: nothing recorded
@@ -161,9 +161,9 @@ def test_commitment_checks_and_unknown_draws(tmp_path):
     assert made and commitment(draw.secret) == draw.commitment
     assert priv.draw(POPULATION, "ab" * 32) == (draw, False)
     with pytest.raises(InputError, match="reproduced only from the store"):
-        postprocess.secret_draw(Store(tmp_path), POPULATION, "ab" * 32, commitment="cd" * 32)
+        measure.secret_draw(Store(tmp_path), POPULATION, "ab" * 32, commitment="cd" * 32)
     with pytest.raises(InputError, match="another version"):
-        postprocess.secret_draw(Store(tmp_path), POPULATION, "ef" * 32, commitment=draw.commitment)
+        measure.secret_draw(Store(tmp_path), POPULATION, "ef" * 32, commitment=draw.commitment)
     rec = tmp_path / "private" / "draws" / draw.commitment / "draw.json"
     data = json.loads(rec.read_text())
     data["secret"] = "00" * 32
@@ -252,7 +252,7 @@ def test_secret_files_never_under_runs_or_objects(first):
     draw_hex = [p.parent.name for p in (root / "private" / "draws").glob("*/draw.json")]
     assert draw_hex
     secrets = [json.loads((root / "private" / "draws" / c / "draw.json").read_text())["secret"] for c in draw_hex]
-    table = postprocess.table_version(str(first[1].release.microdata))
+    table = measure.table_version(str(first[1].release.microdata))
     for p in (root / "objects").rglob("*"):
         if p.is_file():
             data = p.read_bytes()

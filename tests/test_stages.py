@@ -66,7 +66,7 @@ def test_the_plan_follows_the_declaration() -> None:
     first_secret = next(s.name for s in contract.STAGES if s.reads_secret)
     before = contract.CACHED_STAGES[: contract.CACHED_STAGES.index(first_secret)]
     assert plan[: plan.index("door")] == [s for s in before if s in ran]  # before it, whether or not it runs
-    assert plan[plan.index("draw") - 1] == contract.stage("postprocess").inputs["instance"]
+    assert plan[plan.index("draw") - 1] == contract.stage("measure").inputs["instance"]
     assert release.stage_params(cfg).keys() == {s.name for s in contract.STAGES if s.cached and s.params}
 
 
@@ -108,7 +108,7 @@ def test_an_added_stage_runs_in_its_declared_place(tmp_path, monkeypatch) -> Non
     assert CALLS.index("approve") == CALLS.index("export") + 2  # export, the side runs started, then approve
     assert seen["approve"] == {"instance": state.refs["export"]} and state.refs["approve"] == state.refs["export"]
     assert set(state.refs) == {st.name for st in stages if st.cached and st.runs(cfg)}
-    assert state.draw is not None and "draw" in params["postprocess"]
+    assert state.draw is not None and "draw" in params["measure"]
     assert release.stage_task("approve", cfg, Store(s)).name == "approve"
 
 

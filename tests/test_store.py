@@ -238,8 +238,8 @@ def test_prune_releases_keeps_the_newest_and_latest(tmp_path):
 
 
 def _microdata_release(s: Store, name: str, payload: bytes) -> None:
-    """A release of ``x`` publishing a (private) microdata object, as the postprocess stage writes it."""
-    with s.writer("postprocess", payload.hex(), private=True) as w:
+    """A release of ``x`` publishing a (private) microdata object, as the measure stage writes it."""
+    with s.writer("measure", payload.hex(), private=True) as w:
         w.file("microdata.parquet").write_bytes(payload)
     files = {"microdata.parquet": w.ref.files["microdata.parquet"]}
     s.publish(
@@ -275,7 +275,7 @@ def test_prune_objects_deletes_secret_derived_objects_now(tmp_path):
     """``store --prune-objects``: an unreferenced object derived from the secret table (owner-only folder)
     is deleted at once, not left in a hidden trash folder; a public one goes to trash as before."""
     s = Store(tmp_path)
-    with s.writer("postprocess", "m", private=True) as w:
+    with s.writer("measure", "m", private=True) as w:
         w.file("microdata.parquet").write_bytes(b"people")
     public = _write(s, "pub", b"public")
     past = time.time() - 7200
@@ -343,7 +343,7 @@ def test_writer_private_objects_are_0700_0600_until_published(tmp_path):
     """``writer(private=True)`` (objects derived from the secret table): folder 0700, files 0600, also
     when an existing output is kept or an equal one recomputed; the published copies are 0644."""
     s = Store(tmp_path)
-    with s.writer("postprocess", "k", private=True) as w:
+    with s.writer("measure", "k", private=True) as w:
         w.file("microdata.parquet").write_bytes(b"secret-derived")
     folder = tmp_path / w.ref.path
     assert folder.stat().st_mode & 0o777 == 0o700
@@ -351,9 +351,9 @@ def test_writer_private_objects_are_0700_0600_until_published(tmp_path):
         "microdata.parquet": 0o600,
         "ref.json": 0o600,
     }
-    assert s.valid_ref("postprocess", "k") == w.ref
+    assert s.valid_ref("measure", "k") == w.ref
     for force in (False, True):  # kept / recomputed equal: still private
-        with s.writer("postprocess", "k", force=force, private=True) as w2:
+        with s.writer("measure", "k", force=force, private=True) as w2:
             w2.file("microdata.parquet").write_bytes(b"secret-derived")
         assert folder.stat().st_mode & 0o777 == 0o700
         assert all(p.stat().st_mode & 0o777 == 0o600 for p in folder.iterdir())

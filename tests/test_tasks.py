@@ -42,9 +42,9 @@ def test_stage_outputs(pipeline):
     assert verify(inst, z).passed
     part = pd.read_parquet(store.path(refs["partition"], "partition.parquet"))
     assert list(part.columns) == ["record_id", "subset", "role"] and set(part["role"]) <= {"boundary", "internal"}
-    micro = pd.read_parquet(store.path(refs["postprocess"], "microdata.parquet"))
+    micro = pd.read_parquet(store.path(refs["measure"], "microdata.parquet"))
     assert len(micro) == 300 and "record_id" not in micro.columns  # secrets are not in the released table
-    agg = pd.read_parquet(store.path(refs["postprocess"], "aggregates.parquet"))
+    agg = pd.read_parquet(store.path(refs["measure"], "aggregates.parquet"))
     total = agg.loc[agg["level"] == "total", "count"].iloc[0]
     assert total == 300 == agg.loc[agg["level"] == "output", "count"].sum()
     ev = pd.read_parquet(store.path(refs["evaluate"], "evaluation.parquet"))

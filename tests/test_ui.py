@@ -17,10 +17,12 @@ import pytest
 from cdp import Browser, find_chromium
 from conftest import QUIET, api_post
 
+from mdp_core.declarations import contract
+
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 CHROMIUM = find_chromium()
-STAGES = ["ingest", "graph", "partition", "export", "solve", "postprocess", "evaluate", "release"]
+STAGES = [s for s in contract.STAGE_NAMES if s != "prior"]  # the default config has no prior stage
 
 CONFIG = """
 name = "ui-check"

@@ -164,7 +164,7 @@ STAGES: tuple[Stage, ...] = (
         reads_when=(("partition", _method_needs_partition),),
     ),
     Stage(
-        "postprocess",
+        "measure",
         "perturbed microdata, DP counts and the release's provenance (the secret draw)",
         True,
         reads="instance=export mechanism=solve graph partition",
@@ -173,19 +173,39 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "evaluate",
         "utility, baselines, the count-error curve and report.md",
-        reads="instance=export mechanism=solve partition postprocess points=evaluate_point",
+        reads="instance=export mechanism=solve partition measure points=evaluate_point",
         params="evaluate",
     ),
     Stage(  # tasks.release:release; reads: the published outputs (tasks.release.released_files)
         "release",
         "sign, check at the door and publish runs/<run>/",
         cached=False,
-        reads="mechanism=solve postprocess evaluate instance=export",
+        reads="mechanism=solve measure evaluate instance=export",
     ),
 )
 check_stages(STAGES)
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)  # in run order
 CACHED_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.cached)
+
+
+# A stage's former names (the manifests, configs and command lines written before a rename keep working):
+# ``postprocess`` is where the secret table is *measured* (in differential privacy, post-processing is what
+# costs nothing), so it was renamed ``measure`` (issue 42).
+FORMER_STAGE_NAMES: dict[str, str] = {"postprocess": "measure"}
+
+
+def stage_name(name: str) -> str:
+    """The current name of stage ``name`` (a former name maps to its stage's current one; others unchanged)."""
+    return FORMER_STAGE_NAMES.get(name, name)
+
+
+def stage_entry(stages: Any, name: str) -> Any:
+    """A manifest's ``stages`` entry of stage ``name``, under its current name or a former one (None: absent)."""
+    if not isinstance(stages, dict):
+        return None
+    if name in stages:
+        return stages[name]
+    return next((stages[old] for old, new in FORMER_STAGE_NAMES.items() if new == name and old in stages), None)
 
 
 def stage(name: str) -> Stage:
@@ -328,7 +348,7 @@ CONFIG_KEYS: dict[str, frozenset[str]] = {
     ),
     "config.evaluate": frozenset("baselines eps_factors counts_eps counts_seeds".split()),
     "config.run": frozenset("task_runner dask_address max_workers timeouts keep_releases".split()),
-    "config.run.timeouts": frozenset(STAGE_NAMES),
+    "config.run.timeouts": frozenset(STAGE_NAMES) | frozenset(FORMER_STAGE_NAMES),
 }
 # [dataset] params per kind: the kind's declared parameters but epsilon and eta (flows.config.DATASET_PARAMS)
 DATASET_PARAMETER_KEYS: dict[str, frozenset[str]] = {
@@ -336,14 +356,15 @@ DATASET_PARAMETER_KEYS: dict[str, frozenset[str]] = {
     for kind in dataset_kinds.KINDS
 }
 _MAP = frozenset({ANY_KEY})
+_ANY_STAGE = frozenset(STAGE_NAMES) | frozenset(FORMER_STAGE_NAMES)
 MANIFEST_BLOCKS: dict[str, frozenset[str]] = {
     "": MANIFEST_KEYS | MANIFEST_KEYS_OPTIONAL,
     "approval": APPROVAL_KEYS,
     **CONFIG_KEYS,
-    "stages": frozenset(STAGE_NAMES),
-    **{f"stages.{s}": STAGE_ENTRY_KEYS for s in STAGE_NAMES},
-    **{f"stages.{s}.files": _MAP for s in STAGE_NAMES},
-    "code_versions": frozenset(STAGE_NAMES),
+    "stages": _ANY_STAGE,  # a manifest written before a rename names the stage as it was then
+    **{f"stages.{s}": STAGE_ENTRY_KEYS for s in _ANY_STAGE},
+    **{f"stages.{s}.files": _MAP for s in _ANY_STAGE},
+    "code_versions": _ANY_STAGE,
     "package_versions": frozenset(MANIFEST_PACKAGES),
     "privacy": PRIVACY_KEYS | PRIVACY_KEYS_V3_OPTIONAL,
     "privacy.certificate": CERTIFICATE_KEYS,
@@ -377,7 +398,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
     AGGREGATES,
     PublishedFile(
         PROVENANCE,
-        "postprocess",
+        "measure",
         True,
         keys=PROVENANCE_KEYS,
         nested={

@@ -121,7 +121,7 @@ MECHANISM = PublishedFile(
 )
 MICRODATA = PublishedFile(
     "microdata.parquet",
-    "postprocess",
+    "measure",
     True,
     cols("individual:int64 output_id:int64 output_record_id:int64 lat:double lon:double"),
     all_columns=False,
@@ -131,7 +131,7 @@ MICRODATA = PublishedFile(
 )
 AGGREGATES = PublishedFile(
     "aggregates.parquet",
-    "postprocess",
+    "measure",
     True,
     cols(
         "level:large_string block:int64 label:large_string n_members:int64 count:int64 eps_counts:double "

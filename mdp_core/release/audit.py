@@ -300,13 +300,13 @@ def _check_stages(manifest: dict, actual: dict[str, str]) -> list[str]:
     stages, findings = _obj(manifest.get("stages")), []
     for name, digest in sorted(actual.items()):
         stage, file = _stage_of(name)
-        recorded = _obj(_obj(stages.get(stage)).get("files")).get(file)
+        recorded = _obj(_obj(contract.stage_entry(stages, stage)).get("files")).get(file)
         if recorded is not None and recorded != digest:
             what = "the instance the pipeline exported" if stage == "export" else f"the {stage} stage's output"
             findings.append(f"{name}: not {what} (sha256 differs)")
     listed = _obj(manifest.get("released_files"))
     for f in _LISTED:
-        written = _obj(_obj(stages.get(f.stage)).get("files"))
+        written = _obj(_obj(contract.stage_entry(stages, f.stage)).get("files"))
         names = [n for n in written if f.matches(n)] if "*" in f.path else [f.path] if f.file in written else []
         findings += [
             f"{n}: the {f.stage} stage wrote it but the release does not list it" for n in names if n not in listed
@@ -1415,7 +1415,7 @@ def check_publication(staged_dir: str | Path, public_key: str | bytes | None = N
 
 
 def provenance(mechanism: Path, instance_json: Path, microdata: Path, aggregates: Path, **extra: object) -> dict:
-    """The record the postprocess stage writes next to its outputs (``release_provenance.json``)."""
+    """The record the measure stage writes next to its outputs (``release_provenance.json``)."""
     return {
         "mechanism_sha256": file_sha256(mechanism),
         "instance_json_sha256": file_sha256(instance_json),

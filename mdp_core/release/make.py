@@ -1,7 +1,7 @@
 """The release as a library call: perturb each individual of a secret table through a certified mechanism and
 measure the DP counts of the true data, with the guarantee it states and the spends it must be charged.
 
-No store, no ledger, no Prefect: the caller (``tasks/postprocess.py`` in the pipeline, or a user of the
+No store, no ledger, no Prefect: the caller (``tasks/measure.py`` in the pipeline, or a user of the
 library alone) keeps the secret draw and the budget. Two calls, so that nothing is measured before the budget
 accepts (the release's privacy contract: :mod:`mdp_core.declarations.budget`, ``docs/privacy.md``):
 

@@ -1,4 +1,4 @@
-"""Stage ``postprocess``: perturb each individual of the secret microdata, and publish DP counts of the
+"""Stage ``measure``: where the secret table is measured -- perturb each individual of the secret microdata, and publish DP counts of the
 true data made consistent by CBDP.
 
 params: {"microdata": path | None, "population": str, "table_tag": hex, "draw": commitment,
@@ -300,8 +300,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     )
 
 
-@task(name="postprocess")
-def postprocess(
+@task(name="measure")
+def measure(
     store: str,
     params: dict[str, Any],
     instance: ArtifactRef,
@@ -310,7 +310,7 @@ def postprocess(
     partition: ArtifactRef | None = None,
 ) -> ArtifactRef:
     return run_stage(
-        "postprocess",
+        "measure",
         __name__,
         store,
         params,
