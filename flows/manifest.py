@@ -271,7 +271,7 @@ def publish_run(
     to ``runs/<run_name>/`` with ``publish(run_name, released, manifest)`` (default
     :meth:`Store.publish`; the release flow passes its verifying publisher) and, when ``out`` is
     given, copy them there too (with ``signature.json`` and ``public_key.pem``: the release flow's
-    publisher, :func:`tasks.release.release`, signs the staged manifest before its door check). Returns
+    publisher, :func:`tasks.publish.publish`, signs the staged manifest before its door check). Returns
     the manifest with ``run_dir`` (and ``out_dir``).
 
     A run whose released files are those of a published release of the same config -- byte for byte (a fully

@@ -1,6 +1,6 @@
 """The release flow: the stages of :data:`mdp_core.declarations.contract.STAGES`, run in their declared order
 (:func:`run_stages`: ingest -> graph -> [prior] -> partition -> export -> solve -> measure -> evaluate), then
-the publication (the release stage).
+the publication (the publish stage).
 
 Every stage is a cached Prefect task (``tasks/``) whose key is built from its code version, its own
 parameters and the content hashes of what it reads (:mod:`tasks.cache`), so a re-run recomputes only
@@ -53,12 +53,12 @@ from mdp_core.release.door import PrivacyPlan, Settings
 from mdp_core.runtime import control
 from mdp_core.runtime.files import file_sha256, read_json
 from tasks import evaluate, measure
-from tasks import release as release_task
+from tasks import publish as publish_task
 from tasks.cache import cached, package_versions, stage_code_version
 from tasks.common import instance_with_graph, stage_output
 from tasks.progress import watch_cancellation
 
-STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.declarations.contract.STAGES; then release)
+STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.declarations.contract.STAGES; then publish)
 
 
 @functools.cache
@@ -374,13 +374,13 @@ def prepare(
 
 
 def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: bool = False) -> Any:
-    """The Prefect task the flow runs for ``stage`` -- each of ``STAGE_NAMES`` (``release``: the
+    """The Prefect task the flow runs for ``stage`` -- each of ``STAGE_NAMES`` (``publish``: the
     publication, never cached) or ``evaluate_point`` (the evaluate stage's own solves) -- with the
     config's options: its ``[run.timeouts]`` entry (evaluate_point: evaluate's) and retries where they
     help (:func:`flows.runner.task_options`); a cached stage with its cache policy (``refresh``:
     recompute and overwrite). Every task the flow runs comes from here."""
-    if stage == "release":
-        task = release_task.release
+    if stage == "publish":
+        task = publish_task.publish
     elif stage == "evaluate_point":
         task = cached(evaluate.evaluate_point, "evaluate_point", store, refresh)
     else:
@@ -574,17 +574,17 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         **({"approval": state.approval} if state.approval is not None else {}),  # the officer's (flows/approval.py)
     }
     manifest = _run_manifest(config, store, refs, run_id, entries, fields, params)
-    control.check("release")  # a stop requested meanwhile: nothing is published
-    operate_ui.at_stage(run_id, "release")
+    control.check("publish")  # a stop requested meanwhile: nothing is published
+    operate_ui.at_stage(run_id, "publish")
     # The door: staged, re-verified from the exact bytes (mdp_core.release.audit), published only if it checks out;
     # the exact bytes of a release already published from this config: nothing new (mf.publish_run). What is
-    # published: the outputs the release stage reads (its declaration), each file from the stage the contract names.
-    published = release_task.released_files(**contract.stage("release").upstream(config, refs))
+    # published: the outputs the publish stage reads (its declaration), each file from the stage the contract names.
+    published = publish_task.released_files(**contract.stage("publish").upstream(config, refs))
     manifest = mf.publish_run(
         store,
         manifest,
         published,
-        publish=lambda name, files, m: stage_task("release", config, store)(str(store.root), name, files, m),
+        publish=lambda name, files, m: stage_task("publish", config, store)(str(store.root), name, files, m),
     )
     run_dir = manifest["run_dir"]
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")

@@ -95,7 +95,7 @@ def run_stage(
 ) -> ArtifactRef:
     """Run ``compute`` for ``stage`` unless a valid output of its key is stored (module docstring).
     ``private``: the output is derived from the secret table and stays owner-only (0700 / 0600) in the store
-    until the release stage publishes copies of it; so is every output computed from a private upstream
+    until the publish stage publishes copies of it; so is every output computed from a private upstream
     object (a DP prior -> the instance -> the mechanism; the measure output -> the evaluation)."""
     key = stage_key(stage, module, params, upstream)
     s = Store(store)

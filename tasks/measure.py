@@ -21,7 +21,7 @@ Order, so that nothing is measured before the budget accepts it:
      counts (charge key: draw, instance, zones, eps_counts) -- are charged to the population's ledger
      (:meth:`artifacts.private.PrivateStore.charge`, refused above the population's cap);
   3. only then are the outputs drawn and the counts measured.
-The object is private (0700 / 0600) until the release stage publishes copies.
+The object is private (0700 / 0600) until the publish stage publishes copies.
 
 Files: microdata.parquet (output_id and the output's public coordinates, sorted by output: no row
 order), aggregates.parquet (:data:`mdp_core.release.postprocess.AGGREGATE_COLUMNS`), release_provenance.json

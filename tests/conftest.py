@@ -173,7 +173,7 @@ def run_stages(root, cfg) -> dict:
 
 # ----------------------------------------------------------------------------- a released release
 # The release every audit / signing test tampers with: the stage tasks' ``.fn`` (real HiGHS, real store, no
-# Prefect server), published through ``tasks.release.release.fn`` -- the code the flow's ``release`` runs.
+# Prefect server), published through ``tasks.publish.publish.fn`` -- the code the flow's ``publish`` runs.
 def release_config(root: Path):
     """A 4 x 5 grid release (eps = 3 / km, eta = 2 km, K = 6, 2 subsets, 200 simulated individuals)."""
     from flows.config import parse_config
@@ -215,10 +215,10 @@ def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=N
     """What the flow's publication does: manifest (as the flow writes it) + the release task; the release
     folder. ``cfg``: the config the stages ran with (default :func:`release_config`)."""
     from flows.manifest import MANIFEST_VERSION
-    from tasks import release as release_task
+    from tasks import publish as publish_task
 
     sol, post = sol or refs["solve"], post or refs["measure"]
-    released = release_task.released_files(sol, post, refs["evaluate"], refs["export"])
+    released = publish_task.released_files(sol, post, refs["evaluate"], refs["export"])
     manifest = {
         "format": "mdp-release-manifest",
         "version": MANIFEST_VERSION,
@@ -227,7 +227,7 @@ def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=N
         **manifest_fields(store, refs, sol, post, cfg),
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }
-    return Path(release_task.release.fn(str(store.root), run_name, released, manifest))
+    return Path(publish_task.publish.fn(str(store.root), run_name, released, manifest))
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The door (publication re-verified from the exact bytes) and ``mdp-release audit`` (issue 11).
 
 The pipeline runs through the stage tasks' ``.fn`` (real HiGHS, real store, no Prefect server) and is
-published through ``tasks.release.release.fn`` -- the same code the flow's ``release`` task runs.
+published through ``tasks.publish.publish.fn`` -- the same code the flow's ``publish`` task runs.
 """
 
 from __future__ import annotations

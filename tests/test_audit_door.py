@@ -215,7 +215,7 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
 
     from flows import manifest as mf
     from flows.release import PACKAGES, _run_manifest, stage_params
-    from tasks import release as release_task
+    from tasks import publish as publish_task
     from tasks.cache import package_versions
 
     store, refs = build_release(tmp_path / "store")
@@ -224,9 +224,9 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
     entries = {stage: mf.stage_entry(ref, "flow-run-1", t0, started) for stage, ref in refs.items()}
     fields = {"started_at": started, "refresh_from": None, "package_versions": package_versions(PACKAGES)}
     manifest = _run_manifest(cfg, store, refs, "flow-run-1", entries, fields, stage_params(cfg))
-    released = release_task.released_files(refs["solve"], refs["measure"], refs["evaluate"], refs["export"])
+    released = publish_task.released_files(refs["solve"], refs["measure"], refs["evaluate"], refs["export"])
     manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
-    folder = Path(release_task.release.fn(str(store.root), manifest["run_name"], released, manifest))
+    folder = Path(publish_task.publish.fn(str(store.root), manifest["run_name"], released, manifest))
     assert audit.audit_release(folder) == []
     assert set(read(folder, "manifest.json")) == contract.MANIFEST_KEYS  # every top-level key, as the flow writes
 

@@ -140,7 +140,7 @@ def test_stage_enum_names_and_run_section():
         "solve",
         "measure",
         "evaluate",
-        "release",
+        "publish",
     )
     # the run form shows refresh_from as a drop-down of the stage names (a JSON-schema enum)
     schema = release_flow.parameters.model_dump()["properties"]["refresh_from"]
@@ -174,7 +174,7 @@ def test_every_stage_timeout_is_applied_to_the_task_the_flow_runs(tmp_path):
     store = Store(tmp_path / "store")
     assert {s: stage_task(s, cfg, store).timeout_seconds for s in STAGE_NAMES} == limits
     assert stage_task("evaluate_point", cfg, store).timeout_seconds == limits["evaluate"]
-    assert stage_task("release", load_config(None), store).timeout_seconds is None  # unset: no limit
+    assert stage_task("publish", load_config(None), store).timeout_seconds is None  # unset: no limit
     assert stage_task("ingest", cfg, store).retries == 2 and stage_task("solve", cfg, store).retries == 0
 
 

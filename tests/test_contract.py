@@ -59,7 +59,7 @@ def test_every_file_of_a_release_is_declared(release: Path) -> None:
     assert [n for n in names if not contract.is_published(n)] == []
     required = {f.path for f in contract.PUBLISHED if f.required}
     assert required <= set(names)
-    listed = json.loads((release / "manifest.json").read_text())["released_files"]  # tasks.release.released_files
+    listed = json.loads((release / "manifest.json").read_text())["released_files"]  # tasks.publish.released_files
     assert set(listed) == {n for n in names if contract.published(n).listed}
 
 
@@ -134,7 +134,7 @@ def test_stages_are_read_from_the_contract() -> None:
     assert STAGE_NAMES == contract.STAGE_NAMES
     assert tuple(TimeoutsConfig.model_fields) == contract.STAGE_NAMES
     assert STAGES == contract.CACHED_STAGES == tuple(_TASKS)
-    assert contract.STAGE_NAMES[-1] == "release" and not contract.stage("release").cached
+    assert contract.STAGE_NAMES[-1] == "publish" and not contract.stage("publish").cached
     assert {s.name for s in contract.STAGES if s.reads_secret} == {"prior", "measure"}
     assert SOLVE_SUMMARY == contract.MANIFEST_SOLVE_KEYS
 

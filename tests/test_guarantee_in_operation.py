@@ -55,7 +55,7 @@ def provenance(root: Path, refs: dict) -> dict:
 
 def publish_heads(root: Path, refs: dict, name: str) -> None:
     """What a publication commits about the ledger (the manifest's privacy.ledger), without the rest, signed
-    with the store's key as tasks.release signs (an unsigned manifest commits to nothing)."""
+    with the store's key as tasks.publish signs (an unsigned manifest commits to nothing)."""
     from mdp_core.release import signing
 
     folder = root / "runs" / name

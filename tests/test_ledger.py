@@ -37,7 +37,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 def publish(root: Path, name: str, budget, pop: str = POP) -> None:
     """A published manifest committing to ``budget``'s head (what the flow writes), signed with the store's
-    key as tasks.release signs it (an unsigned manifest commits to nothing)."""
+    key as tasks.publish signs it (an unsigned manifest commits to nothing)."""
     from mdp_core.release import signing
 
     run = root / "runs" / name

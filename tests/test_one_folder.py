@@ -19,7 +19,7 @@ from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from mdp_core.release.audit import CLAIMS_BLOCK
 from mdp_core.release.report import evaluation_markdown, render_report
-from tasks import release as release_task
+from tasks import publish as publish_task
 
 T0 = dt.datetime(2026, 1, 1, 3, 0, 0, tzinfo=dt.UTC)
 
@@ -27,7 +27,7 @@ T0 = dt.datetime(2026, 1, 1, 3, 0, 0, tzinfo=dt.UTC)
 def _publish(store: Store, refs: dict, cfg, when: dt.datetime, run_id: str, evaluate: ArtifactRef | None = None):
     """What the release flow's publication does with the stages' outputs (manifest, then publish_run; the
     store's own publisher: the door's signature and audit are not what this file tests)."""
-    released = release_task.released_files(refs["solve"], refs["measure"], evaluate or refs["evaluate"], refs["export"])
+    released = publish_task.released_files(refs["solve"], refs["measure"], evaluate or refs["evaluate"], refs["export"])
     name = mf.run_name(when, run_id)
     manifest = mf.new_manifest(mf.RELEASE_FORMAT, name, run_id, when, cfg, {}, {})
     return mf.publish_run(store, manifest, released)

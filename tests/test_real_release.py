@@ -44,8 +44,8 @@ def first(tmp_path_factory, secret_table):
 
 
 def published(root: Path, refs: dict) -> dict[str, Path]:
-    """Every file the release publishes (what tasks.release.released_files lists), by name."""
-    from tasks.release import released_files
+    """Every file the release publishes (what tasks.publish.released_files lists), by name."""
+    from tasks.publish import released_files
 
     s = Store(root)
     rel = released_files(refs["solve"], refs["measure"], refs["evaluate"], refs["export"])
@@ -111,7 +111,7 @@ def test_cached_rerun_and_forced_recompute_give_the_same_bytes_and_spend_nothing
     before = {n: p.read_bytes() for n, p in published(root, refs).items()}
     again = run_stages(root, cfg)
     assert {n: p.read_bytes() for n, p in published(root, again).items()} == before
-    # a forced recomputation of the release stage (its object deleted): the same draw, the same stored noise
+    # a forced recomputation of the measure stage (its object deleted): the same draw, the same stored noise
     import shutil
 
     shutil.rmtree(Store(root).root / refs["measure"].path)

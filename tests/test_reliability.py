@@ -586,9 +586,9 @@ def test_issue11_findings_1_and_5_in_the_flow(prefect_server, tmp_path):
     m1 = latest_manifest(store)
 
     assert any(
-        t["name"].startswith("release-") and t["state_type"] == "COMPLETED"
+        t["name"].startswith("publish-") and t["state_type"] == "COMPLETED"
         for t in api_post(prefect_server, "/task_runs/filter", {"flow_runs": {"id": {"any_": [m1["flow_run_id"]]}}})
-    )  # publication is its own Prefect task, "release"
+    )  # publication is its own Prefect task, "publish"
     results = store / "prefect" / "results"
     keys = store / "prefect" / "keys"
     g, p = m1["stages"]["graph"]["cache_key"], m1["stages"]["partition"]["cache_key"]

@@ -18,7 +18,7 @@ from flows import release
 from flows.config import parse_config
 from mdp_core.declarations import contract
 from tasks import evaluate
-from tasks import release as release_task
+from tasks import publish as publish_task
 
 SMALL = {  # a 3 x 3 grid, simulated people, one evaluation point: the whole loop in about 2 s
     "dataset": {"kind": "grid", "params": {"rows": 3, "cols": 3, "n_outputs": 4, "seed": 2}},
@@ -37,12 +37,12 @@ def approve(store: str, params: dict[str, Any], instance: ArtifactRef) -> Artifa
 
 
 def test_declared_reads_are_the_tasks_keywords() -> None:
-    """Each cached stage reads exactly its task's upstream keywords; the release stage, released_files'."""
+    """Each cached stage reads exactly its task's upstream keywords; the publish stage, released_files'."""
     for st in contract.STAGES:
         if st.cached:
             keywords = list(inspect.signature(release.task_at(st.task).fn).parameters)[2:]  # after store, params
             assert set(st.inputs) == set(keywords), st.name
-    assert set(contract.stage("release").inputs) == set(inspect.signature(release_task.released_files).parameters)
+    assert set(contract.stage("publish").inputs) == set(inspect.signature(publish_task.released_files).parameters)
 
 
 def test_reads_when_and_when() -> None:

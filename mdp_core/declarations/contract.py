@@ -2,7 +2,7 @@
 
 Plain Python (no numerical import): the config (``flows/config.py``: ``StageName``, ``[run.timeouts]``), the
 flow (``flows/release.py``: its stage order, the manifest's ``solve`` summary), the publication
-(:func:`tasks.release.released_files`), the audit (:mod:`mdp_core.release.audit`: which files a release
+(:func:`tasks.publish.released_files`), the audit (:mod:`mdp_core.release.audit`: which files a release
 must carry, which it may publish, their allowed columns and keys, which stage wrote each) and the docs all
 read these declarations. ``tests/test_contract.py`` builds a real release and checks that every file the
 writers produce is exactly what is declared here (columns, Arrow types, JSON keys), and that nothing
@@ -176,8 +176,8 @@ STAGES: tuple[Stage, ...] = (
         reads="instance=export mechanism=solve partition measure points=evaluate_point",
         params="evaluate",
     ),
-    Stage(  # tasks.release:release; reads: the published outputs (tasks.release.released_files)
-        "release",
+    Stage(  # tasks.publish:publish; reads: the published outputs (tasks.publish.released_files)
+        "publish",
         "sign, check at the door and publish runs/<run>/",
         cached=False,
         reads="mechanism=solve measure evaluate instance=export",
@@ -190,8 +190,9 @@ CACHED_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.cached)
 
 # A stage's former names (the manifests, configs and command lines written before a rename keep working):
 # ``postprocess`` is where the secret table is *measured* (in differential privacy, post-processing is what
-# costs nothing), so it was renamed ``measure`` (issue 42).
-FORMER_STAGE_NAMES: dict[str, str] = {"postprocess": "measure"}
+# costs nothing), so it was renamed ``measure``; ``release`` (one of three modules of that name) is ``publish``
+# (issue 42).
+FORMER_STAGE_NAMES: dict[str, str] = {"postprocess": "measure", "release": "publish"}
 
 
 def stage_name(name: str) -> str:
@@ -445,7 +446,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
     PublishedFile("*.png", "evaluate", False, doc="figures (top level)"),
     PublishedFile(
         "manifest.json",
-        "release",
+        "publish",
         True,
         keys=MANIFEST_KEYS | MANIFEST_KEYS_OPTIONAL,
         volatile=frozenset({"run_name", "flow_run_id", "created_at", "started_at", "stages", "approval"}),
@@ -456,7 +457,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
     ),
     PublishedFile(
         "signature.json",
-        "release",
+        "publish",
         False,
         keys=SIGNATURE_KEYS,
         volatile=frozenset({"signature", "signed_sha256"}),
@@ -464,7 +465,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         doc="Ed25519 signature over manifest.json's bytes (mdp_core.release.signing)",
         blocks={"": SIGNATURE_KEYS},
     ),
-    PublishedFile("public_key.pem", "release", False, listed=False, doc="the agency's public key"),
+    PublishedFile("public_key.pem", "publish", False, listed=False, doc="the agency's public key"),
 )
 
 

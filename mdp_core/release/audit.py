@@ -95,7 +95,7 @@ _LISTED = tuple(f for f in contract.PUBLISHED if f.listed)
 REQUIRED = tuple(f.path for f in _LISTED if f.required)  # every release lists them
 # Beside manifest.json, not listed in it (they sign it): mdp_core.release.signing.SIGNATURE / PUBLIC_KEY.
 SIGNATURE_FILES = contract.SIGNATURE_FILES
-# Everything a release may list (besides the top-level *.png figures): tasks.release.released_files.
+# Everything a release may list (besides the top-level *.png figures): tasks.publish.released_files.
 PUBLISHED = frozenset(f.path for f in _LISTED if "*" not in f.path)
 
 # ----------------------------------------------------------------------------- allow-lists

@@ -1,4 +1,4 @@
-"""The release stage: secret microdata (individuals at secret records) -> perturbed microdata.
+"""The measure stage's perturbation: secret microdata (individuals at secret records) -> perturbed microdata.
 
 Each individual sits at a secret record i; the release draws its perturbed output k from row i of
 the verified mechanism Z (shape (N, K)). The draws take a numpy Generator: in a release it is seeded

@@ -1,4 +1,4 @@
-"""Stage ``release``: publish a run -- only what passes the door check.
+"""Stage ``publish``: publish a run -- only what passes the door check.
 
 Not cached: every flow run publishes its own ``runs/<run_name>/``. The released files, the instance
 the mechanism was certified against (``instance/``) and the manifest are staged in a temp folder, the
@@ -53,11 +53,11 @@ def sign_and_check(store: Store, staged: Path) -> None:
     audit.check_publication(staged, public_key=signing.fingerprint(key.public_key()))
 
 
-@task(name="release", cache_policy=NO_CACHE, persist_result=False)
-def release(store: str, run_name: str, released: dict[str, tuple[ArtifactRef, str]], manifest: dict[str, Any]) -> str:
+@task(name="publish", cache_policy=NO_CACHE, persist_result=False)
+def publish(store: str, run_name: str, released: dict[str, tuple[ArtifactRef, str]], manifest: dict[str, Any]) -> str:
     """Stage, check at the door, publish ``runs/<run_name>/``; returns its path. ``manifest`` must
     list ``released_files`` {name: sha256}; PrivacyError (nothing published) on any discrepancy."""
     s = Store(store)
     run_dir = s.publish(run_name, released, manifest, check=lambda staged: sign_and_check(s, staged))
-    logger().info("release: %s passed the door check -> %s", run_name, run_dir)
+    logger().info("publish: %s passed the door check -> %s", run_name, run_dir)
     return str(run_dir)
