@@ -1,11 +1,15 @@
-"""Print docs/configuration.md: every section and key of a release config, generated from the config model.
+"""The documents' generated reference: docs/configuration.md and docs/privacy.md's published-columns table.
 
-    python docs/gen_config.py > docs/configuration.md
+    python docs/gen_config.py > docs/configuration.md     # print docs/configuration.md
+    python docs/gen_config.py --privacy                   # rewrite docs/privacy.md's table between its markers
 
-The model (:class:`flows.config.ReleaseFlowConfig`) is the one source: each key's type, default and
-description are read from its pydantic fields, the dataset kinds' parameters from
-:data:`flows.config.DATASET_PARAMS` (themselves generated from the loaders' declarations). tests/test_docs.py
-checks that docs/configuration.md equals this script's output.
+The config model (:class:`flows.config.ReleaseFlowConfig`) is configuration.md's one source: each key's type,
+default and description are read from its pydantic fields, the dataset kinds' parameters from
+:data:`flows.config.DATASET_PARAMS` (themselves generated from the loaders' declarations). The published
+files' declarations (:data:`mdp_core.declarations.contract.PUBLISHED`: the Parquet tables of
+``mdp_core/declarations/tables.py`` and records.parquet's columns, declared with the dataset kinds) are the
+privacy table's, the same ones the audit's allow-list (``mdp_core.release.audit.COLUMNS``) is read from.
+tests/test_docs.py checks that both pages equal this script's output.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pydantic.fields import FieldInfo  # noqa: E402
 from pydantic_core import PydanticUndefined  # noqa: E402
 
 from flows import config as C  # noqa: E402
+from mdp_core.declarations import contract  # noqa: E402
 
 HEADER = """# Configuration reference
 
@@ -169,5 +174,41 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
+PRIVACY = Path(__file__).resolve().parent / "privacy.md"
+PRIVACY_COMMAND = "python docs/gen_config.py --privacy"
+BEGIN = "<!-- BEGIN GENERATED published columns"
+END = "<!-- END GENERATED published columns -->"
+NOTICE = (
+    f"{BEGIN}, by docs/gen_config.py from mdp_core/declarations (tables.py, contract.PUBLISHED):\n"
+    f"     do not edit by hand. Regenerate: {PRIVACY_COMMAND} (tests/test_docs.py checks it). -->"
+)
+
+
+def published_columns() -> str:
+    """The table of every published Parquet file's allowed columns, in written order with their Arrow types
+    (``any``: the input's), as the audit allows them (the listed files of ``contract.PUBLISHED`` with columns)."""
+    rows = ["| file | allowed columns (Arrow type) | what |", "|---|---|---|"]
+    for f in contract.PUBLISHED:
+        if not f.listed or f.columns is None:
+            continue
+        mark = " (coordinates)" if f.coordinates else ""
+        columns = ", ".join(f"`{c.name}` {c.dtype or 'any'}" for c in f.columns)
+        rows.append(f"| `{f.path}`{mark} | {columns} | {_cell(f.doc)} |")
+    return "\n".join(rows) + "\n"
+
+
+def privacy_page(text: str) -> str:
+    """``text`` (docs/privacy.md) with its generated part, from :data:`BEGIN` to :data:`END`, made anew."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"docs/privacy.md: no generated table (its markers: {BEGIN} ... -->, {END})")
+    return text[:start] + NOTICE + "\n\n" + published_columns() + "\n" + text[end:]
+
+
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    if sys.argv[1:] == ["--privacy"]:
+        PRIVACY.write_text(privacy_page(PRIVACY.read_text()))
+    elif sys.argv[1:]:
+        raise SystemExit("usage: python docs/gen_config.py [--privacy]")
+    else:
+        sys.stdout.write(render())

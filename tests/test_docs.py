@@ -8,14 +8,16 @@
   -e SPEC`` must name extras pyproject.toml declares; ``python -m pytest ...`` must be CI's command or use
   declared markers and existing paths. A command none of these cover fails the test, named.
 * The README is at most 250 lines; every relative link of README.md and docs/*.md resolves (file and,
-  for ``#anchor``, a heading of that file); docs/configuration.md is docs/gen_config.py's output; the
-  published-columns table of docs/privacy.md is ``mdp_core.release.audit.COLUMNS``.
+  for ``#anchor``, a heading of that file); docs/configuration.md and docs/privacy.md's published-columns
+  table are docs/gen_config.py's output (a stale page fails naming the command that regenerates it), and that
+  table is the audit's allow-list, ``mdp_core.release.audit.COLUMNS``.
 
 Documents whose commands run a flow are marked ``slow`` (and ``flow``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -41,6 +43,7 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/test_docs.py",
         "def test_configuration_reference_is_generated",
     ),
+    "python docs/gen_config.py --privacy": ("tests/test_docs.py", "def test_published_columns_table_is_generated"),
     "ruff check .": (".ci/run", "check ruff check ."),
     "ruff format --check .": (".ci/run", "check ruff format --check ."),
     "mypy": (".ci/run", "check mypy"),
@@ -228,12 +231,30 @@ def test_configuration_reference_is_generated() -> None:
     assert proc.stdout == current, "docs/configuration.md is stale: python docs/gen_config.py > docs/configuration.md"
 
 
+def _gen_config():
+    """docs/gen_config.py as a module (its ``privacy_page``, ``PRIVACY_COMMAND``)."""
+    spec = importlib.util.spec_from_file_location("gen_config", REPO / "docs" / "gen_config.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_published_columns_table_is_generated() -> None:
+    gen = _gen_config()
+    current = (REPO / "docs" / "privacy.md").read_text()
+    assert gen.privacy_page(current) == current, (
+        f"docs/privacy.md's published-columns table is stale: {gen.PRIVACY_COMMAND}"
+    )
+
+
 def test_published_columns_table_is_the_audit_allow_list() -> None:
+    """The generated table says what the audit allows: each file, its coordinates mark, its columns."""
     from mdp_core.release.audit import COLUMNS, WITH_COORDINATES
 
     section = _section((REPO / "docs" / "privacy.md").read_text(), "What is published")
     table = {}
-    for name, coords, cols in re.findall(r"^\| `([^`]+)`( \(coordinates\))? \| (.+) \|$", section, re.M):
+    for name, coords, cols in re.findall(r"^\| `([^`]+)`( \(coordinates\))? \| (.+?) \|[^|]*\|$", section, re.M):
         table[name] = (bool(coords), frozenset(re.findall(r"`([^`]+)`", cols)))
     want = {name: (name in WITH_COORDINATES, cols) for name, cols in COLUMNS.items()}
     assert table == want
