@@ -318,8 +318,9 @@ def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int
 
 def _against_laplace(rep: Report, inst: Any, plan: Any) -> None:
     """What an analyst would write instead (issue 40): planar Laplace at the guarantee this release states for
-    any two records (eps x the graph's stretch per unit: planar Laplace then promises no more, anywhere, than
-    the release does; the report's comparison, :mod:`mdp_core.release.baseline`), continuous and remapped to these
+    two records within its protection radius (eps x the stretch there per unit: the requirement the release is
+    asked for and charged at, which planar Laplace at that rate meets too; the report's comparison,
+    :func:`mdp_core.release.baseline.compared_rate`), continuous and remapped to these
     outputs, beside the outputs' own floor (each record to its nearest output, no privacy: no mechanism on
     these outputs can do better), averaged with the instance's public prior
     (:mod:`mdp_core.release.baseline`). When the floor alone is above planar Laplace's whole error the
@@ -328,7 +329,7 @@ def _against_laplace(rep: Report, inst: Any, plan: Any) -> None:
     from mdp_core.release import baseline
 
     g = plan.guarantee
-    eps = g.epsilon_per_unit * g.stretch
+    eps = g.epsilon_per_unit * g.radius_stretch
     try:
         rows = {r["method"]: r for r in baseline.comparison_rows(inst, eps, samples=64)}
         dim = baseline.noise_dimension(inst)
@@ -524,8 +525,8 @@ def _render_laplace(s: dict[str, Any], out: list[str]) -> None:
     if "against_laplace" in s:
         a, u = s["against_laplace"], s["against_laplace"]["unit"]
         out.append(
-            f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee over any "
-            f"distance): continuous {a['planar_laplace']:.3g} {u}, remapped to these outputs "
+            f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee within the "
+            f"protection radius): continuous {a['planar_laplace']:.3g} {u}, remapped to these outputs "
             f"{a['planar_laplace_remap']:.3g} {u}; the outputs' own floor (no privacy) {a['nearest_output']:.3g} {u}"
             " -- the release's expected error is in its report after the solve"
         )

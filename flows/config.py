@@ -29,8 +29,8 @@ Example (every key optional; these are the defaults of the built-in release)::
     threads = 0
     # time_limit = 600.0  # seconds; unset: none
     max_mix = 0.01      # largest uniform-mixing weight the exact repair may use
-    # gap_rel = 1e-3    # the chosen method's own options (mdp_core.declarations.methods), unset: its default
-    #                   # (gap_rel: 1e-3 in a release, flows.config.RELEASE_GAP_REL);
+    # gap_rel = 1e-2    # the chosen method's own options (mdp_core.declarations.methods), unset: its default
+    #                   # (gap_rel: 1e-2 in a release, flows.config.RELEASE_GAP_REL);
     #                   # one it does not take is an error
 
     [release]           # REQUIRED in a config file: microdata + population, or simulate = true
@@ -862,9 +862,11 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
     if m.get("format") != "mdp-release-manifest" or not isinstance(m.get("config"), dict):
         raise InputError(f"{path}: not an mdp-release run manifest")
     data = dict(m["config"])
-    if m.get("version", 1) < 2:  # made before a release config's loss defaulted to distance: the loader's own
+    version = m.get("version", 1)
+    if version < 2:  # made before a release config's loss defaulted to distance: the loader's own
         data["dataset"] = _pinned_loss(data.get("dataset"))
-        data["solve"] = _pinned_gap(data.get("solve"))
+    if version < 3:  # made before a release's gap defaulted to RELEASE_GAP_REL: the gap it was solved to
+        data["solve"] = _pinned_gap(data.get("solve"), version)
     rel = data.get("release")
     if isinstance(rel, dict) and "simulate" not in rel:  # written before simulate existed
         rel = dict(rel)
@@ -876,16 +878,19 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
     return parse_config(data, f"{path}: config")
 
 
-# A release's solve is certified optimal within 0.1 % of the optimum's expected loss unless [solve] gap_rel says
-# otherwise (the library's methods default to 1e-6). The guarantee does not depend on it (every mechanism is
-# verified whatever the gap); the time does: Rome N = 500 at 1e-6 took 12 minutes where 1e-3 takes 1-2, and
-# a 2,000-person Rome release does not end at 1e-6 (issue 40). Since manifest version 2.
-RELEASE_GAP_REL = 1e-3
+# A release's solve is certified within 1 % of the optimum's expected loss (a proven bound) unless [solve] gap_rel
+# says otherwise (the library's methods default to 1e-6). The guarantee does not depend on it (every mechanism is
+# verified whatever the gap); the time does: Rome N = 500 at 1e-6 took 12 minutes where 1e-3 takes 1-2, and a
+# 2,000-person Rome release (500 records x 500 outputs) needs a fourth row-generation round, 10 more minutes, to
+# go from 0.7 % to 0.1 % (issue 40). Manifest version 3 (version 2: 1e-3; version 1: the method's own default).
+RELEASE_GAP_REL = 1e-2
+_RELEASE_GAP_BEFORE = {2: 1e-3}  # manifest version -> the release gap then (version 1: the method's default)
 
 
-def _pinned_gap(solve: Any) -> Any:
-    """A version-1 manifest's ``[solve]`` with the gap its release was solved to: an unset ``gap_rel`` then was the
-    method's own default (1e-6), not :data:`RELEASE_GAP_REL`."""
+def _pinned_gap(solve: Any, version: int = 1) -> Any:
+    """An older manifest's ``[solve]`` with the gap its release was solved to: an unset ``gap_rel`` was then the
+    release gap of its version (:data:`_RELEASE_GAP_BEFORE`) or, in version 1, the method's own default (1e-6),
+    not :data:`RELEASE_GAP_REL`."""
     if not isinstance(solve, dict) or solve.get("gap_rel") is not None:
         return solve
     method = solve.get("method") or "auto"
@@ -893,7 +898,9 @@ def _pinned_gap(solve: Any) -> Any:
         takes = {s.name: s for s in method_option_specs(method)}
     except (InputError, KeyError):
         return solve
-    return solve | {"gap_rel": takes["gap_rel"].default} if "gap_rel" in takes else solve
+    if "gap_rel" not in takes:
+        return solve
+    return solve | {"gap_rel": _RELEASE_GAP_BEFORE.get(version, takes["gap_rel"].default)}
 
 
 def _pinned_loss(dataset: Any) -> Any:

@@ -233,16 +233,17 @@ def _against_laplace(
     store: Store, post: ArtifactRef | None, inst, rows: list[dict], png: Path
 ) -> list[tuple[str, str]]:
     """Issue 40, the honest comparison: appends to ``rows`` (the released mechanism's first) the rows of planar
-    Laplace at the release's stated guarantee (:func:`mdp_core.release.baseline.comparison_rows`), sets that
-    guarantee on the released row (``metric_epsilon``), draws the bar figure ``png``; returns [(its title, its
-    name)] (none without coordinates). The guarantee is the provenance's ``guarantee.metric_epsilon_per_unit``
-    (eps x stretch); without one (a run that releases nothing, a v2 provenance) eps x the stretch the graph
-    stage measures (:func:`mdp_core.release.protection.graph_protection`, public records only)."""
+    Laplace at the release's guarantee (:func:`mdp_core.release.baseline.comparison_rows`), sets that rate on
+    the released row (``metric_epsilon``), draws the bar figure ``png``; returns [(its title, its name)] (none
+    without coordinates). The rate is what the release promises within its protection radius, eps x the
+    stretch there (the provenance's ``guarantee``; :func:`mdp_core.release.baseline.compared_rate`): the requirement both mechanisms then
+    meet. Without a guarantee (a run that releases nothing) eps x the stretch the graph stage measures
+    (:func:`mdp_core.release.protection.graph_protection`, public records only)."""
     from mdp_core.release import baseline, report
     from mdp_core.runtime.files import read_json
 
     guarantee = read_json(store.path(post, "release_provenance.json")).get("guarantee") if post is not None else None
-    stated = (guarantee or {}).get("metric_epsilon_per_unit")
+    stated = baseline.compared_rate(guarantee or {})
     if stated is None:
         from mdp_core.release.protection import graph_protection
 
@@ -254,7 +255,7 @@ def _against_laplace(
         return []
     by = {r["method"]: r["dist_loss_mean"] for r in added}
     logger().info(
-        "evaluate: expected distance per person at eps x stretch = %.4g per %s: release %.4g, planar Laplace "
+        "evaluate: expected distance per person at the guarantee's %.4g per %s: release %.4g, planar Laplace "
         "remapped %.4g, continuous %.4g, nearest output %.4g",
         float(stated),
         inst.distance_unit,

@@ -195,7 +195,12 @@ def test_the_sentence_reads_the_evaluation_table(tmp_path) -> None:
     a = report.against_laplace(c, report.markdown_table(table))
     assert a is not None and a["continuous"] == 1.0 and a["metric_epsilon"] == 2.0 and a["samples"] > 0
     text = report.laplace_sentence(c | {"against_laplace": a})
-    assert text and "eps x stretch = 2 per km" in text and "exactly 2 / 2" in text and "public prior" in text
+    assert text and "At the same guarantee, 2 per km for two records within the protection radius" in text
+    assert "exactly 2 / 2" in text and "public prior" in text and "farther apart" not in text
+    g = {"protection_radius": 1.0, "metric_epsilon_per_unit": 2.5}  # a graph whose stretch over any distance is 1.25
+    text = report.laplace_sentence(c | {"against_laplace": a, "guarantee": g})
+    assert text and "radius (1 km: what the release was asked for and is charged at); farther apart planar " in text
+    assert "Laplace keeps 2 per km and this release states 2.5 per km (eps x the mDP graph's stretch)" in text
     assert report.against_laplace(c, report.markdown_table(table.iloc[:1])) is None  # no rows: no sentence
     rows = table.to_dict(orient="records")
     assert report.plot_against_laplace(rows, "exp", "km", tmp_path / "a.png") == tmp_path / "a.png"
@@ -209,7 +214,8 @@ def test_the_evaluate_stage_writes_the_comparison_into_the_release(released) -> 
     z = read_mechanism(released / "mechanism.parquet", inst.n_records, inst.n_outputs)
     table = read_table(released / "evaluation.parquet")
     rows = {m: table[table["method"] == m].iloc[0] for m in table["method"]}
-    stated = read_json(released / "release_provenance.json")["guarantee"]["metric_epsilon_per_unit"]
+    guarantee = read_json(released / "release_provenance.json")["guarantee"]
+    stated = guarantee["epsilon_per_unit"] * guarantee["stretch_within_radius"]  # the rate within the radius
     method = read_json(released / "solve.json")["method"]
     rec, out = inst.record_points(), inst.output_points()  # the grid: km in the plane (euclidean)
     assert inst.metric == "euclidean" and inst.distance_unit == "km"
@@ -226,8 +232,30 @@ def test_the_evaluate_stage_writes_the_comparison_into_the_release(released) -> 
     assert rows[baseline.CONTINUOUS]["dist_loss_mean"] == 2 / stated
     md = (released / "report.md").read_text()
     page = md.split("# Appendix")[0]
-    assert "- **Against planar Laplace.** At the same stated guarantee" in page
+    assert "- **Against planar Laplace.** At the same guarantee" in page
     assert f"This release: {rows[method]['dist_loss_mean']:.4g} km" in page
     assert "![Against planar Laplace at the same guarantee](against_laplace.png)" in page
     assert (released / "against_laplace.png").stat().st_size > 0
     assert audit.audit_release(released) == []
+
+
+def test_the_audit_finds_planar_laplace_compared_at_a_rate_the_release_does_not_keep(released, tmp_path) -> None:
+    """The comparison's rate is one the release keeps (eps x the stretch within the protection radius, or over
+    any distance): the same table restated at a 10 % weaker rate (the figures consistent with it) is a finding."""
+    import shutil
+
+    from conftest import edit_table
+
+    run = tmp_path / "run"
+    shutil.copytree(released, run)
+    method = read_json(run / "solve.json")["method"]
+
+    def weaker(frame: pd.DataFrame) -> None:
+        mine = frame["method"].isin([method, baseline.CONTINUOUS, baseline.REMAP])
+        frame.loc[mine, "metric_epsilon"] *= 1.1
+        cont = frame["method"] == baseline.CONTINUOUS
+        frame.loc[cont, "dist_loss_mean"] = 2 / frame.loc[cont, "metric_epsilon"]
+
+    edit_table(run, "evaluation.parquet", weaker)
+    found = [f for f in audit.audit_release(run) if f.startswith("evaluation.parquet")]
+    assert len(found) == 1 and "planar Laplace is compared at eps" in found[0] and "not at a rate" in found[0]

@@ -157,7 +157,8 @@ def test_stretch_and_the_populations_budget_are_checked(helsinki, tmp_path):
 
 def test_check_compares_with_planar_laplace_and_says_when_outputs_are_too_coarse(tmp_path: Path) -> None:
     """Issue 40's advisor: the floor of these outputs (each record to its nearest output, no privacy) against
-    planar Laplace's whole error 2 / eps at the release's guarantee over any distance; four outputs over a
+    planar Laplace's whole error 2 / eps at the release's guarantee within its protection radius (eps x the
+    stretch there: baseline.compared_rate); four outputs over a
     10 x 10 km grid are far too coarse, and the hint says so. The floor is recomputed here by brute force."""
     from mdp_core.problem.datasets import grid
 
@@ -171,9 +172,9 @@ def test_check_compares_with_planar_laplace_and_says_when_outputs_are_too_coarse
     a = rep.sections["against_laplace"]
     inst = grid(10, 10, n_outputs=4, seed=0)
     floor = float(inst.prior @ cdist(inst.record_points(), inst.output_points()).min(axis=1))  # km, euclidean
-    stretch = rep.sections["privacy"]["stretch"]
+    within = rep.sections["privacy"]["stretch_within_radius"]
     assert a["nearest_output"] == pytest.approx(floor, rel=1e-9)
-    assert a["planar_laplace"] == pytest.approx(2 / (10.0 * stretch), rel=1e-12)
+    assert a["planar_laplace"] == pytest.approx(2 / (10.0 * within), rel=1e-12)
     assert a["nearest_output"] > a["planar_laplace"]
     assert any("outputs too coarse to beat planar Laplace" in h for h in rep.hints), rep.hints
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flows.config import ReleaseFlowConfig, load_config, parse_config
+from flows.config import RELEASE_GAP_REL, ReleaseFlowConfig, load_config, parse_config
 from mdp_core.errors import InputError
 
 
@@ -288,7 +288,11 @@ def test_one_default_for_benders_subsets():
 
 def test_solve_options_the_method_does_not_take_are_errors_and_the_rest_reach_it():
     cfg = parse_config({"solve": {"method": "benders", "max_iterations": 5, "executor": "serial", "time_limit": 60}})
-    assert cfg.solve.method_args() == {"max_iterations": 5, "executor": "serial", "gap_rel": 1e-3}  # a release's gap
+    assert cfg.solve.method_args() == {
+        "max_iterations": 5,
+        "executor": "serial",
+        "gap_rel": RELEASE_GAP_REL,
+    }  # a release's gap
     assert cfg.solve.solver_settings() == {"solver": "simplex", "threads": 0, "time_limit": 60.0}
     assert load_config(None).solve.solver_settings() == {"solver": "simplex", "threads": 0}  # no time limit
     with pytest.raises(InputError, match=r"max_iterations is not an option of method 'lp'"):

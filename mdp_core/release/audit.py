@@ -1080,7 +1080,7 @@ def _check_config_v3(cfg: dict, prov: dict) -> list[str]:
     return findings
 
 
-def _check_evaluation(facts: Record, solve: dict) -> list[str]:
+def _check_evaluation(facts: Record, solve: dict, prov: dict) -> list[str]:
     """evaluation.parquet and utility_vs_eps.parquet restate the released mechanism's figures."""
     inst, cert, obj, method = facts["instance"], facts["certificate"], facts["objective"], solve.get("method")
     findings: list[str] = []
@@ -1107,7 +1107,8 @@ def _check_evaluation(facts: Record, solve: dict) -> list[str]:
                 findings.append(
                     f"evaluation.parquet: gap {_show(row.get('gap'))} but solve.json says {_show(solve.get('gap'))}"
                 )
-    findings += _check_against_laplace(rows or [], method)
+    within = facts.get("stretch_within")  # recomputed from the graph: the rate the release verifiably keeps there
+    findings += _check_against_laplace(rows or [], method, _obj(prov.get("guarantee")), within)
     for row in facts.get("utility_vs_eps.parquet") or []:
         if not _same_number(row.get("epsilon"), inst["epsilon"] * (_num(row.get("factor")) or 0.0), EXACT):
             findings.append(
@@ -1120,10 +1121,14 @@ def _check_evaluation(facts: Record, solve: dict) -> list[str]:
     return findings
 
 
-def _check_against_laplace(rows: list[Record], method: object) -> list[str]:
+def _check_against_laplace(
+    rows: list[Record], method: object, guarantee: Record, stretch_within: object = None
+) -> list[str]:
     """The comparison with planar Laplace (issue 40, :mod:`mdp_core.release.baseline`): its rows and the
-    released one state one metric eps (the release's stated guarantee: checked against the provenance
-    through the report's claims); the continuous mechanism's error is exactly D / eps for a whole D >= 1."""
+    released one state one metric eps, a rate the release keeps: eps x the stretch within the protection radius
+    (stated, or ``stretch_within`` recomputed from the graph: the rate the release promises there, what planar
+    Laplace is compared at) or, in releases made before, eps x the stretch over any distance; the continuous
+    mechanism's error is exactly D / eps for a whole D >= 1."""
     from mdp_core.release.baseline import CONTINUOUS, REMAP
 
     findings: list[str] = []
@@ -1134,6 +1139,15 @@ def _check_against_laplace(rows: list[Record], method: object) -> list[str]:
         findings.append(
             f"evaluation.parquet: planar Laplace and the release state different eps {sorted(map(str, stated))}"
         )
+    eps_unit = _num(guarantee.get("epsilon_per_unit"))
+    stretches = (_num(x) for x in (guarantee.get("stretch_within_radius"), stretch_within, guarantee.get("stretch")))
+    rates = [eps_unit * x for x in stretches if x is not None] if eps_unit is not None else []
+    if compared and rates:
+        if not any(_same_number(e, r, RECOMPUTED) for e in stated for r in rates):
+            findings.append(
+                f"evaluation.parquet: planar Laplace is compared at eps {sorted(map(str, stated))}, not at a rate "
+                f"the guarantee states ({', '.join(f'{r:.6g}' for r in rates)})"
+            )
     for row in (r for r in compared if r.get("method") == CONTINUOUS):
         eps, err = _num(row.get("metric_epsilon")), _num(row.get("dist_loss_mean"))
         dim = round(eps * err) if eps and err else 0
@@ -1347,7 +1361,7 @@ def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record
     findings += _check_provenance(prov, actual, facts)
     findings += _check_privacy(manifest, prov, inst)
     findings += _check_config(manifest, prov, solve, inst)
-    findings += _check_evaluation(facts, solve)
+    findings += _check_evaluation(facts, solve, prov)
     findings += _check_report(d, actual, facts, solve, prov, signed)
     return findings + _check_declared_keys(d, manifest)
 
