@@ -8,6 +8,12 @@ JSON line per run and one summary line per mode with the median of the cached re
 
 Each run is a fresh OS process (what a user experiences), timed from process start to exit.
 The server mode starts a private `prefect server` on a free loopback port for the benchmark.
+Each mode has its own store in its temporary folder (``--store``): the first run computes and publishes,
+the re-runs are fully cached re-runs of that release, whatever the repository's own store holds (a release
+published there by an earlier version of the code would make every re-run compare tables: ``same_content``).
+Python's bytecode is cached there too (``PYTHONPYCACHEPREFIX``, as an installed package has its ``.pyc``),
+even when ``PYTHONDONTWRITEBYTECODE`` is set; ``--no-bytecode`` keeps the environment's setting (every run
+then compiles the project's sources again: about 0.1 s more per run).
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ def _free_port() -> int:
 
 
 def _run(cwd: Path, env: dict, config: str | None) -> float:
-    args = [sys.executable, "-m", "flows.cli", "run"] + (["--config", config] if config else [])
+    args = [sys.executable, "-m", "flows.cli", "run", "--store", str(cwd / "store")]
+    args += ["--config", config] if config else []
     t0 = time.perf_counter()
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -54,21 +61,31 @@ def _run(cwd: Path, env: dict, config: str | None) -> float:
     return wall
 
 
+def _environment(work: Path, bytecode: bool) -> dict[str, str]:
+    """The runs' environment: quiet Prefect, its home and mdp-release's in ``work``, no server of the caller's;
+    ``bytecode``: compiled once into ``work/pycache``, as an installed package has its ``.pyc``."""
+    env = (
+        os.environ
+        | QUIET
+        | {"PREFECT_HOME": str(work / "prefect-home"), "MDP_RELEASE_HOME": str(work), "PYTHONPATH": str(REPO)}
+    )
+    env.pop("PREFECT_API_URL", None)
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    return env
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=None)
     ap.add_argument("--modes", default="ephemeral,server")
     ap.add_argument("--repeat", type=int, default=5, help="cached re-runs per mode (the median is reported)")
+    ap.add_argument("--no-bytecode", action="store_true", help="no bytecode cache of its own (the environment decides)")
     args = ap.parse_args()
-    repo = REPO
     for mode in args.modes.split(","):
         work = Path(tempfile.mkdtemp(prefix=f"bench-{mode}-"))
-        env = (
-            os.environ
-            | QUIET
-            | {"PREFECT_HOME": str(work / "prefect-home"), "MDP_RELEASE_HOME": str(work), "PYTHONPATH": str(repo)}
-        )
-        env.pop("PREFECT_API_URL", None)
+        env = _environment(work, bytecode=not args.no_bytecode)
         server = None
         if mode == "server":
             port = _free_port()
@@ -110,6 +127,7 @@ def main() -> None:
                             "step": step,
                             "seconds": round(wall, 2),
                             "config": args.config or "default",
+                            "bytecode": not args.no_bytecode,
                         }
                     ),
                     flush=True,
@@ -124,6 +142,7 @@ def main() -> None:
                     "min": round(min(cached), 2),
                     "max": round(max(cached), 2),
                     "config": args.config or "default",
+                    "bytecode": not args.no_bytecode,
                 }
                 print(json.dumps(summary), flush=True)
         finally:

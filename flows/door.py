@@ -9,7 +9,7 @@ in the store's private part.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,48 @@ from mdp_core.release.door import GraphFacts, PrivacyPlan, Settings, TableFacts,
 
 
 @dataclass(frozen=True)
+class Figures:
+    """The public instance's figures the door decides on: its epsilon and eta and its mDP graph's
+    :class:`GraphFacts` (recomputed from its records and edges by :meth:`of`) at the protection ``radius``.
+    Public (a record count, component sizes, stretches, a unit: what a release states); for a release without a
+    secret table they are all the door reads, so the run memoises them (:func:`tasks.common.door_figures`)."""
+
+    epsilon: float
+    eta: float
+    radius: float
+    graph: GraphFacts
+
+    @classmethod
+    def of(cls, inst: Any, radius: float) -> Figures:
+        """The figures of ``inst`` (the instance with its mDP graph's edges) at ``radius``."""
+        graph, _ = GraphFacts.recomputed(inst, radius)
+        return cls(float(inst.epsilon), float(inst.eta), float(radius), graph)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON values (:meth:`parse` reads them back: the same figures)."""
+        return {"epsilon": self.epsilon, "eta": self.eta, "radius": self.radius, "graph": asdict(self.graph)}
+
+    @classmethod
+    def parse(cls, d: Any) -> Figures | None:
+        """The figures :meth:`as_dict` wrote; None for anything else (no figures: the door reads the instance)."""
+        try:
+            g = dict(d["graph"])
+            g["component_sizes"] = tuple(int(n) for n in g["component_sizes"])
+            return cls(float(d["epsilon"]), float(d["eta"]), float(d["radius"]), GraphFacts(**g))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class Door:
     """What the door decided for a config: the plan, and for an agency's table its fingerprint (secret: kept
-    only in the store's private part) and the located people (for ``check``'s terminal-only figures)."""
+    only in the store's private part) and the located people (for ``check``'s terminal-only figures); the
+    public figures it was decided on."""
 
     plan: PrivacyPlan
     fingerprint: str | None = None
     located: Any = None
+    figures: Figures | None = None
 
 
 def settings(cfg: ReleaseFlowConfig, epsilon: float, eta: float) -> Settings:
@@ -91,13 +126,19 @@ def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[
 
 def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
     """The door for ``cfg`` over ``inst`` (the instance with the mDP graph's edges at the release's eta):
-    the plan, with the secret table read and validated when the release has one."""
+    the plan, with the secret table read and validated when the release has one. Without a secret table
+    ``inst`` may be the instance's :class:`Figures` at the release's radius (an earlier door's, memoised):
+    the same plan, without the instance."""
     s = settings(cfg, float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon), inst.eta)
-    graph, _ = GraphFacts.recomputed(inst, s.radius)
+    figures = inst if isinstance(inst, Figures) else Figures.of(inst, s.radius)
+    if figures.radius != s.radius:
+        raise ValueError(f"the figures are at radius {figures.radius:g}, the release's is {s.radius:g}")
     if cfg.release.microdata is None:
-        return Door(plan_privacy(s, graph))
+        return Door(plan_privacy(s, figures.graph), figures=figures)
+    if isinstance(inst, Figures):
+        raise ValueError("a secret table is read against the instance itself, not its figures")
     facts, fingerprint, loc = read_secret_table(cfg, inst, s.distance_limit)
-    return Door(plan_privacy(s, graph, facts), fingerprint, loc)
+    return Door(plan_privacy(s, figures.graph, facts), fingerprint, loc, figures)
 
 
-__all__ = ["Door", "plan_for", "read_secret_table", "settings"]
+__all__ = ["Door", "Figures", "plan_for", "read_secret_table", "settings"]

@@ -44,7 +44,7 @@ from flows.config import (
     release_name,
     store_root,
 )
-from flows.door import plan_for
+from flows.door import Figures, plan_for
 from mdp_core.declarations import contract, dataset_kinds
 from mdp_core.declarations.methods import needs_partition
 from mdp_core.errors import Interrupted, PrivacyError, StageTimeout
@@ -55,7 +55,7 @@ from mdp_core.runtime.files import file_sha256, read_json
 from tasks import evaluate, measure
 from tasks import publish as publish_task
 from tasks.cache import cached, package_versions, stage_code_version
-from tasks.common import instance_with_graph, stage_output
+from tasks.common import door_figures, instance_with_graph, remember_door_figures, stage_output
 from tasks.progress import watch_cancellation
 
 STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.declarations.contract.STAGES; then publish)
@@ -316,10 +316,18 @@ def _door(
     (:func:`flows.door.plan_for`, the secret table read and validated) before anything is charged, the officer's
     approval (:func:`flows.approval.wait_for_approval`), for real people the table's population claimed, the
     population's draw for this version of the table (published releases checked against the private ledger)
-    and the early budget check of the plan's charges; then the signing key (refused before the first charge)."""
+    and the early budget check of the plan's charges; then the signing key (refused before the first charge).
+    Without a secret table the door reads only the public instance's figures (:class:`flows.door.Figures`),
+    memoised beside the graph object (:func:`tasks.common.door_figures`): a re-run's door loads no instance."""
     note("the privacy door")
     reads = next(st for st in contract.STAGES if st.reads_secret).inputs  # the door sees what that stage reads
-    door = plan_for(config, instance_with_graph(store, state.refs[reads["dataset"]], state.refs[reads["graph"]]))
+    dataset, graph, radius = state.refs[reads["dataset"]], state.refs[reads["graph"]], config.privacy.protection_radius
+    public = config.release.microdata is None  # no secret table: the public instance's figures are all it reads
+    memo = (dataset, graph, radius, ("flows.door",))  # memoised beside the graph object, keyed by what makes them
+    figures = Figures.parse(door_figures(store, *memo)) if public else None
+    door = plan_for(config, figures or instance_with_graph(store, dataset, graph))
+    if public and figures is None and door.figures is not None:
+        remember_door_figures(store, *memo, door.figures.as_dict())
     state.plan = door.plan.admit()  # refused: PrivacyError, nothing measured, nothing charged
     state.approval = wait_for_approval(config, store, state.plan)  # [release] approval: a person first
     if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured

@@ -148,9 +148,11 @@ _DECLARING = frozenset(r.module for r in REGISTRIES)
 _ROOT = Path(__file__).resolve().parents[1]  # the directory holding mdp_core/, tasks/, artifacts/
 
 
+@functools.cache
 def _module_file(name: str) -> Path | None:
     """Source file of module ``name``, or None if not a module (``pkg.attr``), found without importing anything: a
-    project module under the project root, another (a registered entry's own package) along ``sys.path``."""
+    project module under the project root, another (a registered entry's own package) along ``sys.path``.
+    Memoised per process (:func:`forget_code_versions`): every stage's closure asks for the same names."""
     top, _, rest = name.partition(".")
     where = _ROOT / top if top in PROJECT_PACKAGES else _top_level(top)
     if where is None or where.suffix == ".py":  # a top-level module has no submodules
@@ -183,13 +185,25 @@ class _Parsed:
 _IMPORTS_CACHE = Path(os.environ.get("MDP_RELEASE_HOME", Path.home() / ".mdp-release")) / "imports-cache-2.json"
 _MEMO_TAG = hashlib.sha256(" ".join(sorted(_DECLARING)).encode()).hexdigest()[:8]
 _imports_memo: dict[str, Any] | None = None
+_parsed_here: dict[tuple[str, Path], _Parsed] = {}  # this process's: each source read and hashed once
 _MEMO_LOCK = threading.Lock()  # stages compute their keys in parallel (the evaluate-point task runs)
 
 
 def _parsed(name: str, path: Path) -> _Parsed:
     """:func:`_parse_imports`, memoised by (module, sha256 of its source) in this process and, for project
     modules, on disk (``~/.mdp-release/imports-cache-2.json``): parsing ~100 modules cost 0.5-1.8 s of every
-    cached rerun."""
+    cached rerun. Each source is read once per process (:func:`forget_code_versions`), not once per stage."""
+    with _MEMO_LOCK:
+        seen = _parsed_here.get((name, path))
+    if seen is None:
+        seen = _parsed_source(name, path)
+        with _MEMO_LOCK:
+            _parsed_here[(name, path)] = seen
+    return seen
+
+
+def _parsed_source(name: str, path: Path) -> _Parsed:
+    """:func:`_parsed` of the source as it is now on disk."""
     global _imports_memo
     data = path.read_bytes()
     memo_key = f"{name}:{_MEMO_TAG}:{hashlib.sha256(data).hexdigest()}"
@@ -533,6 +547,9 @@ def forget_code_versions() -> None:
     code_version.cache_clear()
     _closure_of.cache_clear()
     _top_level.cache_clear()
+    _module_file.cache_clear()
+    with _MEMO_LOCK:
+        _parsed_here.clear()
 
 
 def package_versions(names: tuple[str, ...]) -> dict[str, str]:

@@ -22,6 +22,7 @@ child process (:mod:`mdp_core.runtime.isolate`), so the stop takes seconds even 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,9 +32,10 @@ from prefect import get_run_logger
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.states import State
 
-from artifacts.store import ArtifactRef, ObjectWriter, Store
+from artifacts.store import ArtifactRef, ObjectWriter, Store, sha256_json
 from mdp_core.errors import Interrupted, MdpError, StageTimeout
 from mdp_core.runtime import control
+from mdp_core.runtime.files import write_json
 from tasks.cache import stage_key
 from tasks.progress import Heartbeat, note
 
@@ -209,6 +211,77 @@ def instance_with_graph(store: Store, dataset: ArtifactRef, graph: ArtifactRef, 
         eta=float(read_json(store.path(graph, "graph.json"))["eta"]),
         **changes,
     )
+
+
+# The privacy door's public figures of an instance, memoised beside its graph object: a hidden file (not one of
+# the object's files: not in its ref, nor in its content hash), keyed by what the figures are computed from.
+DOOR_FIGURES = ".door-figures.json"
+
+
+def _figures_key(dataset: ArtifactRef, graph: ArtifactRef, code: tuple[str, ...]) -> str:
+    """What the figures are computed from: both objects' content, the code (the modules ``code`` with everything
+    they import, :func:`tasks.cache.code_version`) and the numerical libraries' versions."""
+    from tasks.cache import code_version, library_versions
+
+    return sha256_json(
+        {
+            "dataset": dataset.content_hash,
+            "graph": graph.content_hash,
+            "code": {m: code_version(m) for m in sorted({__name__, *code})},  # instance_with_graph: this module
+            "libraries": library_versions(),
+        }
+    )
+
+
+def _figures_memo(
+    store: Store, dataset: ArtifactRef, graph: ArtifactRef, code: tuple[str, ...]
+) -> tuple[str, dict[str, Any]] | None:
+    """(key, the memo's entries for that key, {} when there are none); None when nothing may be memoised:
+    nothing is kept beside an object derived from the secret table (owner-only)."""
+    if store.is_private(dataset) or store.is_private(graph):
+        return None
+    key = _figures_key(dataset, graph, code)
+    try:
+        memo = json.loads(store.path(graph, DOOR_FIGURES).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return key, {}
+    ok = isinstance(memo, dict) and memo.get("key") == key and isinstance(memo.get("figures"), dict)
+    return key, memo["figures"] if ok else {}
+
+
+def door_figures(
+    store: Store, dataset: ArtifactRef, graph: ArtifactRef, radius: float | None, code: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The privacy door's figures of the public instance (``dataset`` with the ``graph`` stage's edges,
+    :func:`instance_with_graph`) at the protection ``radius`` (None: eta), as :func:`remember_door_figures`
+    memoised them (:meth:`flows.door.Figures.as_dict`); None when there are none for these objects' content,
+    the code computing them (``code``: its modules, and this one) and these libraries. Public figures only,
+    trusted as the store's objects are (the stage that measures recomputes them from the instance)."""
+    found = _figures_memo(store, dataset, graph, code)
+    entry = found[1].get("eta" if radius is None else repr(float(radius))) if found is not None else None
+    return entry if isinstance(entry, dict) else None
+
+
+def remember_door_figures(
+    store: Store,
+    dataset: ArtifactRef,
+    graph: ArtifactRef,
+    radius: float | None,
+    code: tuple[str, ...],
+    figures: dict[str, Any],
+) -> None:
+    """Memoise ``figures`` (plain JSON values, computed from the instance at ``radius`` by ``code``) beside
+    ``graph`` for :func:`door_figures` -- unless an object is derived from the secret table, or a figure is not
+    a finite number (JSON has none: the next door computes them again)."""
+    found = _figures_memo(store, dataset, graph, code)
+    if found is None:
+        return
+    key, entries = found
+    entries["eta" if radius is None else repr(float(radius))] = figures
+    try:
+        write_json(store.path(graph, DOOR_FIGURES), {"key": key, "figures": entries})
+    except (OSError, ValueError):  # a store we may not write to, or a figure that is not finite
+        pass
 
 
 def output_zones(inst: Instance, labels: np.ndarray | None) -> np.ndarray:
