@@ -71,6 +71,16 @@ INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
         dict(n_records=300, n_outputs=60, eta=0.4, epsilon=6.0),
     ),
     "text500": ("GloVe 50-d words, eps * eta = 20", "text", dict(vectors="glove-6b-50d", n_records=500, n_outputs=100)),
+    # the release class (issue 40): what a road release config builds by default (distance loss, eta = the 1 km
+    # protection radius, eps 10 / km, as many outputs as records); `mdp-release check`'s time model is fitted on it
+    **{
+        f"romeR{n}": (
+            f"Rome roads, release defaults: distance loss, eta 1 km, eps 10/km, N = K = {n}",
+            "road",
+            dict(n_records=n, n_outputs=n, eta=1.0, epsilon=10.0, loss="distance"),
+        )
+        for n in (150, 250, 350, 500)
+    },
 }
 DISTRIBUTED = ("colgen", "benders")  # methods with an executor (--cluster / --scheduler: executor dask)
 DEFAULT = "grid500,syn500,rome500,text500,romeB300,gridKN300,disc210"

@@ -163,6 +163,7 @@ def run_check(config: str | Path) -> Report:
     if plan is not None:
         _check_budget(rep, cfg, plan)
         _against_laplace(rep, inst, plan)
+        _advise(rep, cfg, inst)
     unit = inst.distance_unit
     _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
     rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
@@ -356,6 +357,40 @@ def _against_laplace(rep: Report, inst: Any, plan: Any) -> None:
         )
 
 
+ADVISED_SECONDS = 600.0  # a proposal aims at a 10-minute solve when the predicted one is over 15 minutes
+TOO_LONG_SECONDS = 900.0
+
+
+def _advise(rep: Report, cfg: Any, inst: Any) -> None:
+    """The advisor (issue 40, :mod:`mdp_core.release.advisor`): for the release class it was measured on (road
+    data, the distance loss) the solve's predicted time and the release's predicted expected error per record
+    beside planar Laplace's, each with its range; over 15 minutes, a proposal of records and outputs for a
+    10-minute solve (the privacy rows 2 E K grow about as N^3 when K = N: E as N^2 over one area)."""
+    from mdp_core.release import advisor
+
+    against = rep.sections.get("against_laplace")
+    if cfg.dataset.kind != "road" or cfg.dataset.loader_params().get("loss") != "distance" or not against:
+        return
+    rows = 2 * rep.sections["graph"]["n_edges"] * inst.n_outputs
+    p = advisor.predict(rows, against["planar_laplace_remap"])
+    if p is None:
+        return
+    advice: dict[str, Any] = {
+        "seconds": p.seconds,
+        "factor": p.factor,
+        "error": p.error,
+        "error_low": p.error_low,
+        "error_high": p.error_high,
+        "runs": p.runs,
+        "privacy_rows": rows,
+    }
+    if p.seconds > TOO_LONG_SECONDS:
+        scale = (advisor.rows_within(ADVISED_SECONDS) / rows) ** (1 / 3)
+        advice["proposed_records"] = max(2, int(inst.n_records * scale))
+        advice["proposed_outputs"] = max(2, int(inst.n_outputs * scale))
+    rep.sections["advice"] = advice
+
+
 def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
     """The population's budget in the config's store (read only; nothing is created): what the release
     would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
@@ -431,6 +466,7 @@ def render(rep: Report) -> str:
     _render_data(s, out)
     _render_graph(s, u, out)
     _render_laplace(s, out)
+    _render_advice(s, out)
     _render_suggested(s, u, out)
     out += [f"hint: {h}" for h in rep.hints]
     if rep.accepted:
@@ -529,6 +565,25 @@ def _render_laplace(s: dict[str, Any], out: list[str]) -> None:
             f"protection radius): continuous {a['planar_laplace']:.3g} {u}, remapped to these outputs "
             f"{a['planar_laplace_remap']:.3g} {u}; the outputs' own floor (no privacy) {a['nearest_output']:.3g} {u}"
             " -- the release's expected error is in its report after the solve"
+        )
+
+
+def _render_advice(s: dict[str, Any], out: list[str]) -> None:
+    """Append the advisor's prediction (and proposal) when it made one."""
+    if "advice" not in s:
+        return
+    a, u, pl = s["advice"], s["against_laplace"]["unit"], s["against_laplace"]
+    out.append(
+        f"predicted: the solve takes about {a['seconds'] / 60:.3g} min on 2 cores (between "
+        f"{a['seconds'] / a['factor'] / 60:.2g} and {a['seconds'] * a['factor'] / 60:.2g} min: a fit of {a['runs']} "
+        f"measured release-class runs, bench/release_class.py); the release's expected error per record about "
+        f"{a['error']:.3g} {u} ({a['error_low']:.3g}-{a['error_high']:.3g}), against planar Laplace's "
+        f"{pl['planar_laplace_remap']:.3g} {u} remapped to these outputs and {pl['planar_laplace']:.3g} {u} continuous"
+    )
+    if "proposed_records" in a:
+        out.append(
+            f"proposed: n_records = {a['proposed_records']} and n_outputs = {a['proposed_outputs']} "
+            f"([dataset] params) for a solve of about {ADVISED_SECONDS / 60:.0f} min; or accept the wait"
         )
 
 

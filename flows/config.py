@@ -19,12 +19,12 @@ Example (every key optional; these are the defaults of the built-in release)::
     allow_unprotected = false  # true: release even when the graph is split or over max_stretch (officer told who)
 
     [partition]         # mdp_core.declarations.methods.PartitionOptions (Benders' partition)
-    method = "kmdv"     # kmdv | kmrec | kmadj | bsc
+    method = "kmdv"     # a partitioner of mdp_core.declarations.methods.PARTITIONERS
     subsets = 2
     seed = 0
 
     [solve]
-    method = "auto"     # auto | lp | rowgen | colgen | benders | exp | laplace | constopt
+    method = "auto"     # a method of mdp_core.declarations.methods.REGISTRY (docs/methods.md)
     solver = "simplex"  # simplex | ipm  (every method: mdp_core.declarations.solver_options)
     threads = 0
     # time_limit = 600.0  # seconds; unset: none

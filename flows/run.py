@@ -477,6 +477,15 @@ def no_flow_heartbeat() -> contextlib.AbstractContextManager[Any]:
     return temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
+def _proven(solve: dict) -> str:
+    """The suffix ' (within x % of the optimum, proven)' from the solve's objective and proven lower bound; '' without
+    one ("optimal" means within the requested gap, not exactly optimal)."""
+    obj, lb = solve.get("objective"), solve.get("lower_bound")
+    if not isinstance(obj, (int, float)) or not isinstance(lb, (int, float)) or obj <= 0:
+        return ""
+    return f" (within {100 * max(obj - lb, 0.0) / obj:.3g} % of the optimum, proven)"
+
+
 def _print_manifest(manifest: dict) -> None:
     cert = manifest["privacy"]["certificate"]
     same = (
@@ -493,7 +502,7 @@ def _print_manifest(manifest: dict) -> None:
     from flows.operate_ui import realised_eps_text
 
     print(
-        f"  mechanism: {sv['method']} {sv['status']}, expected loss {sv['objective']:.6g}, "
+        f"  mechanism: {sv['method']} {sv['status']}{_proven(sv)}, expected loss {sv['objective']:.6g}, "
         f"certificate {'PASS' if cert['passed'] else 'FAIL'} (realised eps {realised_eps_text(cert)})"
     )
     privacy = manifest["privacy"]
@@ -503,9 +512,11 @@ def _print_manifest(manifest: dict) -> None:
         who = "SIMULATED people (a demo)" if privacy.get("microdata_source") == "simulated" else "population"
         cap = led.get("max_total_epsilon")
         left = f"{led['left']:.4g} left of the cap {cap:g}" if cap is not None else "no cap"
+        within = g["epsilon_per_unit"] * g.get("stretch_within_radius", g["stretch"])
         print(
-            f"  guarantee: eps {g['metric_epsilon_per_unit']:.4g} per {unit} in the data's metric (eps "
-            f"{g['epsilon_per_unit']:g} x stretch {g['stretch']:.4g}) + {g['additive_epsilon']:g} for the counts"
+            f"  guarantee: eps {within:.4g} per {unit} in the data's metric for records within "
+            f"{g['protection_radius']:g} {unit} (the protection radius), {g['metric_epsilon_per_unit']:.4g} farther apart "
+            f"(eps {g['epsilon_per_unit']:g} x stretch {g['stretch']:.4g}) + {g['additive_epsilon']:g} for the counts"
             f"{' and prior' if privacy.get('prior_epsilon') else ''}; {who} {led.get('population')}: charged "
             f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts); at that "
             f"release: total {led['total_so_far']:.4g}, {left} (now: mdp-release ledger)"

@@ -23,7 +23,10 @@ cluster, so the choice is deterministic for a given instance and machine setting
   that metric, and on that loss each round's LP is 2-6x cheaper in CPU with the same rounds (syn500,
   syn1000, syn2000, Rome N = 500 with the distance loss). On any other loss it is off: on Rome's
   travel-cost loss its upper bound stalls and it takes 8 rounds where rowgen takes 3 (bench/HISTORY.md,
-  "Support").
+  "Support"). On that loss it is picked whatever the degree: on sparse graphs too it certifies in 1-2
+  rounds where the full LP's simplex runs long (gap 1e-2, 2 shared cores, 2026-11-28: grid 20x25 K 100
+  1.7 s against 10.4 s, K 500 5.2 s against 140 s, grid 40x50 5.1 s against 34 s, text500 1.8 s against
+  15.3 s, Rome N = K = 150 at eta 1 km 7.2 s against 284 s; bench/README.md).
 * Benders is never chosen, and column generation only as the distributed path below. Measured on 2
   cores (bench/README.md, "Which method wins"): Benders beats neither on any class; colgen beats the LP
   only on small sparse grids (N <= 500, where both take seconds) and loses from N = 1,000 on and on
@@ -185,6 +188,14 @@ def delegated(name: str, params: AutoOptions, f: dict[str, Any] | None = None) -
 def _one_machine(f: dict[str, Any], params: AutoOptions) -> tuple[str, str]:
     """The single-machine choice: (method, reason)."""
     rows, degree = f["largest_component_rows"], f["mean_degree"]
+    if f["loss_is_metric"]:
+        return (
+            "rowgen",
+            (
+                f"the loss is the metric distance (mean degree {degree:g}, full LP {rows:,} privacy rows): row "
+                "generation on the mechanism's support, 6-40x faster than the full LP even on sparse graphs"
+            ),
+        )
     if degree >= params.dense_degree:
         return (
             "rowgen",
