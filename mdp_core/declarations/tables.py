@@ -170,7 +170,7 @@ EVALUATION = PublishedFile(
     ),
     volatile=SECONDS,
     doc="mdp_core.release.evaluate.COLUMNS: the released method, the baselines and planar Laplace at the "
-    "stated guarantee (mdp_core.release.baseline)",
+    "release's rate within the protection radius (mdp_core.release.baseline)",
 )
 UTILITY = PublishedFile(
     "utility_vs_eps.parquet",

@@ -181,7 +181,7 @@ def _row(instance: Instance, method: str, metric_epsilon: float, per_record: np.
 def comparison_rows(
     instance: Instance, metric_epsilon: float, samples: int | None = None, seed: int = PUBLIC_SEED
 ) -> list[dict[str, Any]]:
-    """The rows :data:`METHODS` of evaluation.parquet at the stated guarantee ``metric_epsilon`` per unit
+    """The rows :data:`METHODS` of evaluation.parquet at the rate ``metric_epsilon`` per unit (:func:`compared_rate`)
     (``dist_loss_*``: the prior-weighted mean, the 95 % quantile and the maximum over records of each
     record's expected distance; ``dist_loss_se``: the mean's standard error, 0 where it is exact;
     ``mc_samples``: Monte Carlo samples per record; ``metric_epsilon`` of ``nearest_output``: inf, no
