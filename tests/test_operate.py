@@ -189,15 +189,15 @@ def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, 
     arts = api_post(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["fails-failure"]}}})
     assert arts and reason in arts[0]["data"]
 
-    # [run.timeouts] release applies to the publication too: every stage computes, the door times out,
+    # [run.timeouts] publish applies to the publication too: every stage computes, the door times out,
     # nothing is published.
-    cfg.write_text(CONFIG.format(name="late", store=str(tmp_path / "st2")) + "[run.timeouts]\nrelease = 0.001\n")
+    cfg.write_text(CONFIG.format(name="late", store=str(tmp_path / "st2")) + "[run.timeouts]\npublish = 0.001\n")
     proc = run_command([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     published = [d.name for d in (tmp_path / "st2" / "runs").iterdir()]
     assert len(published) == 1 and published[0].endswith("-failed"), published
     reason = (tmp_path / "st2" / "runs" / published[0] / "FAILED.txt").read_text().splitlines()[0]
-    assert reason.startswith("release: ") and ("timed out" in reason.lower() or "timeout" in reason.lower()), reason
+    assert reason.startswith("publish: ") and ("timed out" in reason.lower() or "timeout" in reason.lower()), reason
 
 
 @pytest.mark.filterwarnings("ignore:Artifact creation outside of a flow or task run:FutureWarning")
