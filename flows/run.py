@@ -441,7 +441,7 @@ def _run_flows(args: argparse.Namespace, cfgs: list[Any], refresh_from: Any, dra
 
     # The run is created with its release's tags (as a deployment's runs are): the server attaches a run's tags
     # to its state events from its first state on, so `mdp-release notify --release NAME` hears this run fail.
-    with no_flow_heartbeat(), tags(*run_tags(cfgs[0])):
+    with own_flow_heartbeat(), tags(*run_tags(cfgs[0])):
         manifest = release_flow(config=cfgs[0], refresh_from=refresh_from, new_draw=args.new_draw, draw=draw)
     wall = time.perf_counter() - t0
     if args.json:
@@ -453,28 +453,64 @@ def _run_flows(args: argparse.Namespace, cfgs: list[Any], refresh_from: Any, dra
 
 
 def no_flow_heartbeat() -> contextlib.AbstractContextManager[Any]:
-    """For ``mdp-release run``: no flow-run heartbeat in Prefect's *ephemeral* mode only.
+    """For ``mdp-release run`` of a batch: no flow-run heartbeat in Prefect's *ephemeral* mode only.
 
     Prefect's heartbeat (an event every ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` = 180 s) is what its
     automations use to find crashed runs: a run whose heartbeats stop is marked Crashed. It costs 0.5-1 s
-    of every run (the thread sleeps in 1 s steps and the engine joins it when the run ends; measured: a
-    flow of 8 cached tasks took 1.2 s with it, 0.4 s without). So it is kept whenever a server can watch
-    the run -- ``PREFECT_API_URL`` set (environment, ``mdp-release server start``, a profile): a run in
-    your terminal against a server, like every served and deployed run, sends heartbeats -- and switched
-    off only in ephemeral mode, whose temporary server ends with the run and runs no automation. A
-    heartbeat frequency you configured yourself is never changed."""
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, get_current_settings, temporary_settings
+    of every run (the thread sleeps in 1 s steps and the engine joins it when the run ends). So it is kept
+    whenever a server can watch the run -- ``PREFECT_API_URL`` set (environment, ``mdp-release server
+    start``, a profile) -- and switched off only in ephemeral mode, whose temporary server ends with the run
+    and runs no automation. A heartbeat frequency you configured yourself is never changed. One release
+    sends its heartbeats itself instead (:func:`own_flow_heartbeat`)."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    settings = get_current_settings()
-    configured = settings.flows.model_fields_set
-    if (
-        "heartbeat_frequency" in configured
-        or any(os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"))
-        or os.environ.get("PREFECT_API_URL")
-        or settings.api.url
-    ):
+    if _heartbeat_configured() or _watched():
         return contextlib.nullcontext()
     return temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+
+
+@contextlib.contextmanager
+def own_flow_heartbeat() -> Iterator[None]:
+    """For ``mdp-release run`` of one release: the flow-run heartbeat sent by the release's own thread.
+
+    Against a server (``PREFECT_API_URL`` set), Prefect's engine heartbeat is switched off for the run and
+    the release's cancellation watcher sends the same ``prefect.flow-run.heartbeat`` event at the same
+    frequency (:data:`tasks.progress.FLOW_HEARTBEAT`, :func:`tasks.progress.watch_cancellation`), so
+    automations that mark a run Crashed when its heartbeats stop see no difference, and the run does not
+    wait for the engine's heartbeat thread at its end (it sleeps in 1 s steps: 0.35-0.55 s of a 2.3 s
+    cached re-run). In ephemeral mode no heartbeat at all (:func:`no_flow_heartbeat`); a heartbeat you
+    switched off (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` unset to nothing in a profile) stays off."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, get_current_settings, temporary_settings
+
+    from tasks.progress import FLOW_HEARTBEAT
+
+    every = get_current_settings().flows.heartbeat_frequency
+    if not _watched() or every is None:
+        with no_flow_heartbeat():
+            yield
+        return
+    token = FLOW_HEARTBEAT.set(int(every))
+    try:
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            yield
+    finally:
+        FLOW_HEARTBEAT.reset(token)
+
+
+def _heartbeat_configured() -> bool:
+    """A flow-run heartbeat frequency set by the user (environment or profile)."""
+    from prefect.settings import get_current_settings
+
+    return "heartbeat_frequency" in get_current_settings().flows.model_fields_set or any(
+        os.environ.get(v) for v in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
+    )
+
+
+def _watched() -> bool:
+    """A Prefect server watches the run (``PREFECT_API_URL`` in the environment or the settings)."""
+    from prefect.settings import get_current_settings
+
+    return bool(os.environ.get("PREFECT_API_URL") or get_current_settings().api.url)
 
 
 def _proven(solve: dict) -> str:

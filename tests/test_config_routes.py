@@ -359,3 +359,24 @@ def test_no_flow_heartbeat_only_in_ephemeral_mode(monkeypatch):
         assert isinstance(no_flow_heartbeat(), contextlib.nullcontext)
         with no_flow_heartbeat():
             assert PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value() == 180
+
+
+def test_own_flow_heartbeat_replaces_prefects_against_a_server(monkeypatch):
+    """One release against a server: Prefect's engine heartbeat off (the run would wait for its thread) and
+    the release's watcher told to send it at the same frequency; ephemeral mode: neither."""
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    from flows.run import own_flow_heartbeat
+    from tasks.progress import FLOW_HEARTBEAT
+
+    for var in ("PREFECT_API_URL", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"):
+        monkeypatch.delenv(var, raising=False)
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        with own_flow_heartbeat():
+            assert get_current_settings().flows.heartbeat_frequency is None
+            assert FLOW_HEARTBEAT.get() == 180
+        assert get_current_settings().flows.heartbeat_frequency == 180 and FLOW_HEARTBEAT.get() is None
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        with own_flow_heartbeat():
+            assert get_current_settings().flows.heartbeat_frequency is None
+            assert FLOW_HEARTBEAT.get() is None

@@ -200,6 +200,41 @@ def test_failed_run_leaves_one_line_reason_in_run_folder_and_ui(prefect_server, 
     assert reason.startswith("publish: ") and ("timed out" in reason.lower() or "timeout" in reason.lower()), reason
 
 
+def test_run_sends_one_heartbeat_of_its_own_like_prefects(prefect_server, tmp_path):
+    """``mdp-release run`` against a server: each run's ``prefect.flow-run.heartbeat`` comes from the release's
+    own thread (Prefect's engine heartbeat off, whose thread the run would wait for at its end), exactly once
+    for a short run (so not the engine's as well), with the resource and related flow and tags that Prefect's
+    automations match (a run whose heartbeats stop is marked Crashed)."""
+    env = operate_env(prefect_server, tmp_path)
+    cfg = _write_config(tmp_path, "beats", str(tmp_path / "st"))
+    for _ in range(2):  # the first run computes, the second is fully cached
+        proc = run_command([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["release:beats"]}}})
+    assert len(runs) == 2 and all(r["state_type"] == "COMPLETED" for r in runs)
+    ids = {f"prefect.flow-run.{r['id']}": r for r in runs}
+    body = {
+        "filter": {
+            "event": {"name": ["prefect.flow-run.heartbeat"]},
+            "resource": {"id": sorted(ids)},
+            "occurred": {"since": "2000-01-01T00:00:00Z"},
+        },
+        "limit": 50,
+    }
+    for _ in range(30):  # the server persists events a moment after they arrive
+        events = api_post(prefect_server, "/events/filter", body)["events"]
+        if len(events) >= 2:
+            break
+        time.sleep(1)
+    assert sorted(e["resource"]["prefect.resource.id"] for e in events) == sorted(ids), events
+    for e in events:
+        run = ids[e["resource"]["prefect.resource.id"]]
+        assert e["resource"]["prefect.resource.name"] == run["name"]
+        related = {(r["prefect.resource.role"], r["prefect.resource.id"]) for r in e["related"]}
+        assert ("flow", f"prefect.flow.{run['flow_id']}") in related
+        assert ("tag", "prefect.tag.release:beats") in related
+
+
 @pytest.mark.filterwarnings("ignore:Artifact creation outside of a flow or task run:FutureWarning")
 def test_a_crash_without_a_message_still_records_its_stage_and_a_reason(prefect_server, tmp_path):
     """A crash after publication (the flow cancelled by its runtime: ``CancelledError()``, whose text is
