@@ -191,6 +191,9 @@ _DATASET_SCHEMA: TypeAdapter[Any] = TypeAdapter(
 )
 
 
+DEFAULT_GRID_PARAMS = {"rows": 10, "cols": 20, "n_outputs": 100, "seed": 0}  # the default release's dataset
+
+
 class DatasetConfig(BaseModel):
     """Which dataset to ingest: a kind of ``mdp_core.problem.datasets.registry`` and its loader parameters.
 
@@ -202,7 +205,16 @@ class DatasetConfig(BaseModel):
 
     model_config = STRICT
     kind: Literal[dataset_kinds.KINDS] = "grid"  # type: ignore[valid-type]
-    params: dict[str, Any] = Field(default_factory=lambda: {"rows": 10, "cols": 20, "n_outputs": 100, "seed": 0})
+    params: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_GRID_PARAMS))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _params_of_the_kind(cls, data: Any) -> Any:
+        """``params`` left out: the default grid's for the default kind (grid), none for any other kind (its
+        loader's defaults; a required one missing is then an error naming it, not the grid's rows and cols)."""
+        if isinstance(data, dict) and "params" not in data and data.get("kind", "grid") != "grid":
+            return {**data, "params": {}}
+        return data
 
     def loader_params(self) -> dict[str, Any]:
         """The parameters the release loads the dataset with: ``params`` and, where unset, the kind's release

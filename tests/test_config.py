@@ -336,6 +336,10 @@ def test_dataset_params_are_typed_per_kind_in_config_and_run_form():
         parse_config({"dataset": {"kind": "points", "params": {}}}, "c")
     with pytest.raises(InputError, match=r"unknown parameter\(s\) \['rows'\] for kind 'road'"):
         parse_config({"dataset": {"kind": "road", "params": {"rows": 3}}}, "c")
+    with pytest.raises(InputError, match="dataset.params: path: Field required"):  # not the default grid's rows
+        parse_config({"dataset": {"kind": "points"}}, "c")
+    assert parse_config({"dataset": {"kind": "road"}}).dataset.params == {}  # the loader's defaults
+    assert parse_config({"dataset": {"kind": "grid"}}).dataset.params == parse_config({}).dataset.params
     road = parse_config({"dataset": {"kind": "road", "params": {"pbf": "helsinki", "radius_km": 2, "n_records": 50}}})
     assert road.dataset.params == {"pbf": "helsinki", "radius_km": 2, "n_records": 50}  # what was given, as given
     assert parse_config(road.model_dump(mode="json")) == road  # the deployment parameter round-trips
