@@ -292,7 +292,7 @@ def test_lagrangian_rows_match_the_lp_and_repeat_exactly():
 def test_with_binding_adds_rows_not_held_once_in_edge_output_order():
     inst = grid(3, 3, n_outputs=3)
     rows = rowgen._Rows.of(inst)
-    rows.active[0, 1] = True
+    rows.hold(np.array([0]), np.array([1]))
     ei, ki = np.array([2, 5]), np.array([0, 2])
     binding = [np.array([2, 3]), np.array([0, 4]), np.array([5])]
     e, k = rowgen._with_binding(rows, ei, ki, binding)
@@ -425,3 +425,24 @@ def test_auto_holds_only_the_support_when_the_loss_is_the_metric():
     assert name == "rowgen" and not feats["loss_is_metric"] and "support" not in reason
     assert auto.delegated(name, auto.AutoOptions(lp_max_rows=1000), feats) == {}
     assert solve(other, "auto", lp_max_rows=1000).extra["columns"] == other.n_records * other.n_outputs
+
+
+def test_held_rows_are_keys_not_a_mask_and_violated_skips_them():
+    """The held rows are kept as sorted keys e K + k (memory O(|R|), no (2E, K) mask): membership and
+    the violation scan agree with a dense mask of the same rows."""
+    inst = synthetic(n_records=40, n_outputs=6, epsilon=10.0, seed=5)
+    rows = rowgen._Rows.of(inst)
+    rng = np.random.default_rng(1)
+    z = rng.dirichlet(np.ones(6), size=40)
+    every_e, every_k = rowgen.violated(z, rows, 1e-12, 10**9)
+    pick = rng.random(every_e.size) < 0.5
+    rows.hold(every_e[pick], every_k[pick])
+    rows.hold(every_e[pick][:3], every_k[pick][:3])  # held twice: once
+    mask = np.zeros((rows.pairs.size, 6), dtype=bool)
+    mask[every_e[pick], every_k[pick]] = True
+    assert rows.held.size == mask.sum() and np.all(np.diff(rows.held) > 0)
+    e_all, k_all = np.divmod(np.arange(mask.size), 6)
+    assert np.array_equal(rows.is_held(e_all, k_all), mask.ravel())
+    left = set(zip(*rowgen.violated(z, rows, 1e-12, 10**9), strict=True))
+    assert left == set(zip(every_e[~pick].tolist(), every_k[~pick].tolist(), strict=True))
+    assert rows.full_count == mask.size

@@ -87,8 +87,9 @@ enter the minimum with their own cost c_ik (no held row touches them), so the bo
 pairs; it is below the held LP's value by exactly the records whose cheapest outside pair undercuts
 y_i, which is what rule (b) prices in.
 
-Memory: the model holds N K columns (|S| with a support) and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense); violation
-checks stream over the 2 E K (edge, output) pairs in chunks.
+Memory: the model holds N K columns (|S| with a support) and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense), and
+this module the held rows' keys (|R| int64, no (2 E, K) mask) and the directed edges (2 E); violation checks
+stream over the 2 E K (edge, output) pairs in chunks.
 """
 
 from __future__ import annotations
@@ -171,8 +172,9 @@ class _Rows:
     """The directed edges of the mDP graph, which (edge, output) rows the model holds, over which columns."""
 
     pairs: pr.Pairs  # (2E,) directed edges: edges as given, then reversed
-    active: np.ndarray  # (2E, K) bool: row in the model
+    held: np.ndarray  # (|R|,) int64, ascending: e K + k of the (directed edge, output) rows in the model
     n_records: int
+    n_outputs: int
     support: Support
     edge: list[np.ndarray] = field(default_factory=list)  # per block of added rows: directed edge ids
     out: list[np.ndarray] = field(default_factory=list)  # ... and their outputs
@@ -182,11 +184,32 @@ class _Rows:
         p = pr.pairs(instance.edges, instance.distances, instance.epsilon)
         n, k = instance.n_records, instance.n_outputs
         support = support or Support.of(np.ones((n, k), dtype=bool))
-        return cls(p, np.zeros((p.size, k), dtype=bool), n, support)
+        return cls(p, np.zeros(0, np.int64), n, k, support)
 
     @property
     def count(self) -> int:
         return int(sum(x.size for x in self.edge))
+
+    @property
+    def full_count(self) -> int:
+        """The full LP's privacy rows: 2 E K."""
+        return self.pairs.size * self.n_outputs
+
+    def is_held(self, ei: np.ndarray, ki: np.ndarray) -> np.ndarray:
+        """Whether the model holds the rows (ei, ki) (bool, their shape)."""
+        keys = np.asarray(ei, np.int64) * self.n_outputs + ki
+        pos = np.minimum(np.searchsorted(self.held, keys), max(self.held.size - 1, 0))
+        return (self.held[pos] == keys) if self.held.size else np.zeros(keys.shape, dtype=bool)
+
+    def hold(self, ei: np.ndarray, ki: np.ndarray) -> None:
+        """Record the rows (ei, ki) as held (memory O(|R|): no (2E, K) mask)."""
+        self.held = np.union1d(self.held, np.asarray(ei, np.int64) * self.n_outputs + ki)
+
+    def held_in(self, first: int, stop: int) -> np.ndarray:
+        """Flat offsets e K + k - first K of the held rows of the directed edges first..stop-1."""
+        k = self.n_outputs
+        lo, hi = np.searchsorted(self.held, [first * k, stop * k])
+        return self.held[lo:hi] - first * k
 
     def matrix(self, ei: np.ndarray, ki: np.ndarray, n: int, k: int) -> sp.csr_matrix:
         """The balanced rows of the (directed edge, output) pairs (ei, ki) over the model's columns."""
@@ -208,8 +231,8 @@ def _with_binding(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(edge ids, outputs): the rows (ei, ki) and, for every output k, the pairs ``binding[k]`` whose
     rows bind in the Lagrangian subproblem k and the model does not hold; ascending (edge, output)."""
-    k = rows.active.shape[1]
-    extra = [p[~rows.active[p, kk]] * k + kk for kk, p in enumerate(binding)]
+    k = rows.n_outputs
+    extra = [p[~rows.is_held(p, np.full(p.size, kk))] * k + kk for kk, p in enumerate(binding)]
     key = np.unique(np.concatenate([ei * k + ki, *extra]))
     return key // k, key % k
 
@@ -239,7 +262,7 @@ def _add(
     if ei.size == 0:
         return
     highs.add_rows(h, rows.matrix(ei, ki, n, k), np.full(ei.size, -highs.INF), np.zeros(ei.size))
-    rows.active[ei, ki] = True
+    rows.hold(ei, ki)
     rows.edge.append(ei)
     rows.out.append(ki)
 
@@ -285,7 +308,7 @@ def violated(
         control.check("rowgen's search for violated rows")  # a long scan at N = 2,000 (2 E K pairs)
         sl = slice(s, s + step)
         deficit = z[p.a[sl]] / p.g[sl, None] - z[p.b[sl]]
-        deficit[rows.active[sl]] = 0.0
+        deficit.reshape(-1)[rows.held_in(s, s + deficit.shape[0])] = 0.0
         e, kk = np.nonzero(deficit > min_deficit)
         found_e.append(e + s)
         found_k.append(kk)
@@ -636,7 +659,7 @@ def _rounds(
         it += 1
     extra: dict[str, Any] = {
         "rows": held,
-        "full_rows": int(rows.active.size),
+        "full_rows": rows.full_count,
         "columns": rows.support.count,
         "lower_bound": lb,
         "upper_bound": best_ub,
@@ -689,7 +712,7 @@ def _next_lp(
     (lower, best upper) bound so far; ``asc``: with ``lagrangian_rows``, the ascent whose subproblems'
     binding rows are added when this round is tight (None: none)."""
     (ei, ki, priced, c), (tol, again, full) = picked, after
-    n, k = rows.n_records, rows.active.shape[1]
+    n, k = rows.n_records, rows.n_outputs
     tight = ipm_tolerance(params.gap_rel)
     nxt_tol = tight if again else round_tolerance(params, known[1], known[0], tol, full)
     if asc is not None and nxt_tol == tight:
