@@ -13,6 +13,7 @@ Read from the source files (``ast``), so every import counts, including those in
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ MODULES = _modules()
 
 def _imports(name: str, path: Path) -> list[tuple[str, str | None, int]]:
     """(imported module, imported name or None, line) for every import statement of the file."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _tree(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: list[tuple[str, str | None, int]] = []
     for node in ast.walk(tree):
@@ -139,9 +140,16 @@ def test_no_import_cycles() -> None:
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The parsed source of ``path`` (each file parsed once per session)."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@functools.cache
 def _defined(path: Path) -> set[str]:
     """Names a module defines itself: functions, classes, assignments (not imports)."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -184,7 +192,7 @@ def test_no_function_over_80_lines() -> None:
     80 lines, from its ``def`` (decorators excluded) to its last line."""
     bad = []
     for path in [*MODULES.values(), *sorted((ROOT / "bench").rglob("*.py"))]:
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
@@ -205,7 +213,7 @@ def test_below_flows_no_function_takes_the_release_config() -> None:
         found += [
             f"{name}:{line} imports {mod}" for mod, _, line in _imports(name, path) if mod.split(".")[0] == "flows"
         ]
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
                 for a in args:
