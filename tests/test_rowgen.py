@@ -446,3 +446,21 @@ def test_held_rows_are_keys_not_a_mask_and_violated_skips_them():
     left = set(zip(*rowgen.violated(z, rows, 1e-12, 10**9), strict=True))
     assert left == set(zip(every_e[~pick].tolist(), every_k[~pick].tolist(), strict=True))
     assert rows.full_count == mask.size
+
+
+def test_violated_keeps_the_best_rows_whatever_the_chunks_in_bounded_memory():
+    """Cutting the candidates to the batch's best as the scan streams (memory O(chunk + limit)) keeps exactly the
+    rows one cut at the end keeps: the largest deficits, ties by edge then output, in (edge, output) order."""
+    inst = synthetic(n_records=60, n_outputs=10, epsilon=10.0, seed=3)
+    rows = rowgen._Rows.of(inst)
+    z = np.random.default_rng(0).dirichlet(np.ones(10), size=60)
+    z[5:9] = z[4]  # equal rows: tied deficits
+    every_e, every_k = rowgen.violated(z, rows, 1e-12, 10**9)
+    p = rows.pairs
+    deficit = z[p.a[every_e], every_k] / p.g[every_e] - z[p.b[every_e], every_k]
+    for limit in (1, 7, 50, every_e.size):
+        want = np.lexsort((every_k, every_e, -deficit))[:limit]
+        want = want[np.lexsort((every_k[want], every_e[want]))]
+        for chunk in (10, 100, 1 << 22):  # 1 to 10,000 edges a chunk: many cuts, or none
+            e, k = rowgen.violated(z, rows, 1e-12, limit, chunk=chunk)
+            assert np.array_equal(e, every_e[want]) and np.array_equal(k, every_k[want]), (limit, chunk)

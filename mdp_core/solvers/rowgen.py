@@ -292,17 +292,22 @@ def _spread(support: Support, t: np.ndarray) -> np.ndarray:
 
 
 def violated(
-    z: np.ndarray, rows: _Rows, min_deficit: float, limit: int, share: float = 0.0
+    z: np.ndarray, rows: _Rows, min_deficit: float, limit: int, share: float = 0.0, chunk: int = CHUNK
 ) -> tuple[np.ndarray, np.ndarray]:
     """(edge ids, outputs) of at most ``limit`` rows outside the model with deficit
-    z_ak / g - z_bk > ``min_deficit``, largest deficit first (streamed in chunks of edges).
+    z_ak / g - z_bk > ``min_deficit``, largest deficit first (ties by edge, then output), ascending
+    (edge, output) order; streamed in chunks of edges.
 
-    ``share`` > 0 raises ``limit`` to the number of largest-deficit rows whose deficits sum to that
-    share of all violated rows' deficit (:func:`share_count`)."""
+    Memory O(chunk + limit): the candidates are cut back to the ``limit`` best (:func:`_best`, a total order,
+    so the result is the same as choosing among all) whenever they pass 4 ``limit``. Violated rows can be
+    far more than the batch: at N = 2,000-5,000 dense, with a support, every row from a held pair to one
+    outside S is violated, and keeping them all took 1-4 GB. ``share`` > 0 raises ``limit`` to the number
+    of largest-deficit rows whose deficits sum to that share of all violated rows' deficit
+    (:func:`share_count`): that needs every violated row, so nothing is cut then."""
     k = z.shape[1]
-    step = max(1, CHUNK // max(k, 1))
-    empty = np.zeros(0, np.int64)
-    found_e, found_k, found_s = [empty], [empty], [np.zeros(0)]
+    step = max(1, chunk // max(k, 1))
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    count = 0
     p = rows.pairs
     for s in range(0, p.size, step):
         control.check("rowgen's search for violated rows")  # a long scan at N = 2,000 (2 E K pairs)
@@ -310,17 +315,36 @@ def violated(
         deficit = z[p.a[sl]] / p.g[sl, None] - z[p.b[sl]]
         deficit.reshape(-1)[rows.held_in(s, s + deficit.shape[0])] = 0.0
         e, kk = np.nonzero(deficit > min_deficit)
-        found_e.append(e + s)
-        found_k.append(kk)
-        found_s.append(deficit[e, kk])
-    ei, ki, score = np.concatenate(found_e), np.concatenate(found_k), np.concatenate(found_s)
+        found.append((e + s, kk, deficit[e, kk]))
+        count += e.size
+        if share <= 0 and count > 4 * limit:
+            found = [_best(*_joined(found), limit)]
+            count = found[0][0].size
+    ei, ki, score = _joined(found)
     if share > 0 and ei.size > limit:
         limit = max(limit, share_count(score, share))
     if ei.size > limit:
-        keep = np.argpartition(-score, limit - 1)[:limit]
-        keep = keep[np.lexsort((ki[keep], ei[keep]))]  # deterministic order
-        ei, ki = ei[keep], ki[keep]
-    return ei, ki
+        ei, ki, score = _best(ei, ki, score, limit)
+    order = np.lexsort((ki, ei))  # deterministic order
+    return ei[order], ki[order]
+
+
+def _joined(found: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (edge ids, outputs, deficits) of the blocks ``found``, concatenated."""
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return (
+        np.concatenate([f[0] for f in found]),
+        np.concatenate([f[1] for f in found]),
+        np.concatenate([f[2] for f in found]),
+    )
+
+
+def _best(ei: np.ndarray, ki: np.ndarray, score: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``limit`` rows of largest ``score``, ties broken by smaller edge id, then output (a total order:
+    cutting a stream to its best ``limit`` at any points keeps the same rows as one cut at the end)."""
+    keep = np.lexsort((ki, ei, -score))[:limit]
+    return ei[keep], ki[keep], score[keep]
 
 
 def price(support: Support, c: np.ndarray, unit_dual: np.ndarray, bound: float, gap_rel: float) -> np.ndarray:
