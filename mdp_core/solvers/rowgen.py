@@ -89,7 +89,9 @@ y_i, which is what rule (b) prices in.
 
 Memory: the model holds N K columns (|S| with a support) and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense), and
 this module the held rows' keys (|R| int64, no (2 E, K) mask) and the directed edges (2 E); violation checks
-stream over the 2 E K (edge, output) pairs in chunks.
+stream over the 2 E K (edge, output) pairs in chunks, keeping only the batch's best candidates
+(:func:`violated`). Measured peak (syn1000 seed 1, support 1e-5): 785 MB with every violated row kept, 542 MB
+streamed, the same rounds and bounds.
 """
 
 from __future__ import annotations
