@@ -56,7 +56,7 @@ from tasks import evaluate, measure
 from tasks import publish as publish_task
 from tasks.cache import cached, package_versions, stage_code_version
 from tasks.common import door_figures, instance_with_graph, remember_door_figures, stage_output
-from tasks.progress import FLOW_HEARTBEAT, heartbeat_event, watch_cancellation
+from tasks.progress import own_heartbeat, watch_cancellation
 
 STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.declarations.contract.STAGES; then publish)
 
@@ -493,9 +493,7 @@ def release_flow(
     control.clear_stop()  # a stop requested for an earlier run of this process is not this run's
     stop_watching = None
     if ctx is not None and ctx.flow_run is not None:  # with the run's heartbeat when `mdp-release run` sends it
-        every = FLOW_HEARTBEAT.get()
-        beat = None if every is None else (every, *heartbeat_event(ctx.flow_run, ctx.flow.name))
-        stop_watching = watch_cancellation(ctx.flow_run.id, heartbeat=beat)
+        stop_watching = watch_cancellation(ctx.flow_run.id, heartbeat=own_heartbeat(ctx.flow_run, ctx.flow.name))
     try:  # SIGTERM / SIGINT request the stop (inside Prefect's own SIGTERM bridge, which cannot reach a solver)
         restore = control.install_signal_handlers()
     except ValueError:  # not the main thread: no signals here

@@ -399,16 +399,25 @@ mode). Set by ``mdp-release run`` (:func:`flows.run.own_flow_heartbeat`) togethe
 switched off."""
 
 
+def own_heartbeat(flow_run: Any, flow_name: str) -> tuple[int, dict[str, str], list[dict[str, str]]] | None:
+    """The ``heartbeat`` argument of :func:`watch_cancellation` for ``flow_run``: (seconds, resource, related)
+    when :data:`FLOW_HEARTBEAT` is set (``mdp-release run`` against a server), else None. A function, not the
+    context variable itself, for the flow to call: Prefect's runner pickles a served flow's function by value
+    with the globals it names, and a ``ContextVar`` cannot be pickled."""
+    every = FLOW_HEARTBEAT.get()
+    return None if every is None else (every, *heartbeat_event(flow_run, flow_name))
+
+
 def heartbeat_event(flow_run: Any, flow_name: str) -> tuple[dict[str, str], list[dict[str, str]]]:
     """The resource and related resources of a ``prefect.flow-run.heartbeat`` event for ``flow_run`` (a
     Prefect ``FlowRun``): the same resource id, name and related flow, deployment and tags as the event
     Prefect's engine sends, which its automations (a crashed run is one whose heartbeats stopped) match."""
-    import prefect
+    from prefect import __version__ as prefect_version
 
     resource = {
         "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
         "prefect.resource.name": flow_run.name or "",
-        "prefect.version": prefect.__version__,
+        "prefect.version": prefect_version,
     }
     related = []
     if flow_run.flow_id:
