@@ -493,7 +493,9 @@ def release_flow(
     control.clear_stop()  # a stop requested for an earlier run of this process is not this run's
     stop_watching = None
     if ctx is not None and ctx.flow_run is not None:  # with the run's heartbeat when `mdp-release run` sends it
-        stop_watching = watch_cancellation(ctx.flow_run.id, heartbeat=own_heartbeat(ctx.flow_run, ctx.flow.name))
+        stop_watching = watch_cancellation(
+            ctx.flow_run.id, heartbeat=own_heartbeat(ctx.flow_run, getattr(ctx.flow, "name", ""))
+        )
     try:  # SIGTERM / SIGINT request the stop (inside Prefect's own SIGTERM bridge, which cannot reach a solver)
         restore = control.install_signal_handlers()
     except ValueError:  # not the main thread: no signals here
