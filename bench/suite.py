@@ -50,6 +50,7 @@ INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "syn1000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 1000", "synthetic", dict(n_records=1000, n_outputs=100)),
     "syn2000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 2000", "synthetic", dict(n_records=2000, n_outputs=100)),
     "syn5000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 5000", "synthetic", dict(n_records=5000, n_outputs=100)),
+    "syn10000": ("synthetic 3-D N(0,1), eta 2, eps 10, N = 10000", "synthetic", dict(n_records=10000, n_outputs=100)),
     "disc210": (
         "disconnected 4-D N(0, 4^2), eta 2, eps 10",
         "synthetic",
@@ -81,6 +82,11 @@ INSTANCES: dict[str, tuple[str, str, dict[str, Any]]] = {
         )
         for n in (150, 250, 350, 500)
     },
+    "romeR1000x500": (
+        "Rome roads, release defaults: distance loss, eta 1 km, eps 10/km, N = 1000, K = 500 (issue 43)",
+        "road",
+        dict(n_records=1000, n_outputs=500, eta=1.0, epsilon=10.0, loss="distance"),
+    ),
 }
 DISTRIBUTED = ("colgen", "benders")  # methods with an executor (--cluster / --scheduler: executor dask)
 DEFAULT = "grid500,syn500,rome500,text500,romeB300,gridKN300,disc210"

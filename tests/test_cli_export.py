@@ -184,7 +184,7 @@ def test_export_road_pbf_and_offline_download(tmp_path, capsys):
     except OSError:
         capsys.readouterr()
         assert main([*"export --dataset road --bbox 41.66 12.24 42.10 12.81 --out".split(), str(tmp_path / "dl")]) == 2
-        assert "pass a road network file" in capsys.readouterr().err
+        assert "give a road network file instead" in capsys.readouterr().err
         assert not (tmp_path / "dl").exists()
 
 

@@ -189,9 +189,9 @@ def test_download_fails_fast_offline():
     except OSError:
         pass
     t0 = time.perf_counter()
-    with pytest.raises(InputError, match="pass a road network file"):
+    with pytest.raises(InputError, match="give a road network file instead, the dataset.s parameter osm"):
         road()  # default: the paper's Rome box
-    with pytest.raises(InputError, match="pass a road network file"):
+    with pytest.raises(InputError, match="give a road network file instead, the dataset.s parameter osm"):
         road(bbox=list(ROME_BBOX))
     assert time.perf_counter() - t0 < 10
 

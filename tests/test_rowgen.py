@@ -88,6 +88,24 @@ def test_time_limit_returns_a_certified_mechanism_and_an_honest_status():
     assert sol.lower_bound <= sol.objective + slack(sol.objective)
 
 
+def test_a_round_cut_by_the_time_limit_gives_its_lower_bound_only():
+    """Past the time limit a round's closure and violation scan are skipped once an upper bound exists (at
+    dense N = 10,000 they ran 25 minutes past a one-hour limit); round 1's closure never is: it is the only
+    mechanism."""
+    import time
+
+    from mdp_core.solvers.highs import LpSolution
+
+    def lp(status: Status) -> LpSolution:
+        return LpSolution(status, np.ones(3), 0.0, 1, 1.0)
+
+    later, earlier = time.perf_counter() + 3600, time.perf_counter() - 1
+    assert rowgen._cut_by_limit(lp(Status.TIME_LIMIT), later, 0.5)  # HiGHS stopped it at the limit
+    assert rowgen._cut_by_limit(lp(Status.OPTIMAL), earlier, 0.5)  # it ended after the limit
+    assert not rowgen._cut_by_limit(lp(Status.OPTIMAL), later, 0.5)
+    assert not rowgen._cut_by_limit(lp(Status.TIME_LIMIT), earlier, np.inf)  # no mechanism yet: its closure runs
+
+
 @st.composite
 def hard_instances(draw) -> Instance:
     """Random small point sets with near-duplicates and eps * d up to 30."""

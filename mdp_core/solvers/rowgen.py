@@ -646,6 +646,10 @@ def _rounds(
             break
         z = rows.support.scatter(sol.x)
         lb = max(lb, scale * lower_bound(c, rows, sol.row_dual[n:], k))
+        if _cut_by_limit(sol, deadline, best_ub):  # past the time limit: this LP's lower bound only
+            held = rows.count
+            status = _limit_round(progress, options, params, t0, (it, held), (lb, best_ub), sol, tol, trace)
+            break
         lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
         notify = _lagrangian_progress(progress, options, params, t0, it, lb) if lag is not None else None
         bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline, tol, notify)
@@ -683,17 +687,41 @@ def _rounds(
         nxt = _retune(nxt, solve_lp, params, (lb, best_ub), tol)
         sol, tol = nxt.lp.result(f"rowgen round {it + 1} LP"), nxt.tol
         it += 1
-    extra: dict[str, Any] = {
-        "rows": held,
-        "full_rows": rows.full_count,
-        "columns": rows.support.count,
-        "lower_bound": lb,
-        "upper_bound": best_ub,
-    }
-    extra |= {"lp_solver": params.lp_solver} | ({} if lag is None else {"lagrangian": lag_rounds})
+    extra: dict[str, Any] = {"rows": held, "full_rows": rows.full_count, "columns": rows.support.count}
+    extra |= {"lower_bound": lb, "upper_bound": best_ub, "lp_solver": params.lp_solver}
+    extra |= {} if lag is None else {"lagrangian": lag_rounds}
     return RawSolution(
         best_z, status, lb if np.isfinite(lb) else None, len(trace), extra, pd.DataFrame(trace, columns=TRACE_COLUMNS)
     )
+
+
+def _cut_by_limit(sol: highs.LpSolution, deadline: float, best_ub: float) -> bool:
+    """The round's LP ended at the time limit (HiGHS stopped it there, or the limit passed while it ran) and an
+    upper bound is known: the round then gives only its lower bound, valid at any duals (module docstring), and
+    the rounds stop. Its closure and violation scan are skipped: on a point the limit cut short they rarely help,
+    and at dense N = 10,000 they took over 25 minutes past a one-hour limit (bench/HISTORY.md)."""
+    return bool(np.isfinite(best_ub)) and (sol.status == Status.TIME_LIMIT or time.perf_counter() >= deadline)
+
+
+def _limit_round(
+    progress: Callable[[str], None] | None,
+    options: SolverOptions,
+    params: RowgenOptions,
+    t0: float,
+    round_held: tuple[int, int],
+    bounds: tuple[float, float],
+    sol: highs.LpSolution,
+    tol: float,
+    trace: list[dict],
+) -> Status:
+    """Report the round (its number, the rows its LP held), cut by the time limit (:func:`_cut_by_limit`), with
+    its bounds (lower, best upper); returns the run's status (optimal if its lower bound closes the gap, else the
+    time limit)."""
+    it, held = round_held
+    closed = gap_closed(bounds[1], bounds[0], params.gap_abs, params.gap_rel)
+    note = ", its LP cut by the time limit: lower bound only"
+    _report(progress, options, params, t0, it, bounds, (held, 0), sol, (tol, note), trace)
+    return Status.OPTIMAL if closed else Status.TIME_LIMIT
 
 
 def _continue(to_add: int, tol: float, it: int, params: RowgenOptions, deadline: float) -> tuple[bool, bool]:

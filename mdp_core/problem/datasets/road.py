@@ -305,8 +305,9 @@ def _check_network(host: str = "overpass-api.de", port: int = 443) -> None:
         socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError:
         raise InputError(
-            f"cannot reach {host} (no network access): pass a road network file instead "
-            "(--osm FILE.osm[.bz2], --pbf FILE.osm.pbf, or --nodes nodes.csv --edges edges.csv)"
+            f"cannot reach {host} (no network access): give a road network file instead, the dataset's"
+            " parameter osm (an .osm or .osm.bz2 file), pbf (an .osm.pbf file) or nodes and edges (CSV tables);"
+            " on the command line --osm, --pbf or --nodes and --edges"
         ) from None
 
 
