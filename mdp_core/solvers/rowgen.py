@@ -48,7 +48,8 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    N = 1,000 mixed (one seed 4 rounds instead of 5, 489 s against 497-538 s; another still 5, 772 s
    against 565 s). Each LP that holds the extra rows costs more, so where they save no round they
    cost time: off by default.
-5. Stop when UB - LB is within the requested gap. Otherwise add the violated rows
+5. Stop when UB - LB is within the requested gap, or at the time limit (a round whose LP the limit cut
+   gives its lower bound only: :func:`_cut_by_limit`). Otherwise add the violated rows
    z_ak - g_ab z_bk > 0 (g_ab = exp(eps d_ab)) with the largest *deficit* (z_ak / g_ab - z_bk: the
    mass the closure must add to z_bk; rows with e^20 ratios and tiny z_ak cost nothing to repair
    and are not worth a row), at most ``rows_per_round`` of them, and go to 2. With ``deficit_share``
@@ -699,7 +700,7 @@ def _cut_by_limit(sol: highs.LpSolution, deadline: float, best_ub: float) -> boo
     """The round's LP ended at the time limit (HiGHS stopped it there, or the limit passed while it ran) and an
     upper bound is known: the round then gives only its lower bound, valid at any duals (module docstring), and
     the rounds stop. Its closure and violation scan are skipped: on a point the limit cut short they rarely help,
-    and at dense N = 10,000 they took over 25 minutes past a one-hour limit (bench/HISTORY.md)."""
+    and at dense N = 10,000 they take about 1,000 s, which a one-hour limit overran (bench/HISTORY.md)."""
     return bool(np.isfinite(best_ub)) and (sol.status == Status.TIME_LIMIT or time.perf_counter() >= deadline)
 
 
