@@ -648,8 +648,9 @@ def _rounds(
         z = rows.support.scatter(sol.x)
         lb = max(lb, scale * lower_bound(c, rows, sol.row_dual[n:], k))
         if _cut_by_limit(sol, deadline, best_ub):  # past the time limit: this LP's lower bound only
-            held = rows.count
-            status = _limit_round(progress, options, params, t0, (it, held), (lb, best_ub), sol, tol, trace)
+            held, note = rows.count, ", its LP cut by the time limit: lower bound only"
+            _report(progress, options, params, t0, it, (lb, best_ub), (held, 0), sol, (tol, note), trace)
+            status = Status.OPTIMAL if gap_closed(best_ub, lb, params.gap_abs, params.gap_rel) else Status.TIME_LIMIT
             break
         lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
         notify = _lagrangian_progress(progress, options, params, t0, it, lb) if lag is not None else None
@@ -702,27 +703,6 @@ def _cut_by_limit(sol: highs.LpSolution, deadline: float, best_ub: float) -> boo
     the rounds stop. Its closure and violation scan are skipped: on a point the limit cut short they rarely help,
     and at dense N = 10,000 they take about 1,000 s, which a one-hour limit overran (bench/HISTORY.md)."""
     return bool(np.isfinite(best_ub)) and (sol.status == Status.TIME_LIMIT or time.perf_counter() >= deadline)
-
-
-def _limit_round(
-    progress: Callable[[str], None] | None,
-    options: SolverOptions,
-    params: RowgenOptions,
-    t0: float,
-    round_held: tuple[int, int],
-    bounds: tuple[float, float],
-    sol: highs.LpSolution,
-    tol: float,
-    trace: list[dict],
-) -> Status:
-    """Report the round (its number, the rows its LP held), cut by the time limit (:func:`_cut_by_limit`), with
-    its bounds (lower, best upper); returns the run's status (optimal if its lower bound closes the gap, else the
-    time limit)."""
-    it, held = round_held
-    closed = gap_closed(bounds[1], bounds[0], params.gap_abs, params.gap_rel)
-    note = ", its LP cut by the time limit: lower bound only"
-    _report(progress, options, params, t0, it, bounds, (held, 0), sol, (tol, note), trace)
-    return Status.OPTIMAL if closed else Status.TIME_LIMIT
 
 
 def _continue(to_add: int, tol: float, it: int, params: RowgenOptions, deadline: float) -> tuple[bool, bool]:
