@@ -96,6 +96,8 @@ from mdp_core.errors import InputError, MdpError, PrivacyError
 if TYPE_CHECKING:
     import numpy as np
 
+    from mdp_core.release.similarity import People, Sketch
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 DOMAIN = b"mdp-release draw v1"
@@ -790,30 +792,67 @@ class PrivateStore:
             )
             return self._state(population, chain)
 
-    # ------------------------------------------------------------------ tables: one table, one population
-    def _table_path(self, fingerprint: str) -> Path:
-        """``tables/<HMAC(store key, fingerprint)>``: the file name reveals nothing of the table."""
-        name = hmac.new(self._key(), b"table:" + fingerprint.encode(), hashlib.sha256).hexdigest()
-        return self.root / "tables" / name
+    # ------------------------------------------------------- tables: one population, by similarity
+    def _sketch_path(self, population: str) -> Path:
+        """``tables/<HMAC(store key, population)>.json``: the population's keyed sketch (the name reveals nothing)."""
+        name = hmac.new(self._key(), b"population:" + check_population(population).encode(), hashlib.sha256)
+        return self.root / "tables" / f"{name.hexdigest()}.json"
 
-    def table_owner(self, fingerprint: str) -> str | None:
-        """The population the table with this fingerprint (:func:`mdp_core.release.door.table_fingerprint`)
-        belongs to in this store, or None (read only: nothing is created when the store has no key yet)."""
+    def _sketches(self) -> list[tuple[str, Sketch]]:
+        """Every population's (name, sketch) in this store (unreadable files skipped: a sketch only refuses)."""
+        from mdp_core.release.similarity import Sketch
+
+        out = []
+        for path in sorted((self.root / "tables").glob("*.json")):
+            try:
+                d = json.loads(path.read_text(encoding="utf-8"))
+                out.append((check_population(str(d["population"])), Sketch.parse(d["sketch"])))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def similar_population(self, people: People, population: str | None) -> tuple[str, float] | None:
+        """(population, share) of the other population of this store whose people ``people`` share most
+        (:func:`mdp_core.release.similarity.overlap`, above its threshold), or None. Read only: nothing is
+        created when the store has no key yet (then no population has a sketch)."""
+        from mdp_core.release.similarity import overlap, same_population
+
         if not (self.root / "store.key").is_file():
             return None
-        try:
-            return self._table_path(fingerprint).read_text(encoding="utf-8").strip() or None
-        except FileNotFoundError:
-            return None
+        key, best = self._key(), None
+        for name, sk in self._sketches():
+            if name == population:
+                continue
+            share = overlap(people, key, sk)
+            if same_population(people, share, sk) and (best is None or share > best[1]):
+                best = (name, share)
+        return best
 
-    def claim_table(self, fingerprint: str, population: str) -> str:
-        """Record that this table belongs to ``population`` (exclusively: the first claim wins); returns the
-        owner, which the caller compares with its population."""
+    def claim_table(self, people: People, population: str) -> tuple[str, float] | None:
+        """Record ``people`` as a version of ``population``'s table (its sketch merged with theirs), unless they
+        are another population's: then that (population, share), nothing recorded. Under the tables' lock (two
+        first runs of one table cannot both claim it)."""
+        from mdp_core.release.similarity import sketch
+
         check_population(population)
-        path = self._table_path(fingerprint)
-        _mkdir(path.parent)
-        _write_private(path, population.encode(), exclusive=True)
-        return path.read_text(encoding="utf-8").strip()
+        folder = _mkdir(self.root / "tables")
+        fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._key()  # made now if missing (no ledger yet): the sketch is keyed
+            other = self.similar_population(people, population)
+            if other is not None:
+                return other
+            mine = sketch(people, self._key())
+            old = dict(self._sketches()).get(population)
+            merged: Sketch = mine if old is None else old.merged(mine)
+            _write_private(
+                self._sketch_path(population), _json_bytes({"population": population, "sketch": merged.as_dict()})
+            )
+            return None
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def check_published(self, population: str, heads: Sequence[tuple[int, str]]) -> None:
         """LedgerError unless every published head (seq, head) of ``population`` is the entry of its chain

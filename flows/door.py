@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flows.config import ReleaseFlowConfig, store_root
 from mdp_core.errors import InputError
 from mdp_core.release.door import GraphFacts, PrivacyPlan, Settings, TableFacts, plan_privacy
+
+if TYPE_CHECKING:
+    from mdp_core.release.similarity import People
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,12 @@ class Figures:
 
 @dataclass(frozen=True)
 class Door:
-    """What the door decided for a config: the plan, and for an agency's table its fingerprint (secret: kept
-    only in the store's private part) and the located people (for ``check``'s terminal-only figures); the
-    public figures it was decided on."""
+    """What the door decided for a config: the plan, and for an agency's table its people (secret, memory only:
+    their keyed sketch is kept in the store's private part when the population claims them) and the located
+    people (for ``check``'s terminal-only figures); the public figures it was decided on."""
 
     plan: PrivacyPlan
-    fingerprint: str | None = None
+    people: People | None = None
     located: Any = None
     figures: Figures | None = None
 
@@ -93,35 +96,37 @@ def universe_has_table(cfg: ReleaseFlowConfig, table_sha256: str) -> bool:
     return False
 
 
-def table_owner(root: Path, fingerprint: str) -> str | None:
-    """The population this table belongs to in the store at ``root`` (read only), or None."""
+def similar_population(root: Path, people: People, population: str | None) -> tuple[str, float] | None:
+    """(population, share) of another population of the store at ``root`` sharing most of ``people`` (read
+    only), or None."""
     if not (root / "private").is_dir():
         return None
     from artifacts.private import PrivateStore
 
-    return PrivateStore(root).table_owner(fingerprint)
+    return PrivateStore(root).similar_population(people, population)
 
 
-def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[TableFacts, str, Any]:
-    """Read and validate the secret table against ``inst``: (its facts for the door, its fingerprint, the
-    located people). InputError when the file cannot be read at all (a message with no value in it)."""
+def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[TableFacts, People, Any]:
+    """Read and validate the secret table against ``inst``: (its facts for the door, its people, the located
+    people). InputError when the file cannot be read at all (a message with no value in it)."""
     from mdp_core.declarations import dataset_kinds
     from mdp_core.problem import microdata
-    from mdp_core.release.door import table_facts, table_fingerprint
+    from mdp_core.release.door import table_facts, table_people, universe_facts
 
     path = str(cfg.release.microdata)
     table = microdata.read_table(path)
     loc = microdata.locate(table.frame, inst)
-    fingerprint = table_fingerprint(table.frame)
+    people = table_people(table.frame, inst, loc)
+    user_universe = dataset_kinds.user_universe(cfg.dataset.kind, cfg.dataset.params)
     facts = table_facts(
         loc,
         inst.n_records,
         limit,
         universe_bytes=universe_has_table(cfg, microdata.sha256_regular(path)),
-        other_population=table_owner(store_root(cfg), fingerprint),
-        records_from_table=dataset_kinds.DECLARED[cfg.dataset.kind].records_from_table,
+        other=similar_population(store_root(cfg), people, cfg.release.population),
+        universe=universe_facts(people, inst) if user_universe else None,
     )
-    return facts, fingerprint, loc
+    return facts, people, loc
 
 
 def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
@@ -137,8 +142,8 @@ def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
         return Door(plan_privacy(s, figures.graph), figures=figures)
     if isinstance(inst, Figures):
         raise ValueError("a secret table is read against the instance itself, not its figures")
-    facts, fingerprint, loc = read_secret_table(cfg, inst, s.distance_limit)
-    return Door(plan_privacy(s, figures.graph, facts), fingerprint, loc, figures)
+    facts, people, loc = read_secret_table(cfg, inst, s.distance_limit)
+    return Door(plan_privacy(s, figures.graph, facts), people, loc, figures)
 
 
 __all__ = ["Door", "Figures", "plan_for", "read_secret_table", "settings"]

@@ -332,7 +332,7 @@ def _door(
     state.approval = wait_for_approval(config, store, state.plan)  # [release] approval: a person first
     if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
         population = cast(str, config.release.population)
-        measure.claim_table(store, cast(str, door.fingerprint), population)
+        measure.claim_table(store, door.people, population)
         version = measure.table_version(config.release.microdata)
         state.draw = _secret(config, store, params, note, new_draw, draw, state, population, version)
         measure.precheck_release(store, state.draw, params["measure"], state.plan.charges())

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prefect import task
 
@@ -47,6 +47,9 @@ from mdp_core.declarations.budget import compose
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.release.door import SIMULATED_PREFIX
 from tasks.common import instance_of, output_zones, run_stage
+
+if TYPE_CHECKING:
+    from mdp_core.release.similarity import People
 
 PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.declarations.contract: what this stage writes
 T = TypeVar("T")
@@ -196,16 +199,19 @@ def precheck_release(store: Store, draw: Draw, params: dict[str, Any], plan: dic
     return private.precheck(draw.population, planned, params.get("max_total_epsilon"), bool(params.get("require_cap")))
 
 
-def claim_table(store: Store, fingerprint: str, population: str) -> None:
-    """One table, one population: record that the secret table with this ``fingerprint``
-    (:func:`mdp_core.release.door.table_fingerprint`) belongs to ``population`` in this store; PrivacyError,
-    nothing charged, when it already belongs to another (the door refuses it earlier; this closes the race of
-    two first runs)."""
-    owner = PrivateStore(store.root).claim_table(fingerprint, population)
-    if owner != population:
+def claim_table(store: Store, people: People | None, population: str) -> None:
+    """One population by similarity: record the secret table's ``people`` (their keyed sketch,
+    :mod:`mdp_core.release.similarity`) as a version of ``population``'s table in this store; PrivacyError,
+    nothing charged, when they are most of another population's (the door refuses it earlier; this closes
+    the race of two first runs)."""
+    if people is None:
+        raise ValueError("an agency's table without its people: the door did not read it")
+    other = PrivateStore(store.root).claim_table(people, population)
+    if other is not None:
         raise PrivacyError(
-            f"release refused: this table is already charged to population {owner!r} in this store: one table "
-            f"belongs to one population (its budget); release it as population = {owner!r}"
+            f"release refused: this table shares {other[1]:.0%} of its people with population {other[0]!r} in this "
+            "store (rule 6, one population by similarity): the same people belong to one population (its budget); "
+            f"release it as population = {other[0]!r}"
         )
 
 

@@ -39,7 +39,7 @@ def test_rome_nodes_as_latlon_points(tmp_path):
     assert (inst.n_records, inst.n_outputs) == (400, 50)
     np.testing.assert_allclose(inst.prior, table["weight"] / table["weight"].sum())
     rec = inst.records
-    assert rec["id"].tolist() == table["id"].tolist()
+    assert "id" not in rec.columns  # the file's ids are never kept (published ids are generated: issue 49)
     for e in range(0, inst.n_edges, max(1, inst.n_edges // 25)):
         i, j = inst.edges[e]
         assert inst.distances[e] == pytest.approx(hav_km(rec.lat[i], rec.lon[i], rec.lat[j], rec.lon[j]), rel=1e-9)
@@ -64,7 +64,7 @@ def test_vector_points_outputs_and_cost_file(tmp_path):
     outs.to_csv(tmp_path / "o.csv", index=False)
     inst = points(path=str(tmp_path / "p.csv"), outputs=str(tmp_path / "o.csv"), eta=1.5, epsilon=2.0)
     assert inst.metric == "euclidean" and inst.n_outputs == 3
-    assert list(inst.outputs.columns) == ["x0", "x1", "id"]
+    assert list(inst.outputs.columns) == ["x0", "x1"]
     want = np.linalg.norm(pts[["a", "b"]].to_numpy()[:, None] - outs[["a", "b"]].to_numpy()[None], axis=2)
     np.testing.assert_allclose(inst.costs, want, rtol=1e-12)
     # an explicit cost table, rows in any order
@@ -80,7 +80,7 @@ def test_vector_points_outputs_and_cost_file(tmp_path):
     write_instance(inst, tmp_path / "i")
     back = read_instance(tmp_path / "i")
     np.testing.assert_array_equal(back.output_points(), outs[["a", "b"]].to_numpy())
-    assert back.records["id"].tolist() == pts["id"].tolist()
+    assert "id" not in back.records.columns and "label" not in back.records.columns
     # explicit column choice
     one = points(path=str(tmp_path / "p.csv"), columns="a", eta=1.0)
     assert one.records.filter(regex=r"^x\d").shape[1] == 1

@@ -375,7 +375,7 @@ def test_one_table_belongs_to_one_population(table, tmp_path):
         cfg = config(tmp_path, other, max_total_epsilon=100.0, population="test-residents-b")
         rep = _check(tmp_path, cfg)
         assert not rep.accepted and any(f"population {POPULATION!r}" in r for r in rep.reasons), rep.reasons
-        with pytest.raises(PrivacyError, match=f"already charged to population {POPULATION!r}"):
+        with pytest.raises(PrivacyError, match=f"of its people with population {POPULATION!r}"):
             run_stages(tmp_path, cfg)
     assert PrivateStore(tmp_path).populations() == [POPULATION]
     assert PrivateStore(tmp_path).budget(POPULATION).spent == spent

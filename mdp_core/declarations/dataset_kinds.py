@@ -154,9 +154,11 @@ class Kind:
       (the release audit allows exactly :func:`public_record_columns`);
     * ``record_key``: the column a microdata ``record`` column is matched against
       (:mod:`mdp_core.problem.microdata`), or None (record ids);
-    * ``records_from_table``: the records are read from a user's table (not generated, not a public map):
-      the privacy door refuses a universe that is the secret table's own locations
-      (:mod:`mdp_core.release.door`, rule 5);
+    * ``universe_files``: the parameters naming a file the user gives that the records (or what they are
+      snapped to) are read from (a points table, road nodes, the grid's road nodes); when a release sets
+      one, the privacy door tests the universe against the secret table's people, statistically
+      (:mod:`mdp_core.release.universe`; :mod:`mdp_core.release.door`, rule 5). Every such kind declares
+      them here: no kind name is tested anywhere else;
     * ``release_defaults``: ``(parameter, value)`` pairs a release config uses where it leaves the parameter
       unset, instead of the loader's default (``loss = "distance"``: a release optimises what its analyst
       measures, issue 40; the loader's own default keeps the papers' instances). The ingest stage loads a
@@ -171,7 +173,7 @@ class Kind:
     file_parameters: tuple[str, ...] = ()
     public_columns: frozenset[str] = frozenset()
     record_key: str | None = None
-    records_from_table: bool = False
+    universe_files: tuple[str, ...] = ()
     release_defaults: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
@@ -179,6 +181,9 @@ class Kind:
         unknown = sorted(set(self.file_parameters) - fields)
         if unknown:
             raise TypeError(f"dataset kind {self.name!r}: file parameters {unknown} are not parameters")
+        unknown = sorted(set(self.universe_files) - set(self.file_parameters))
+        if unknown:
+            raise TypeError(f"dataset kind {self.name!r}: universe files {unknown} are not file parameters")
         if self.record_key is not None and self.record_key not in self.public_columns:
             raise TypeError(f"dataset kind {self.name!r}: record key {self.record_key!r} is not a public column")
         if ":" not in self.loader:
@@ -197,6 +202,7 @@ DECLARED: dict[str, Kind] = {
             GridParams,
             f"{_LOADERS}.grid:grid",
             file_parameters=("road_nodes", "road_edges", "road_osm", "road_pbf"),
+            universe_files=("road_nodes", "road_osm", "road_pbf"),
             # cell centre (degrees) and index; with a road graph, each cell's snapped node and snap distance
             public_columns=frozenset({"lat", "lon", "row", "col", "road_osmid", "snap_km"}),
             release_defaults=(("loss", "distance"),),
@@ -207,6 +213,7 @@ DECLARED: dict[str, Kind] = {
             RoadParams,
             f"{_LOADERS}.road:road",
             file_parameters=("nodes", "edges", "osm", "pbf"),
+            universe_files=("nodes", "osm", "pbf"),
             public_columns=frozenset({"osmid"}),
             record_key="osmid",
             release_defaults=(("loss", "distance"),),
@@ -224,12 +231,20 @@ DECLARED: dict[str, Kind] = {
             PointsParams,
             f"{_LOADERS}.points:points",
             file_parameters=("path", "outputs", "costs"),
-            public_columns=frozenset({"id", "n_merged"}),  # the agency's own record id; records merged into one
-            records_from_table=True,
+            public_columns=frozenset({"n_merged"}),  # records merged into one (the file's ids are never kept)
+            universe_files=("path",),
         ),
     )
 }
 KINDS: tuple[str, ...] = tuple(DECLARED)
+
+
+def user_universe(kind: str, params: dict[str, Any] | None) -> bool:
+    """Whether a dataset of ``kind`` with ``params`` reads its records from a file the user gives
+    (:attr:`Kind.universe_files`: one of them set), so the door tests its universe against the people."""
+    return any((params or {}).get(n) is not None for n in DECLARED[kind].universe_files)
+
+
 PARAMETERS: dict[str, type[Options]] = {k.name: k.params for k in DECLARED.values()}
 LOADER_PATHS: dict[str, str] = {k.name: k.loader for k in DECLARED.values()}
 FILE_PARAMETERS: dict[str, tuple[str, ...]] = {k.name: k.file_parameters for k in DECLARED.values()}

@@ -27,13 +27,15 @@ The rules (each with its reason):
    component is sent to one output, a release that says nothing.
 4. **A finite stretch** (else nothing can be stated or charged).
 5. **The public universe is public**: the instance may not be built from the secret table: the table's
-   bytes among the dataset's input files, or (for kinds whose records come from a user's table,
-   ``Kind.records_from_table``) a universe that is the people's own locations: at least half the people
-   exactly at a record and at least half the records exactly at a person.
-6. **One table, one population**: a table (the same rows, whatever their order or encoding:
-   :func:`mdp_core.problem.microdata.table_fingerprint`) already charged to another population of the store
-   is refused, naming that population; a population named ``simulated-...`` is reserved for simulated
-   people.
+   bytes among the dataset's input files, or (for kinds whose records come from a file the user gives,
+   ``Kind.universe_files``) a universe the people lie evidently closer to than its records' density
+   explains (:func:`mdp_core.release.universe.universe_test`: most of the people with a record within
+   15 m, or most of the records with a person, beyond a null of the people shifted by a few times that),
+   whatever jitter, rounding, subset or padding made it.
+6. **One population, by similarity**: a table sharing most of its people with another population of the
+   store (:func:`mdp_core.release.similarity.overlap` against each population's keyed sketch: people
+   within a cell of 11 m, or the records they locate to) is refused, naming that population; a
+   population named ``simulated-...`` is reserved for simulated people.
 7. **Every person mapped**: rows that cannot be read or mapped, and people farther than max_distance, are
    counted and refused before any charge (``mdp-release check`` shows which rows, on the operator's
    terminal only).
@@ -43,13 +45,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdp_core.declarations.budget import Epsilon, Guarantee, Spend, compose, mechanism_epsilon
 from mdp_core.errors import PrivacyError, SecretTableError
 
+if TYPE_CHECKING:  # numpy and scipy: imported where used (a cached release's door never loads them)
+    from mdp_core.release.similarity import People
+    from mdp_core.release.universe import UniverseTest
+
 SIMULATED_PREFIX = "simulated-"
-AT_RECORD = 1e-9  # a person this close to a record (in the instance's unit) is "at" it
 DETERMINISTIC = 1.0 - 1e-12  # a mechanism row whose largest entry is at least this is deterministic
 
 
@@ -123,19 +128,21 @@ class GraphFacts:
 @dataclass(frozen=True)
 class TableFacts:
     """What the door needs to know of the secret table, validated before it: counts only (never published,
-    never a row number or a value). ``other_population``: the population this table is already charged to
-    in the store, if another; ``universe_bytes``: the table's bytes are one of the dataset's input files."""
+    never a row number or a value). ``other_population``: another population of the store this table shares
+    most of its people with (``other_share``: that share), if any; ``universe_bytes``: the table's bytes are
+    one of the dataset's input files; ``universe``: the universe test's figures (shares and counts) for a
+    user's universe and a table by coordinates, else None."""
 
     n_people: int
     n_records: int = 0
     n_unreadable: int = 0
     unreadable: str = "cannot be read or mapped to a record"  # what is wrong with them (a verb phrase, no value)
     n_far: int = 0
-    n_at_record: int = 0
-    n_records_at_person: int = 0
     by_key: bool = False
     universe_bytes: bool = False
     other_population: str | None = None
+    other_share: float = 0.0
+    universe: UniverseTest | None = None
 
 
 @dataclass(frozen=True)
@@ -272,16 +279,14 @@ def _table_rules(s: Settings, t: TableFacts) -> list[str]:
             "dataset's input files): every person's location would be published as a record; build the universe "
             "from public data (a road network, a grid, a public list of places)"
         )
-    elif not t.by_key and _universe_is_people(t):
-        why.append(
-            f"the public universe is the people's own locations ({t.n_at_record} of {t.n_people} people exactly at "
-            f"a record, {t.n_records_at_person} records exactly at a person): the records would publish the "
-            "secret table; build the universe from public data (a road network, a grid, a public list of places)"
-        )
+    elif t.universe is not None and t.universe.built_from_people:
+        why.append(t.universe.reason())
     if t.other_population is not None and t.other_population != s.population:
         why.append(
-            f"this table is already charged to population {t.other_population!r} in this store: one table "
-            f"belongs to one population (its budget); release it as population = {t.other_population!r}"
+            f"this table shares {t.other_share:.0%} of its people with population {t.other_population!r} in this "
+            "store (rule 6, one population by similarity): the same people belong to one population (its budget); "
+            f"release it as population = {t.other_population!r}, or rename the population with a recorded ledger "
+            "decision"
         )
     return why
 
@@ -303,45 +308,83 @@ def _table_errors(t: TableFacts, limit: float, unit: str) -> list[str]:
     return why
 
 
-def _universe_is_people(t: TableFacts) -> bool:
-    return t.n_people > 0 and 2 * t.n_at_record >= t.n_people and 2 * t.n_records_at_person >= max(1, t.n_records)
-
-
 def table_facts(
     located: Any,
     n_records: int,
     max_distance: float,
     *,
     universe_bytes: bool = False,
-    other_population: str | None = None,
-    records_from_table: bool = True,
+    other: tuple[str, float] | None = None,
+    universe: UniverseTest | None = None,
 ) -> TableFacts:
     """:class:`TableFacts` of a located table (:func:`mdp_core.problem.microdata.locate`: record ids (n,),
-    distances (n,) in the instance's unit, the unmappable rows (n,) bool, ``by``). ``records_from_table``: the
-    instance's records come from a user's table (rule 5 compares them with the people; a generated or
-    mapped universe is public whoever stands on it)."""
+    distances (n,) in the instance's unit, the unmappable rows (n,) bool, ``by``). ``other``: (population,
+    share) of another population sharing most of its people (:func:`mdp_core.release.similarity.overlap`);
+    ``universe``: the universe test of a user's universe (:func:`table_people`), None when none applies."""
     import numpy as np
 
     ids = np.asarray(located.record_ids)
     dist = np.asarray(located.distances, dtype=np.float64)
     bad = np.asarray(located.bad, dtype=bool)
-    ok = ~bad
     with np.errstate(invalid="ignore"):
-        far = ok & (np.nan_to_num(dist, nan=0.0) > max_distance)
-        at = ok & (np.nan_to_num(dist, nan=np.inf) <= AT_RECORD)
-    by_key = str(located.by).startswith("record") or not records_from_table
+        far = ~bad & (np.nan_to_num(dist, nan=0.0) > max_distance)
     return TableFacts(
         n_people=int(ids.size),
         n_records=int(n_records),
         n_unreadable=int(bad.sum()),
         unreadable=str(getattr(located, "bad_reason", "") or TableFacts.unreadable),
         n_far=int(far.sum()),
-        n_at_record=0 if by_key else int(at.sum()),
-        n_records_at_person=0 if by_key else int(np.unique(ids[at]).size),
-        by_key=by_key,
+        by_key=str(located.by).startswith("record"),
         universe_bytes=universe_bytes,
-        other_population=other_population,
+        other_population=None if other is None else other[0],
+        other_share=0.0 if other is None else float(other[1]),
+        universe=universe,
     )
+
+
+def table_people(frame: Any, inst: Any, located: Any) -> People:
+    """The table's people for the universe test and the population sketch (secret: memory only): their
+    coordinates in the instance's space (lat, lon; x0..; None for a table keyed by record) and the
+    coordinates of the record each locates to (NaN where it does not; the record id when records have no
+    coordinates)."""
+    import numpy as np
+    import pandas as pd
+
+    from mdp_core.problem.microdata import canonical_frame
+    from mdp_core.release.similarity import People
+
+    recs = inst.records
+    geo = recs is not None and {"lat", "lon"} <= set(recs.columns)
+    if geo:
+        coords = recs[["lat", "lon"]].to_numpy(dtype=np.float64)
+    elif inst.coordinate_columns():
+        coords = np.asarray(inst.record_points(), dtype=np.float64)
+    else:
+        coords = np.arange(inst.n_records, dtype=np.float64)[:, None]
+    ids = np.asarray(located.record_ids, dtype=np.int64)
+    at = np.full((ids.size, coords.shape[1]), np.nan)
+    at[ids >= 0] = coords[ids[ids >= 0]]
+    if str(located.by).startswith("record"):
+        return People(None, at, geo)
+    cols = ["lat", "lon"] if geo else inst.coordinate_columns()
+    df = canonical_frame(frame)
+    pts = np.column_stack([pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64) for c in cols])
+    pts[np.asarray(located.bad, dtype=bool)] = np.nan
+    return People(pts, at, geo)
+
+
+def universe_facts(people: People, inst: Any) -> UniverseTest | None:
+    """The universe test of ``inst``'s records against ``people`` (None for a table keyed by record: its
+    people are their records, nothing to test)."""
+    if people.points is None:
+        return None
+    import numpy as np
+
+    from mdp_core.release.universe import universe_test
+
+    recs = inst.records
+    coords = recs[["lat", "lon"]].to_numpy(dtype=np.float64) if people.geo else np.asarray(inst.record_points())
+    return universe_test(people.points, coords, people.geo)
 
 
 def deterministic_rows(z: Any) -> int:
@@ -362,34 +405,7 @@ def refuse_deterministic(z: Any) -> None:
         )
 
 
-def table_fingerprint(frame: Any) -> str:
-    """sha256 (hex) of the secret table's people, whatever their order or encoding: the key columns
-    (:func:`mdp_core.problem.microdata.key_columns`: lat, lon / x0.. as float64, or record keys as text),
-    rows sorted. The same rows as CSV, Parquet, reordered or with other columns give the same fingerprint.
-    Secret (a hash of the true records): kept only under the store's key in its private part."""
-    import hashlib
-
-    import numpy as np
-
-    from mdp_core.problem.microdata import canonical_frame, key_columns
-
-    df = canonical_frame(frame)
-    kind, cols = key_columns(df.columns)
-    h = hashlib.sha256(f"mdp-release table v1 {kind} {len(cols)}".encode())
-    if kind == "record":
-        keys = sorted(df["record"].astype(str).str.strip().tolist())
-        h.update("\x00".join(keys).encode())
-    else:
-        import pandas as pd
-
-        pts = np.column_stack([pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64) for c in cols])
-        pts = pts[np.lexsort(pts.T[::-1])] if pts.size else pts
-        h.update(np.ascontiguousarray(pts + 0.0).tobytes())  # + 0.0: -0.0 reads as 0.0
-    return h.hexdigest()
-
-
 __all__ = [
-    "AT_RECORD",
     "SIMULATED_PREFIX",
     "GraphFacts",
     "PrivacyPlan",
@@ -399,5 +415,6 @@ __all__ = [
     "plan_privacy",
     "refuse_deterministic",
     "table_facts",
-    "table_fingerprint",
+    "table_people",
+    "universe_facts",
 ]

@@ -4,7 +4,9 @@ Records file (``path``):
   * coordinates: ``lat``, ``lon`` columns (degrees; metric haversine, km), or numeric vector columns
     (metric Euclidean, unit "unit"): ``columns`` if given, else every numeric column except ``id``
     and ``weight``;
-  * ``id`` (optional): unique record ids (default: the row number 0..N-1);
+  * ``id`` (optional): unique record ids (default: the row number 0..N-1), used only to read the cost
+    file: never kept in the instance, so never published (issue 49: a universe file's own ids may be
+    anybody's); the instance's record ids are generated (``record_id`` 0..N-1 after merging);
   * ``weight`` (optional): the prior, normalised here (non-negative, positive total).
 Outputs file (``outputs``, optional): the same coordinate columns, optional unique ``id``; default:
 the records, or a seeded subset of ``n_outputs`` of them.
@@ -225,7 +227,8 @@ def points(
         n_outputs: K outputs as a seeded subset of the records (only without an outputs file).
         epsilon: privacy budget per distance unit (km for lat/lon); eta: neighbour threshold (same unit).
     Returns:
-        Instance with records ``lat, lon`` or ``x0..``, plus ``id`` and ``n_merged``.
+        Instance with records ``lat, lon`` or ``x0..`` and ``n_merged`` (the file's ids and other columns are
+        not kept: the published ids are the generated ``record_id``).
     """
     name = Path(path).name
     frame = read_frame(path, "points")
@@ -253,7 +256,7 @@ def points(
         np.asarray(c),
         prior=prior,
         output_record_ids=out_record_ids,
-        extra_columns={"id": ids[rfirst], "n_merged": np.bincount(rg).astype(np.int64)},
+        extra_columns={"n_merged": np.bincount(rg).astype(np.int64)},
         distance_unit="km" if metric == "haversine" else "unit",
         provenance=_points_provenance(
             files,
@@ -265,4 +268,4 @@ def points(
     )
     if outputs is None:
         return inst
-    return inst.replace(outputs=coordinate_frame(mopts, metric).assign(id=out_ids[ofirst]))
+    return inst.replace(outputs=coordinate_frame(mopts, metric))

@@ -1,0 +1,199 @@
+"""One population by similarity: a keyed sketch of a table's people, and a new table's overlap with it
+(issue 49; the door's rule 6, docs/privacy.md).
+
+A table's people (the unkeyed :class:`People`: coordinates and the records they locate to, secret, in
+memory only) become, under the store's key, a :class:`Sketch`: two Bloom filters of HMAC-SHA256 tags,
+
+* **cells**: each person's cell of side :data:`CELL_KM` (11 m; lat/lon as ground km on a band of that
+  height, Euclidean coordinates in cells of :data:`CELL_UNITS` of the data's unit) -- for tables keyed by
+  coordinates;
+* **records**: each person's located record (its coordinates' cell) with the person's rank among the
+  people at that record (a multiset: 3 people at one record are 3 tags) -- for every table, so a table
+  keyed by record (an osmid) meets one keyed by coordinates on the records both locate to.
+
+The overlap of a new table with a population's sketch is the share of the new table's people found in it:
+a person is found when any cell within one cell of it (3 x 3 in the plane: every move up to a cell side,
+11 m, and any re-encoding of the numbers) is among the population's cells; when either table is keyed by
+record, when its located record tag is among the population's. The share is taken of both tables (of the
+new one's people, and of the population's, by their counts): :func:`overlap`. A table is the same
+population's when it is above :data:`SAME_SHARE` (coordinates: 0.5) or :data:`SAME_SHARE_RECORDS`
+(records only: 0.9, since two independent populations over the same records share a part of their
+histograms by chance). A month's version of a table moves about 1 % of its people: far above both.
+
+Bloom filters of :data:`BITS_PER_TAG` bits per tag and :data:`HASHES` hash functions: a false match per
+lookup below 1e-3 (9 lookups per person: < 1 %). The key is the store's (under ``<store>/private/``): a
+sketch says nothing to whoever lacks it, and the file names nothing (``tables/<HMAC of the population>``).
+Pure: numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CELL_KM = 0.011  # the people's cell side for lat/lon (11 m): every move up to it keeps a person found
+CELL_UNITS = 1e-6  # the cell side of Euclidean coordinates (the data's unit): re-encoding only
+SAME_SHARE = 0.5  # the same population: most of one table's people found in the other's (coordinates)
+SAME_SHARE_RECORDS = 0.9  # the same, when only the records they locate to can be compared (a table by key)
+BITS_PER_TAG = 24
+HASHES = 12
+KM_PER_DEG = 6371.0088 * math.pi / 180.0
+
+
+@dataclass(frozen=True)
+class People:
+    """A table's people, unkeyed (secret: memory only). ``points`` (n, d) float64 (lat, lon degrees when
+    ``geo``; None for a table keyed by record), ``records`` (n, d) float64 the coordinates of the record
+    each person locates to (rows of NaN: not located)."""
+
+    points: np.ndarray | None
+    records: np.ndarray
+    geo: bool
+
+    @property
+    def by_key(self) -> bool:
+        return self.points is None
+
+
+def _cells(points: np.ndarray, geo: bool, shift: tuple[float, float] = (0.0, 0.0)) -> list[bytes]:
+    """Each point's cell as bytes (a row of NaN: no cell, b""). Geo: bands of CELL_KM of latitude, within a
+    band CELL_KM of ground distance along it; ``shift`` moves the points first (km north, east)."""
+    pts = np.asarray(points, dtype=np.float64)
+    ok = np.all(np.isfinite(pts), axis=1)
+    if geo:
+        y = pts[:, 0] * KM_PER_DEG + shift[0]
+        row = np.floor(y / CELL_KM)
+        coslat = np.cos(np.deg2rad((row + 0.5) * CELL_KM / KM_PER_DEG))
+        x = pts[:, 1] * KM_PER_DEG * coslat + shift[1]
+        idx = np.column_stack([row, np.floor(x / CELL_KM)])
+    else:
+        q = pts.copy()
+        if q.shape[1] >= 2:
+            q[:, 0] += shift[0]
+            q[:, 1] += shift[1]
+        idx = np.floor(q / CELL_UNITS)
+    return [b"" if not good else np.asarray(r, dtype=np.int64).tobytes() for r, good in zip(idx, ok, strict=True)]
+
+
+def _neighbourhood(points: np.ndarray, geo: bool) -> list[set[bytes]]:
+    """Each point's cells within one cell (3 x 3 in the first two coordinates)."""
+    side = CELL_KM if geo else CELL_UNITS
+    out: list[set[bytes]] = [set() for _ in range(points.shape[0])]
+    for dy in (-side, 0.0, side):
+        for dx in (-side, 0.0, side):
+            for i, c in enumerate(_cells(points, geo, (dy, dx))):
+                if c:
+                    out[i].add(c)
+    return out
+
+
+def _record_tags(records: np.ndarray, geo: bool) -> list[bytes]:
+    """Each person's located record's cell with the person's rank at that record (b"" when not located)."""
+    seen: dict[bytes, int] = {}
+    out = []
+    for c in _cells(records, geo):
+        if not c:
+            out.append(b"")
+            continue
+        seen[c] = seen.get(c, 0) + 1
+        out.append(c + seen[c].to_bytes(4, "little"))
+    return out
+
+
+def _positions(key: bytes, label: bytes, tag: bytes, nbits: int) -> list[int]:
+    digest = hmac.new(key, label + b"\x00" + tag, hashlib.sha512).digest()
+    return [int.from_bytes(digest[4 * j : 4 * j + 4], "little") % nbits for j in range(HASHES)]
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A population's keyed sketch: Bloom filters (bytes) of its people's cell tags and located record tags,
+    the number of people and whether a table keyed by coordinates was ever seen (``has_cells``)."""
+
+    n_people: int
+    cells: bytes
+    records: bytes
+    has_cells: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON values (:meth:`parse` reads them back)."""
+        return {
+            "format": "mdp-release population sketch v1",
+            "n_people": self.n_people,
+            "cells": base64.b64encode(self.cells).decode(),
+            "records": base64.b64encode(self.records).decode(),
+            "has_cells": self.has_cells,
+        }
+
+    @classmethod
+    def parse(cls, d: dict[str, Any]) -> Sketch:
+        return cls(
+            int(d["n_people"]), base64.b64decode(d["cells"]), base64.b64decode(d["records"]), bool(d["has_cells"])
+        )
+
+    def merged(self, other: Sketch) -> Sketch:
+        """The union of two sketches of one population (its versions), filters of one size OR-ed; else the
+        larger one's bits and the newer one's count (a version of another size starts a larger filter)."""
+        if len(self.cells) != len(other.cells) or len(self.records) != len(other.records):
+            return other if len(other.records) >= len(self.records) else self
+        cells = (np.frombuffer(self.cells, np.uint8) | np.frombuffer(other.cells, np.uint8)).tobytes()
+        recs = (np.frombuffer(self.records, np.uint8) | np.frombuffer(other.records, np.uint8)).tobytes()
+        return Sketch(max(self.n_people, other.n_people), cells, recs, self.has_cells or other.has_cells)
+
+
+def _bloom(key: bytes, label: bytes, tags: list[bytes], nbytes: int) -> bytes:
+    bits = np.zeros(nbytes * 8, dtype=bool)
+    for t in tags:
+        if t:
+            bits[_positions(key, label, t, nbytes * 8)] = True
+    return np.packbits(bits).tobytes()
+
+
+def _member(key: bytes, label: bytes, tag: bytes, bits: np.ndarray) -> bool:
+    """Whether ``tag`` is in the Bloom filter whose unpacked bits are ``bits``."""
+    return bool(all(bits[p] for p in _positions(key, label, tag, bits.size)))
+
+
+def sketch(people: People, key: bytes) -> Sketch:
+    """The keyed sketch of ``people`` under ``key`` (the store key)."""
+    n = int(people.records.shape[0])
+    nbytes = max(128, math.ceil(n * BITS_PER_TAG / 8))
+    cells = [] if people.points is None else _cells(people.points, people.geo)
+    return Sketch(
+        n,
+        _bloom(key, b"cell", cells, nbytes),
+        _bloom(key, b"record", _record_tags(people.records, people.geo), nbytes),
+        people.points is not None,
+    )
+
+
+def overlap(people: People, key: bytes, other: Sketch) -> float:
+    """The share of people ``people`` and the population of ``other`` have in common: found people over the
+    smaller of the two counts (at most 1). By cells when both were keyed by coordinates, else by records."""
+    n = int(people.records.shape[0])
+    if n == 0 or other.n_people == 0:
+        return 0.0
+    if people.points is not None and other.has_cells:
+        bits = np.unpackbits(np.frombuffer(other.cells, np.uint8))
+        near = _neighbourhood(people.points, people.geo)
+        found = sum(any(_member(key, b"cell", c, bits) for c in cells) for cells in near)
+    else:
+        bits = np.unpackbits(np.frombuffer(other.records, np.uint8))
+        found = sum(_member(key, b"record", t, bits) for t in _record_tags(people.records, people.geo) if t)
+    return min(1.0, found / min(n, other.n_people))
+
+
+def same_population(people: People, share: float, other: Sketch) -> bool:
+    """Whether ``share`` (:func:`overlap`) makes them one population: SAME_SHARE by cells, else
+    SAME_SHARE_RECORDS."""
+    by_cells = people.points is not None and other.has_cells
+    return share > (SAME_SHARE if by_cells else SAME_SHARE_RECORDS)
+
+
+__all__ = ["CELL_KM", "SAME_SHARE", "SAME_SHARE_RECORDS", "People", "Sketch", "overlap", "same_population", "sketch"]

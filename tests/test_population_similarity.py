@@ -1,0 +1,156 @@
+"""Rule 6, one population by similarity (issue 49, :mod:`mdp_core.release.similarity`).
+
+The same people written with %.15g or %.8f, with a row dropped or duplicated, one person moved 11 m, or
+keyed by osmid are recognised as the population that already holds them (refused under a second name, in
+``mdp-release check``'s door and at the claim); a genuinely different population of the same city is
+accepted; the sketch lives under ``<store>/private/`` only (0600) and names nothing. Real Rome road data
+from ``../shared/data`` (skipped when absent).
+"""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from artifacts.private import PrivateStore
+from mdp_core.release.similarity import SAME_SHARE, People, overlap, same_population, sketch
+
+ROOT = Path(__file__).resolve().parents[1]
+ROME = ROOT / ".." / "shared" / "data" / "rome_center"
+needs_rome = pytest.mark.skipif(not (ROME / "nodes.csv").is_file(), reason="shared Rome data ../shared/data absent")
+R_M = 6_371_008.8
+FIRST, SECOND = "rome-residents", "rome-residents-again"
+
+
+def rome_people(n: int, seed: int) -> pd.DataFrame:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.rome_people import people
+
+    return people(ROME, n, seed)
+
+
+def move_one(df: pd.DataFrame, metres: float) -> pd.DataFrame:
+    out = df.copy()
+    out.loc[0, "lat"] += np.rad2deg(metres / R_M)
+    return out
+
+
+def _write(df: pd.DataFrame, path: Path, fmt: str | None = None) -> Path:
+    df.to_csv(path, index=False, float_format=fmt)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- the sketch
+def test_versions_overlap_and_different_people_do_not():
+    rng = np.random.default_rng(0)
+    a = rng.uniform([41.88, 12.47], [41.92, 12.52], size=(800, 2))
+    recs = rng.uniform([41.88, 12.47], [41.92, 12.52], size=(800, 2))
+    key = b"\x01" * 32
+    sk = sketch(People(a, recs, True), key)
+    for b in (np.round(a, 8), a[1:], np.vstack([a, a[:1]])):
+        people = People(b, recs[: len(b)], True)
+        assert same_population(people, overlap(people, key, sk), sk)
+    other = People(rng.uniform([41.88, 12.47], [41.92, 12.52], size=(800, 2)), recs, True)
+    assert overlap(other, key, sk) < 0.05
+    assert overlap(People(a, recs, True), b"\x02" * 32, sk) < 0.05  # another store's key: nothing in common
+
+
+# ----------------------------------------------------------------------------------------- through the door
+def _config(tmp_path: Path, table: Path, population: str) -> Path:
+    cfg = tmp_path / f"{population}-{table.stem}.toml"
+    cfg.write_text(
+        f'store = "{tmp_path / "store"}"\n[dataset]\nkind = "road"\n'
+        f'params = {{ nodes = "{ROME / "nodes.csv"}", edges = "{ROME / "edges.csv"}", n_records = 500, '
+        'n_outputs = 60, loss = "distance" }\n'
+        "[privacy]\nepsilon = 10.0\neta = 0.3\n"
+        f'[release]\nmicrodata = "{table}"\npopulation = "{population}"\nmax_distance = 0.3\n'
+    )
+    return cfg
+
+
+def _claim(tmp_path: Path, table: Path, population: str):
+    """The claim a run makes at its door (after the approval): the table's people recorded for ``population``."""
+    from flows.config import load_config
+    from flows.door import read_secret_table
+    from mdp_core.problem.datasets.road import road
+
+    cfg = load_config(_config(tmp_path, table, population))
+    inst = road(**cfg.dataset.loader_params())
+    _, people, _ = read_secret_table(cfg, inst, 0.3)
+    return PrivateStore(tmp_path / "store").claim_table(people, population)
+
+
+def _rule6(tmp_path: Path, table: Path, population: str) -> list[str]:
+    from flows.check import run_check
+
+    return [r for r in run_check(_config(tmp_path, table, population)).reasons if "rule 6" in r]
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    if not (ROME / "nodes.csv").is_file():
+        pytest.skip("shared Rome data ../shared/data absent")
+    folder = tmp_path_factory.mktemp("agency")
+    df = rome_people(1500, 21).assign(age=lambda d: np.arange(len(d)) % 90)
+    path = _write(df, folder / "people.csv")
+    assert _claim(folder, path, FIRST) is None
+    return folder, df
+
+
+@needs_rome
+@pytest.mark.parametrize("version", ["%.15g", "%.8f", "dropped", "duplicated", "moved_11m", "by_osmid"])
+def test_the_same_people_under_a_second_population_are_refused(first, version):
+    folder, df = first
+    path = folder / f"copy-{version.strip('%.')}.csv"
+    if version.startswith("%"):
+        _write(df.sample(frac=1.0, random_state=1), path, version)
+    elif version == "dropped":
+        _write(df.iloc[1:], path)
+    elif version == "duplicated":
+        _write(pd.concat([df, df.iloc[:1]]), path)
+    elif version == "moved_11m":
+        _write(move_one(df, 11.0), path)
+    else:  # keyed by the osmid of each person's nearest road node of the instance
+        from flows.config import load_config
+        from mdp_core.problem import microdata
+        from mdp_core.problem.datasets.road import road
+
+        inst = road(**load_config(_config(folder, folder / "people.csv", FIRST)).dataset.loader_params())
+        ids = microdata.locate(df, inst).record_ids
+        _write(pd.DataFrame({"record": inst.records["osmid"].to_numpy()[ids]}), path)
+    why = _rule6(folder, path, SECOND)
+    assert len(why) == 1 and f"population {FIRST!r}" in why[0], why
+    assert "RID" not in why[0] and f"{df['lat'].iloc[0]:.5f}" not in why[0]
+    assert _claim(folder, path, SECOND)[0] == FIRST  # the claim refuses it too (two first runs)
+    assert not _rule6(folder, path, FIRST)  # its own population: a version, admitted
+
+
+@needs_rome
+def test_a_different_population_is_accepted(first):
+    folder, _ = first
+    other = _write(rome_people(1500, 22), folder / "other.csv")
+    assert not _rule6(folder, other, SECOND)
+    assert _claim(folder, other, SECOND) is None
+    assert not _rule6(folder, other, SECOND)  # and now it is that population's own
+
+
+@needs_rome
+def test_the_sketch_is_private_and_names_nothing(first):
+    folder, df = first
+    tables = folder / "store" / "private" / "tables"
+    files = sorted(tables.glob("*.json"))
+    assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    for f in files:
+        text = f.read_text()
+        assert FIRST not in f.name and f"{df['lat'].iloc[0]:.5f}" not in text and len(text) < 100_000
+    assert not list((folder / "store").glob("*.json"))
+
+
+def test_the_threshold_is_a_majority():
+    assert SAME_SHARE == 0.5
