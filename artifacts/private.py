@@ -64,6 +64,9 @@ repaired every time a :class:`PrivateStore` is opened):
                                              population's lock (``populations/<pop>/.lock``, flock)
   populations/<pop>/void-<time>-<hex>/       a ledger that failed verification, moved aside (kept for
                                              inspection) when a new budget was started
+  tables/<HMAC(key, pop)>.json               the population's keyed sketch of its people (Bloom filters
+                                             of HMAC tags: :mod:`mdp_core.release.similarity`), merged
+                                             over its versions under ``tables/.lock``: the door's rule 6
 
 The commitment is ``sha256("mdp-release draw v1" || secret)``: published, it binds the release to its
 draw without revealing it (the secret is 256 uniform bits); an auditor handed ``draw.json`` checks it.

@@ -285,8 +285,7 @@ def _table_rules(s: Settings, t: TableFacts) -> list[str]:
         why.append(
             f"this table shares {t.other_share:.0%} of its people with population {t.other_population!r} in this "
             "store (rule 6, one population by similarity): the same people belong to one population (its budget); "
-            f"release it as population = {t.other_population!r}, or rename the population with a recorded ledger "
-            "decision"
+            f"release it as population = {t.other_population!r}"
         )
     return why
 

@@ -20,8 +20,8 @@ population's when it is above :data:`SAME_SHARE` (coordinates: 0.5) or :data:`SA
 (records only: 0.9, since two independent populations over the same records share a part of their
 histograms by chance). A month's version of a table moves about 1 % of its people: far above both.
 
-Bloom filters of :data:`BITS_PER_TAG` bits per tag and :data:`HASHES` hash functions: a false match per
-lookup below 1e-3 (9 lookups per person: < 1 %). The key is the store's (under ``<store>/private/``): a
+Bloom filters of at least :data:`BITS_PER_TAG` bits per tag (rounded up to a power of two bytes) and
+:data:`HASHES` hash functions: a false match per lookup about 1.4e-5 (9 lookups per person: < 2e-4). The key is the store's (under ``<store>/private/``): a
 sketch says nothing to whoever lacks it, and the file names nothing (``tables/<HMAC of the population>``).
 Pure: numpy and the standard library.
 """
@@ -138,8 +138,8 @@ class Sketch:
         )
 
     def merged(self, other: Sketch) -> Sketch:
-        """The union of two sketches of one population (its versions), filters of one size OR-ed; else the
-        larger one's bits and the newer one's count (a version of another size starts a larger filter)."""
+        """The union of two sketches of one population (its versions): filters of one size (a power of two
+        bytes, so versions of about one size share it) OR-ed; else the one with the larger filters."""
         if len(self.cells) != len(other.cells) or len(self.records) != len(other.records):
             return other if len(other.records) >= len(self.records) else self
         cells = (np.frombuffer(self.cells, np.uint8) | np.frombuffer(other.cells, np.uint8)).tobytes()
@@ -163,7 +163,7 @@ def _member(key: bytes, label: bytes, tag: bytes, bits: np.ndarray) -> bool:
 def sketch(people: People, key: bytes) -> Sketch:
     """The keyed sketch of ``people`` under ``key`` (the store key)."""
     n = int(people.records.shape[0])
-    nbytes = max(128, math.ceil(n * BITS_PER_TAG / 8))
+    nbytes = 1 << max(7, math.ceil(math.log2(max(1.0, n * BITS_PER_TAG / 8))))  # a power of two: versions merge
     cells = [] if people.points is None else _cells(people.points, people.geo)
     return Sketch(
         n,
