@@ -25,9 +25,10 @@ from mdp_core.problem.microdata import KEY_COLUMNS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 COORDINATE = re.compile(dataset_kinds.COORDINATE_COLUMN)
-# The allow-list of public records.parquet columns the audit had before it was derived (mdp_core/release/audit.py).
+# The allow-list of public records.parquet columns the audit had before it was derived (mdp_core/release/audit.py),
+# without a points file's own ``id`` (never kept since issue 49: published record ids are generated).
 AUDIT_RECORD_COLUMNS = frozenset(
-    {"record_id", "prior", "lat", "lon", "row", "col", "road_osmid", "snap_km", "osmid", "word", "id", "n_merged"}
+    {"record_id", "prior", "lat", "lon", "row", "col", "road_osmid", "snap_km", "osmid", "word", "n_merged"}
 )
 
 

@@ -193,7 +193,7 @@ OUTPUTS = PublishedFile(
     f"{INSTANCE_DIR}/outputs.parquet",
     "export",
     True,
-    cols("output_id:int64 record_id:int64 lat:double lon:double id:any"),
+    cols("output_id:int64 record_id:int64 lat:double lon:double"),  # a user's output ids are never kept (issue 49)
     all_columns=False,
     coordinates=True,
     name_exceptions=frozenset({"record_id"}),
