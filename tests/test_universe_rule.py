@@ -47,6 +47,8 @@ def moved(p: np.ndarray, metres: float, seed: int = 0) -> np.ndarray:
 def built_from(p: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
     """(people, universe) for a universe built from ``p`` in way ``how``."""
     rng = np.random.default_rng(3)
+    if how == "exact":
+        return p, p.copy()
     if how == "moved_1m":
         return p, moved(p, 1.0)
     if how == "moved_10m":
@@ -190,7 +192,7 @@ def _road_of(points: np.ndarray, folder: Path) -> dict:
 
 
 @needs_rome
-@pytest.mark.parametrize("how", ["moved_1m", "rounded_4_decimals", "subset_half"])
+@pytest.mark.parametrize("how", ["exact", "moved_1m", "rounded_4_decimals", "subset_half", "padded_130"])
 def test_the_door_refuses_road_nodes_built_from_the_people(tmp_path, how):
     path, df = _table(tmp_path)
     _, universe = built_from(df[["lat", "lon"]].to_numpy(), how)
