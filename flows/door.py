@@ -3,8 +3,8 @@ run (before its first charge) call :func:`plan_for`; the stage that measures the
 :func:`mdp_core.release.door.plan_privacy` with the same settings (:meth:`~mdp_core.release.door.Settings.as_params`). The rules
 themselves live in :mod:`mdp_core.release.door` (pure); this module only reads: the config, the public
 instance and its mDP graph (the stretch recomputed here, never read from a stage's file), the secret
-table (validated: counts only leave this module) and, read only, which population the table belongs to
-in the store's private part.
+table (validated: counts only leave this module, and its people in memory for the population's sketch)
+and, read only, which other population of the store shares most of its people (the private sketches).
 """
 
 from __future__ import annotations
