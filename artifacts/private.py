@@ -818,7 +818,7 @@ class PrivateStore:
         """(population, share) of the other population of this store whose people ``people`` share most
         (:func:`mdp_core.release.similarity.overlap`, above its threshold), or None. Read only: nothing is
         created when the store has no key yet (then no population has a sketch)."""
-        from mdp_core.release.similarity import overlap, same_population
+        from mdp_core.release.similarity import overlap
 
         if not (self.root / "store.key").is_file():
             return None
@@ -826,9 +826,9 @@ class PrivateStore:
         for name, sk in self._sketches():
             if name == population:
                 continue
-            share = overlap(people, key, sk)
-            if same_population(people, share, sk) and (best is None or share > best[1]):
-                best = (name, share)
+            found = overlap(people, key, sk)
+            if found.same and (best is None or found.share > best[1]):
+                best = (name, found.share)
         return best
 
     def claim_table(self, people: People, population: str) -> tuple[str, float] | None:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rome_people import people  # noqa: E402
 
-from mdp_core.release.similarity import People, overlap, same_population, sketch  # noqa: E402
+from mdp_core.release.similarity import People, overlap, sketch  # noqa: E402
 from mdp_core.release.universe import universe_test  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "rome_center"
@@ -147,11 +147,14 @@ def similarity(data: Path, n_pairs: int) -> None:
             "one_moved_11m": of(np.vstack([moved(a[:1], 11, rng), a[1:]])),
             "all_moved_11m": of(moved(a, 11, rng)),
             "by_record": of(a, True),
+            "padded_with_as_many_others": of(np.vstack([a, b])),
+            "padded_with_3x_others": of(np.vstack([a, b, moved(b, 300, rng), moved(b, 600, rng)])),
+            "independent_small_20": of(b[:20]),
         }
         for name, pp in cases.items():
-            s = overlap(pp, key, sk)
-            shares.setdefault(name, []).append(s)
-            shares.setdefault(name + ":same", []).append(float(same_population(pp, s, sk)))
+            found = overlap(pp, key, sk)
+            shares.setdefault(name, []).append(found.share)
+            shares.setdefault(name + ":same", []).append(float(found.same))
     for name in [k for k in shares if not k.endswith(":same")]:
         s = np.array(shares[name])
         q = [round(float(x), 3) for x in np.quantile(s, [0.0, 0.5, 1.0])]

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from artifacts.private import PrivateStore
-from mdp_core.release.similarity import SAME_SHARE, People, overlap, same_population, sketch
+from mdp_core.release.similarity import SAME_SHARE, People, overlap, sketch
 
 ROOT = Path(__file__).resolve().parents[1]
 ROME = ROOT / ".." / "shared" / "data" / "rome_center"
@@ -53,12 +53,16 @@ def test_versions_overlap_and_different_people_do_not():
     recs = rng.uniform([41.88, 12.47], [41.92, 12.52], size=(800, 2))
     key = b"\x01" * 32
     sk = sketch(People(a, recs, True), key)
-    for b in (np.round(a, 8), a[1:], np.vstack([a, a[:1]])):
-        people = People(b, recs[: len(b)], True)
-        assert same_population(people, overlap(people, key, sk), sk)
-    other = People(rng.uniform([41.88, 12.47], [41.92, 12.52], size=(800, 2)), recs, True)
-    assert overlap(other, key, sk) < 0.05
-    assert overlap(People(a, recs, True), b"\x02" * 32, sk) < 0.05  # another store's key: nothing in common
+    fresh = rng.uniform([41.88, 12.47], [41.92, 12.52], size=(1600, 2))
+    padded = np.vstack([a, fresh, fresh + 0.001])  # hidden among 4x as many others: nearly all of it is there
+    for b in (np.round(a, 8), a[1:], np.vstack([a, a[:1]]), padded):
+        people = People(b, np.resize(recs, b.shape), True)
+        assert overlap(people, key, sk).same, overlap(people, key, sk)
+    other = People(fresh[:800], recs, True)
+    assert overlap(other, key, sk).share < 0.05 and not overlap(other, key, sk).same
+    assert overlap(People(a, recs, True), b"\x02" * 32, sk).share < 0.05  # another store's key: nothing in common
+    few = People(fresh[:10], recs[:10], True)  # a small table is judged on its own people
+    assert not overlap(few, key, sk).same
 
 
 # ----------------------------------------------------------------------------------------- through the door

@@ -11,14 +11,15 @@ memory only) become, under the store's key, a :class:`Sketch`: two Bloom filters
   people at that record (a multiset: 3 people at one record are 3 tags) -- for every table, so a table
   keyed by record (an osmid) meets one keyed by coordinates on the records both locate to.
 
-The overlap of a new table with a population's sketch is the share of the new table's people found in it:
-a person is found when any cell within one cell of it (3 x 3 in the plane: every move up to a cell side,
-11 m, and any re-encoding of the numbers) is among the population's cells; when either table is keyed by
-record, when its located record tag is among the population's. The share is taken of both tables (of the
-new one's people, and of the population's, by their counts): :func:`overlap`. A table is the same
-population's when it is above :data:`SAME_SHARE` (coordinates: 0.5) or :data:`SAME_SHARE_RECORDS`
-(records only: 0.9, since two independent populations over the same records share a part of their
-histograms by chance). A month's version of a table moves about 1 % of its people: far above both.
+The overlap of a new table with a population's sketch (:func:`overlap`, :class:`Overlap`) is the share of
+the new table's people found in it -- a person is found when any cell within one cell of it (3 x 3 in the
+plane: every move up to a cell side, 11 m, and any re-encoding of the numbers) is among the population's
+cells; when either table is keyed by record, when its located record tag is among the population's -- and
+the share of the population's people the new table hits (distinct tags over their count). A table is the
+same population's when most of its people are (> :data:`SAME_SHARE`, 0.5) or nearly all of the
+population's are in it (> :data:`SAME_SHARE_RECORDS`, 0.9: the population padded with other people); by
+records alone either share above 0.9 (two independent populations over the same records share a part of
+their histograms by chance). A month's version of a table moves about 1 % of its people: far above both.
 
 Why Bloom filters and not a MinHash or bottom-k sample: the question is containment with a tolerance (is
 each new person within a cell of one of theirs?), which needs a membership test of every cell around each
@@ -118,12 +119,14 @@ def _positions(key: bytes, label: bytes, tag: bytes, nbits: int) -> list[int]:
 @dataclass(frozen=True)
 class Sketch:
     """A population's keyed sketch: Bloom filters (bytes) of its people's cell tags and located record tags,
-    the number of people and whether a table keyed by coordinates was ever seen (``has_cells``)."""
+    the number of people, whether a table keyed by coordinates was ever seen (``has_cells``) and the number
+    of distinct cells its people occupy (``n_cells``: several people may share one)."""
 
     n_people: int
     cells: bytes
     records: bytes
     has_cells: bool
+    n_cells: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON values (:meth:`parse` reads them back)."""
@@ -133,6 +136,7 @@ class Sketch:
             "cells": base64.b64encode(self.cells).decode(),
             "records": base64.b64encode(self.records).decode(),
             "has_cells": self.has_cells,
+            "n_cells": self.n_cells,
         }
 
     @classmethod
@@ -148,7 +152,8 @@ class Sketch:
             return other if len(other.records) >= len(self.records) else self
         cells = (np.frombuffer(self.cells, np.uint8) | np.frombuffer(other.cells, np.uint8)).tobytes()
         recs = (np.frombuffer(self.records, np.uint8) | np.frombuffer(other.records, np.uint8)).tobytes()
-        return Sketch(max(self.n_people, other.n_people), cells, recs, self.has_cells or other.has_cells)
+        n = max(self.n_people, other.n_people)
+        return Sketch(n, cells, recs, self.has_cells or other.has_cells, max(self.n_cells, other.n_cells))
 
 
 def _bloom(key: bytes, label: bytes, tags: list[bytes], nbytes: int) -> bytes:
@@ -174,30 +179,59 @@ def sketch(people: People, key: bytes) -> Sketch:
         _bloom(key, b"cell", cells, nbytes),
         _bloom(key, b"record", _record_tags(people.records, people.geo), nbytes),
         people.points is not None,
+        len({c for c in cells if c}),
     )
 
 
-def overlap(people: People, key: bytes, other: Sketch) -> float:
-    """The share of people ``people`` and the population of ``other`` have in common: found people over the
-    smaller of the two counts (at most 1). By cells when both were keyed by coordinates, else by records."""
+@dataclass(frozen=True)
+class Overlap:
+    """A new table against a population's sketch: ``new`` the share of the new table's people found there,
+    ``old`` the share of the population's people found in the new table (distinct tags hit over the
+    population's distinct cells, or people by records), ``by_cells`` compared by cells (else by records)."""
+
+    new: float
+    old: float
+    by_cells: bool
+
+    @property
+    def share(self) -> float:
+        """The larger share (what a refusal states)."""
+        return max(self.new, self.old)
+
+    @property
+    def same(self) -> bool:
+        """One population: by cells, most of the new table's people (> SAME_SHARE) or nearly all of the
+        population's (> SAME_SHARE_RECORDS: the population padded with others); by records, either share
+        above SAME_SHARE_RECORDS."""
+        if self.by_cells:
+            return self.new > SAME_SHARE or self.old > SAME_SHARE_RECORDS
+        return self.share > SAME_SHARE_RECORDS
+
+
+def overlap(people: People, key: bytes, other: Sketch) -> Overlap:
+    """How many people ``people`` and the population of ``other`` have in common (:class:`Overlap`). By cells
+    when both were keyed by coordinates (a person found when a cell within one cell of it is the other's),
+    else by the records they locate to."""
     n = int(people.records.shape[0])
+    by_cells = people.points is not None and other.has_cells
     if n == 0 or other.n_people == 0:
-        return 0.0
-    if people.points is not None and other.has_cells:
+        return Overlap(0.0, 0.0, by_cells)
+    hit: set[bytes] = set()
+    found = 0
+    if people.points is not None and by_cells:
         bits = np.unpackbits(np.frombuffer(other.cells, np.uint8))
-        near = _neighbourhood(people.points, people.geo)
-        found = sum(any(_member(key, b"cell", c, bits) for c in cells) for cells in near)
+        for cells in _neighbourhood(people.points, people.geo):
+            mine = [c for c in cells if _member(key, b"cell", c, bits)]
+            found += bool(mine)
+            hit.update(mine)
     else:
         bits = np.unpackbits(np.frombuffer(other.records, np.uint8))
-        found = sum(_member(key, b"record", t, bits) for t in _record_tags(people.records, people.geo) if t)
-    return min(1.0, found / min(n, other.n_people))
+        for t in _record_tags(people.records, people.geo):
+            if t and _member(key, b"record", t, bits):
+                found += 1
+                hit.add(t)
+    of = other.n_cells if by_cells and other.n_cells else other.n_people
+    return Overlap(found / n, min(1.0, len(hit) / of), by_cells)
 
 
-def same_population(people: People, share: float, other: Sketch) -> bool:
-    """Whether ``share`` (:func:`overlap`) makes them one population: SAME_SHARE by cells, else
-    SAME_SHARE_RECORDS."""
-    by_cells = people.points is not None and other.has_cells
-    return share > (SAME_SHARE if by_cells else SAME_SHARE_RECORDS)
-
-
-__all__ = ["CELL_KM", "SAME_SHARE", "SAME_SHARE_RECORDS", "People", "Sketch", "overlap", "same_population", "sketch"]
+__all__ = ["CELL_KM", "SAME_SHARE", "SAME_SHARE_RECORDS", "Overlap", "People", "Sketch", "overlap", "sketch"]
