@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mdp_core.declarations.solver_options import MAX_MIX
 from mdp_core.errors import InputError
 
 SECRET_NOTE = (
@@ -164,6 +165,7 @@ def run_check(config: str | Path) -> Report:
         _check_budget(rep, cfg, plan)
         _against_laplace(rep, inst, plan)
         _advise(rep, cfg, inst)
+        _after_solve(rep, cfg, inst)
     unit = inst.distance_unit
     _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
     rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
@@ -391,6 +393,17 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
     rep.sections["advice"] = advice
 
 
+def _after_solve(rep: Report, cfg: Any, inst: Any) -> None:
+    """What may refuse the run only after its solve (:mod:`mdp_core.release.solve_risk`: deterministic rows, a
+    repair above max_mix), with its figures: ``after_solve`` and one warning each (the verdict stays the door's)."""
+    from mdp_core.release.solve_risk import risk_lines, solve_risks
+
+    max_mix = float(cfg.solve.repair_settings().get("max_mix", MAX_MIX))
+    tolerance = float(cfg.solve.solver_options().primal_tolerance)
+    risks = solve_risks(inst, rep.sections["privacy"]["epsilon"], max_mix, tolerance)
+    rep.sections["after_solve"] = risks | {"warnings": risk_lines(risks, inst.distance_unit)}
+
+
 def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
     """The population's budget in the config's store (read only; nothing is created): what the release
     would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
@@ -469,6 +482,7 @@ def render(rep: Report) -> str:
     _render_advice(s, out)
     _render_suggested(s, u, out)
     out += [f"hint: {h}" for h in rep.hints]
+    out += [f"warning: {w}" for w in s.get("after_solve", {}).get("warnings", [])]
     if rep.accepted:
         out.append(f"accepted: this release would be accepted (checked in {s.get('seconds', 0):.2f} s)")
     else:

@@ -229,7 +229,9 @@ def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=N
         "format": "mdp-release-manifest",
         "version": MANIFEST_VERSION,
         "run_name": run_name,
-        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()},
+        "stages": {
+            s: {"artifact": r.path, "files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()
+        },
         **manifest_fields(store, refs, sol, post, cfg),
         "approval": APPROVALS[str(store.root)],
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
