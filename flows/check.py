@@ -15,6 +15,9 @@ reports:
   stretch against ``max_stretch`` (refused as the release refuses them, unless ``allow_unprotected``);
 * the population's budget in the config's store (read only): what this release would charge against what is
   spent and the cap;
+* what may refuse the run only after its solve (:mod:`mdp_core.release.solve_risk`): records so far from
+  their neighbours (eps x spacing) that their rows may be deterministic, a repair above ``max_mix``, each
+  a warning with its figure (``after_solve``);
 * a suggested instance: the smallest eta that connects the records (:func:`connecting_eta`) and the
   smallest max_distance that covers every person, and hints on ``n_records`` / ``n_outputs``.
 

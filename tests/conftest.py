@@ -134,7 +134,7 @@ def prefect_server(tmp_path_factory):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-# {store root: the approval record of the stages run into it}: what the flow writes into the manifest
+# {measure stage key: the approval record of the run that measured}: what the flow writes into the manifest
 APPROVALS: dict[str, dict] = {}
 
 
@@ -153,7 +153,6 @@ def run_stages(root, cfg) -> dict:
         return _TASKS[stage].fn(s, p[stage], **upstream)
 
     refs, _, plan, approval = prepare(cfg, Store(s), p, run)
-    APPROVALS[s] = approval or unattended(plan)  # the manifest's record, as the flow writes it (publish_release)
     refs["solve"] = run("solve", instance=refs["export"], partition=None)
     refs["measure"] = run(
         "measure",
@@ -162,6 +161,7 @@ def run_stages(root, cfg) -> dict:
         graph=refs["graph"],
         partition=refs["partition"],
     )
+    APPROVALS[refs["measure"].key] = approval or unattended(plan)  # the manifest's record (publish_release)
     points = [  # the evaluate stage's own solves, as the flow runs them (evaluate-point task runs)
         evaluate.evaluate_point.fn(s, spec, refs["export"], refs["partition"] if spec["method"] == "benders" else None)
         for spec in evaluate.point_specs(p["evaluate"])
@@ -233,7 +233,7 @@ def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=N
             s: {"artifact": r.path, "files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()
         },
         **manifest_fields(store, refs, sol, post, cfg),
-        "approval": APPROVALS[str(store.root)],
+        "approval": APPROVALS.get(post.key) or APPROVALS[refs["measure"].key],
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }
     return Path(publish_task.publish.fn(str(store.root), run_name, released, manifest))

@@ -54,7 +54,21 @@ no Prefect, and reports each disagreement as one line (``file: what is wrong``):
      config section by section, its stages, code and package versions; solve.json's options, repair and
      solver; instance.json's tables and provenance; ...), and no object sits where a value is declared.
 
+  10. the officer's approval (:mod:`mdp_core.release.audit_approval`): the manifest's ``approval`` record is
+      there when it must be, its mode is the configured one, who decided is a printable name, and the plan it
+      approved hashes to its ``plan_sha256`` and is the release's own plan;
+  11. coherence (:mod:`mdp_core.release.audit_coherence`, in steps 2 and 4): every count's intervals are placed
+      around one measurement at its noise scale and level, solve.json's repair figures fit the certification,
+      and the microdata's output histogram is one the published counts and mechanism make plausible (a
+      stated test, false-alarm rate <= 0.1 %).
+
 No finding = the release is what its files say.
+
+The steps live in modules by subject: :mod:`~mdp_core.release.audit_common` (the contract's views, tolerances,
+helpers), :mod:`~mdp_core.release.audit_files` (steps 1-2: files and columns),
+:mod:`~mdp_core.release.audit_bounds` (steps 3, 4, 7: certificates, bounds, evaluation),
+:mod:`~mdp_core.release.audit_provenance` (steps 5-6), :mod:`~mdp_core.release.audit_legacy` (provenance v2
+readers); this module keeps the report (step 8), the declared keys (step 9) and the entry points.
 
 Which files a release must carry or may publish, their allowed columns and keys and the stage that wrote
 each are declared once, in :mod:`mdp_core.declarations.contract`; :data:`REQUIRED`, :data:`PUBLISHED`,
