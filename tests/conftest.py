@@ -217,9 +217,12 @@ def manifest_fields(store, refs: dict, sol, post, cfg=None) -> dict:
     return {"config": public_config(cfg)} | release_fields(inst_meta, solve_info, prov)
 
 
-def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:
+def publish_release(
+    store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None, approval: dict | None = None
+) -> Path:
     """What the flow's publication does: manifest (as the flow writes it) + the release task; the release
-    folder. ``cfg``: the config the stages ran with (default :func:`release_config`)."""
+    folder. ``cfg``: the config the stages ran with (default :func:`release_config`); ``approval``: the run's
+    approval record (default: the one :func:`run_stages` kept for the measurement)."""
     from flows.manifest import MANIFEST_VERSION
     from tasks import publish as publish_task
 
@@ -233,7 +236,7 @@ def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=N
             s: {"artifact": r.path, "files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()
         },
         **manifest_fields(store, refs, sol, post, cfg),
-        "approval": APPROVALS.get(post.key) or APPROVALS[refs["measure"].key],
+        "approval": approval or APPROVALS.get(post.key) or APPROVALS[refs["measure"].key],
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }
     return Path(publish_task.publish.fn(str(store.root), run_name, released, manifest))
