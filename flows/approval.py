@@ -9,7 +9,8 @@ plan and before its first charge (issue 41).
   input mechanism (:func:`prefect.flow_runs.pause_flow_run` with ``wait_for_input``): the UI's *Resume*
   form, or ``mdp-release approve RUN_ID --by WHO [--note T] | --reject`` (:mod:`flows.approve_cli`, through
   :func:`send_decision`: Prefect's :func:`prefect.flow_runs.resume_flow_run` with the input). Approved: the
-  approval record ``{mode, by, at, note, plan_sha256, plan}`` (``plan``: :func:`plan_figures`) goes to the manifest. Rejected, or no decision within
+  approval record ``{mode, by, at, note, plan_sha256, plan}`` (``plan``: :func:`plan_figures`) goes to the
+  manifest (a run nobody was asked about: :func:`unattended`). Rejected, or no decision within
   ``[release] approval_timeout`` seconds: :class:`NotApproved` (a PrivacyError: the run ends Refused),
   nothing measured, nothing charged.
 - ``policy`` (unset, with microdata, in a deployed or scheduled run): a scheduled release runs unattended while it stays inside the envelope a person approved once

@@ -67,7 +67,8 @@ def risk_lines(r: dict[str, Any], unit: str) -> list[str]:
     if r["deterministic_records"]:
         out.append(
             f"the run may refuse after its solve: {r['deterministic_records']} record(s) lie eps x spacing >= "
-            f"{r['deterministic_log_ratio']:.3g} from their nearest neighbour (largest {r['largest_eps_spacing']:.3g}): "
+            f"{r['deterministic_log_ratio']:.3g} from their nearest neighbour "
+            f"(largest {r['largest_eps_spacing']:.3g}): "
             "the mechanism may release them as themselves (deterministic rows, refused); lower epsilon or raise eta"
         )
     if r["repair_estimate"] > r["max_mix"]:
