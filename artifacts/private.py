@@ -42,8 +42,9 @@ Deleting the last entries (a rollback) or all of ``private/`` (key included) lea
 empty chain: it is detected through the heads that published manifests commit to (``runs/*/manifest.json``
 ``privacy.ledger``: :func:`published_heads`, :meth:`PrivateStore.check_published`) as long as one
 manifest committing to a removed entry is still in this store's ``runs/``. Only manifests signed by the
-store's own key count (any valid signature while the store has no key): a manifest planted in ``runs/``
-commits to nothing, so it cannot block the population's releases (:func:`unsigned_releases` lists it).
+store's own key count (while the store has no key, any valid signature on a folder made of the store's own
+objects): a manifest planted in ``runs/`` commits to nothing, so it cannot block the population's releases,
+in a fresh store either (:func:`unsigned_releases` lists it).
 **Not covered**: anyone holding the store key (they can forge entries), or anyone who can alter both
 ``private/`` and every published manifest of the population in ``runs/`` (copies published elsewhere are
 not consulted); a rollback of entries no manifest committed to yet (charges of a release that was never
@@ -925,8 +926,10 @@ def _release_folders(store_root: str | Path) -> list[Path]:
 def _signature_check(store_root: str | Path) -> Callable[[Path], str | None]:
     """``check(folder)``: None when the folder's manifest.json carries a valid Ed25519 signature by this
     store's signing key (:func:`mdp_core.release.signing.agency_fingerprint`), else the first finding. A store
-    whose key is missing or refused (``private/`` removed or replaced) has nothing to pin: then any valid
-    signature counts, so that a release published before the loss still reveals a rollback."""
+    whose key is missing or refused (``private/`` removed or replaced) has nothing to pin: then a valid
+    signature counts on a folder made of this store's own objects (:func:`mdp_core.release.signing.made_here`),
+    so that a release published before the loss still reveals a rollback, while a folder planted in a fresh
+    store (its own key, no objects here) is a finding of ``mdp-release store``, never a block (issue 49)."""
     from mdp_core.release import signing
 
     try:
@@ -936,6 +939,8 @@ def _signature_check(store_root: str | Path) -> Callable[[Path], str | None]:
 
     def check(folder: Path) -> str | None:
         found = signing.verify_release(folder, pin).findings
+        if not found and pin is None and not signing.made_here(store_root, folder):
+            return "signed by a key this store does not hold, and made of none of its objects (planted?)"
         return found[0] if found else None
 
     return check

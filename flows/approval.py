@@ -9,7 +9,8 @@ plan and before its first charge (issue 41).
   input mechanism (:func:`prefect.flow_runs.pause_flow_run` with ``wait_for_input``): the UI's *Resume*
   form, or ``mdp-release approve RUN_ID --by WHO [--note T] | --reject`` (:mod:`flows.approve_cli`, through
   :func:`send_decision`: Prefect's :func:`prefect.flow_runs.resume_flow_run` with the input). Approved: the
-  approval record ``{mode, by, at, note, plan_sha256}`` goes to the manifest. Rejected, or no decision within
+  approval record ``{mode, by, at, note, plan_sha256, plan}`` (``plan``: :func:`plan_figures`) goes to the
+  manifest (a run nobody was asked about: :func:`unattended`). Rejected, or no decision within
   ``[release] approval_timeout`` seconds: :class:`NotApproved` (a PrivacyError: the run ends Refused),
   nothing measured, nothing charged.
 - ``policy`` (unset, with microdata, in a deployed or scheduled run): a scheduled release runs unattended while it stays inside the envelope a person approved once
@@ -32,8 +33,6 @@ from __future__ import annotations
 
 import contextvars
 import datetime as _dt
-import hashlib
-import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from flows.config import DEFAULT_APPROVAL_TIMEOUT, ReleaseFlowConfig, approval_m
 from mdp_core.declarations.budget import Budget, Epsilon, round_up
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.release.door import PrivacyPlan
+from mdp_core.release.plan_hash import figures_sha256
 
 APPROVALS = "approvals"  # <store>/approvals/<release name>.json: a policy release's approved envelope
 ENVELOPE_FORMAT = "mdp-release-approval-envelope"
@@ -107,9 +107,9 @@ def plan_figures(plan: PrivacyPlan) -> dict[str, Any]:
 
 
 def plan_sha256(plan: PrivacyPlan) -> str:
-    """sha256 of the canonical JSON (sorted keys, no whitespace) of :func:`plan_figures`."""
-    text = json.dumps(plan_figures(plan), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """sha256 of the canonical JSON (sorted keys, no whitespace) of :func:`plan_figures`
+    (:func:`mdp_core.release.plan_hash.figures_sha256`, the one the audit recomputes)."""
+    return figures_sha256(plan_figures(plan))
 
 
 def budget_view(root: str | Path, plan: PrivacyPlan, config_cap: float | None) -> BudgetView | None:
@@ -241,7 +241,7 @@ def outside_envelope(envelope: dict[str, Any] | None, plan: PrivacyPlan, view: B
 # ---------------------------------------------------------------------------------------- the hook
 def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) -> dict[str, Any] | None:
     """The officer's approval of the admitted ``plan`` before its first charge (module docstring): the
-    approval record {mode, by, at, note, plan_sha256} for the manifest, or None (``approval = none``, or
+    approval record {mode, by, at, note, plan_sha256, plan} for the manifest, or None (``approval = none``, or
     not in a flow run). NotApproved when rejected or not decided in time (nothing measured or charged)."""
     from prefect.context import FlowRunContext
 
@@ -257,7 +257,7 @@ def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) 
         envelope = read_envelope(store.root, name)
         why = outside_envelope(envelope, plan, view)
         if not why and envelope is not None:
-            return _within_policy(envelope, sha)
+            return _within_policy(envelope, sha) | {"plan": plan_figures(plan)}
         _logger().info("approval = policy: a person decides: %s", "; ".join(why))
     if ctx is None or ctx.flow_run is None:
         _logger().warning("approval = %s: not a Prefect flow run (the stages called directly): nobody to ask", mode)
@@ -267,7 +267,29 @@ def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) 
     if isinstance(answer, PolicyApprovalInput):
         write_envelope(store.root, name, plan, answer, at)
     _logger().info("release %s approved by %s (plan sha256 %s)", name, answer.name, sha)
-    return {"mode": mode, "by": answer.name, "at": at, "note": answer.note, "plan_sha256": sha}
+    return {
+        "mode": mode,
+        "by": answer.name,
+        "at": at,
+        "note": answer.note,
+        "plan_sha256": sha,
+        "plan": plan_figures(plan),
+    }
+
+
+def unattended(plan: PrivacyPlan | None) -> dict[str, Any]:
+    """The approval record of a run nobody was asked about (``approval = none``, or the stages called outside a
+    flow run): mode "none", the plan's figures and hash (the audit checks them like an approved plan's)."""
+    if plan is None:
+        return {"mode": "none", "by": None, "at": None, "note": None}
+    return {
+        "mode": "none",
+        "by": None,
+        "at": None,
+        "note": None,
+        "plan_sha256": plan_sha256(plan),
+        "plan": plan_figures(plan),
+    }
 
 
 def _within_policy(envelope: dict[str, Any], sha: str) -> dict[str, Any]:

@@ -15,6 +15,9 @@ reports:
   stretch against ``max_stretch`` (refused as the release refuses them, unless ``allow_unprotected``);
 * the population's budget in the config's store (read only): what this release would charge against what is
   spent and the cap;
+* what may refuse the run only after its solve (:mod:`mdp_core.release.solve_risk`): records so far from
+  their neighbours (eps x spacing) that their rows may be deterministic, a repair above ``max_mix``, each
+  a warning with its figure (``after_solve``);
 * a suggested instance: the smallest eta that connects the records (:func:`connecting_eta`) and the
   smallest max_distance that covers every person, and hints on ``n_records`` / ``n_outputs``.
 
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mdp_core.declarations.solver_options import MAX_MIX
 from mdp_core.errors import InputError
 
 SECRET_NOTE = (
@@ -164,6 +168,7 @@ def run_check(config: str | Path) -> Report:
         _check_budget(rep, cfg, plan)
         _against_laplace(rep, inst, plan)
         _advise(rep, cfg, inst)
+        _after_solve(rep, cfg, inst)
     unit = inst.distance_unit
     _hints(rep, cfg.dataset.kind, cfg.dataset.params, parameters(cfg.dataset.kind), inst, unit)
     rep.sections["seconds"] = round(time.perf_counter() - t0, 3)
@@ -391,6 +396,17 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
     rep.sections["advice"] = advice
 
 
+def _after_solve(rep: Report, cfg: Any, inst: Any) -> None:
+    """What may refuse the run only after its solve (:mod:`mdp_core.release.solve_risk`: deterministic rows, a
+    repair above max_mix), with its figures: ``after_solve`` and one warning each (the verdict stays the door's)."""
+    from mdp_core.release.solve_risk import risk_lines, solve_risks
+
+    max_mix = float(cfg.solve.repair_settings().get("max_mix", MAX_MIX))
+    tolerance = float(cfg.solve.solver_options().primal_tolerance)
+    risks = solve_risks(inst, rep.sections["privacy"]["epsilon"], max_mix, tolerance)
+    rep.sections["after_solve"] = risks | {"warnings": risk_lines(risks, inst.distance_unit)}
+
+
 def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
     """The population's budget in the config's store (read only; nothing is created): what the release
     would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
@@ -469,6 +485,7 @@ def render(rep: Report) -> str:
     _render_advice(s, out)
     _render_suggested(s, u, out)
     out += [f"hint: {h}" for h in rep.hints]
+    out += [f"warning: {w}" for w in s.get("after_solve", {}).get("warnings", [])]
     if rep.accepted:
         out.append(f"accepted: this release would be accepted (checked in {s.get('seconds', 0):.2f} s)")
     else:

@@ -32,7 +32,7 @@ from artifacts.private import Draw
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui, runner
-from flows.approval import wait_for_approval
+from flows.approval import unattended, wait_for_approval
 from flows.config import (
     DEFAULT_CONFIG,
     ReleaseFlowConfig,
@@ -583,7 +583,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         "started_at": flow_started,  # unix time; cache_hit = produced (ref meta produced_at) before this by another run
         "refresh_from": refresh_from,
         "package_versions": package_versions(PACKAGES),
-        **({"approval": state.approval} if state.approval is not None else {}),  # the officer's (flows/approval.py)
+        "approval": state.approval or unattended(state.plan),  # the officer's (flows/approval.py), or nobody's
     }
     manifest = _run_manifest(config, store, refs, run_id, entries, fields, params)
     control.check("publish")  # a stop requested meanwhile: nothing is published

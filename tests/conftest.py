@@ -134,10 +134,15 @@ def prefect_server(tmp_path_factory):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+# {measure stage key: the approval record of the run that measured}: what the flow writes into the manifest
+APPROVALS: dict[str, dict] = {}
+
+
 def run_stages(root, cfg) -> dict:
     """Every stage of the release pipeline of config ``cfg`` through ``task.fn`` (no Prefect server) into the
     store at ``root``, in the flow's own order (:func:`flows.release.prepare` up to the draw): {stage: ArtifactRef}."""
     from artifacts.store import Store
+    from flows.approval import unattended
     from flows.release import _TASKS, prepare, stage_params
     from tasks import evaluate
 
@@ -147,7 +152,7 @@ def run_stages(root, cfg) -> dict:
     def run(stage: str, **upstream):
         return _TASKS[stage].fn(s, p[stage], **upstream)
 
-    refs, *_ = prepare(cfg, Store(s), p, run)
+    refs, _, plan, approval = prepare(cfg, Store(s), p, run)
     refs["solve"] = run("solve", instance=refs["export"], partition=None)
     refs["measure"] = run(
         "measure",
@@ -156,6 +161,7 @@ def run_stages(root, cfg) -> dict:
         graph=refs["graph"],
         partition=refs["partition"],
     )
+    APPROVALS[refs["measure"].key] = approval or unattended(plan)  # the manifest's record (publish_release)
     points = [  # the evaluate stage's own solves, as the flow runs them (evaluate-point task runs)
         evaluate.evaluate_point.fn(s, spec, refs["export"], refs["partition"] if spec["method"] == "benders" else None)
         for spec in evaluate.point_specs(p["evaluate"])
@@ -211,9 +217,12 @@ def manifest_fields(store, refs: dict, sol, post, cfg=None) -> dict:
     return {"config": public_config(cfg)} | release_fields(inst_meta, solve_info, prov)
 
 
-def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None) -> Path:
+def publish_release(
+    store, refs: dict, run_name: str = "run-1", sol=None, post=None, cfg=None, approval: dict | None = None
+) -> Path:
     """What the flow's publication does: manifest (as the flow writes it) + the release task; the release
-    folder. ``cfg``: the config the stages ran with (default :func:`release_config`)."""
+    folder. ``cfg``: the config the stages ran with (default :func:`release_config`); ``approval``: the run's
+    approval record (default: the one :func:`run_stages` kept for the measurement)."""
     from flows.manifest import MANIFEST_VERSION
     from tasks import publish as publish_task
 
@@ -223,8 +232,11 @@ def publish_release(store, refs: dict, run_name: str = "run-1", sol=None, post=N
         "format": "mdp-release-manifest",
         "version": MANIFEST_VERSION,
         "run_name": run_name,
-        "stages": {s: {"files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()},
+        "stages": {
+            s: {"artifact": r.path, "files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()
+        },
         **manifest_fields(store, refs, sol, post, cfg),
+        "approval": approval or APPROVALS.get(post.key) or APPROVALS[refs["measure"].key],
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
     }
     return Path(publish_task.publish.fn(str(store.root), run_name, released, manifest))
@@ -271,9 +283,10 @@ def rehash(run: Path, name: str) -> None:
     """Record ``name``'s new sha256 wherever the release names it (provenance, then the manifest's
     released files and stage entry), and re-sign (:func:`resign`): only the claim itself is then wrong."""
     from mdp_core.release import audit
+    from mdp_core.release.audit_files import _stage_of
     from mdp_core.runtime.files import file_sha256
 
-    stage, file = audit._stage_of(name)
+    stage, file = _stage_of(name)
     if name in ("microdata.parquet", "aggregates.parquet"):
         p = read(run, audit.PROVENANCE)
         p[f"{name.split('.')[0]}_sha256"] = file_sha256(run / name)

@@ -160,7 +160,8 @@ def test_the_hook_outside_a_flow_run_asks_nobody_but_a_policy_still_applies(tmp_
     write_envelope(store.root, release_name(policy), plan, answer, "2026-01-01T00:00:00+00:00")
     record = wait_for_approval(policy, store, plan)
     assert record is not None and record["mode"] == "policy" and record["by"] == "A. Officer"
-    assert record["plan_sha256"] == plan_sha256(plan) and set(record) == {"mode", "by", "at", "note", "plan_sha256"}
+    assert record["plan_sha256"] == plan_sha256(plan) and record["plan"] == plan_figures(plan)
+    assert set(record) == {"mode", "by", "at", "note", "plan_sha256", "plan"}
 
 
 def test_the_decision_form_needs_a_name_and_not_approved_is_a_refusal():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    APPROVALS,
     OTHER_KEY,
     POPULATION,
     build_release,
@@ -223,12 +224,14 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
     started, t0 = time.time(), time.perf_counter()
     entries = {stage: mf.stage_entry(ref, "flow-run-1", t0, started) for stage, ref in refs.items()}
     fields = {"started_at": started, "refresh_from": None, "package_versions": package_versions(PACKAGES)}
+    fields["approval"] = APPROVALS[refs["measure"].key]  # the run's approval record (nobody asked: mode none)
     manifest = _run_manifest(cfg, store, refs, "flow-run-1", entries, fields, stage_params(cfg))
     released = publish_task.released_files(refs["solve"], refs["measure"], refs["evaluate"], refs["export"])
     manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
     folder = Path(publish_task.publish.fn(str(store.root), manifest["run_name"], released, manifest))
     assert audit.audit_release(folder) == []
-    assert set(read(folder, "manifest.json")) == contract.MANIFEST_KEYS  # every top-level key, as the flow writes
+    # every top-level key, as the flow writes (the approval record always, since manifest version 4)
+    assert set(read(folder, "manifest.json")) == contract.MANIFEST_KEYS | contract.MANIFEST_KEYS_OPTIONAL
 
 
 # ----------------------------------------------------------------------------- 3. a head the store did not sign

@@ -134,13 +134,14 @@ def to_v3(run: Path) -> None:
         },
     }
     edit(run, audit.PROVENANCE, lambda p: p.update(prov))
-    edit(
-        run,
-        "manifest.json",
-        lambda m: m["privacy"].update(
-            guarantee=prov["guarantee"], ledger=prov["ledger"], population=population, protection=protection
-        ),
-    )
+
+    def manifest(m: dict) -> None:
+        m["privacy"].update(guarantee=prov["guarantee"], ledger=prov["ledger"], population=population)
+        m["privacy"]["protection"] = protection
+        m["version"] = 3  # a release made before the approval record (manifest version 4) carried its plan
+        m.pop("approval")
+
+    edit(run, "manifest.json", manifest)
     rerender(run, guarantee=prov["guarantee"], ledger=prov["ledger"], protection=protection, population=population)
 
 

@@ -129,6 +129,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import conftest, test_docs, test_registry
 from artifacts.store import Store
 from flows import release as flow
+from flows.approval import unattended
 from flows.config import parse_config
 from mdp_core.declarations import contract
 from mdp_core.release import audit
@@ -179,8 +180,11 @@ def release(**sections):
         specs = evaluate.point_specs(params["evaluate"])
         return lambda: [evaluate.evaluate_point.fn(store, p, refs[instance], None) for p in specs]
 
-    refs = flow.run_stages(cfg, Store(store), params, run, side=side).refs
-    folder = conftest.publish_release(Store(store), refs, sol=refs[solved], post=refs[measured], cfg=cfg)
+    state = flow.run_stages(cfg, Store(store), params, run, side=side)
+    refs, approval = state.refs, state.approval or unattended(state.plan)  # the manifest's record, as the flow's
+    folder = conftest.publish_release(
+        Store(store), refs, sol=refs[solved], post=refs[measured], cfg=cfg, approval=approval
+    )
     findings = audit.audit_release(folder)
     assert not findings, findings
     return folder

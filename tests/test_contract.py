@@ -27,6 +27,7 @@ from flows.config import STAGE_NAMES, TimeoutsConfig, parse_config
 from flows.release import _TASKS, SOLVE_SUMMARY, STAGES
 from mdp_core.declarations import contract
 from mdp_core.release import audit
+from mdp_core.release.audit_files import _stage_of
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,7 @@ def test_audit_lists_are_derived_from_the_contract() -> None:
     assert set(audit.SIGNATURE_FILES) == {f.path for f in contract.PUBLISHED if not f.listed} - {"manifest.json"}
     for f in listed:
         if "*" not in f.path:
-            assert audit._stage_of(f.path) == (f.stage, f.file)
+            assert _stage_of(f.path) == (f.stage, f.file)
 
 
 def test_an_undeclared_column_is_a_finding(lp_release: Path, tmp_path: Path) -> None:

@@ -250,7 +250,7 @@ def test_published_columns_table_is_generated() -> None:
 
 def test_published_columns_table_is_the_audit_allow_list() -> None:
     """The generated table says what the audit allows: each file, its coordinates mark, its columns."""
-    from mdp_core.release.audit import COLUMNS, WITH_COORDINATES
+    from mdp_core.release.audit_common import COLUMNS, WITH_COORDINATES
 
     section = _section((REPO / "docs" / "privacy.md").read_text(), "What is published")
     table = {}

@@ -60,7 +60,10 @@ def publish_heads(root: Path, refs: dict, name: str) -> None:
 
     folder = root / "runs" / name
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"privacy": {"ledger": provenance(root, refs)["ledger"]}}))
+    stages = {stage: {"artifact": ref.path} for stage, ref in refs.items()}  # made of the store's objects
+    (folder / "manifest.json").write_text(
+        json.dumps({"privacy": {"ledger": provenance(root, refs)["ledger"]}, "stages": stages})
+    )
     signing.sign_release(folder, signing.signing_key(root))
 
 

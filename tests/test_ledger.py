@@ -36,14 +36,17 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def publish(root: Path, name: str, budget, pop: str = POP) -> None:
-    """A published manifest committing to ``budget``'s head (what the flow writes), signed with the store's
-    key as tasks.publish signs it (an unsigned manifest commits to nothing)."""
+    """A published manifest committing to ``budget``'s head (what the flow writes), made of an object of the
+    store and signed with the store's key as tasks.publish signs it (an unsigned manifest commits to nothing)."""
     from mdp_core.release import signing
 
     run = root / "runs" / name
     run.mkdir(parents=True)
     ledger = {"population": pop, "ledger_seq": budget.seq, "ledger_head": budget.head}
-    (run / "manifest.json").write_text(json.dumps({"privacy": {"ledger": ledger}}))
+    measured = f"objects/measure/{name}"  # the stage output it was made of (signing.made_here)
+    (root / measured).mkdir(parents=True)
+    stages = {"measure": {"artifact": measured}}
+    (run / "manifest.json").write_text(json.dumps({"privacy": {"ledger": ledger}, "stages": stages}))
     signing.sign_release(run, signing.signing_key(root))
 
 

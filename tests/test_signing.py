@@ -11,6 +11,7 @@ import shutil
 import stat
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -18,6 +19,7 @@ from conftest import OTHER_KEY, claims_of, edit, edit_table, read, rehash
 
 from flows.cli import main
 from mdp_core.release import audit, report, signing
+from mdp_core.release.plan_hash import figures_sha256
 
 # the fixtures ``released`` (the published release) and ``run`` (a copy to tamper with): tests/conftest.py
 
@@ -104,17 +106,22 @@ def forge_eps_counts(run: Path, new: float) -> None:
     old = read(run, audit.PROVENANCE)["eps_counts"]
 
     def table(f: pd.DataFrame) -> None:
-        from mdp_core.release.intervals import half_width
+        from mdp_core.release.intervals import count_intervals, half_width
 
         f["eps_counts"] = new
         noisy = f["level"] != "total"
-        f.loc[noisy, "noise_scale"] = f.loc[noisy, "noise_scale"] * old / new
         n, level, family = int(f.loc[~noisy, "count"].iloc[0]), float(f["ci_level"].iloc[0]), int(noisy.sum())
-        for low, high, fam in (("ci_low", "ci_high", 1), ("sim_low", "sim_high", family)):  # re-centred coherently
+        ys = {}
+        for i in f.index[noisy]:  # the measurement y the intervals were placed around, recovered from an end
+            p, t = int(f.at[i, "count"]), half_width(level, float(f.at[i, "noise_scale"]))
+            lo, hi = int(f.at[i, "ci_low"]), int(f.at[i, "ci_high"])
+            ys[i] = hi - t if p < hi < n else lo + t if 0 < lo < p else p
+        f.loc[noisy, "noise_scale"] = f.loc[noisy, "noise_scale"] * old / new
+        for low, high, fam in (("ci_low", "ci_high", 1), ("sim_low", "sim_high", family)):  # re-placed coherently
             for i in f.index[noisy]:
-                t, mid = half_width(level, float(f.at[i, "noise_scale"]), fam), (f.at[i, low] + f.at[i, high]) // 2
-                f.at[i, low] = min(max(mid - t, 0), f.at[i, "count"])
-                f.at[i, high] = max(min(mid + t, n), f.at[i, "count"])
+                p, scale = np.array([f.at[i, "count"]], dtype=np.int64), float(f.at[i, "noise_scale"])
+                (a,), (b,) = count_intervals(np.array([ys[i]]), p, scale, n, level, fam)
+                f.at[i, low], f.at[i, high] = a, b
 
     edit_table(run, "aggregates.parquet", table)
     prov = read(run, audit.PROVENANCE)
@@ -131,6 +138,10 @@ def forge_eps_counts(run: Path, new: float) -> None:
     def manifest(m: dict) -> None:
         m["privacy"].update(counts_epsilon=new, guarantee=prov["guarantee"], ledger=prov["ledger"])
         m["config"]["release"]["eps_counts"] = new
+        plan = m["approval"]["plan"]  # the approved plan too, and its hash (the audit recomputes both)
+        plan["settings"]["eps_counts"] = plan["charges"]["counts"] = new
+        plan["guarantee"], plan["charge"] = prov["guarantee"], prov["ledger"]["this_release"]
+        m["approval"]["plan_sha256"] = figures_sha256(plan)
 
     edit(run, "manifest.json", manifest)
     claims = claims_of(run)

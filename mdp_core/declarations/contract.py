@@ -267,7 +267,7 @@ MANIFEST_KEYS = frozenset(
 )
 # optional: the officer's approval of the plan (flows/approval.py; [release] approval)
 MANIFEST_KEYS_OPTIONAL = frozenset({"approval"})
-APPROVAL_KEYS = frozenset("mode by at note plan_sha256".split())
+APPROVAL_KEYS = frozenset("mode by at note plan_sha256 plan".split())  # plan: flows.approval.plan_figures
 SIGNATURE_KEYS = frozenset("format version algorithm key_fingerprint signature signed_file signed_sha256".split())
 # mdp_core.solvers.verify.Certificate.as_dict(): solve.json's and the manifest's privacy ``certificate``
 CERTIFICATE_KEYS = frozenset(
@@ -453,7 +453,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         listed=False,
         doc="the run manifest (every released file's sha256)",
         blocks=MANIFEST_BLOCKS,
-        free=frozenset({"solve.auto"}),
+        free=frozenset({"solve.auto", "approval.plan"}),  # approval.plan: flows.approval.plan_figures
     ),
     PublishedFile(
         "signature.json",

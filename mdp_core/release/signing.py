@@ -219,13 +219,32 @@ def rotations(store_root: str | Path) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict)]
 
 
+def made_here(store_root: str | Path, folder: str | Path) -> bool:
+    """The release folder's manifest names stage outputs (``stages.*.artifact``) and every one of them is an
+    object of the store at ``store_root`` (``objects/<stage>/<key>``, kept while a release names it): a release
+    this store published. A folder copied or planted into ``runs/`` without the store's objects is not (issue 49:
+    such a folder, signed by a key of its own, made a fresh store refuse its first release)."""
+    root = Path(store_root).resolve()
+    try:
+        stages = json.loads(Path(folder, SIGNED_FILE).read_text(encoding="utf-8")).get("stages")
+        paths = [entry["artifact"] for entry in stages.values()]
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError):
+        return False
+    if not paths or not all(isinstance(p, str) and p.startswith("objects/") for p in paths):
+        return False
+    return all((root / p).resolve().is_relative_to(root / "objects") and (root / p).is_dir() for p in paths)
+
+
 def last_fingerprint(store_root: str | Path) -> str | None:
     """The key the store signed with last: the newest recorded rotation's new key, else the signer of its
-    newest signed release (``runs/*/signature.json``); None when it has signed nothing."""
+    newest signed release (``runs/*/signature.json`` of a folder :func:`made_here`); None when it has signed
+    nothing."""
     recorded = rotations(store_root)
     if recorded:
         return str(recorded[-1].get("new_fingerprint"))
     for sig in sorted(Path(store_root).glob(f"runs/*/{SIGNATURE}"), reverse=True):
+        if not made_here(store_root, sig.parent):  # a folder planted in runs/ is not a release of this store
+            continue
         try:
             fp = json.loads(sig.read_text(encoding="utf-8")).get("key_fingerprint")
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
@@ -395,6 +414,7 @@ __all__ = [
     "fingerprint",
     "key_file",
     "last_fingerprint",
+    "made_here",
     "load_public_key",
     "pin_fingerprint",
     "recorded_fingerprints",
