@@ -155,6 +155,7 @@ def run_check(config: str | Path) -> Report:
         suggested["eta"] = None
     if table is not None:
         _check_mapping(rep, table, inst, labels, largest, suggested)
+        _out_of_area(rep, suggested, float(cfg.privacy.protection_radius or rep.sections["privacy"]["eta"]))
     if suggested.get("eta") is not None and cfg.release.max_distance is None and "max_distance" in suggested:
         # max_distance defaults to eta: one eta must both connect the records and cover every person
         suggested["eta_if_max_distance_unset"] = max(suggested["eta"], suggested["max_distance"])
@@ -315,6 +316,22 @@ def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int
             f"microdata: {far.size} of {loc.record_ids.size} individual(s) lie farther than max_distance = "
             f"{max_distance:g} {unit} from every record: {microdata.rows_text(far)}"
         )
+
+
+def _out_of_area(rep: Report, suggested: dict[str, Any], radius: float) -> None:
+    """A person beyond the protection radius from every record is outside the released area (a wrong row, or an
+    area that does not cover the table), not a reason to raise max_distance and the radius -- and the charge with
+    it (issue 50): the suggestion is dropped and a hint points at the rows instead (terminal only)."""
+    farthest = suggested.get("max_distance")
+    if farthest is None or farthest <= radius:
+        return
+    del suggested["max_distance"]
+    unit = rep.sections["dataset"]["distance_unit"]
+    rep.hints.append(
+        f"microdata: a person lies up to {farthest:g} {unit} from every record, beyond the protection radius "
+        f"{radius:g} {unit}: outside the released area. Check the rows farther than max_distance (listed above) or "
+        "the instance's area, rather than raising max_distance and the radius (the charge grows with the radius)"
+    )
 
 
 def _against_laplace(rep: Report, inst: Any, plan: Any) -> None:

@@ -93,7 +93,10 @@ def test_json_report(helsinki):
     assert rep["mapping"]["far"] == {"count": 1, "rows": [251]}
     assert rep["mapping"]["mapped"] == 299 and rep["graph"]["components"] == 1
     sd = rep["mapping"]["snap_distance"]
-    assert 0 < sd["mean"] <= sd["max"] and rep["suggested"]["max_distance"] >= sd["max"] > 100
+    assert 0 < sd["mean"] <= sd["max"] and sd["max"] > 100
+    # issue 50: a person 100+ km away is outside the area: the hint points at the rows, no huge max_distance
+    assert "max_distance" not in rep["suggested"]
+    assert any("outside the released area. Check the rows farther than max_distance" in h for h in rep["hints"])
     assert SECRET not in json.dumps(rep)
 
 
