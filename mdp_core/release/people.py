@@ -175,7 +175,8 @@ def cells(instance: Instance, max_distance: float, per_record: int | None = None
     if kind == "text" or max_distance == 0:
         n = rec.shape[0]
         return Cells(space_points(instance, rec), np.arange(n), np.ones(n), 1, 0.0, "the record itself", 0)
-    if kind == "grid" and instance.metric == "euclidean" and rec.shape[1] == 2:
+    params = instance.provenance.get("parameters") if isinstance(instance.provenance, dict) else None
+    if kind == "grid" and instance.metric == "euclidean" and rec.shape[1] == 2 and "cell_km" in (params or {}):
         return _grid_cells(instance, max_distance, s, rng)
     return _voronoi_cells(instance, max_distance, s, rng)
 

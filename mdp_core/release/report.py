@@ -833,7 +833,6 @@ def summary_lines(c: dict) -> list[str]:
         else f"{c['n_individuals']} people of the agency's microdata file"
     )
     zones = f", per zone ({c['n_zones']})" if c["n_zones"] > 1 else ""
-    chosen = f" (chosen by `auto`: {c['auto_reason']})" if c.get("auto_reason") else ""
     g = c["guarantee"]
     snap = (c.get("protection") or {}).get("max_distance")
     lines = [
@@ -846,7 +845,7 @@ def summary_lines(c: dict) -> list[str]:
     ]
     lines += [s] if (s := laplace_sentence(c)) else []
     lines.append(
-        f"- **Checks.** `{c['method_run']}`{chosen} solved the mechanism ({c['status']}, gap {_g(c['gap'])}); the "
+        f"- **Checks.** `{c['method_run']}` solved the mechanism ({c['status']}, gap {_g(c['gap'])}); the "
         f"privacy certificate {'PASSED' if c['certificate_passed'] else 'FAILED'} on all {c['certificate_pairs']} "
         f"neighbour pairs (realised eps {rounded_to_tolerance(c['max_realised_epsilon'], c['certificate_ratio_tol'])} "
         f"per {unit} (checked to a relative tolerance of {c['certificate_ratio_tol']:g}), "
@@ -875,11 +874,12 @@ def details_lines(c: dict) -> list[str]:
         if c.get("population") is not None
         else "in the input order"
     )
+    chosen = f" (chosen by `auto`: {c['auto_reason']})" if c.get("auto_reason") else ""
     lines = ["## Details", "", f"- **Guarantee, formally.** {c['guarantee']['statement']}."]
     lines += [p] if (p := _protection_sentence(c)) else []
     lines += [s] if (s := loss_sentence(c)) else []  # issue 40: which loss the mechanism minimises
     return lines + [
-        f"- **Method run.** `{c['method_run']}`: {c['status']}, expected loss {_g(c['objective'])}, proven lower bound "
+        f"- **Method run.** `{c['method_run']}`{chosen}: {c['status']}, expected loss {_g(c['objective'])}, proven lower bound "
         f"{_g(c['lower_bound'])}, gap {_g(c['gap'])}; expected utility loss {_g(c['expected_loss'], '.4g')}.",
         f"- **Attacker.** The expected error of a Bayes-optimal attacker *when individuals follow the stated prior* "
         f"(an expectation under the prior, not a bound on what any attacker achieves) is "
