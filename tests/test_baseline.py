@@ -239,7 +239,7 @@ def test_the_evaluate_stage_writes_the_comparison_into_the_release(released) -> 
     )
     md = (released / "report.md").read_text()
     page = md.split("# Appendix")[0]
-    assert "- **Against planar Laplace.** At the same guarantee" in page
+    assert "- **Against planar Laplace.** At the same rate" in page
     assert f"This release: {rows[people.RELEASE]['dist_loss_mean']:.4g} km" in page
     assert f"from the records themselves the error is {rows[method]['dist_loss_mean']:.4g} km" in page
     assert "![Against planar Laplace at the same guarantee](against_laplace.png)" in page

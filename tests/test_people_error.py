@@ -198,3 +198,30 @@ def test_without_snapping_people_are_their_records() -> None:
     assert rows[people.SNAP]["dist_loss_mean"] == 0.0
     frame = pd.DataFrame(list(rows.values()))
     assert set(frame["method"]) == {people.RELEASE, people.SNAP, *baseline.METHODS}
+
+
+def test_the_plain_words_use_the_rate_within_the_radius_for_records_and_add_the_snap_for_people() -> None:
+    """Issue 50: the plain-words line read "change by at most a factor of 0.1 km apart: at most 15.6x" and used
+    the rate beyond the radius; it now gives the factor at a few distances at the rate within the radius (records)
+    and at d + 2 x max_distance (people), beyond the radius at the graph's stretch."""
+    from mdp_core.release.report import _odds_sentence
+
+    g = {"epsilon_per_unit": 10.0, "stretch_within_radius": 1.0, "stretch": 1.246, "protection_radius": 1.0}
+    text = _odds_sentence(g | {"additive_epsilon": 1.0, "distance_unit": "km"}, 0.1)
+    assert f"{math.exp(10 * 0.1 + 1):.3g}x at 0.1 km" in text and f"{math.exp(10 * 1.0 + 1):.3g}x at 1 km" in text
+    assert f"{math.exp(10 * 0.3 + 1):.3g}x at 0.1 km" in text  # a person: 0.1 + 2 x 0.1 within the radius
+    assert f"{math.exp(12.46 * 1.2 + 1):.3g}x at 1 km" in text  # 1.2 km: beyond the radius, eps x stretch
+    assert "a factor of 0.1 km" not in text and "10 per km within the protection radius" in text
+
+
+def test_run_prints_the_error_for_people(released: Path) -> None:
+    """``mdp-release run``'s line (flows.run._print_people_error) reads the people's rows of evaluation.parquet."""
+    from mdp_core.release.report import evaluation_markdown, people_error_line
+
+    _, _, rows, _ = _published(released)
+    method = read_json(released / "solve.json")["method"]
+    line = people_error_line(evaluation_markdown(released / "evaluation.parquet"), method, "km")
+    assert line is not None and line.startswith("expected error per person (people spread as the prior")
+    assert f"{rows[people.RELEASE]['dist_loss_mean']:.4g} km" in line
+    assert f"the snap to the record alone {rows[people.SNAP]['dist_loss_mean']:.4g}" in line
+    assert people_error_line("| method |\n|---|\n| x |", method, "km") is None
