@@ -157,6 +157,12 @@ def test_the_grid_release_states_the_error_of_people_in_its_grid_cells(released:
         return np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2))
 
     _check(inst, z, rows, limit, box, dist, lambda p, noise: p + noise, eps)
+    from mdp_core.release.intervals import half_width
+
+    agg = read_table(released / "aggregates.parquet")
+    scale = float(agg.loc[agg["level"] == "output", "noise_scale"].iloc[0])
+    page = (released / "report.md").read_text().split("# Appendix")[0]
+    assert f"interval (ci_low, ci_high: about {half_width(0.95, scale)} people either side" in page
     # a person uniform in a square cell of side 2h is sqrt(2)/3 + ln(1 + sqrt(2))/3 times h from its centre
     assert rows[people.SNAP]["dist_loss_mean"] == pytest.approx(
         half * (math.sqrt(2) + math.log1p(math.sqrt(2))) / 3, rel=0.02

@@ -664,6 +664,15 @@ def mean_abs_error(scale: float) -> float:
     return 2.0 * q / (1.0 - q * q)
 
 
+def interval_half_width(scale: float, level: float = 0.95) -> int:
+    """The half-width t of a count's interval at ``level``: the smallest t >= 0 with P(|X| > t) <= 1 - level for
+    discrete Laplace X of ``scale``, P(|X| > t) = 2 exp(-(t + 1) / s) / (1 + exp(-1 / s)) (what
+    mdp_core.release.intervals computes, without numpy, up to its floating-point margin)."""
+    if not scale > 0:
+        return 0
+    return max(0, math.ceil(scale * (math.log(2.0) - math.log1p(math.exp(-1.0 / scale)) - math.log(1 - level))) - 1)
+
+
 def rounded_to_tolerance(value: float, rel_tol: float) -> str:
     """``value`` with the significant digits a relative tolerance ``rel_tol`` resolves (1e-9: 9 digits)."""
     digits = max(1, math.ceil(-math.log10(rel_tol))) if rel_tol > 0 else 17
@@ -796,7 +805,8 @@ def _people_error_sentence(c: dict) -> str:
     counts = (
         f" Each published count is off by {mean_abs_error(c['count_noise_scale']):.3g} people on average before it "
         f"is made consistent (noise scale {c['count_noise_scale']:g}); aggregates.parquet gives each count's 95 % "
-        "interval (ci_low, ci_high) and intervals that hold for all counts together (sim_low, sim_high)."
+        f"interval (ci_low, ci_high: about {interval_half_width(c['count_noise_scale'])} people either side of the "
+        "noisy count, cut at 0 and the total) and intervals that hold for all counts together (sim_low, sim_high)."
     )
     if not a.get("people"):
         return (
