@@ -16,7 +16,12 @@ reports:
 * the population's budget in the config's store (read only): what this release would charge against what is
   spent and the cap;
 * a suggested instance: the smallest eta that connects the records (:func:`connecting_eta`) and the
-  smallest max_distance that covers every person, and hints on ``n_records`` / ``n_outputs``.
+  smallest max_distance that covers every person (none when that is beyond the protection radius: a hint then
+  points at the rows outside the area), and hints on ``n_records`` / ``n_outputs``;
+* planar Laplace applied where people are, for people spread as the prior in the records' cells
+  (:mod:`mdp_core.release.people`), and the advisor (:mod:`mdp_core.release.advisor`): the range the release's
+  error per person must fall in, for every kind; the solve's time and a point estimate only for the measured
+  release class (road data, the distance loss), and it says so elsewhere; whether planar Laplace does better.
 
 Exit 0 when the release would be accepted, 2 with the reasons otherwise. Nothing in the output is a
 cell value of the table: counts, row numbers (1-based data rows), column names from the recognised set
