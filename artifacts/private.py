@@ -693,8 +693,10 @@ class PrivateStore:
         if not exact.Budget.of(cap).admits(spent, new):
             total, so_far = exact.compose([*spent, *new]), exact.compose(spent)
             raise BudgetRefused(
-                f"release refused: it would bring population {population!r}'s privacy spend to {total} "
-                f"(cap {cap:g}; spent so far {so_far}; {len(new)} new charge(s)); nothing was measured"
+                f"release refused: it would bring the privacy spend of population {population!r} to {total} "
+                f"(cap {cap:g}; spent so far {so_far}; {len(new)} new charge(s)); nothing was measured. To fit, "
+                "lower this release's charge (eps, the protection radius, eps_counts or eps_prior: mdp-release check "
+                "shows it), or decide on the budget (mdp-release ledger cap --raise, or new-budget, with --by and --why)"
             )
 
     def charge(

@@ -19,7 +19,12 @@ reports:
   their neighbours (eps x spacing) that their rows may be deterministic, a repair above ``max_mix``, each
   a warning with its figure (``after_solve``);
 * a suggested instance: the smallest eta that connects the records (:func:`connecting_eta`) and the
-  smallest max_distance that covers every person, and hints on ``n_records`` / ``n_outputs``.
+  smallest max_distance that covers every person (none when that is beyond the protection radius: a hint then
+  points at the rows outside the area), and hints on ``n_records`` / ``n_outputs``;
+* planar Laplace applied where people are, for people spread as the prior in the records' cells
+  (:mod:`mdp_core.release.people`), and the advisor (:mod:`mdp_core.release.advisor`): the range the release's
+  error per person must fall in, for every kind; the solve's time and a point estimate only for the measured
+  release class (road data, the distance loss), and it says so elsewhere; whether planar Laplace does better.
 
 Exit 0 when the release would be accepted, 2 with the reasons otherwise. Nothing in the output is a
 cell value of the table: counts, row numbers (1-based data rows), column names from the recognised set
@@ -159,6 +164,7 @@ def run_check(config: str | Path) -> Report:
         suggested["eta"] = None
     if table is not None:
         _check_mapping(rep, table, inst, labels, largest, suggested)
+        _out_of_area(rep, suggested, float(cfg.privacy.protection_radius or rep.sections["privacy"]["eta"]))
     if suggested.get("eta") is not None and cfg.release.max_distance is None and "max_distance" in suggested:
         # max_distance defaults to eta: one eta must both connect the records and cover every person
         suggested["eta_if_max_distance_unset"] = max(suggested["eta"], suggested["max_distance"])
@@ -322,22 +328,40 @@ def _check_mapping(rep: Report, table: Any, inst: Any, labels: Any, largest: int
         )
 
 
+def _out_of_area(rep: Report, suggested: dict[str, Any], radius: float) -> None:
+    """A person beyond the protection radius from every record is outside the released area (a wrong row, or an
+    area that does not cover the table), not a reason to raise max_distance and the radius -- and the charge with
+    it (issue 50): the suggestion is dropped and a hint points at the rows instead (terminal only)."""
+    farthest = suggested.get("max_distance")
+    if farthest is None or farthest <= radius:
+        return
+    del suggested["max_distance"]
+    unit = rep.sections["dataset"]["distance_unit"]
+    rep.hints.append(
+        f"microdata: a person lies up to {farthest:g} {unit} from every record, beyond the protection radius "
+        f"{radius:g} {unit}: outside the released area. Check the rows farther than max_distance (listed above) or "
+        "the instance's area, rather than raising max_distance and the radius (the charge grows with the radius)"
+    )
+
+
 def _against_laplace(rep: Report, inst: Any, plan: Any) -> None:
     """What an analyst would write instead (issue 40): planar Laplace at the guarantee this release states for
     two records within its protection radius (eps x the stretch there per unit: the requirement the release is
     asked for and charged at, which planar Laplace at that rate meets too; the report's comparison,
     :func:`mdp_core.release.baseline.compared_rate`), continuous and remapped to these
-    outputs, beside the outputs' own floor (each record to its nearest output, no privacy: no mechanism on
-    these outputs can do better), averaged with the instance's public prior
-    (:mod:`mdp_core.release.baseline`). When the floor alone is above planar Laplace's whole error the
+    outputs, beside the outputs' own floor (each person to their nearest output, no privacy: no mechanism on
+    these outputs can do better) and the snap to the record, for people spread as the instance's public prior
+    in each record's cell within max_distance (:mod:`mdp_core.release.people`, as the report). When the floor alone is above planar Laplace's whole error the
     outputs are too coarse to win: a hint says how many would bring the floor to a quarter of it (the floor
     falls as K^(-1/D) for K outputs spread over D dimensions)."""
-    from mdp_core.release import baseline
+    from mdp_core.release import baseline, people
 
     g = plan.guarantee
     eps = g.epsilon_per_unit * g.radius_stretch
-    try:
-        rows = {r["method"]: r for r in baseline.comparison_rows(inst, eps, samples=64)}
+    try:  # for people spread as the prior in each record's cell (issue 50), as the report computes it
+        cells = people.cells(inst, rep.sections["privacy"]["max_distance"], per_record=32)
+        rows = {r["method"]: r for r in people.people_rows(inst, None, eps, cells)}
+        at_records = {r["method"]: r for r in baseline.comparison_rows(inst, eps, samples=64)}[baseline.REMAP]
         dim = baseline.noise_dimension(inst)
     except (InputError, ValueError):
         return
@@ -350,12 +374,15 @@ def _against_laplace(rep: Report, inst: Any, plan: Any) -> None:
         "planar_laplace": pl,
         "planar_laplace_remap": remap,
         "nearest_output": floor,
+        "planar_laplace_remap_records": at_records["dist_loss_mean"],
+        "snap": rows[people.SNAP]["dist_loss_mean"],
+        "max_snap": cells.max_snap,
         "unit": unit,
     }
     if floor >= pl / 2:
         k = inst.n_outputs * (floor / (pl / 4)) ** dim
         rep.hints.append(
-            f"outputs too coarse to beat planar Laplace: each record's nearest of the {inst.n_outputs} outputs is "
+            f"outputs too coarse to beat planar Laplace: each person's nearest of the {inst.n_outputs} outputs is "
             f"{floor:.3g} {unit} away on average (no privacy at all), against planar Laplace's whole error "
             f"{pl:.3g} {unit} at eps {eps:.4g} per {unit}; about {math.ceil(k):,} outputs would bring that floor to "
             f"a quarter of it (more outputs: a larger LP), or release with planar Laplace"
@@ -367,20 +394,23 @@ TOO_LONG_SECONDS = 900.0
 
 
 def _advise(rep: Report, cfg: Any, inst: Any) -> None:
-    """The advisor (issue 40, :mod:`mdp_core.release.advisor`): for the release class it was measured on (road
-    data, the distance loss) the solve's predicted time and the release's predicted expected error per record
-    beside planar Laplace's, each with its range; over 15 minutes, a proposal of records and outputs for a
-    10-minute solve (the privacy rows 2 E K grow about as N^3 when K = N: E as N^2 over one area)."""
+    """The advisor (issues 40, 50, :mod:`mdp_core.release.advisor`): for every kind, the range the release's
+    expected error per person must fall in (the floor from the person; planar Laplace remapped at the records,
+    which the optimal mechanism cannot lose to beyond its gap, plus the move to the record) and whether planar
+    Laplace at the person does better; for the release class it was measured on (road data, the distance loss)
+    also the solve's predicted time and a point prediction; elsewhere it says it has no time prediction. Over 15
+    minutes, a proposal of records and outputs for a 10-minute solve (the privacy rows 2 E K grow about as N^3
+    when K = N: E as N^2 over one area)."""
     from mdp_core.release import advisor
 
-    against = rep.sections.get("against_laplace")
-    if cfg.dataset.kind != "road" or cfg.dataset.loader_params().get("loss") != "distance" or not against:
+    a = rep.sections.get("against_laplace")
+    if not a:
         return
     rows = 2 * rep.sections["graph"]["n_edges"] * inst.n_outputs
-    p = advisor.predict(rows, against["planar_laplace_remap"])
-    if p is None:
-        return
+    measured = cfg.dataset.kind == "road" and cfg.dataset.loader_params().get("loss") == "distance"
+    p = advisor.predict(rows, a["planar_laplace_remap_records"], a["snap"], a["nearest_output"], measured=measured)
     advice: dict[str, Any] = {
+        "kind": cfg.dataset.kind,
         "seconds": p.seconds,
         "factor": p.factor,
         "error": p.error,
@@ -388,8 +418,9 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
         "error_high": p.error_high,
         "runs": p.runs,
         "privacy_rows": rows,
+        "laplace_better": advisor.laplace_better(p, a["planar_laplace_remap"], a["planar_laplace"]),
     }
-    if p.seconds > TOO_LONG_SECONDS:
+    if p.seconds is not None and p.seconds > TOO_LONG_SECONDS:
         scale = (advisor.rows_within(ADVISED_SECONDS) / rows) ** (1 / 3)
         advice["proposed_records"] = max(2, int(inst.n_records * scale))
         advice["proposed_outputs"] = max(2, int(inst.n_outputs * scale))
@@ -579,9 +610,11 @@ def _render_laplace(s: dict[str, Any], out: list[str]) -> None:
         a, u = s["against_laplace"], s["against_laplace"]["unit"]
         out.append(
             f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee within the "
-            f"protection radius): continuous {a['planar_laplace']:.3g} {u}, remapped to these outputs "
-            f"{a['planar_laplace_remap']:.3g} {u}; the outputs' own floor (no privacy) {a['nearest_output']:.3g} {u}"
-            " -- the release's expected error is in its report after the solve"
+            f"protection radius), applied where the person is: continuous {a['planar_laplace']:.3g} {u}, remapped to "
+            f"these outputs {a['planar_laplace_remap']:.3g} {u}; the outputs' own floor (no privacy) "
+            f"{a['nearest_output']:.3g} {u}; the move to a record alone {a.get('snap', 0.0):.3g} {u} on average "
+            "(people spread as the prior in the records' cells) -- the release's expected error per person is in its "
+            "report after the solve"
         )
 
 
@@ -590,13 +623,26 @@ def _render_advice(s: dict[str, Any], out: list[str]) -> None:
     if "advice" not in s:
         return
     a, u, pl = s["advice"], s["against_laplace"]["unit"], s["against_laplace"]
+    if a["seconds"] is None:
+        time = (
+            f"predicted: no prediction of the solve's time for dataset kind {a['kind']!r} (the advisor's measured "
+            "runs are road releases with the distance loss, bench/release_class.py)"
+        )
+    else:
+        time = (
+            f"predicted: the solve takes about {a['seconds'] / 60:.3g} min on 2 cores (between "
+            f"{a['seconds'] / a['factor'] / 60:.2g} and {a['seconds'] * a['factor'] / 60:.2g} min: a fit of "
+            f"{a['runs']} measured release-class runs, bench/release_class.py)"
+        )
+    point = "" if a["error"] is None else f"about {a['error']:.3g} {u}, "
     out.append(
-        f"predicted: the solve takes about {a['seconds'] / 60:.3g} min on 2 cores (between "
-        f"{a['seconds'] / a['factor'] / 60:.2g} and {a['seconds'] * a['factor'] / 60:.2g} min: a fit of {a['runs']} "
-        f"measured release-class runs, bench/release_class.py); the release's expected error per record about "
-        f"{a['error']:.3g} {u} ({a['error_low']:.3g}-{a['error_high']:.3g}), against planar Laplace's "
-        f"{pl['planar_laplace_remap']:.3g} {u} remapped to these outputs and {pl['planar_laplace']:.3g} {u} continuous"
+        f"{time}; the release's expected error per person {point}between {a['error_low']:.3g} and "
+        f"{a['error_high']:.3g} {u} (the floor from the person; planar Laplace remapped at the records plus the move "
+        f"to a record, {pl['snap']:.3g} {u} on average), against planar Laplace at the person: "
+        f"{pl['planar_laplace_remap']:.3g} {u} remapped to these outputs, {pl['planar_laplace']:.3g} {u} continuous"
     )
+    if a.get("laplace_better"):
+        out.append(f"advice: {a['laplace_better']}")
     if "proposed_records" in a:
         out.append(
             f"proposed: n_records = {a['proposed_records']} and n_outputs = {a['proposed_outputs']} "

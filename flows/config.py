@@ -287,8 +287,8 @@ class PrivacyConfig(BaseModel):
         None,
         gt=0,
         allow_inf_nan=False,
-        description="neighbour threshold (distance unit); unset: the dataset's, or the protection radius when that "
-        "is smaller",
+        description="neighbour threshold (distance unit); unset: the protection radius when one is set (the rate "
+        "asked for is then the rate charged), else the dataset's",
     )
     protection_radius: float | None = Field(
         None,
@@ -312,8 +312,9 @@ class PrivacyConfig(BaseModel):
 
     def graph_params(self) -> dict[str, Any]:
         """The graph stage's parameters: ``eta`` as written and, when it is unset and a protection radius is set,
-        the radius (:func:`mdp_core.problem.graph.graph_eta`: the graph's eta is then at most the radius, so every pair within the
-        radius is an edge and the stretch there is 1: the stated eps holds in the metric, issue 40)."""
+        the radius (:func:`mdp_core.problem.graph.graph_eta`: the graph's eta is then the radius, so every pair within the
+        radius is an edge and the stretch there is 1: the stated eps holds in the metric and is what the ledger
+        charges, issues 40 and 50)."""
         unset_eta_radius = self.eta is None and self.protection_radius is not None
         return {"eta": self.eta} | ({"protection_radius": self.protection_radius} if unset_eta_radius else {})
 

@@ -107,6 +107,11 @@ class Paid:
     runs: list[str] = field(default_factory=list)
 
     @property
+    def whole(self) -> bool:
+        """Whether its charges include the perturbation: a whole release, not one abandoned after its DP prior."""
+        return any(c["kind"] == "perturb" for c in self.charges)
+
+    @property
     def cost(self) -> Epsilon:
         """Its charges composed exactly (:func:`mdp_core.declarations.budget.compose`)."""
         return compose(c["epsilon"] for c in self.charges)
@@ -183,17 +188,21 @@ def _str(x: Any) -> str | None:
 
 def forecast(entries: list[dict[str, Any]], paid: list[Paid]) -> dict[str, Any]:
     """The current budget's outlook, in exact arithmetic: ``releases`` it paid for, the ``last_release``
-    (the one charged last) and its ``last_cost``, ``fits``: how many more releases of that cost fit,
-    floor((cap - spent) / last_cost) (None without a cap, a release or a cost), and ``status``: ``ok``,
-    ``low`` (the next release like the last one would be refused) or ``exhausted`` (nothing left)."""
+    (the one charged last), ``last_cost``: the cost of a whole release like it (the last one charged whose charges
+    include the perturbation, in this budget or an earlier one: a run abandoned after its DP prior's charge keeps
+    that charge but is not what the next release costs, issue 50), ``fits``: how many more releases of that cost
+    fit, floor((cap - spent) / last_cost) (None without a cap, a whole release or a cost), and ``status``:
+    ``ok``, ``low`` (the next release like the last one would be refused) or ``exhausted`` (nothing left)."""
     current = sum(e["kind"] == "new-budget" for e in entries)
     mine = [p for p in paid if p.budget == current]
     cap = entries[-1].get("cap") if entries else None
     last = max(mine, key=lambda p: p.charges[-1]["seq"]) if mine else None
+    wholes = sorted((p for p in paid if p.whole), key=lambda p: (p.budget == current, p.charges[-1]["seq"]))
+    basis = wholes[-1] if wholes else None
     left = None if cap is None else Epsilon.of(float(cap)).value - compose(p.cost for p in mine).value
     fits: int | None = None
-    if left is not None and last is not None and last.cost.value > 0:
-        fits = max(math.floor(left / last.cost.value), 0)
+    if left is not None and last is not None and basis is not None and basis.cost.value > 0:
+        fits = max(math.floor(left / basis.cost.value), 0)
     status = "ok"
     if left is not None and left <= 0:
         status = "exhausted"
@@ -202,7 +211,7 @@ def forecast(entries: list[dict[str, Any]], paid: list[Paid]) -> dict[str, Any]:
     return {
         "releases": len(mine),
         "last_release": None if last is None else last.as_dict(),
-        "last_cost": None if last is None else float(last.cost),
+        "last_cost": None if last is None or basis is None else float(basis.cost),
         "fits": fits,
         "status": status,
     }
@@ -261,6 +270,8 @@ def outlook_line(view: BudgetView) -> str:
     if last is None:
         return f"{pop}: no release charged in the current budget; left {_fmt(row.get('left'))}"
     head = f"{pop}: last release {last.label()} cost {last.breakdown()}; left {_fmt(row.get('left'))}"
+    if not last.whole and row.get("last_cost") is not None:  # abandoned after its prior: a whole one costs more
+        head += f" (it stopped before its perturbation; a whole release costs {_fmt(row['last_cost'])})"
     if row["fits"] is None:
         return f"{head}; no cap" if row.get("cap") is None else head
     if row["status"] == "ok":

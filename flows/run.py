@@ -522,6 +522,17 @@ def _proven(solve: dict) -> str:
     return f" (within {100 * max(obj - lb, 0.0) / obj:.3g} % of the optimum, proven)"
 
 
+def _print_people_error(manifest: dict) -> None:
+    """The release's expected error per person beside planar Laplace's (issue 50), from its evaluation.parquet."""
+    from mdp_core.release.report import evaluation_markdown, people_error_line
+
+    path = Path(manifest["run_dir"]) / "evaluation.parquet"
+    unit = (manifest["privacy"].get("guarantee") or {}).get("distance_unit", "unit")
+    line = people_error_line(evaluation_markdown(path), manifest["solve"]["method"], unit) if path.is_file() else None
+    if line:
+        print(f"  {line}")
+
+
 def _print_manifest(manifest: dict) -> None:
     cert = manifest["privacy"]["certificate"]
     same = (
@@ -557,3 +568,4 @@ def _print_manifest(manifest: dict) -> None:
             f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts); at that "
             f"release: total {led['total_so_far']:.4g}, {left} (now: mdp-release ledger)"
         )
+    _print_people_error(manifest)

@@ -178,7 +178,7 @@ def _compute(
         sweep.append(entry)
         if row is not None:
             rows.append(row)
-    figures = _against_laplace(store, upstream.get("measure"), inst, rows, w.file("against_laplace.png"))
+    figures = _against_laplace(store, upstream.get("measure"), inst, z, rows, w.file("against_laplace.png"))
     table = ev.evaluation_table(rows)
     write_published(w.file("evaluation.parquet"), table, "evaluation.parquet")
     w.meta["ui_table"] = ui_records(table)  # what publish_report shows in the UI on every run, without pandas
@@ -230,36 +230,49 @@ def _compute(
 
 
 def _against_laplace(
-    store: Store, post: ArtifactRef | None, inst, rows: list[dict], png: Path
+    store: Store, post: ArtifactRef | None, inst, z: np.ndarray, rows: list[dict], png: Path
 ) -> list[tuple[str, str]]:
-    """Issue 40, the honest comparison: appends to ``rows`` (the released mechanism's first) the rows of planar
-    Laplace at the release's guarantee (:func:`mdp_core.release.baseline.comparison_rows`), sets that rate on
-    the released row (``metric_epsilon``), draws the bar figure ``png``; returns [(its title, its name)] (none
-    without coordinates). The rate is what the release promises within its protection radius, eps x the
-    stretch there (the provenance's ``guarantee``; :func:`mdp_core.release.baseline.compared_rate`): the requirement both mechanisms then
-    meet. Without a guarantee (a run that releases nothing) eps x the stretch the graph stage measures
-    (:func:`mdp_core.release.protection.graph_protection`, public records only)."""
-    from mdp_core.release import baseline, report
+    """Issues 40 and 50, the honest comparison, for people: appends to ``rows`` (the released mechanism's first,
+    measured from the records) the rows of :func:`mdp_core.release.people.people_rows` -- the release ``z`` from
+    where people are (snapping included), the snap alone, planar Laplace applied at the person's own location
+    (continuous, remapped to the outputs) and the outputs' floor, for people spread as the public prior in each
+    record's cell of the released area (``max_distance`` of the provenance's protection, else eta; public
+    geometry and a fixed public seed: the secret table is not read) -- sets the compared rate on the released
+    row (``metric_epsilon``), draws the bar figure ``png``; returns [(its title, its name)] (none without
+    coordinates). The rate is what the release promises within its protection radius, eps x the stretch there
+    (the provenance's ``guarantee``; :func:`mdp_core.release.baseline.compared_rate`): the requirement both
+    mechanisms then meet. Without a guarantee (a run that releases nothing) eps x the stretch the graph stage
+    measures (:func:`mdp_core.release.protection.graph_protection`, public records only)."""
+    from mdp_core.errors import InputError
+    from mdp_core.release import baseline, people, report
     from mdp_core.runtime.files import read_json
 
-    guarantee = read_json(store.path(post, "release_provenance.json")).get("guarantee") if post is not None else None
-    stated = baseline.compared_rate(guarantee or {})
+    prov = read_json(store.path(post, "release_provenance.json")) if post is not None else {}
+    stated = baseline.compared_rate(prov.get("guarantee") or {})
     if stated is None:
         from mdp_core.release.protection import graph_protection
 
         stated = inst.epsilon * graph_protection(inst, inst.edges, inst.distances).stretch
     rows[0]["metric_epsilon"] = float(stated)
-    added = baseline.comparison_rows(inst, float(stated))
+    limit = (prov.get("protection") or {}).get("max_distance")
+    try:
+        cells = people.cells(inst, float(inst.eta if limit is None else limit))
+    except InputError:  # no coordinates: nothing to compare
+        return []
+    added = people.people_rows(inst, z, float(stated), cells)
     rows += added
-    if not added or report.plot_against_laplace(rows, rows[0]["method"], inst.distance_unit, png) is None:
+    if not added or report.plot_against_laplace(rows, people.RELEASE, inst.distance_unit, png) is None:
         return []
     by = {r["method"]: r["dist_loss_mean"] for r in added}
     logger().info(
-        "evaluate: expected distance per person at the guarantee's %.4g per %s: release %.4g, planar Laplace "
+        "evaluate: expected error per person (people spread as the prior, snapping included) at the guarantee's "
+        "%.4g per %s: release %.4g (from the records %.4g; the snap alone %.4g), planar Laplace at the person "
         "remapped %.4g, continuous %.4g, nearest output %.4g",
         float(stated),
         inst.distance_unit,
+        by[people.RELEASE],
         rows[0]["dist_loss_mean"],
+        by[people.SNAP],
         by[baseline.REMAP],
         by[baseline.CONTINUOUS],
         by[baseline.FLOOR],

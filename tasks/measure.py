@@ -140,7 +140,7 @@ def check_radius(private: PrivateStore, population: str, radius: dict[str, Any])
         held = (e.get("detail") or {}).get("radius") if e.get("kind") == "charge" else None
         if held is not None and held != radius:
             raise BudgetRefused(
-                f"population {population!r}'s budget is kept at a protection radius of {held['value']:g} "
+                f"the budget of population {population!r} is kept at a protection radius of {held['value']:g} "
                 f"{held['unit']}; this release asks for {radius['value']:g} {radius['unit']}: set [privacy] "
                 f"protection_radius = {held['value']:g} (or start a new budget: mdp-release ledger new-budget)"
             )

@@ -18,7 +18,7 @@ from mdp_core.problem.datasets.common import from_points
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.io import read_instance, read_mechanism, read_table
 from mdp_core.problem.metrics import EARTH_RADIUS_KM, haversine_km, haversine_rows_km, unit_sphere
-from mdp_core.release import audit, baseline, report
+from mdp_core.release import audit, baseline, people, report
 from mdp_core.runtime.files import read_json
 
 
@@ -224,16 +224,24 @@ def test_the_evaluate_stage_writes_the_comparison_into_the_release(released) -> 
     )
     assert rows[method]["dist_loss_mean"] == pytest.approx(direct, rel=1e-12)
     assert rows[method]["metric_epsilon"] == stated and rows[method]["dist_loss_se"] == 0
-    again = {r["method"]: r for r in baseline.comparison_rows(inst, stated)}  # public seed: the same numbers
-    for m in baseline.METHODS:
+    limit = read_json(released / "release_provenance.json")["protection"]["max_distance"]
+    # people spread as the prior in each record's cell, the public seed: the same numbers (issue 50)
+    again = {r["method"]: r for r in people.people_rows(inst, z, stated, people.cells(inst, limit))}
+    for m in (*baseline.METHODS, people.RELEASE, people.SNAP):
         assert rows[m]["metric_epsilon"] == again[m]["metric_epsilon"] and rows[m]["epsilon"] == inst.epsilon
         for col in ("dist_loss_mean", "dist_loss_q95", "dist_loss_max", "dist_loss_se"):
             assert rows[m][col] == again[m][col], (m, col)
     assert rows[baseline.CONTINUOUS]["dist_loss_mean"] == 2 / stated
+    # from where people are the error is larger than from the records, by at most the largest snap
+    assert rows[method]["dist_loss_mean"] < rows[people.RELEASE]["dist_loss_mean"]
+    assert (
+        rows[people.RELEASE]["dist_loss_mean"] <= rows[method]["dist_loss_mean"] + rows[people.SNAP]["dist_loss_mean"]
+    )
     md = (released / "report.md").read_text()
     page = md.split("# Appendix")[0]
-    assert "- **Against planar Laplace.** At the same guarantee" in page
-    assert f"This release: {rows[method]['dist_loss_mean']:.4g} km" in page
+    assert "- **Against planar Laplace.** At the same rate" in page
+    assert f"This release: {rows[people.RELEASE]['dist_loss_mean']:.4g} km" in page
+    assert f"from the records themselves the error is {rows[method]['dist_loss_mean']:.4g} km" in page
     assert "![Against planar Laplace at the same guarantee](against_laplace.png)" in page
     assert (released / "against_laplace.png").stat().st_size > 0
     assert audit.audit_release(released) == []

@@ -4,6 +4,7 @@ never prints a value of the secret table."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -92,7 +93,10 @@ def test_json_report(helsinki):
     assert rep["mapping"]["far"] == {"count": 1, "rows": [251]}
     assert rep["mapping"]["mapped"] == 299 and rep["graph"]["components"] == 1
     sd = rep["mapping"]["snap_distance"]
-    assert 0 < sd["mean"] <= sd["max"] and rep["suggested"]["max_distance"] >= sd["max"] > 100
+    assert 0 < sd["mean"] <= sd["max"] and sd["max"] > 100
+    # issue 50: a person 100+ km away is outside the area: the hint points at the rows, no huge max_distance
+    assert "max_distance" not in rep["suggested"]
+    assert any("outside the released area. Check the rows farther than max_distance" in h for h in rep["hints"])
     assert SECRET not in json.dumps(rep)
 
 
@@ -171,12 +175,25 @@ def test_check_compares_with_planar_laplace_and_says_when_outputs_are_too_coarse
     assert rep.accepted, rep.reasons
     a = rep.sections["against_laplace"]
     inst = grid(10, 10, n_outputs=4, seed=0)
-    floor = float(inst.prior @ cdist(inst.record_points(), inst.output_points()).min(axis=1))  # km, euclidean
+    # issue 50: from where people are, uniform in their 1 km grid cells (a 40 x 40 lattice of each cell)
+    offsets = (np.arange(40) + 0.5) / 40 - 0.5
+    lattice = np.stack(np.meshgrid(offsets, offsets), axis=-1).reshape(-1, 2)
+    rec, out = inst.record_points(), inst.output_points()
+    per_cell = [cdist(r + lattice, out).min(axis=1).mean() for r in rec]
+    floor = float(inst.prior @ np.array(per_cell))  # km, euclidean
     within = rep.sections["privacy"]["stretch_within_radius"]
-    assert a["nearest_output"] == pytest.approx(floor, rel=1e-9)
+    assert a["nearest_output"] == pytest.approx(floor, rel=0.02)
+    assert a["snap"] == pytest.approx(0.5 * (math.sqrt(2) + math.log1p(math.sqrt(2))) / 3, rel=0.03)
     assert a["planar_laplace"] == pytest.approx(2 / (10.0 * within), rel=1e-12)
     assert a["nearest_output"] > a["planar_laplace"]
     assert any("outputs too coarse to beat planar Laplace" in h for h in rep.hints), rep.hints
+    # issue 50: no measured runs of grids: no time and no point predicted, said so; the range every release keeps
+    from flows.check import render
+
+    adv, text = rep.sections["advice"], render(rep)
+    assert adv["seconds"] is None and adv["error"] is None and adv["error_low"] == a["nearest_output"]
+    assert "no prediction of the solve's time for dataset kind 'grid'" in text
+    assert "no mechanism on them can match it" in text  # continuous planar Laplace is below these outputs' floor
 
 
 def test_an_unset_eta_follows_a_smaller_protection_radius_so_the_stretch_there_is_one(tmp_path: Path) -> None:
@@ -210,4 +227,6 @@ def test_an_unset_eta_follows_a_smaller_protection_radius_so_the_stretch_there_i
         "eta": None,
         "protection_radius": 3.0,
     }
-    assert graph_eta(None, 2.0, 3.0) == 2.0 and graph_eta(0.5, 2.0, 1.0) == 0.5  # a larger radius keeps the dataset's
+    assert graph_eta(None, 2.0, 3.0) == 3.0 and graph_eta(0.5, 2.0, 1.0) == 0.5  # a larger radius: eta follows it too
+    wide = run_check(write("protection_radius = 3.0"))  # issue 50: the rate asked for is the rate charged
+    assert wide.sections["graph"]["eta"] == 3.0 and wide.sections["privacy"]["stretch_within_radius"] == 1.0

@@ -104,3 +104,21 @@ def test_the_forecast_is_exact(tmp_path, capsys):
     code, out, _ = ledger(capsys, tmp_path, "--json")
     (data,) = json.loads(out)
     assert (data["fits"], data["status"], data["left"]) == (0, "exhausted", 0.0)
+
+
+def test_an_abandoned_run_s_prior_charge_is_not_the_cost_of_the_next_release(tmp_path, capsys):
+    """Issue 50: a run abandoned after its DP prior's charge keeps that charge (it was measured), but the
+    forecast counts how many *whole* releases fit: two of 6.92 and an abandoned 0.5 leave 22.65, three more."""
+    for i in (1, 2):
+        month(tmp_path, i, MONTH)
+    priv = PrivateStore(tmp_path)
+    draw, _ = priv.draw(POP, f"{3:064x}")
+    params = {"max_total_epsilon": CAP, "require_cap": True, "radius": RADIUS, "release_key": "c" * 64}
+    charge_all(priv, draw, params, {charge_key("prior", draw, 3): ("prior", 0.5)})
+    code, out, err = ledger(capsys, tmp_path, "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["fits"] == 3 and row["last_cost"] == 6.92, row
+    code, out, err = ledger(capsys, tmp_path)
+    assert "it stopped before its perturbation; a whole release costs 6.92" in out
+    assert "3 more release(s) of that cost fit" in out

@@ -201,6 +201,7 @@ class Guarantee:
     distance_unit: str
     with_prior: bool
     stretch_within_radius: float | None = None  # None: the stretch (releases before issue 40)
+    max_snap: float | None = None  # people's largest distance to their record (max_distance); None: not stated
 
     @property
     def radius_stretch(self) -> float:
@@ -226,15 +227,36 @@ class Guarantee:
                 f"{self.additive_epsilon:g}) (eps {self.epsilon_per_unit:g} x stretch {self.radius_stretch:.6g} "
                 "over the pairs within the radius); farther apart, "
             )
-        return within + (
-            f"for any individual and any two records r, r' in one component of the mDP graph, the probability of "
-            f"every possible release (microdata, counts{', prior' if prior else ''}) changes by at most a factor "
-            f"exp({stated_metric(self.epsilon_per_unit, self.stretch)} * d(r, r') + {self.additive_epsilon:g}), d "
-            f"in {unit} in the data's own metric (eps {self.epsilon_per_unit:g} per {unit} of the certified "
-            f"mechanism x stretch {self.stretch:.6g} of the mDP graph, Chatzikokolakis et al. 2013 and Bordenabe et "
-            f"al. 2014, composed sequentially with the eps-DP counts{' and prior' if prior else ''}, Dwork and Roth "
-            f"2014 Thm 3.16); the budget is charged for records up to {self.protection_radius:g} {unit} apart (the "
-            f"factor includes the certificate's relative tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
+        return (
+            within
+            + (
+                f"for any individual and any two records r, r' in one component of the mDP graph, the probability of "
+                f"every possible release (microdata, counts{', prior' if prior else ''}) changes by at most a factor "
+                f"exp({stated_metric(self.epsilon_per_unit, self.stretch)} * d(r, r') + {self.additive_epsilon:g}), d "
+                f"in {unit} in the data's own metric (eps {self.epsilon_per_unit:g} per {unit} of the certified "
+                f"mechanism x stretch {self.stretch:.6g} of the mDP graph, Chatzikokolakis et al. 2013 and Bordenabe et "
+                f"al. 2014, composed sequentially with the eps-DP counts{' and prior' if prior else ''}, Dwork and Roth "
+                f"2014 Thm 3.16); the budget is charged for records up to {self.protection_radius:g} {unit} apart (the "
+                f"factor includes the certificate's relative tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
+            )
+            + self._people()
+        )
+
+    def _people(self) -> str:
+        """The guarantee for people's own coordinates (issue 50): each person is mapped to a record at most
+        ``max_snap`` away before the mechanism runs (post-processing of the person's location cannot weaken an
+        mDP guarantee on the records), and d(r, r') <= d(p, p') + s(p) + s(p') (triangle inequality), so two people
+        p, p' get the records' factor at d(p, p') + 2 x max_snap."""
+        if self.max_snap is None:
+            return ""
+        s, unit = self.max_snap, self.distance_unit
+        return (
+            f"; for people's own coordinates: each person is mapped to a record at most {s:g} {unit} away (max_distance) "
+            f"before the mechanism, so for two people p, p' the factor is at most exp({stated_metric(self.epsilon_per_unit, self.radius_stretch)}"
+            f" * (d(p, p') + 2 x {s:g}) + {self.additive_epsilon:g}) while their records are within the protection "
+            f"radius, and exp({stated_metric(self.epsilon_per_unit, self.stretch)} * (d(p, p') + 2 x {s:g}) + "
+            f"{self.additive_epsilon:g}) in one component (d(r, r') <= d(p, p') + s(p) + s(p'), s: a person's "
+            "distance to their record)"
         )
 
     def record(self) -> dict[str, Any]:

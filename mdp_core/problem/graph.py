@@ -116,8 +116,9 @@ def _blocks(n: int, edges: np.ndarray, count: int, labels: np.ndarray, sizes: np
 
 
 def graph_eta(eta: float | None, dataset_eta: float, radius: float | None = None) -> float:
-    """The mDP graph's eta (distance unit): ``eta`` when given, else the dataset's own, capped at the protection
-    ``radius`` when one is given, so that every pair within the radius is an edge (stretch 1 there)."""
+    """The mDP graph's eta (distance unit): ``eta`` when given, else the protection ``radius`` when one is given
+    (every pair within the radius is an edge, stretch 1 there: the rate asked for is the rate charged, for every
+    dataset kind, issue 50), else the dataset's own."""
     if eta is not None:
         return float(eta)
-    return float(dataset_eta if radius is None else min(dataset_eta, radius))
+    return float(dataset_eta if radius is None else radius)

@@ -25,7 +25,10 @@ expected distance from its record to what is released, for three mechanisms besi
 * ``nearest_output``: each record to its nearest output (no privacy): the floor of any mechanism that
   releases these outputs.
 
-The release's own figure, sum_k z_ik d(r_i, o_k), is exact (``dist_loss_mean`` of
+These are figures *from the record*. A release's report states them from where people are, snapping included
+(issue 50: :mod:`mdp_core.release.people`, which writes these rows for people in each record's cell); ``mdp-release
+check`` still uses :func:`comparison_rows` at the records for its advisor's bound. The release's own figure,
+sum_k z_ik d(r_i, o_k), is exact (``dist_loss_mean`` of
 :func:`mdp_core.release.evaluate.evaluate_mechanism`). Every figure is averaged with the instance's prior,
 which is public (published in ``instance/records.parquet``); the people's own histogram is secret and is
 never read here. Everything is a function of public inputs only: the fixed seed draws no person's output.

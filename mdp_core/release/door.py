@@ -205,7 +205,7 @@ def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None
     within = min(max(graph.radius_stretch, 1.0), stretch) if math.isfinite(graph.radius_stretch) else stretch
     prior = s.eps_prior is not None
     additive = compose([s.eps_counts, s.eps_prior or 0.0])
-    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), graph.distance_unit, prior, within)
+    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), graph.distance_unit, prior, within, limit)
     spends = [Spend.of("perturb", mechanism_epsilon(s.epsilon, within, radius)), Spend.of("counts", s.eps_counts)]
     if prior:
         spends.append(Spend.of("prior", float(s.eps_prior or 0.0)))

@@ -360,6 +360,8 @@ def _figure(title: str, name: str, c: dict, heading: bool = False) -> list[str]:
 # ----------------------------------------------------------------------------- against planar Laplace (issue 40)
 # = mdp_core.release.baseline.METHODS (not imported: it pulls in numpy): continuous, remapped, the floor
 LAPLACE_ROWS = ("planar_laplace", "planar_laplace_remap", "nearest_output")
+# = mdp_core.release.people's RELEASE, SNAP (issue 50): the release from where people are, the snap alone
+PEOPLE_ROWS = ("release_per_person", "snap_to_record")
 
 
 def _markdown_rows(md: str) -> list[dict[str, str]]:
@@ -382,10 +384,13 @@ def _cell(text: str | None) -> float | None:
 
 
 def against_laplace(c: dict, evaluation_md: str) -> dict[str, float] | None:
-    """The comparison's figures: the release's expected distance (the claim ``dist_loss_mean``) and, from the
-    evaluation table's markdown (rows :data:`LAPLACE_ROWS`, written by mdp_core.release.baseline), the stated
-    guarantee per unit, planar Laplace's (continuous; remapped to the outputs, its standard error and samples
-    per record) and the floor. None when the table has no such rows (no coordinates; a release made before)."""
+    """The comparison's figures, from the evaluation table's markdown (rows :data:`LAPLACE_ROWS`, written by
+    mdp_core.release.people for people, by mdp_core.release.baseline before issue 50): the stated guarantee per
+    unit, planar Laplace's (continuous; remapped to the outputs, its standard error and samples) and the floor;
+    the release's expected error -- for people (rows :data:`PEOPLE_ROWS`: ``release`` from where the person
+    is, ``release_se``, ``snap`` the move to the record alone, ``from_records`` the claim ``dist_loss_mean``,
+    ``people`` 1.0) or, in a release made before, from the records (``release`` = the claim). None when the
+    table has no such rows (no coordinates; a release made before issue 40)."""
     rows = {r.get("method"): r for r in _markdown_rows(evaluation_md)}
     if c.get("dist_loss_mean") is None or not all(m in rows for m in LAPLACE_ROWS):
         return None
@@ -399,9 +404,35 @@ def against_laplace(c: dict, evaluation_md: str) -> dict[str, float] | None:
         "samples": _cell(remap.get("mc_samples")),
         "floor": _cell(floor.get("dist_loss_mean")),
     }
+    if all(m in rows for m in PEOPLE_ROWS):
+        mine, snap = (rows[m] for m in PEOPLE_ROWS)
+        out |= {
+            "from_records": out["release"],
+            "release": _cell(mine.get("dist_loss_mean")),
+            "release_se": _cell(mine.get("dist_loss_se")),
+            "snap": _cell(snap.get("dist_loss_mean")),
+            "people": 1.0,
+        }
     if any(v is None for v in out.values()) or not (out["metric_epsilon"] or 0) > 0:
         return None
     return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def people_error_line(evaluation_md: str, method: str, unit: str) -> str | None:
+    """One line for ``mdp-release run`` (issue 50): the release's expected error per person beside planar
+    Laplace's at the person, from the evaluation table's markdown (``method``: the released one); None for a
+    table without the people's rows."""
+    rows = {r.get("method"): r for r in _markdown_rows(evaluation_md)}
+    mine = _cell(rows.get(method, {}).get("dist_loss_mean"))
+    a = against_laplace({"dist_loss_mean": mine}, evaluation_md) if mine is not None else None
+    if not a or not a.get("people"):
+        return None
+    return (
+        f"expected error per person (people spread as the prior, snapping included): {_g(a['release'], '.4g')} {unit} "
+        f"(the snap to the record alone {_g(a['snap'], '.4g')}, from the records {_g(a['from_records'], '.4g')}); "
+        f"planar Laplace at the person at {_g(a['metric_epsilon'], '.4g')} per {unit}: {_g(a['remap'], '.4g')} "
+        f"remapped, {_g(a['continuous'], '.4g')} continuous; the release is {laplace_verdict(a)}"
+    )
 
 
 def _percent(x: float) -> str:
@@ -413,7 +444,7 @@ def laplace_verdict(a: dict[str, float]) -> str:
     outputs (within two standard errors of its Monte Carlo: the same), then against continuous planar Laplace."""
     rel, remap, cont = a["release"], a["remap"], a["continuous"]
     same = "planar Laplace sent to the same outputs"
-    if abs(rel - remap) <= 2 * a["remap_se"]:
+    if abs(rel - remap) <= 2 * math.hypot(a["remap_se"], a.get("release_se", 0.0)):
         text = f"the same as {same}, within two standard errors of its Monte Carlo"
     elif rel < remap:
         text = f"{_percent(1 - rel / remap)} below {same} (the release is better)"
@@ -425,7 +456,7 @@ def laplace_verdict(a: dict[str, float]) -> str:
 
 
 def laplace_sentence(c: dict) -> str | None:
-    """The officer's page's comparison (issue 40): the release's expected error per person next to planar
+    """The officer's page's comparison (issues 40, 50): the release's expected error per person next to planar
     Laplace's at the same stated guarantee, in the data's metric; None without the comparison's figures
     (``c["against_laplace"]``: :func:`against_laplace`)."""
     a, unit = c.get("against_laplace"), c["distance_unit"]
@@ -434,6 +465,15 @@ def laplace_sentence(c: dict) -> str | None:
     eps = _g(a["metric_epsilon"], ".4g")
     dim = round(a["continuous"] * a["metric_epsilon"])
     form = "" if dim == 2 else f", in its {dim}-dimensional form for {dim}-dimensional records"
+    if a.get("people"):
+        return (
+            f"- **Against planar Laplace.** At the same rate, {eps} per {unit} within the protection radius, planar "
+            f"Laplace (Andres et al. 2013{form}) applied where the person is moves them {_g(a['continuous'], '.4g')} "
+            f"{unit} on average (exactly {dim} / {eps}); sent to the nearest of the same {c['n_outputs']} outputs, "
+            f"{_g(a['remap'], '.4g')} {unit} (standard error {_g(a['remap_se'], '.2g')}). This release: "
+            f"{_g(a['release'], '.4g')} {unit}, {laplace_verdict(a)}. No mechanism releasing these outputs does better "
+            f"than {_g(a['floor'], '.4g')} {unit} (each person's nearest output, no privacy)."
+        )
     return (
         f"- **Against planar Laplace.** At the same guarantee, {eps} per {unit} for two records within the "
         f"protection radius{_beyond(c, a)}, the "
@@ -472,6 +512,15 @@ def against_laplace_caption(c: dict) -> str:
             "release, planar Laplace at the same stated guarantee (sent to the same outputs, and continuous) and "
             "each record's nearest output (no privacy, the floor)."
         )
+    if a.get("people"):
+        return (
+            f"Expected distance in {unit} from where a person is to what is released (lower is better), for people "
+            f"spread as the public prior, at the same guarantee of {_g(a['metric_epsilon'], '.4g')} per {unit}: this "
+            f"release {_g(a['release'], '.4g')} (of which the move to the nearest record alone averages "
+            f"{_g(a['snap'], '.4g')}), planar Laplace at the person sent to the same outputs {_g(a['remap'], '.4g')}, "
+            f"continuous {_g(a['continuous'], '.4g')}, the person's nearest output {_g(a['floor'], '.4g')} (no "
+            f"privacy); the lines: two standard errors of the sampling each way. The release is {laplace_verdict(a)}."
+        )
     return (
         f"Expected distance in {unit} from a person's record to what is released (lower is better), averaged over "
         f"the instance's public prior, at the same guarantee of {_g(a['metric_epsilon'], '.4g')} per {unit} within "
@@ -484,9 +533,10 @@ def against_laplace_caption(c: dict) -> str:
 
 
 def plot_against_laplace(rows: Sequence[dict], method: str, unit: str, path: Path) -> Path | None:
-    """The comparison as bars (``rows``: evaluation rows, as in evaluation.parquet; ``method``: the released
-    one): expected distance of the release, planar Laplace remapped (two standard errors), continuous, and the
-    floor. None (nothing drawn) without :data:`LAPLACE_ROWS`."""
+    """The comparison as bars (``rows``: evaluation rows, as in evaluation.parquet; ``method``: the row of the
+    release to draw, ``release_per_person`` for people): expected distance of the release (with the snap to the
+    record, when its row is there, as a hatched part), planar Laplace remapped, continuous, and the floor, the
+    sampled ones with two standard errors. None (nothing drawn) without :data:`LAPLACE_ROWS`."""
     by: dict[str, dict] = {}
     for r in rows:
         by.setdefault(str(r.get("method")), r)  # each method's first row
@@ -494,12 +544,17 @@ def plot_against_laplace(rows: Sequence[dict], method: str, unit: str, path: Pat
         return None
     cont, remap, floor = LAPLACE_ROWS
     values = [float(by[m]["dist_loss_mean"]) for m in (method, remap, cont, floor)]
-    labels = [f"this release\n({method})", "planar Laplace\nto the outputs", "planar Laplace\n(continuous)"]
+    who = "from the person" if method == PEOPLE_ROWS[0] else method
+    labels = [f"this release\n({who})", "planar Laplace\nto the outputs", "planar Laplace\n(continuous)"]
     labels.append("nearest output\n(no privacy)")
     fig, ax = _plt().subplots(figsize=(6, 3.5))
     bars = ax.bar(labels, values, color=["tab:blue", "tab:orange", "tab:orange", "0.6"])
-    se = float(by[remap].get("dist_loss_se") or 0.0)  # the Monte Carlo's; the other three are exact
-    ax.errorbar([1], [values[1]], yerr=[2.0 * se], fmt="none", ecolor="k", capsize=4)
+    if PEOPLE_ROWS[1] in by:
+        snap = float(by[PEOPLE_ROWS[1]]["dist_loss_mean"])
+        ax.bar([labels[0]], [snap], color="none", edgecolor="k", hatch="//", label="of which the snap to the record")
+        ax.legend(fontsize=7, loc="upper right")
+    se = [float(by[m].get("dist_loss_se") or 0.0) for m in (method, remap)]
+    ax.errorbar([0, 1], values[:2], yerr=[2.0 * x for x in se], fmt="none", ecolor="k", capsize=4)
     ax.bar_label(bars, labels=[format(v, ".3g") for v in values], padding=2, fontsize=8)
     ax.set_ylabel(f"expected distance ({unit})")
     eps = float(by[cont]["metric_epsilon"])
@@ -609,6 +664,15 @@ def mean_abs_error(scale: float) -> float:
     return 2.0 * q / (1.0 - q * q)
 
 
+def interval_half_width(scale: float, level: float = 0.95) -> int:
+    """The half-width t of a count's interval at ``level``: the smallest t >= 0 with P(|X| > t) <= 1 - level for
+    discrete Laplace X of ``scale``, P(|X| > t) = 2 exp(-(t + 1) / s) / (1 + exp(-1 / s)) (what
+    mdp_core.release.intervals computes, without numpy, up to its floating-point margin)."""
+    if not scale > 0:
+        return 0
+    return max(0, math.ceil(scale * (math.log(2.0) - math.log1p(math.exp(-1.0 / scale)) - math.log(1 - level))) - 1)
+
+
 def rounded_to_tolerance(value: float, rel_tol: float) -> str:
     """``value`` with the significant digits a relative tolerance ``rel_tol`` resolves (1e-9: 9 digits)."""
     digits = max(1, math.ceil(-math.log10(rel_tol))) if rel_tol > 0 else 17
@@ -646,21 +710,44 @@ def _spend_sentence(c: dict) -> str:
     )
 
 
-def _odds_sentence(g: dict) -> str:
-    """The guarantee in plain words: by how much the odds of any release can change between two places at a
-    few concrete distances (the mechanism's factor exp(eps x stretch x d), times exp(additive) for the counts
-    and prior), up to the protection radius."""
-    eps, radius, add = _finite(g.get("metric_epsilon_per_unit")), _finite(g.get("protection_radius")), None
-    add = _finite(g.get("additive_epsilon"))
-    if eps is None or radius is None or add is None or radius <= 0:
+def _rate_at(g: dict, d: float) -> float | None:
+    """The guarantee's rate per unit for two records ``d`` apart: eps x the stretch within the protection
+    radius up to it, eps x the graph's stretch beyond (None without the figures)."""
+    eps, radius = _finite(g.get("epsilon_per_unit")), _finite(g.get("protection_radius"))
+    within, anywhere = _finite(g.get("stretch_within_radius", g.get("stretch"))), _finite(g.get("stretch"))
+    if eps is None or radius is None or within is None or anywhere is None:
+        return None
+    return eps * (within if d <= radius * (1 + 1e-12) else anywhere)
+
+
+def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False) -> str:
+    """The guarantee in plain words (issue 50): by how much seeing the release can change the odds between two
+    records, and between two people (each at most ``max_snap`` from their record: their records are at most
+    d + 2 x max_snap apart), at a few distances up to the protection radius; the factor includes the counts'
+    (and DP prior's) share, exp(additive)."""
+    radius, add = _finite(g.get("protection_radius")), _finite(g.get("additive_epsilon"))
+    if radius is None or add is None or radius <= 0 or _rate_at(g, radius) is None:
         return ""
     unit = str(g.get("distance_unit", ""))
     steps = sorted({radius / 10, radius / 4, radius / 2, radius})
-    odds = [f"{_g(d, '.3g')} {unit} apart: at most {math.exp(eps * d + add):.3g}x" for d in steps]
-    return (
-        " In plain words: for two places a person could be at, the odds of any given release (microdata, counts"
-        " and all) change by at most a factor of " + "; ".join(odds) + " (1x: no change)."
+
+    def factor(d: float) -> str:
+        return f"{math.exp(float(_rate_at(g, d) or 0.0) * d + add):.3g}x"
+
+    records = ", ".join(f"{factor(d)} at {_g(d, '.3g')} {unit}" for d in steps)
+    text = (
+        f" In plain words: seeing this release (microdata, counts and all) changes the odds between any two records "
+        f"a person could have by at most {records} apart (1x: no change; {_g(_rate_at(g, radius), '.4g')} per {unit} "
+        f"within the protection radius; the counts{' and the DP prior' if prior else ''} account for a factor "
+        f"{math.exp(add):.3g} of each)."
     )
+    if max_snap is not None and max_snap > 0:
+        people = ", ".join(f"{factor(d + 2 * max_snap)} at {_g(d, '.3g')} {unit}" for d in steps)
+        text += (
+            f" Between two places a person could be, add twice the largest move to a record ({_g(max_snap, '.3g')} "
+            f"{unit}) to their distance: at most {people} apart."
+        )
+    return text
 
 
 def _history_sentence(history: object) -> str:
@@ -710,68 +797,110 @@ def _protection_sentence(c: dict) -> str | None:
     return text
 
 
-def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """The report's first page, in plain language, for the officer who signs the release -- a pure
-    function of the claims ``c`` (:func:`release_claims`) and the released figure names: what was
-    released, the spend and what is left, the guarantee, the protection, the method actually run, the
-    certificate, the expected errors in the data's units."""
+def _people_error_sentence(c: dict) -> str:
+    """The headline (issue 50): the expected error for people -- from where a person is, snapping included, for
+    people spread as the prior in each record's cell -- with the snap alone and the records' figure beside it;
+    a release made before issue 50 (no people's rows): the records' figure, said to be from the record."""
+    a, unit = c.get("against_laplace") or {}, c["distance_unit"]
+    counts = (
+        f" Each published count is off by {mean_abs_error(c['count_noise_scale']):.3g} people on average before it "
+        f"is made consistent (noise scale {c['count_noise_scale']:g}); aggregates.parquet gives each count's 95 % "
+        f"interval (ci_low, ci_high: about {interval_half_width(c['count_noise_scale'])} people either side of the "
+        "noisy count, cut at 0 and the total) and intervals that hold for all counts together (sim_low, sim_high)."
+    )
+    if not a.get("people"):
+        return (
+            f"- **Expected error.** A released location lies on average {_g(c['dist_loss_mean'], '.4g')} {unit} from "
+            f"the person's record (not from the person: the move to the record is not counted)." + counts
+        )
+    limit = (c.get("protection") or {}).get("max_distance")
+    cell = (
+        "the record"
+        if not a["snap"]
+        else (
+            "its grid cell, or the places nearer to it than to any other record"
+            + (f" within {_g(limit, '.3g')} {unit}" if limit is not None else "")
+        )
+    )
+    return (
+        f"- **Expected error, for people.** A released location lies on average {_g(a['release'], '.4g')} {unit} "
+        f"from where the person is (standard error {_g(a['release_se'], '.2g')}). Of this, the move to the nearest "
+        f"record alone averages {_g(a['snap'], '.4g')} {unit}; from the records themselves the error is "
+        f"{_g(a['from_records'], '.4g')} {unit}. The figure holds for people spread as the public prior over the "
+        f"records, each anywhere in the area that would be mapped to their record ({cell}); it is computed from "
+        "public geometry, not from the people's table." + counts
+    )
+
+
+def summary_lines(c: dict) -> list[str]:
+    """The officer's page's bullets, each a plain sentence or two (a pure function of the claims ``c``, with
+    ``c["against_laplace"]``): what is released, the budget, the guarantee, the error for people against
+    planar Laplace, the checks. A block another part adds (an approval, say) is one more entry of this list."""
     unit = c["distance_unit"]
     who = (
-        f"{c['n_individuals']} **simulated** individuals (a demonstration: no real person is in this release)"
+        f"{c['n_individuals']} **simulated** people (a demonstration: no real person is in this release)"
         if c["microdata_source"] == "simulated"
-        else f"{c['n_individuals']} individuals of the agency's microdata file"
+        else f"{c['n_individuals']} people of the agency's microdata file"
     )
-    order = (
-        "one row each, sorted by output (nothing in it follows the input order)"
-        if c.get("population") is not None
-        else "one row each in the input order"
-    )
-    zones = f"per zone ({c['n_zones']}), " if c["n_zones"] > 1 else ""
-    chosen = f" (chosen by `auto`: {c['auto_reason']})" if c.get("auto_reason") else ""
-    tol = c["certificate_ratio_tol"]
-    adversary = (
-        f"the expected error of a Bayes-optimal attacker *when individuals follow the stated prior* (an "
-        f"expectation under the prior, not a bound on what any attacker achieves) is {_g(c['adversary_error'], '.4g')} "
-        f"{unit}"
-    )
+    zones = f", per zone ({c['n_zones']})" if c["n_zones"] > 1 else ""
+    g = c["guarantee"]
+    snap = (c.get("protection") or {}).get("max_distance")
     lines = [
-        "# Release report",
-        "",
-        "## Summary for the signing officer",
-        "",
-        f"- **What is released.** `microdata.parquet`: {who}, {order}, holding only the perturbed output (an id "
-        f"and its coordinates) -- nothing else about the person. `aggregates.parquet`: counts of the *true* data "
-        f"per output cell ({c['n_outputs']}), {zones}and the total ({c['n_individuals']}, exact: it is the number "
-        "of microdata rows), with noise, made consistent non-negative integers.",
+        f"- **What is released.** `microdata.parquet`: one perturbed location for each of {who}, and nothing else "
+        f"about them. `aggregates.parquet`: noisy counts per output location ({c['n_outputs']}){zones} and the exact "
+        f"total ({c['n_individuals']}).",
         _spend_sentence(c),
-        f"- **Guarantee.** {c['guarantee']['statement']}.{_odds_sentence(c['guarantee'])}",
+        f"- **Guarantee.**{_odds_sentence(g, snap, c['prior_source'] == 'dp')} The formal statement is in the "
+        "appendix's details.",
+        _people_error_sentence(c),
     ]
-    protection = _protection_sentence(c)
-    lines += [protection] if protection else []
+    lines += [s] if (s := laplace_sentence(c)) else []
+    lines.append(
+        f"- **Checks.** `{c['method_run']}` solved the mechanism ({c['status']}, gap {_g(c['gap'])}); the "
+        f"privacy certificate {'PASSED' if c['certificate_passed'] else 'FAILED'} on all {c['certificate_pairs']} "
+        f"neighbour pairs (realised eps {rounded_to_tolerance(c['max_realised_epsilon'], c['certificate_ratio_tol'])} "
+        f"per {unit} (checked to a relative tolerance of {c['certificate_ratio_tol']:g}), "
+        f"{c['certificate_violations']} violations)."
+    )
+    return lines
+
+
+def release_summary(c: dict, figures: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The report's first page, in plain language, for the officer who signs the release -- a pure
+    function of the claims ``c`` (:func:`release_claims`) and the released figure names: :func:`summary_lines`,
+    then the page's figures."""
+    lines = ["# Release report", "", "## Summary for the signing officer", "", *summary_lines(c), ""]
+    for name, title in PAGE_FIGURES:
+        if name in figures:
+            lines += _figure(title, name, c)
+    return lines
+
+
+def details_lines(c: dict) -> list[str]:
+    """The details the officer's page leaves out: the protection in the data's metric, the loss, the method's
+    bounds, the attacker's expected error, reproducibility."""
+    unit = c["distance_unit"]
+    order = (
+        "sorted by output (nothing in it follows the input order)"
+        if c.get("population") is not None
+        else "in the input order"
+    )
+    chosen = f" (chosen by `auto`: {c['auto_reason']})" if c.get("auto_reason") else ""
+    lines = ["## Details", "", f"- **Guarantee, formally.** {c['guarantee']['statement']}."]
+    lines += [p] if (p := _protection_sentence(c)) else []
     lines += [s] if (s := loss_sentence(c)) else []  # issue 40: which loss the mechanism minimises
-    lines += [
-        f"- **Method run.** `{c['method_run']}`{chosen}: {c['status']}, expected loss {_g(c['objective'])}, proven "
-        f"lower bound {_g(c['lower_bound'])}, gap {_g(c['gap'])}.",
-        f"- **Certificate.** {'PASS' if c['certificate_passed'] else 'FAIL'}: every one of {c['certificate_pairs']} "
-        "neighbour pairs checked in both directions for every output; realised eps "
-        f"{rounded_to_tolerance(c['max_realised_epsilon'], tol)} per {unit} (checked to a relative tolerance of "
-        f"{tol:g}); {c['certificate_violations']} violations.",
-        f"- **Expected error.** A released location lies on average {_g(c['dist_loss_mean'], '.4g')} {unit} from "
-        f"the person's record; {adversary}; expected utility loss {_g(c['expected_loss'], '.4g')}. Each noisy "
-        f"count is off by {mean_abs_error(c['count_noise_scale']):.3g} individuals on average before "
-        f"post-processing (noise scale {c['count_noise_scale']:g}).",
-    ]
-    lines += [s] if (s := laplace_sentence(c)) else []  # issue 40: the honest comparison
-    lines += [
+    return lines + [
+        f"- **Method run.** `{c['method_run']}`{chosen}: {c['status']}, expected loss {_g(c['objective'])}, proven lower bound "
+        f"{_g(c['lower_bound'])}, gap {_g(c['gap'])}; expected utility loss {_g(c['expected_loss'], '.4g')}.",
+        f"- **Attacker.** The expected error of a Bayes-optimal attacker *when individuals follow the stated prior* "
+        f"(an expectation under the prior, not a bound on what any attacker achieves) is "
+        f"{_g(c['adversary_error'], '.4g')} {unit}.",
+        f"- **Microdata order.** One row per person, {order}.",
         "- **Reproducibility.** The randomness came from OS entropy; its secret stays in the store's private part, "
         f"and the manifest holds only the commitment `{c['draw_commitment'][:16]}...`. A re-run from the "
         "manifest on the same store reproduces these files byte for byte.",
         "",
     ]
-    for name, title in PAGE_FIGURES:
-        if name in figures:
-            lines += _figure(title, name, c)
-    return lines
 
 
 def appendix_markdown(c: dict, evaluation_md: str, figures: set[str] | frozenset[str]) -> list[str]:
@@ -781,6 +910,7 @@ def appendix_markdown(c: dict, evaluation_md: str, figures: set[str] | frozenset
     lines = [
         "# Appendix: technical evaluation",
         "",
+        *details_lines(c),
         f"N = {c['n_records']} records, K = {c['n_outputs']} outputs, |E| = {c['n_edges']} neighbour pairs, "
         f"eps = {c['epsilon']:g} per {unit}, eta = {c['eta']:g} {unit}.",
         "",

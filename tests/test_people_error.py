@@ -1,0 +1,233 @@
+"""The error a release gives people, snapping included (issue 50, mdp_core/release/people.py), against a direct
+Monte Carlo over people drawn from the release's prior, written here without the module: people uniform over the
+area's bounding box, each snapped to its nearest record by a full distance matrix (no tree), those farther than
+max_distance dropped, then weighted so that each record's cell carries its prior; the error of each person is
+summed over the published mechanism's row from the person's own coordinates, and planar Laplace is drawn at the
+person by Andres et al.'s own sampler (the inverse CDF of the radius through Lambert's W). Real releases: a road
+release on real Rome streets (lat/lon, Voronoi cells within max_distance) and the grid release of conftest
+(grid cells); each goes through every stage and the audit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import publish_release, run_stages
+from test_baseline import andres_noise
+
+from mdp_core.problem.io import read_instance, read_mechanism, read_table
+from mdp_core.problem.metrics import haversine_km
+from mdp_core.release import audit, baseline, people
+from mdp_core.runtime.files import read_json
+
+ROME = Path(__file__).resolve().parents[2] / "shared" / "data" / "rome_center"
+TOLERANCE = 0.03  # the report's figures within 3 % of the direct Monte Carlo
+
+
+def _road_release(root: Path) -> Path:
+    """A road release on real central-Rome streets: 120 nodes within 1.2 km of the centre, 30 outputs, eps 8 per km, eta 1 km, protection
+    radius 1 km, people at most 0.4 km from their node, 300 simulated people."""
+    from artifacts.store import Store
+    from flows.config import parse_config
+
+    cfg = parse_config(
+        {
+            "store": str(root),
+            "dataset": {
+                "kind": "road",
+                "params": {
+                    "nodes": str(ROME / "nodes.csv"),
+                    "edges": str(ROME / "edges.csv"),
+                    "center": [41.9025, 12.4965],
+                    "radius_km": 1.2,
+                    "n_records": 120,
+                    "n_outputs": 30,
+                    "seed": 5,
+                },
+            },
+            "privacy": {"epsilon": 8.0, "eta": 1.0, "protection_radius": 1.0},
+            "release": {"simulate": True, "n_individuals": 300, "max_distance": 0.4},
+            "evaluate": {"eps_factors": [1.0], "baselines": []},
+        }
+    )
+    refs = run_stages(root, cfg)
+    return publish_release(Store(root), refs, cfg=cfg)
+
+
+def _published(run: Path) -> tuple:
+    """(instance, z (N, K), {method: evaluation row}, provenance) of a published release folder."""
+    inst = read_instance(run / "instance")
+    z = read_mechanism(run / "mechanism.parquet", inst.n_records, inst.n_outputs)
+    table = read_table(run / "evaluation.parquet")
+    rows = {m: table[table["method"] == m].iloc[0] for m in table["method"]}
+    return inst, z, rows, read_json(run / "release_provenance.json")
+
+
+def _prior_weights(nearest: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """Weights of people uniform over the area so that each record's cell carries its prior: p_i / (people in i)."""
+    count = np.bincount(nearest, minlength=prior.size)
+    assert (count[prior > 0] > 0).all(), "a cell with prior mass got no person: sample more"
+    return prior[nearest] / count[nearest]
+
+
+def _direct(people_xy, records, outputs, z, dist) -> dict[str, np.ndarray]:
+    """Per person of ``people_xy`` (M, 2) (uniform over the area's box; ``dist``(a, b) the metric's distance
+    matrix): the nearest record, the snap to it, the release's expected error and the floor, from the person."""
+    nearest, snap, release, floor = [], [], [], []
+    for a in range(0, len(people_xy), 20_000):
+        x = people_xy[a : a + 20_000]
+        d_rec, d_out = dist(x, records), dist(x, outputs)
+        j = d_rec.argmin(axis=1)
+        nearest.append(j)
+        snap.append(d_rec[np.arange(len(x)), j])
+        release.append((z[j] * d_out).sum(axis=1))
+        floor.append(d_out.min(axis=1))
+    nearest, snap, release, floor = map(np.concatenate, (nearest, snap, release, floor))
+    return {"nearest": nearest, "snap": snap, "release": release, "floor": floor}
+
+
+def _check(inst, z, rows, limit: float, box_pts, dist, move, eps) -> dict[str, float]:
+    """Compare the release's people's rows with the direct Monte Carlo (module docstring); the numbers."""
+    rng = np.random.default_rng(7)
+    rec, out = inst.record_points(), inst.output_points()
+    got = _direct(box_pts, rec, out, z, dist)
+    inside = got["snap"] <= limit
+    w = _prior_weights(got["nearest"][inside], inst.prior)
+    direct = {k: float(w @ got[k][inside]) for k in ("release", "snap", "floor")}
+    # planar Laplace at the person: people drawn from the prior (by the weights), one Andres draw each
+    drawn = rng.choice(np.flatnonzero(inside), size=60_000, p=w / w.sum())
+    noisy = move(box_pts[drawn], andres_noise(eps, drawn.size, rng))
+    remap = []
+    for a in range(0, drawn.size, 20_000):
+        k = dist(noisy[a : a + 20_000], out).argmin(axis=1)  # the nearest output to the noisy point
+        remap.append(dist(box_pts[drawn[a : a + 20_000]], out)[np.arange(k.size), k])  # from the person
+    direct["remap"] = float(np.concatenate(remap).mean())
+    for key, method in (("release", people.RELEASE), ("snap", people.SNAP), ("floor", baseline.FLOOR)):
+        assert rows[method]["dist_loss_mean"] == pytest.approx(direct[key], rel=TOLERANCE), key
+    assert rows[baseline.REMAP]["dist_loss_mean"] == pytest.approx(direct["remap"], rel=TOLERANCE)
+    assert rows[baseline.CONTINUOUS]["dist_loss_mean"] == 2 / eps
+    return direct
+
+
+@pytest.mark.skipif(not ROME.is_dir(), reason=f"{ROME} is absent (real OSM data; see ../shared/data/README)")
+def test_a_road_release_states_the_error_of_people_drawn_from_its_prior(tmp_path: Path) -> None:
+    run = _road_release(tmp_path / "store")
+    inst, z, rows, prov = _published(run)
+    limit = float(prov["protection"]["max_distance"])
+    g = prov["guarantee"]
+    eps = g["epsilon_per_unit"] * g["stretch_within_radius"]
+    rec = inst.record_points()
+    pad_lat = limit / 111.0
+    pad_lon = limit / (111.0 * math.cos(math.radians(float(rec[:, 0].mean()))))
+    rng = np.random.default_rng(11)
+    lo, hi = rec.min(axis=0) - [pad_lat, pad_lon], rec.max(axis=0) + [pad_lat, pad_lon]
+    box = rng.uniform(lo, hi, size=(400_000, 2))  # lat/lon: uniform in area to 1e-4 over a few km
+
+    def move(p: np.ndarray, noise: np.ndarray) -> np.ndarray:  # km east, north in the local plane
+        ky, kx = 111.19492664455873, 111.19492664455873 * np.cos(np.radians(p[:, 0]))
+        return np.column_stack([p[:, 0] + noise[:, 1] / ky, p[:, 1] + noise[:, 0] / kx])
+
+    direct = _check(inst, z, rows, limit, box, haversine_km, move, eps)
+    method = read_json(run / "solve.json")["method"]
+    assert direct["snap"] > 0.05 and rows[people.RELEASE]["dist_loss_mean"] > rows[method]["dist_loss_mean"]
+    page = (run / "report.md").read_text().split("# Appendix")[0]
+    assert f"lies on average {rows[people.RELEASE]['dist_loss_mean']:.4g} km from where the person is" in page
+    assert f"the move to the nearest record alone averages {rows[people.SNAP]['dist_loss_mean']:.4g} km" in page
+    assert "people spread as the public prior" in page
+    # the guarantee for people's coordinates: the records' factor at d + 2 x max_distance
+    assert f"(d(p, p') + 2 x {limit:g})" in g["statement"]
+    assert "Between two places a person could be, add twice the largest move to a record (0.4 km)" in page
+    assert audit.audit_release(run) == []
+
+
+def test_the_grid_release_states_the_error_of_people_in_its_grid_cells(released: Path) -> None:
+    inst, z, rows, prov = _published(released)
+    limit = float(prov["protection"]["max_distance"])
+    g = prov["guarantee"]
+    eps = g["epsilon_per_unit"] * g["stretch_within_radius"]
+    half = 0.5 * float(read_json(released / "instance" / "instance.json")["provenance"]["parameters"]["cell_km"])
+    rec = inst.record_points()  # km in the grid's plane
+    rng = np.random.default_rng(13)
+    box = rng.uniform(rec.min(axis=0) - half, rec.max(axis=0) + half, size=(300_000, 2))
+
+    def dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=2))
+
+    _check(inst, z, rows, limit, box, dist, lambda p, noise: p + noise, eps)
+    from mdp_core.release.intervals import half_width
+
+    agg = read_table(released / "aggregates.parquet")
+    scale = float(agg.loc[agg["level"] == "output", "noise_scale"].iloc[0])
+    page = (released / "report.md").read_text().split("# Appendix")[0]
+    assert f"interval (ci_low, ci_high: about {half_width(0.95, scale)} people either side" in page
+    # a person uniform in a square cell of side 2h is sqrt(2)/3 + ln(1 + sqrt(2))/3 times h from its centre
+    assert rows[people.SNAP]["dist_loss_mean"] == pytest.approx(
+        half * (math.sqrt(2) + math.log1p(math.sqrt(2))) / 3, rel=0.02
+    )
+
+
+def test_cells_are_uniform_in_the_voronoi_cells_within_max_distance() -> None:
+    """The balls' mixture weighted by 1 / (records covering the point) is uniform in each cell: each cell's mean
+    snap against a brute force over uniform points of the plane."""
+    from mdp_core.problem.datasets.synthetic import synthetic
+
+    inst = synthetic(n_records=80, n_outputs=10, dim=2, sigma=1.0, eta=0.5, epsilon=5.0)
+    c = people.cells(inst, 0.3)
+    mean, se2 = people.cell_means(c, people.release_values(inst, None, c)["snap"], inst.n_records)
+    rec = inst.record_points()
+    x = np.random.default_rng(3).uniform(rec.min(axis=0) - 0.3, rec.max(axis=0) + 0.3, size=(1_000_000, 2))
+    d = np.sqrt(((x[:, None, :] - rec[None, :, :]) ** 2).sum(axis=2))
+    j, dj = d.argmin(axis=1), d.min(axis=1)
+    keep = dj <= 0.3
+    brute = np.bincount(j[keep], dj[keep], minlength=80) / np.bincount(j[keep], minlength=80)
+    assert float(inst.prior @ mean) == pytest.approx(float(inst.prior @ brute), rel=0.01)
+    assert c.max_snap == 0.3 and c.empty == 0
+    assert np.all(np.abs(mean - brute) <= 5 * np.sqrt(se2) + 0.003)
+
+
+def test_without_snapping_people_are_their_records() -> None:
+    """max_distance 0 (and text: people named by their word): the cell is the record, the error the records'."""
+    from mdp_core.problem.datasets.synthetic import synthetic
+    from mdp_core.solvers.mechanisms import exponential
+
+    inst = synthetic(n_records=30, n_outputs=8, dim=2, eta=0.5, epsilon=5.0)
+    z = exponential(inst)
+    rows = {r["method"]: r for r in people.people_rows(inst, z, 5.0, people.cells(inst, 0.0))}
+    from mdp_core.release.evaluate import evaluate_mechanism
+
+    assert rows[people.RELEASE]["dist_loss_mean"] == pytest.approx(
+        evaluate_mechanism(inst, z, "exp")["dist_loss_mean"], rel=1e-12
+    )
+    assert rows[people.SNAP]["dist_loss_mean"] == 0.0
+    frame = pd.DataFrame(list(rows.values()))
+    assert set(frame["method"]) == {people.RELEASE, people.SNAP, *baseline.METHODS}
+
+
+def test_the_plain_words_use_the_rate_within_the_radius_for_records_and_add_the_snap_for_people() -> None:
+    """Issue 50: the plain-words line read "change by at most a factor of 0.1 km apart: at most 15.6x" and used
+    the rate beyond the radius; it now gives the factor at a few distances at the rate within the radius (records)
+    and at d + 2 x max_distance (people), beyond the radius at the graph's stretch."""
+    from mdp_core.release.report import _odds_sentence
+
+    g = {"epsilon_per_unit": 10.0, "stretch_within_radius": 1.0, "stretch": 1.246, "protection_radius": 1.0}
+    text = _odds_sentence(g | {"additive_epsilon": 1.0, "distance_unit": "km"}, 0.1)
+    assert f"{math.exp(10 * 0.1 + 1):.3g}x at 0.1 km" in text and f"{math.exp(10 * 1.0 + 1):.3g}x at 1 km" in text
+    assert f"{math.exp(10 * 0.3 + 1):.3g}x at 0.1 km" in text  # a person: 0.1 + 2 x 0.1 within the radius
+    assert f"{math.exp(12.46 * 1.2 + 1):.3g}x at 1 km" in text  # 1.2 km: beyond the radius, eps x stretch
+    assert "a factor of 0.1 km" not in text and "10 per km within the protection radius" in text
+
+
+def test_run_prints_the_error_for_people(released: Path) -> None:
+    """``mdp-release run``'s line (flows.run._print_people_error) reads the people's rows of evaluation.parquet."""
+    from mdp_core.release.report import evaluation_markdown, people_error_line
+
+    _, _, rows, _ = _published(released)
+    method = read_json(released / "solve.json")["method"]
+    line = people_error_line(evaluation_markdown(released / "evaluation.parquet"), method, "km")
+    assert line is not None and line.startswith("expected error per person (people spread as the prior")
+    assert f"{rows[people.RELEASE]['dist_loss_mean']:.4g} km" in line
+    assert f"the snap to the record alone {rows[people.SNAP]['dist_loss_mean']:.4g}" in line
+    assert people_error_line("| method |\n|---|\n| x |", method, "km") is None
