@@ -815,6 +815,80 @@ class PrivateStore:
         _write_private(path, population.encode(), exclusive=True)
         return path.read_text(encoding="utf-8").strip()
 
+    # ------------------------------------------------------------- the sealed table (the door's snapshot)
+    def _keyed(self, purpose: bytes, value: str) -> str:
+        """HMAC-SHA256 (64 hex) of ``value`` under the store key, for ``purpose``: a public stand-in for a secret
+        value that nobody without the key can confirm a guess of."""
+        return hmac.new(self._key(), purpose + b"\x00" + value.encode(), hashlib.sha256).hexdigest()
+
+    def table_handle(self, sha256: str) -> str:
+        """The sealed table's public handle: the keyed tag (:meth:`_keyed`) of its rows' sha256 (published in
+        the plan figures and ``release_provenance.json`` as ``table``; the stages' parameters carry it)."""
+        return self._keyed(b"mdp-release sealed table v1", _safe(sha256))
+
+    def _sealed_path(self, sha256: str) -> Path:
+        return self.root / "sealed" / f"{_safe(sha256)}.parquet"
+
+    def seal_table(self, rows: Any) -> tuple[str, str]:
+        """Write the door's snapshot of the secret table: ``rows`` (:func:`mdp_core.problem.microdata.sealed_rows`,
+        canonical) as ``sealed/<sha256 of the rows>.parquet``, atomically, 0600, content-addressed (written once:
+        the same rows are the same file). Returns (the rows' sha256: the table's version, private; its handle,
+        public: :meth:`table_handle`)."""
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from mdp_core.problem.microdata import rows_sha256
+
+        sha = rows_sha256(rows)
+        path = self._sealed_path(sha)
+        if not path.is_file():
+            types = {c: pa.large_string() if c == "record" else pa.float64() for c in rows.columns}
+            table = pa.table({c: pa.array(rows[c].tolist(), type=t) for c, t in types.items()})
+            buf = io.BytesIO()
+            pq.write_table(table, buf)
+            _write_private(path, buf.getvalue(), exclusive=True)
+        self.sealed_table(sha)  # read back: what later steps will read is what was sealed
+        return sha, self.table_handle(sha)
+
+    def sealed_table(self, sha256: str) -> Any:
+        """The sealed rows (a DataFrame) whose sha256 is ``sha256``, checked against it (LedgerError for a
+        snapshot altered or swapped under ``private/``; InputError when this store has none)."""
+        import pyarrow.parquet as pq
+
+        from mdp_core.problem.microdata import rows_sha256
+
+        path = self._sealed_path(sha256)
+        if not path.is_file():
+            raise InputError(f"no sealed table {sha256[:12]} in this store's private part: run the release again")
+        rows = pq.read_table(path).to_pandas()
+        if "record" in rows.columns:
+            rows["record"] = rows["record"].astype(object).where(rows["record"].notna(), None)
+        if not hmac.compare_digest(rows_sha256(rows), sha256):
+            raise LedgerError(f"{path}: the sealed table does not match its name (altered in the private part)")
+        return rows
+
+    def register_table_path(self, path: str | Path) -> str:
+        """Keep the secret table's path (absolute) under ``paths/``, named by its keyed tag; returns that tag,
+        the path's public stand-in in a flow run's parameters (:func:`flows.door.sealed_parameter`)."""
+        real = str(Path(path).expanduser().resolve())
+        handle = self._keyed(b"mdp-release table path v1", real)
+        target = self.root / "paths" / f"{handle}.json"
+        if not target.is_file():
+            _write_private(target, _json_bytes({"path": real}))
+        return handle
+
+    def table_path(self, handle: str) -> str:
+        """The path :meth:`register_table_path` kept under ``handle``; InputError when this store has none."""
+        try:
+            return str(json.loads((self.root / "paths" / f"{_safe(handle)}.json").read_text(encoding="utf-8"))["path"])
+        except FileNotFoundError:
+            raise InputError(
+                f"the secret table's handle {handle[:12]} is not in this store's private part ({self.root}): "
+                "start the release with `mdp-release run --config FILE` (or serve / deploy) on this store"
+            ) from None
+
     def check_published(self, population: str, heads: Sequence[tuple[int, str]]) -> None:
         """LedgerError unless every published head (seq, head) of ``population`` is the entry of its chain
         with that seq and hash, or was acknowledged by a new-budget entry (the ledger was rolled back,

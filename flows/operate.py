@@ -100,6 +100,7 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
     name and the ``route`` ("serve", or deploy's pool name): ``serve`` and ``deploy`` of one config are two
     deployments, never one overwriting the other."""
     from flows.config import load_config, release_name, to_parameter
+    from flows.door import sealed_config
     from flows.release import run_tags
 
     if args.interval is not None and not args.interval > 0:
@@ -118,7 +119,7 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
         schedule = {"interval": args.interval}
     return {
         "name": name,
-        "parameters": {"config": to_parameter(cfg)},
+        "parameters": {"config": to_parameter(sealed_config(cfg))},  # no secret path in Prefect
         "tags": ["mdp-release", *run_tags(cfg)],
         "description": f"mdp-release {name}: {args.config or 'the built-in default release'}",
         "concurrency_limit": one_at_a_time(getattr(args, "limit", 1)),
