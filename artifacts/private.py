@@ -54,7 +54,7 @@ repaired every time a :class:`PrivateStore` is opened):
 
   store.key                                  32 random bytes (``secrets``): the ledger's MAC key
   draws/<commitment>/draw.json               a draw: 32 secret bytes from OS entropy, its population,
-                                             the table version (sha256 of the table bytes), its index
+                                             the table version (sha256 of its sealed rows), its index
   draws/<commitment>/<name>.json             measurements kept with the draw (OpenDP's noisy counts,
                                              the DP prior), so a re-run reproduces them
   populations/<pop>/versions/<version>/<n>   the commitment of the version's n-th draw (n = 0, 1, ...;
@@ -64,6 +64,10 @@ repaired every time a :class:`PrivateStore` is opened):
                                              population's lock (``populations/<pop>/.lock``, flock)
   populations/<pop>/void-<time>-<hex>/       a ledger that failed verification, moved aside (kept for
                                              inspection) when a new budget was started
+  sealed/<sha256>.parquet                    the secret table as the privacy door read it (canonical rows:
+                                             :func:`mdp_core.problem.microdata.sealed_rows`), named by their
+                                             sha256 (the table's version); public handle: its HMAC tag
+  paths/<tag>.json                           the secret table's path behind a flow run's ``private-path:<tag>``
 
 The commitment is ``sha256("mdp-release draw v1" || secret)``: published, it binds the release to its
 draw without revealing it (the secret is 256 uniform bits); an auditor handed ``draw.json`` checks it.
@@ -139,7 +143,7 @@ def check_population(name: str) -> str:
 @dataclass(frozen=True)
 class Draw:
     """One secret draw: ``secret`` (32 bytes), its public ``commitment`` (64 hex), the ``population``
-    it protects, the table ``version`` it belongs to (sha256 of the table bytes: private, never
+    it protects, the table ``version`` it belongs to (sha256 of its sealed rows: private, never
     published) and its ``index`` among that version's draws (0 = the first)."""
 
     secret: bytes
@@ -321,7 +325,7 @@ class PrivateStore:
 
     # ---------------------------------------------------------------------------- draws
     def draw(self, population: str, version: str, new: bool = False) -> tuple[Draw, bool]:
-        """The current draw of ``version`` (sha256 hex of the table bytes) of ``population``, made from
+        """The current draw of ``version`` (sha256 hex of the sealed rows) of ``population``, made from
         OS entropy if there is none yet or ``new`` (an explicit request for another, independent draw of
         the same people: its measurements are charged to the ledger like any other). Returns
         (draw, made_now)."""

@@ -189,12 +189,13 @@ def public_prior_params(cfg: ReleaseFlowConfig) -> dict[str, Any] | None:
 
 def release_key(cfg: ReleaseFlowConfig) -> str:
     """What identifies a release of a draw for the budget's early check: the config without the parts that
-    cannot change what is measured (run, name, store, evaluate, who approves)."""
+    cannot change what is measured (run, name, store, evaluate, who approves, where the secret table was read
+    from: the sealed table is the draw's)."""
     import hashlib
     import json
 
     exclude: dict[str, Any] = {"run": True, "name": True, "store": True, "evaluate": True}
-    exclude["release"] = {"approval", "approval_timeout"}
+    exclude["release"] = {"approval", "approval_timeout", "microdata"}
     data = cfg.model_dump(mode="json", exclude=exclude)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -316,10 +317,13 @@ def _door(
     state: StageRun,
 ) -> None:
     """The privacy door, before the first stage that reads the secret table: every rule of the guarantee
-    (:func:`flows.door.plan_for`, the secret table read and validated) before anything is charged, the officer's
-    approval (:func:`flows.approval.wait_for_approval`), for real people the table's population claimed, the
-    population's draw for this version of the table (published releases checked against the private ledger)
-    and the early budget check of the plan's charges; then the signing key (refused before the first charge).
+    (:func:`flows.door.plan_for`, the secret table read once and validated) before anything is charged; the
+    table's canonical rows sealed in the private part (:meth:`artifacts.private.PrivateStore.seal_table`: from
+    here on every step reads the snapshot, never the file) and their keyed handle put into the plan; the
+    officer's approval of that plan (:func:`flows.approval.wait_for_approval`), for real people the table's
+    population claimed, the population's draw for this version of the table (the sealed rows' sha256;
+    published releases checked against the private ledger) and the early budget check of the plan's charges;
+    then the signing key (refused before the first charge).
     Without a secret table the door reads only the public instance's figures (:class:`flows.door.Figures`),
     memoised beside the graph object (:func:`tasks.common.door_figures`): a re-run's door loads no instance."""
     note("the privacy door")
@@ -478,7 +482,9 @@ def release_flow(
     """Run the release pipeline; returns the run manifest (also written to runs/<run_name>/manifest.json).
 
     Args:
-        config: the release configuration.
+        config: the release configuration; its ``[release] microdata`` may be ``private-path:<tag>``
+            (:func:`flows.door.sealed_config`: what ``mdp-release run``, ``serve`` and ``deploy`` pass, so no
+            flow run's parameters hold the secret table's path), resolved in this process from the store.
         refresh_from: recompute this stage and every later one, ignoring caches ("ingest" = all).
         new_draw: perturb the same people again with a fresh secret draw (a second, independent release:
             its spend is added to the table's ledger). Default: the table's current draw (made once).
