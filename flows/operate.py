@@ -17,7 +17,8 @@
 
 The config's paths were made absolute when it was read (see :func:`flows.config.load_config`) and the
 config as written is the deployment's parameter (:func:`flows.config.to_parameter`: the keys the file
-set, nothing else; the served or worker process validates it back to the same config), so a scheduled run writes to the same store as
+set, nothing else; the secret table's path as ``private-path:<tag>``, :func:`flows.door.sealed_config`; the
+served or worker process validates it back to the same config), so a scheduled run writes to the same store as
 ``mdp-release run --config`` whatever the worker's working directory. Both need a Prefect server
 (``mdp-release server start`` or ``PREFECT_API_URL``): a schedule lives on the server.
 """
