@@ -863,14 +863,15 @@ class PrivateStore:
 
         from mdp_core.problem.microdata import rows_sha256
 
-        path = self._sealed_path(sha256)
+        path = self._sealed_path(sha256)  # its name is a hash of the people: never in a message
+        where = self.root / "sealed"
         if not path.is_file():
-            raise InputError(f"no sealed table {sha256[:12]} in this store's private part: run the release again")
+            raise InputError(f"this draw's sealed table is not in {where}: run the release again")
         rows = pq.read_table(path).to_pandas()
         if "record" in rows.columns:
             rows["record"] = rows["record"].astype(object).where(rows["record"].notna(), None)
         if not hmac.compare_digest(rows_sha256(rows), sha256):
-            raise LedgerError(f"{path}: the sealed table does not match its name (altered in the private part)")
+            raise LedgerError(f"a sealed table in {where} does not match its name (altered in the private part)")
         return rows
 
     def register_table_path(self, path: str | Path) -> str:

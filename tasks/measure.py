@@ -76,8 +76,8 @@ def secret_draw(store: Store, population: str, version: str, new: bool = False, 
         raise InputError(str(exc).strip("'\"")) from None
     if draw.population != population or draw.version != version:
         raise InputError(
-            f"draw {commitment[:12]} belongs to another version of the table: the microdata file changed since "
-            "that release"
+            f"draw {commitment[:12]} belongs to another version of the table: its people changed since that "
+            "release (or that release predates the sealed table: its version was the file's bytes)"
         )
     return draw
 

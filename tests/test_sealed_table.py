@@ -120,8 +120,9 @@ def test_the_snapshot_is_owner_only_content_addressed_keyed_and_checked(tmp_path
     altered = rows.copy()
     altered.loc[0, "lat"] += 1e-9
     altered.to_parquet(path, index=False)
-    with pytest.raises(LedgerError, match="does not match"):
+    with pytest.raises(LedgerError, match="does not match") as info:
         private.sealed_table(sha)
+    assert sha[:8] not in str(info.value)  # the rows' hash is the snapshot's private name: never in a message
 
 
 # ----------------------------------------------------------------------------- Prefect, the store, failure records
