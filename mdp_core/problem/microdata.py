@@ -268,6 +268,8 @@ def read_secret(path: str | Path) -> tuple[Table, str]:
     its ``detail`` (the terminal of ``mdp-release check``, the store's ``private/failures/``)."""
     p = Path(path)
     try:
+        if not os.path.exists(p):
+            raise InputError(f"microdata file: no such file {p}")
         p = _supported(path, "microdata")
         data = open_regular(p)
         return _parse(data, p), hashlib.sha256(data).hexdigest()
@@ -282,9 +284,10 @@ SECRET_FILE = "the [release] microdata file"  # how a public message names the s
 
 def _without_path(message: str, p: Path) -> str:
     """``message`` with the secret table's path (as given, resolved, its name) replaced by :data:`SECRET_FILE`."""
+    message = message.replace(f"microdata file: no such file {p}", f"{SECRET_FILE} does not exist (no such file)")
     for name in sorted({str(p), os.path.realpath(p), p.name}, key=len, reverse=True):
         if name:
-            message = message.replace(name, SECRET_FILE)
+            message = message.replace(f"microdata file {name}", SECRET_FILE).replace(name, SECRET_FILE)
     return message
 
 
