@@ -55,7 +55,7 @@ repaired every time a :class:`PrivateStore` is opened):
 
   store.key                                  32 random bytes (``secrets``): the ledger's MAC key
   draws/<commitment>/draw.json               a draw: 32 secret bytes from OS entropy, its population,
-                                             the table version (sha256 of the table bytes), its index
+                                             the table version (sha256 of its sealed rows), its index
   draws/<commitment>/<name>.json             measurements kept with the draw (OpenDP's noisy counts,
                                              the DP prior), so a re-run reproduces them
   populations/<pop>/versions/<version>/<n>   the commitment of the version's n-th draw (n = 0, 1, ...;
@@ -68,6 +68,10 @@ repaired every time a :class:`PrivateStore` is opened):
   tables/<HMAC(key, pop)>.json               the population's keyed sketch of its people (Bloom filters
                                              of HMAC tags: :mod:`mdp_core.release.similarity`), merged
                                              over its versions under ``tables/.lock``: the door's rule 6
+  sealed/<sha256>.parquet                    the secret table as the privacy door read it (canonical rows:
+                                             :func:`mdp_core.problem.microdata.sealed_rows`), named by their
+                                             sha256 (the table's version); public handle: its HMAC tag
+  paths/<tag>.json                           the secret table's path behind a flow run's ``private-path:<tag>``
 
 The commitment is ``sha256("mdp-release draw v1" || secret)``: published, it binds the release to its
 draw without revealing it (the secret is 256 uniform bits); an auditor handed ``draw.json`` checks it.
@@ -145,7 +149,7 @@ def check_population(name: str) -> str:
 @dataclass(frozen=True)
 class Draw:
     """One secret draw: ``secret`` (32 bytes), its public ``commitment`` (64 hex), the ``population``
-    it protects, the table ``version`` it belongs to (sha256 of the table bytes: private, never
+    it protects, the table ``version`` it belongs to (sha256 of its sealed rows: private, never
     published) and its ``index`` among that version's draws (0 = the first)."""
 
     secret: bytes
@@ -327,7 +331,7 @@ class PrivateStore:
 
     # ---------------------------------------------------------------------------- draws
     def draw(self, population: str, version: str, new: bool = False) -> tuple[Draw, bool]:
-        """The current draw of ``version`` (sha256 hex of the table bytes) of ``population``, made from
+        """The current draw of ``version`` (sha256 hex of the sealed rows) of ``population``, made from
         OS entropy if there is none yet or ``new`` (an explicit request for another, independent draw of
         the same people: its measurements are charged to the ledger like any other). Returns
         (draw, made_now)."""
@@ -859,6 +863,81 @@ class PrivateStore:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    # ------------------------------------------------------------- the sealed table (the door's snapshot)
+    def _keyed(self, purpose: bytes, value: str) -> str:
+        """HMAC-SHA256 (64 hex) of ``value`` under the store key, for ``purpose``: a public stand-in for a secret
+        value that nobody without the key can confirm a guess of."""
+        return hmac.new(self._key(), purpose + b"\x00" + value.encode(), hashlib.sha256).hexdigest()
+
+    def table_handle(self, sha256: str) -> str:
+        """The sealed table's public handle: the keyed tag (:meth:`_keyed`) of its rows' sha256 (published in
+        the plan figures and ``release_provenance.json`` as ``table``; the stages' parameters carry it)."""
+        return self._keyed(b"mdp-release sealed table v1", _safe(sha256))
+
+    def _sealed_path(self, sha256: str) -> Path:
+        return self.root / "sealed" / f"{_safe(sha256)}.parquet"
+
+    def seal_table(self, rows: Any) -> tuple[str, str]:
+        """Write the door's snapshot of the secret table: ``rows`` (:func:`mdp_core.problem.microdata.sealed_rows`,
+        canonical) as ``sealed/<sha256 of the rows>.parquet``, atomically, 0600, content-addressed (written once:
+        the same rows are the same file). Returns (the rows' sha256: the table's version, private; its handle,
+        public: :meth:`table_handle`)."""
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from mdp_core.problem.microdata import rows_sha256
+
+        sha = rows_sha256(rows)
+        path = self._sealed_path(sha)
+        if not path.is_file():
+            types = {c: pa.large_string() if c == "record" else pa.float64() for c in rows.columns}
+            table = pa.table({c: pa.array(rows[c].tolist(), type=t) for c, t in types.items()})
+            buf = io.BytesIO()
+            pq.write_table(table, buf)
+            _write_private(path, buf.getvalue(), exclusive=True)
+        self.sealed_table(sha)  # read back: what later steps will read is what was sealed
+        return sha, self.table_handle(sha)
+
+    def sealed_table(self, sha256: str) -> Any:
+        """The sealed rows (a DataFrame) whose sha256 is ``sha256``, checked against it (LedgerError for a
+        snapshot altered or swapped under ``private/``; InputError when this store has none)."""
+        import pyarrow.parquet as pq
+
+        from mdp_core.problem.microdata import rows_sha256
+
+        path = self._sealed_path(sha256)  # its name is a hash of the people: never in a message
+        where = self.root / "sealed"
+        if not path.is_file():
+            raise InputError(f"this draw's sealed table is not in {where}: run the release again")
+        rows = pq.read_table(path).to_pandas()
+        if "record" in rows.columns:
+            rows["record"] = rows["record"].astype(object).where(rows["record"].notna(), None)
+        if not hmac.compare_digest(rows_sha256(rows), sha256):
+            raise LedgerError(f"a sealed table in {where} does not match its name (altered in the private part)")
+        return rows
+
+    def register_table_path(self, path: str | Path) -> str:
+        """Keep the secret table's path (absolute) under ``paths/``, named by its keyed tag; returns that tag,
+        the path's public stand-in in a flow run's parameters (:func:`flows.door.sealed_parameter`)."""
+        real = str(Path(path).expanduser().resolve())
+        handle = self._keyed(b"mdp-release table path v1", real)
+        target = self.root / "paths" / f"{handle}.json"
+        if not target.is_file():
+            _write_private(target, _json_bytes({"path": real}))
+        return handle
+
+    def table_path(self, handle: str) -> str:
+        """The path :meth:`register_table_path` kept under ``handle``; InputError when this store has none."""
+        try:
+            return str(json.loads((self.root / "paths" / f"{_safe(handle)}.json").read_text(encoding="utf-8"))["path"])
+        except FileNotFoundError:
+            raise InputError(
+                f"the secret table's handle {handle[:12]} is not in this store's private part ({self.root}): "
+                "start the release with `mdp-release run --config FILE` (or serve / deploy) on this store"
+            ) from None
 
     def check_published(self, population: str, heads: Sequence[tuple[int, str]]) -> None:
         """LedgerError unless every published head (seq, head) of ``population`` is the entry of its chain

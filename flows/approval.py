@@ -94,7 +94,8 @@ class BudgetView:
 # ---------------------------------------------------------------------------------------- the plan
 def plan_figures(plan: PrivacyPlan) -> dict[str, Any]:
     """The admitted plan's public figures: population, radius, max_distance, the guarantee (with its
-    statement), each planned charge and the whole charge (exact, rounded up), the door's settings."""
+    statement), each planned charge and the whole charge (exact, rounded up), the door's settings and the
+    sealed table's keyed handle (``table``: what the officer approves is what is measured)."""
     return {
         "population": plan.population,
         "radius": plan.radius,
@@ -103,6 +104,7 @@ def plan_figures(plan: PrivacyPlan) -> dict[str, Any]:
         "charges": plan.charges(),
         "charge": round_up(plan.charge.value),
         "settings": plan.settings.as_params(),
+        "table": plan.table,  # the sealed table's keyed handle (None: simulated people); release_provenance.json's
     }
 
 

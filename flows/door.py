@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flows.config import ReleaseFlowConfig, store_root
-from mdp_core.errors import InputError
+from mdp_core.errors import InputError, SecretTableError
 from mdp_core.release.door import GraphFacts, PrivacyPlan, Settings, TableFacts, plan_privacy
 
 if TYPE_CHECKING:
@@ -57,13 +57,15 @@ class Figures:
 @dataclass(frozen=True)
 class Door:
     """What the door decided for a config: the plan, and for an agency's table its people (secret, memory only:
-    their keyed sketch is kept in the store's private part when the population claims them) and the located
-    people (for ``check``'s terminal-only figures); the public figures it was decided on."""
+    their keyed sketch is kept in the store's private part when the population claims them), the located
+    people (for ``check``'s terminal-only figures) and its sealed rows (the run's snapshot); the public
+    figures it was decided on."""
 
     plan: PrivacyPlan
     people: People | None = None
     located: Any = None
     figures: Figures | None = None
+    rows: Any = None  # the secret table's sealed rows (secret, in memory: the run seals them in private/)
 
 
 def settings(cfg: ReleaseFlowConfig, epsilon: float, eta: float) -> Settings:
@@ -83,7 +85,7 @@ def settings(cfg: ReleaseFlowConfig, epsilon: float, eta: float) -> Settings:
 
 
 def universe_has_table(cfg: ReleaseFlowConfig, table_sha256: str) -> bool:
-    """Whether the secret table's bytes are one of the dataset's input files."""
+    """Whether the secret table's bytes (``table_sha256``: their sha256) are one of the dataset's input files."""
     from mdp_core.declarations import dataset_kinds
     from mdp_core.problem.microdata import sha256_regular
 
@@ -106,27 +108,64 @@ def similar_population(root: Path, people: People, population: str | None) -> tu
     return PrivateStore(root).similar_population(people, population)
 
 
-def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[TableFacts, People, Any]:
-    """Read and validate the secret table against ``inst``: (its facts for the door, its people, the located
-    people). InputError when the file cannot be read at all (a message with no value in it)."""
+def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[TableFacts, People, Any, Any]:
+    """Read the secret table ONCE and validate it against ``inst``: (its facts for the door, its people, the
+    located people, its sealed rows -- :func:`mdp_core.problem.microdata.sealed_rows`, what the run seals and
+    every later step reads). A SecretTableError (no value, no path in its message) when the file cannot be
+    read at all."""
     from mdp_core.declarations import dataset_kinds
     from mdp_core.problem import microdata
     from mdp_core.release.door import table_facts, table_people, universe_facts
 
-    path = str(cfg.release.microdata)
-    table = microdata.read_table(path)
-    loc = microdata.locate(table.frame, inst)
-    people = table_people(table.frame, inst, loc)
+    table, file_sha = microdata.read_secret(str(cfg.release.microdata))
+    try:
+        rows = microdata.sealed_rows(table.frame, inst)
+    except SecretTableError:
+        raise
+    except InputError as exc:  # the columns do not fit the instance: a problem of the secret table
+        raise SecretTableError(str(exc)) from None
+    loc = microdata.locate(rows, inst)
+    people = table_people(rows, inst, loc)
     user_universe = dataset_kinds.user_universe(cfg.dataset.kind, cfg.dataset.params)
     facts = table_facts(
         loc,
         inst.n_records,
         limit,
-        universe_bytes=universe_has_table(cfg, microdata.sha256_regular(path)),
+        universe_bytes=universe_has_table(cfg, file_sha),
         other=similar_population(store_root(cfg), people, cfg.release.population),
         universe=universe_facts(people, inst) if user_universe else None,
     )
-    return facts, people, loc
+    return facts, people, loc, rows
+
+
+SEALED_PATH = "private-path:"  # [release] microdata in a flow run's parameters: "private-path:<keyed tag>"
+
+
+def sealed_config(cfg: ReleaseFlowConfig) -> ReleaseFlowConfig:
+    """``cfg`` as a flow run's parameter may carry it: ``[release] microdata`` (the secret table's path) replaced
+    by ``private-path:<tag>``, the path kept in the store's private part under its keyed tag
+    (:meth:`artifacts.private.PrivateStore.register_table_path`). Prefect's database, UI and logs then never see
+    the path; the run finds it again in its own store (:func:`unsealed_config`). Configs without a table, or
+    already sealed: unchanged."""
+    path = cfg.release.microdata
+    if path is None or path.startswith(SEALED_PATH):
+        return cfg
+    from artifacts.private import PrivateStore
+
+    handle = PrivateStore(store_root(cfg)).register_table_path(path)
+    return cfg.model_copy(update={"release": cfg.release.model_copy(update={"microdata": SEALED_PATH + handle})})
+
+
+def unsealed_config(cfg: ReleaseFlowConfig) -> ReleaseFlowConfig:
+    """``cfg`` with a ``private-path:<tag>`` microdata (:func:`sealed_config`) resolved to the path its store keeps
+    (InputError when that store has none); any other config unchanged. Inside the run's process only."""
+    path = cfg.release.microdata
+    if path is None or not path.startswith(SEALED_PATH):
+        return cfg
+    from artifacts.private import PrivateStore
+
+    real = PrivateStore(store_root(cfg)).table_path(path[len(SEALED_PATH) :])
+    return cfg.model_copy(update={"release": cfg.release.model_copy(update={"microdata": real})})
 
 
 def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
@@ -142,8 +181,8 @@ def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
         return Door(plan_privacy(s, figures.graph), figures=figures)
     if isinstance(inst, Figures):
         raise ValueError("a secret table is read against the instance itself, not its figures")
-    facts, people, loc = read_secret_table(cfg, inst, s.distance_limit)
-    return Door(plan_privacy(s, figures.graph, facts), people, loc, figures)
+    facts, people, loc, rows = read_secret_table(cfg, inst, s.distance_limit)
+    return Door(plan_privacy(s, figures.graph, facts), people, loc, figures, rows)
 
 
-__all__ = ["Door", "Figures", "plan_for", "read_secret_table", "settings"]
+__all__ = ["Door", "Figures", "plan_for", "read_secret_table", "sealed_config", "settings", "unsealed_config"]

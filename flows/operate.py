@@ -17,7 +17,8 @@
 
 The config's paths were made absolute when it was read (see :func:`flows.config.load_config`) and the
 config as written is the deployment's parameter (:func:`flows.config.to_parameter`: the keys the file
-set, nothing else; the served or worker process validates it back to the same config), so a scheduled run writes to the same store as
+set, nothing else; the secret table's path as ``private-path:<tag>``, :func:`flows.door.sealed_config`; the
+served or worker process validates it back to the same config), so a scheduled run writes to the same store as
 ``mdp-release run --config`` whatever the worker's working directory. Both need a Prefect server
 (``mdp-release server start`` or ``PREFECT_API_URL``): a schedule lives on the server.
 """
@@ -100,6 +101,7 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
     name and the ``route`` ("serve", or deploy's pool name): ``serve`` and ``deploy`` of one config are two
     deployments, never one overwriting the other."""
     from flows.config import load_config, release_name, to_parameter
+    from flows.door import sealed_config
     from flows.release import run_tags
 
     if args.interval is not None and not args.interval > 0:
@@ -118,7 +120,7 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
         schedule = {"interval": args.interval}
     return {
         "name": name,
-        "parameters": {"config": to_parameter(cfg)},
+        "parameters": {"config": to_parameter(sealed_config(cfg))},  # no secret path in Prefect
         "tags": ["mdp-release", *run_tags(cfg)],
         "description": f"mdp-release {name}: {args.config or 'the built-in default release'}",
         "concurrency_limit": one_at_a_time(getattr(args, "limit", 1)),

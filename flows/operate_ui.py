@@ -630,7 +630,7 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
     The reason is the exception's type and message: messages of this project name stages, columns and
     counts, never a secret value nor which people (the privacy errors' contract); nothing else of the run
     (parameters, inputs) is written. A :class:`~mdp_core.errors.SecretTableError`'s ``detail`` (the row
-    numbers) goes to ``<store>/private/failures/<record>.txt`` only (:func:`keep_private_detail`), which
+    numbers, the secret table's path) goes to ``<store>/private/failures/<record>.txt`` only (:func:`keep_private_detail`), which
     ``FAILED.txt`` names. ``kind``: "failed", "crashed", "cancelled" or "refused" (prefixed ``refused at``;
     then also the population's budget artifact and, once per budget, its low-budget warning:
     :func:`publish_budget`)."""
@@ -668,7 +668,7 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
                 kept = keep_private_detail(root, folder.name, detail)
                 if kept is not None:
                     record["private_detail"] = str(kept.relative_to(root))
-                    lines += f"which people: {kept} (owner only), or `mdp-release check --config FILE`\n"
+                    lines += f"the details (which people, which file): {kept} (owner only), or `mdp-release check`\n"
             _write_record(runs, folder, lines, record)
         except OSError as exc:
             log.warning("could not write the failure record: %s", exc)

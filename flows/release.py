@@ -13,6 +13,7 @@ parameters, not strings it cannot resolve (every scheduled run failed in 0 s tha
 """
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import functools
 import importlib
@@ -28,7 +29,7 @@ from prefect.context import FlowRunContext
 from prefect.states import Cancelled, Failed, State
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
-from artifacts.private import Draw
+from artifacts.private import Draw, PrivateStore
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui, runner
@@ -44,7 +45,7 @@ from flows.config import (
     release_name,
     store_root,
 )
-from flows.door import Figures, plan_for
+from flows.door import Figures, plan_for, unsealed_config
 from mdp_core.declarations import contract, dataset_kinds
 from mdp_core.declarations.methods import needs_partition
 from mdp_core.errors import Interrupted, PrivacyError, StageTimeout
@@ -103,7 +104,7 @@ SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
     "solve": _solve_section,
     "evaluate": _evaluate_section,
     # the release settings; the flow replaces them with release_params (and adds "prior") at the secret draw
-    "release": lambda cfg: cfg.release.model_dump(mode="json", exclude_unset=True),
+    "release": lambda cfg: cfg.release.model_dump(mode="json", exclude_unset=True, exclude={"microdata"}),
     # eta as written, and the protection radius when eta is unset (the graph's eta is then at most the radius)
     "privacy.eta": lambda cfg: cfg.privacy.graph_params(),
 }
@@ -135,16 +136,18 @@ def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
     return params
 
 
-def release_params(cfg: ReleaseFlowConfig, draw: Draw, door: Settings) -> dict[str, dict[str, Any]]:
+def release_params(
+    cfg: ReleaseFlowConfig, draw: Draw, door: Settings, table: str | None = None
+) -> dict[str, dict[str, Any]]:
     """The ``prior`` (when not the dataset's) and ``measure`` stages' parameters: the release settings
     (``door``: the privacy door's, which the measuring stage plans with again), the population, the draw's
-    public commitment and the secret table's HMAC under the draw (never its hash), and what the ledger needs
-    (the cap the config asks for, whether the population must have one)."""
+    public commitment and ``table``, the sealed table's keyed handle
+    (:meth:`artifacts.private.PrivateStore.table_handle`: never its path or hash; None for simulated people),
+    and what the ledger needs (the cap the config asks for, whether the population must have one)."""
     r, p = cfg.release, cfg.privacy
     secret = {
-        "microdata": r.microdata,
+        "table": table,  # the sealed table's keyed handle (None: simulated people); never its path or hash
         "population": draw.population,
-        "table_tag": draw.tag(draw.version),
         "draw": draw.commitment,
         "max_distance": r.max_distance,
         "max_total_epsilon": r.max_total_epsilon,
@@ -186,12 +189,13 @@ def public_prior_params(cfg: ReleaseFlowConfig) -> dict[str, Any] | None:
 
 def release_key(cfg: ReleaseFlowConfig) -> str:
     """What identifies a release of a draw for the budget's early check: the config without the parts that
-    cannot change what is measured (run, name, store, evaluate, who approves)."""
+    cannot change what is measured (run, name, store, evaluate, who approves, where the secret table was read
+    from: the sealed table is the draw's)."""
     import hashlib
     import json
 
     exclude: dict[str, Any] = {"run": True, "name": True, "store": True, "evaluate": True}
-    exclude["release"] = {"approval", "approval_timeout"}
+    exclude["release"] = {"approval", "approval_timeout", "microdata"}
     data = cfg.model_dump(mode="json", exclude=exclude)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -313,10 +317,13 @@ def _door(
     state: StageRun,
 ) -> None:
     """The privacy door, before the first stage that reads the secret table: every rule of the guarantee
-    (:func:`flows.door.plan_for`, the secret table read and validated) before anything is charged, the officer's
-    approval (:func:`flows.approval.wait_for_approval`), for real people the table's population claimed, the
-    population's draw for this version of the table (published releases checked against the private ledger)
-    and the early budget check of the plan's charges; then the signing key (refused before the first charge).
+    (:func:`flows.door.plan_for`, the secret table read once and validated) before anything is charged; the
+    table's canonical rows sealed in the private part (:meth:`artifacts.private.PrivateStore.seal_table`: from
+    here on every step reads the snapshot, never the file) and their keyed handle put into the plan; the
+    officer's approval of that plan (:func:`flows.approval.wait_for_approval`), for real people the table's
+    population claimed, the population's draw for this version of the table (the sealed rows' sha256;
+    published releases checked against the private ledger) and the early budget check of the plan's charges;
+    then the signing key (refused before the first charge).
     Without a secret table the door reads only the public instance's figures (:class:`flows.door.Figures`),
     memoised beside the graph object (:func:`tasks.common.door_figures`): a re-run's door loads no instance."""
     note("the privacy door")
@@ -329,11 +336,14 @@ def _door(
     if public and figures is None and door.figures is not None:
         remember_door_figures(store, *memo, door.figures.as_dict())
     state.plan = door.plan.admit()  # refused: PrivacyError, nothing measured, nothing charged
+    version = None
+    if door.rows is not None:  # sealed: from here on the run reads the snapshot, never the file
+        version, handle = PrivateStore(store.root).seal_table(door.rows)
+        state.plan = dataclasses.replace(state.plan, table=handle)  # the plan the officer approves covers it
     state.approval = wait_for_approval(config, store, state.plan)  # [release] approval: a person first
-    if config.release.microdata is not None:  # real people: the door (the budget) before anything is measured
+    if version is not None:  # real people: the door (the budget) before anything is measured
         population = cast(str, config.release.population)
         measure.claim_table(store, door.people, population)
-        version = measure.table_version(config.release.microdata)
         state.draw = _secret(config, store, params, note, new_draw, draw, state, population, version)
         measure.precheck_release(store, state.draw, params["measure"], state.plan.charges())
     signing.signing_key(store.root)  # a refused or lost signing key is refused now, before the first charge
@@ -355,7 +365,7 @@ def _secret(
     plan = cast(PrivacyPlan, state.plan)
     note("measure (the secret draw)")
     d = measure.secret_draw(store, population, version, new_draw, draw)
-    params.update(release_params(config, d, plan.settings))
+    params.update(release_params(config, d, plan.settings, plan.table))
     radius = {"value": plan.radius, "unit": plan.guarantee.distance_unit}
     for st in contract.STAGES:  # each stage that reads the secret table and is given the draw (prior, measure)
         if st.reads_secret and "draw" in params.get(st.name, {}):
@@ -472,7 +482,9 @@ def release_flow(
     """Run the release pipeline; returns the run manifest (also written to runs/<run_name>/manifest.json).
 
     Args:
-        config: the release configuration.
+        config: the release configuration; its ``[release] microdata`` may be ``private-path:<tag>``
+            (:func:`flows.door.sealed_config`: what ``mdp-release run``, ``serve`` and ``deploy`` pass, so no
+            flow run's parameters hold the secret table's path), resolved in this process from the store.
         refresh_from: recompute this stage and every later one, ignoring caches ("ingest" = all).
         new_draw: perturb the same people again with a fresh secret draw (a second, independent release:
             its spend is added to the table's ledger). Default: the table's current draw (made once).
@@ -501,7 +513,7 @@ def release_flow(
     except ValueError:  # not the main thread: no signals here
         restore = None
     try:
-        return _release(as_config(config), refresh_from, new_draw, draw)
+        return _release(unsealed_config(as_config(config)), refresh_from, new_draw, draw)
     except Interrupted as exc:
         if isinstance(exc, StageTimeout):  # a stage over its [run] timeouts limit: TimedOut (Failed), as before
             raise

@@ -292,6 +292,7 @@ def rerun_config(manifest: str | Path, microdata: str | None = None) -> Any:
 
 def run_from_cli(args: argparse.Namespace) -> int:
     from flows.config import load_config, manifest_draw, store_root
+    from flows.door import sealed_config
     from mdp_core.errors import InputError
 
     if args.from_manifest and args.config:
@@ -308,6 +309,7 @@ def run_from_cli(args: argparse.Namespace) -> int:
         cfgs = [c.model_copy(update={"store": str(Path(args.store).expanduser().resolve())}) for c in cfgs]
     for c in cfgs:  # a store root that is no place for a store (/, a home folder): refused before Prefect starts
         store_root(c)
+    cfgs = [sealed_config(c) for c in cfgs]  # the secret table's path stays in the store's private part
     refresh_from: Any = "ingest" if args.refresh else args.refresh_from  # a StageName (argparse checked it)
     # a re-run of a published release uses its draw (from this store's private part); otherwise the table's own
     draw = manifest_draw(args.from_manifest) if args.from_manifest else None

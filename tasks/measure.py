@@ -1,18 +1,19 @@
 """Stage ``measure``: where the secret table is measured -- perturb each individual of the secret microdata, and publish DP counts of the
 true data made consistent by CBDP.
 
-params: {"microdata": path | None, "population": str, "table_tag": hex, "draw": commitment,
+params: {"table": the sealed table's keyed handle | None, "population": str, "draw": commitment,
 "max_distance": float | None, "n_individuals": int (simulated only), "eps_counts": float, "eps_prior": float,
 "prior_source": str, "max_total_epsilon": float | None, "require_cap": bool, "protection_radius": float | None}.
 Upstream: the instance, the mechanism, the partition and the graph (its ``protection``: the stretch).
 
-Individuals: the agency's microdata file mapped to records (:mod:`mdp_core.problem.microdata`), or -- without
-one, a demo -- ``n_individuals`` simulated from the prior. Every draw that protects them comes from
+Individuals: the agency's table as the privacy door sealed it (``<store>/private/sealed/``, never the file
+again: :meth:`artifacts.private.PrivateStore.sealed_table`) mapped to records
+(:mod:`mdp_core.problem.microdata`), or -- without one, a demo -- ``n_individuals`` simulated from the prior. Every draw that protects them comes from
 the store's secret draw (:class:`artifacts.private.Draw`, OS entropy; ``params["draw"]`` is only its
 public commitment): each individual's output from its record's row of the mechanism, and the exact
 discrete Laplace noise (OpenDP) of the true-data counts per output cell / zone (the total is n, public),
-kept in the private store so a re-run reproduces it. The cache key holds the table's HMAC under the
-secret, never its hash.
+kept in the private store so a re-run reproduces it. The cache key holds the sealed table's keyed handle
+(an HMAC under the store key), never its path or hash.
 
 Order, so that nothing is measured before the budget accepts it:
   1. the mechanism is certified from its bytes (:func:`mdp_core.solvers.verify.verify`, exact tolerance,
@@ -44,7 +45,7 @@ from artifacts.private import Budget, Draw, PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.declarations import contract
 from mdp_core.declarations.budget import compose
-from mdp_core.errors import InputError, PrivacyError
+from mdp_core.errors import InputError, PrivacyError, SecretTableError
 from mdp_core.release.door import SIMULATED_PREFIX
 from tasks.common import instance_of, output_zones, run_stage
 
@@ -53,15 +54,6 @@ if TYPE_CHECKING:
 
 PROVENANCE_VERSION = contract.PROVENANCE_VERSION  # mdp_core.declarations.contract: what this stage writes
 T = TypeVar("T")
-
-
-def table_version(microdata: str) -> str:
-    """The private id of one version of the secret table: sha256 of the file's bytes (a regular file only:
-    a FIFO or a device is refused before it is opened). Never published (only :meth:`Draw.tag` of it
-    reaches a cache key)."""
-    from mdp_core.problem.microdata import sha256_regular
-
-    return sha256_regular(microdata)
 
 
 def simulated_table(description: dict[str, Any]) -> tuple[str, str]:
@@ -87,8 +79,8 @@ def secret_draw(store: Store, population: str, version: str, new: bool = False, 
         raise InputError(str(exc).strip("'\"")) from None
     if draw.population != population or draw.version != version:
         raise InputError(
-            f"draw {commitment[:12]} belongs to another version of the table: the microdata file changed since "
-            "that release"
+            f"draw {commitment[:12]} belongs to another version of the table: its people changed since that "
+            "release (or that release predates the sealed table: its version was the file's bytes)"
         )
     return draw
 
@@ -215,19 +207,25 @@ def claim_table(store: Store, people: People | None, population: str) -> None:
         )
 
 
-def individuals(params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 record ids
-    """Each individual's secret record: the microdata file mapped to records, or simulated from the prior."""
+def individuals(private: PrivateStore, params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 record ids
+    """Each individual's secret record: the table the door sealed (the draw's version: the sealed rows' sha256,
+    read back from ``private`` and checked against it and against ``params["table"]``, its keyed handle) mapped
+    to records -- never the file, which may have changed since --, or simulated from the prior."""
     from mdp_core.problem import microdata
     from mdp_core.release import perturb
 
-    path = params.get("microdata")
-    if path is None:
+    handle = params.get("table")
+    if handle is None:
         return perturb.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals"))
-    frame, version = microdata.read_with_sha256(path)  # the bytes hashed are the bytes read
-    if draw.tag(version) != params["table_tag"]:
-        raise InputError("the microdata file changed during the run; run again")
+    if private.table_handle(draw.version) != handle:
+        raise InputError("the sealed table is not this draw's table; run the release again")
+    rows = private.sealed_table(draw.version)
     limit = params.get("max_distance")
-    return microdata.map_individuals(frame, inst, inst.eta if limit is None else float(limit)).record_ids
+    try:
+        return microdata.map_individuals(rows, inst, inst.eta if limit is None else float(limit)).record_ids
+    except SecretTableError as exc:  # its rows are the sealed table's (sorted by its key), not the file's
+        sealed = " (rows of the table as the door sealed it, sorted by its key; `mdp-release check` names the file's)"
+        raise SecretTableError(str(exc), exc.detail + sealed) from None
 
 
 def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
@@ -261,7 +259,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     plan = make.plan_release(inst, z, privacy)  # certifies z, refuses a deterministic row or a refused plan
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
-    records = individuals(params, inst, draw)
+    records = individuals(private, params, inst, draw)
     zone = _zones(store, inst, upstream.get("partition"))
     mech_sha, inst_sha = upstream["mechanism"].files["mechanism.parquet"], upstream["instance"].files["instance.json"]
     limit = params.get("max_distance")
@@ -287,9 +285,10 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     write_published(w.file("aggregates.parquet"), rel.aggregates, "aggregates.parquet")
     ledger = make.published_ledger(draw.population, plan.guarantee.charge(), at)
     ledger["history"] = private.history(draw.population, at["seq"])  # caps, raises, new budgets: disclosed
-    source = "simulated" if params.get("microdata") is None else "file"
+    source = "simulated" if params.get("table") is None else "file"
     fields = make.provenance_fields(rel, plan, eps_prior, params["prior_source"], protection, ledger)
     fields |= {"population": draw.population, "microdata_source": source, "draw_commitment": draw.commitment}
+    fields |= {"table": params.get("table")}  # the plan's "table" (flows.approval.plan_figures): keyed handle
     record = audit.provenance(
         store.path(upstream["mechanism"], "mechanism.parquet"),
         store.path(upstream["instance"], "instance.json"),

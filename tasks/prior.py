@@ -1,12 +1,12 @@
 """Stage ``prior`` (only when ``[release] prior`` is not "dataset"): the prior the mechanism is optimised for.
 
-params: {"source": "uniform" | "file" | "dp", "file": path, "file_sha256": hex (file), "microdata": path,
-"population": str, "table_tag": hex, "draw": commitment, "eps_prior": float, "max_distance": float | None,
+params: {"source": "uniform" | "file" | "dp", "file": path, "file_sha256": hex (file), "table": the sealed
+table's keyed handle, "population": str, "draw": commitment, "eps_prior": float, "max_distance": float | None,
 "max_total_epsilon": float | None, "require_cap": bool (dp)}.
 
 * ``uniform``: 1 / N;
 * ``file``: a public CSV / Parquet file with a ``prior`` column of N non-negative numbers (record order);
-* ``dp``: a DP histogram of the secret microdata -- exact discrete Laplace noise (OpenDP, L1 sensitivity 2:
+* ``dp``: a DP histogram of the secret microdata (the table the door sealed) -- exact discrete Laplace noise (OpenDP, L1 sensitivity 2:
   one individual moves) with budget ``eps_prior``, kept in the private store so a re-run reproduces it --
   then max(noisy, 0) + 1 per record, normalised (post-processing). The mechanism, and so the release,
   depends on it: its ``eps_prior`` joins the release's guarantee. It is charged to the population's
@@ -69,7 +69,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
             params,
             {key: ("prior", eps_prior)},
             lambda: kept_measure(private, draw, key)(
-                histogram(individuals(params, inst, draw), n), MOVE_SENSITIVITY, eps_prior
+                histogram(individuals(private, params, inst, draw), n), MOVE_SENSITIVITY, eps_prior
             ),
         )
         p = np.maximum(meas.values, 0).astype(np.float64) + 1.0

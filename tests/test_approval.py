@@ -81,7 +81,16 @@ def test_an_unset_approval_is_not_written_and_a_set_one_round_trips(tmp_path):
 def test_the_plan_hash_is_of_its_public_figures():
     plan = _plan()
     figures = plan_figures(plan)
-    assert set(figures) == {"population", "radius", "max_distance", "guarantee", "charges", "charge", "settings"}
+    assert set(figures) == {
+        "population",
+        "radius",
+        "max_distance",
+        "guarantee",
+        "charges",
+        "charge",
+        "settings",
+        "table",
+    }
     assert figures["charge"] >= sum(figures["charges"].values())  # the exact sum, rounded up
     assert plan_sha256(plan) == plan_sha256(_plan()) and len(plan_sha256(plan)) == 64
     assert plan_sha256(_plan(eps=3.0)) != plan_sha256(plan) != plan_sha256(_plan(eps_counts=0.5))

@@ -146,11 +146,27 @@ def _manifest_route(cfg: ReleaseFlowConfig, folder: Path) -> ReleaseFlowConfig:
 
 
 def _deployment_route(path: Path) -> dict[str, Any]:
-    """The parameter ``mdp-release serve --config PATH`` gives its deployment."""
+    """The parameter ``mdp-release serve --config PATH`` gives its deployment (a secret table's path kept in
+    its store's private part, the parameter naming it ``private-path:<tag>``: issue 49)."""
     from flows.operate import _deployment
 
     args = argparse.Namespace(config=str(path), interval=30.0, cron=None, timezone="UTC", name=None)
     return _deployment(args, "serve")["parameters"]["config"]
+
+
+def _no_path(param: dict[str, Any]) -> dict[str, Any]:
+    """``param`` with its secret table's path or ``private-path:<tag>`` left out."""
+    release = {k: v for k, v in param.get("release", {}).items() if k != "microdata"}
+    return param | {"release": release}
+
+
+def _served(served: dict[str, Any]) -> ReleaseFlowConfig:
+    """The serve / deploy parameter as the run reads it: the secret table's path resolved in its store."""
+    from flows.door import SEALED_PATH, unsealed_config
+
+    microdata = served.get("release", {}).get("microdata")
+    assert microdata is None or microdata.startswith(SEALED_PATH)  # no path in Prefect
+    return unsealed_config(as_config(served))
 
 
 def _all_routes(cfg: ReleaseFlowConfig, folder: Path) -> dict[str, ReleaseFlowConfig]:
@@ -165,13 +181,13 @@ def _all_routes(cfg: ReleaseFlowConfig, folder: Path) -> dict[str, ReleaseFlowCo
     toml = folder / "routed.toml"
     toml.write_text(to_toml(param))
     served = _deployment_route(toml)
-    assert served == param  # the deployment's parameter is the written config, nothing added
+    assert _no_path(served) == _no_path(param)  # the deployment's parameter is the written config, nothing added
     return {
         "parameter": as_config(json.loads(json.dumps(param))),
         "full dump (API, failure hook)": as_config(json.loads(json.dumps(cfg.model_dump(mode="json")))),
         "toml file": load_config(toml),
         "manifest (run --from-manifest)": _manifest_route(cfg, folder),
-        "serve / deploy parameter": as_config(served),
+        "serve / deploy parameter": _served(served),
     }
 
 
@@ -193,13 +209,15 @@ def _check_routes(cfg: ReleaseFlowConfig, folder: Path) -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_shipped_example_survives_every_route(path, tmp_path):
+def test_every_shipped_example_survives_every_route(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("MDP_RELEASE_STORE", str(tmp_path / "default-store"))  # serve keeps a table's path there
     _check_routes(load_config(path), tmp_path)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=CONFIGS)
-def test_generated_configs_survive_every_route(data, tmp_path):
+def test_generated_configs_survive_every_route(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("MDP_RELEASE_STORE", str(tmp_path / "default-store"))  # serve keeps a table's path there
     cfg = parse_config(data)
     if "dataset" in data:  # a dataset section carries its kind (the schema's discriminator)
         data = data | {"dataset": {"kind": cfg.dataset.kind, **data["dataset"]}}
@@ -225,16 +243,12 @@ def test_a_microdata_releases_serve_parameter_is_revalidated_to_the_same_config(
     cfg = load_config(path)
     param = _deployment_route(path)
     assert "n_individuals" not in param["release"] and "simulate" not in param["release"]
-    assert param == {
+    assert _no_path(param) == {
         "name": "agency",
         "store": str(tmp_path / "st"),
-        "release": {
-            "microdata": str(tmp_path / "people.csv"),
-            "population": "rome-residents",
-            "max_total_epsilon": 30.0,
-        },
+        "release": {"population": "rome-residents", "max_total_epsilon": 30.0},
     }
-    assert as_config(param) == cfg and not is_simulated(as_config(param))
+    assert _served(param) == cfg and not is_simulated(as_config(param))
     # the full dump a manifest / the API keeps: n_individuals is None now, and validation ignores fields_set
     full = cfg.model_dump(mode="json")
     assert full["release"]["n_individuals"] is None and as_config(full) == cfg

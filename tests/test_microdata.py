@@ -250,7 +250,8 @@ def test_parquet_and_hash_of_the_same_bytes(tmp_path, geo):
     df["record"] = [0, 1, 2, 3]
     path = tmp_path / "people.parquet"
     df.to_parquet(path)
-    frame, digest = microdata.read_with_sha256(path)
+    table, digest = microdata.read_secret(path)
+    frame = table.frame
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest() == microdata.sha256_regular(path)
     assert frame["record"].tolist() == ["0", "1", "2", "3"]
     assert microdata.map_individuals(frame, geo, 1.0).record_ids.tolist() == [0, 1, 2, 3]

@@ -66,6 +66,7 @@ def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server,
         privacy = mine[0]["privacy"]
         assert privacy["microdata_source"] == "file" and privacy["population"] == "helsinki-example-people"
         assert privacy["ledger"]["max_total_epsilon"] is not None
+        assert "helsinki-people.csv" not in json.dumps(run["parameters"])  # issue 49: no secret path in Prefect
 
     # run --from-manifest of the served release: the same config, the same draw, the same bytes (the manifest
     # names the secret table by its role: the operator gives its path)

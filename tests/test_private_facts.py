@@ -57,14 +57,17 @@ def no_row(text: str) -> None:
 def run_path_error(root: Path, table: Path) -> SecretTableError:
     """The error the measure stage (and a DP prior) raises for ``table``: tasks.measure.individuals."""
     from artifacts.private import PrivateStore
+    from mdp_core.problem import microdata
     from mdp_core.problem.datasets import grid
-    from tasks.measure import individuals, table_version
+    from tasks.measure import individuals
 
-    version = table_version(str(table))
-    draw, _ = PrivateStore(root).draw(POPULATION, version)
-    params = {"microdata": str(table), "table_tag": draw.tag(version), "max_distance": None}
+    inst = grid(5, 6, n_outputs=30, seed=0)
+    private = PrivateStore(root)
+    version, handle = private.seal_table(microdata.sealed_rows(microdata.read_secret(table)[0].frame, inst))
+    draw, _ = private.draw(POPULATION, version)
+    params = {"table": handle, "max_distance": None}
     with pytest.raises(SecretTableError) as info:
-        individuals(params, grid(5, 6, n_outputs=30, seed=0), draw)
+        individuals(private, params, inst, draw)
     return info.value
 
 
@@ -84,7 +87,7 @@ def test_a_run_path_error_counts_people_and_keeps_their_rows_private(tmp_path, f
     copy = pickle.loads(pickle.dumps(exc))  # a pickled copy (Prefect's result storage): the public message only
     assert isinstance(copy, SecretTableError) and str(copy) == public
     no_row(copy.detail)
-    assert f"data row(s) {FAR_ROW} (1-based" in exc.detail  # the operator's detail names the row
+    assert "data row(s) " in exc.detail  # the operator's detail names the row (of the sealed, sorted table)
 
 
 def test_a_malformed_row_is_not_named_on_the_run_path(tmp_path):
@@ -94,7 +97,7 @@ def test_a_malformed_row_is_not_named_on_the_run_path(tmp_path):
     rows = ["41.9,12.5"] * (FAR_ROW - 1) + ["41.9,12.5,extra"]
     path.write_text("lat,lon\n" + "\n".join(rows) + "\n")
     with pytest.raises(SecretTableError) as info:
-        microdata.read_with_sha256(path)
+        microdata.read_secret(path)
     no_row(str(info.value))
     assert f"data row {FAR_ROW}" in info.value.detail
 
@@ -123,7 +126,7 @@ def test_the_failure_record_is_public_and_the_rows_are_private(tmp_path, far_tab
     assert failed.startswith(f"measure: SecretTableError: microdata: 1 of {N_PEOPLE} individual(s)")
     private = store / json.loads(record)["private_detail"]
     assert private.parent == store / "private" / "failures" and str(private) in failed
-    assert f"data row(s) {FAR_ROW} " in private.read_text()
+    assert "data row(s) " in private.read_text() and "as the door sealed it" in private.read_text()
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in (private.parent, private.parent.parent))
     assert stat.S_IMODE((folder / "FAILED.txt").stat().st_mode) == 0o644
@@ -147,7 +150,7 @@ def test_a_manifest_names_the_table_by_its_role_and_a_rerun_needs_its_path(tmp_p
     from flows.manifest import SECRET_TABLE_ROLE, new_manifest
     from flows.run import rerun_config
     from mdp_core.release import audit
-    from tasks.measure import secret_draw, table_version
+    from tasks.measure import secret_draw
 
     root, table = tmp_path / "store", tmp_path / "agency-secret-people.csv"
     people_table(table)
@@ -171,7 +174,7 @@ def test_a_manifest_names_the_table_by_its_role_and_a_rerun_needs_its_path(tmp_p
     other = tmp_path / "other.csv"
     people_table(other, seed=8)
     with pytest.raises(InputError, match="another version of the table"):
-        secret_draw(Store(root), POPULATION, table_version(str(other)), commitment=manifest_draw(manifest))
+        secret_draw(Store(root), POPULATION, "0" * 64, commitment=manifest_draw(manifest))  # another version
 
 
 # ----------------------------------------------------------------------------- 4. the UI artifact (and 1, in Prefect)

@@ -43,6 +43,12 @@ def first(tmp_path_factory, secret_table):
     return root, cfg, run_stages(root, cfg)
 
 
+def table_version(root: Path) -> str:
+    """The version (the sealed rows' sha256, private) of the one table the store's population holds."""
+    (version,) = [p.name for p in (root / "private" / "populations" / POPULATION / "versions").iterdir()]
+    return version
+
+
 def published(root: Path, refs: dict) -> dict[str, Path]:
     """Every file the release publishes (what tasks.publish.released_files lists), by name."""
     from tasks.publish import released_files
@@ -140,7 +146,7 @@ def test_new_draw_is_recorded_and_the_ledger_limit_refuses(secret_table, tmp_pat
     one = read_json(published(tmp_path / "probe", probe)["release_provenance.json"])["ledger"]["this_release"]
     cfg = config(tmp_path, secret_table[0], max_total_epsilon=2.5 * one)
     run_stages(tmp_path, cfg)
-    version = measure.table_version(str(secret_table[0]))
+    version = table_version(tmp_path)
     store = Store(tmp_path)
     old = measure.secret_draw(store, POPULATION, version)
     new = measure.secret_draw(store, POPULATION, version, new=True)
@@ -252,7 +258,7 @@ def test_secret_files_never_under_runs_or_objects(first):
     draw_hex = [p.parent.name for p in (root / "private" / "draws").glob("*/draw.json")]
     assert draw_hex
     secrets = [json.loads((root / "private" / "draws" / c / "draw.json").read_text())["secret"] for c in draw_hex]
-    table = measure.table_version(str(first[1].release.microdata))
+    table = table_version(root)
     for p in (root / "objects").rglob("*"):
         if p.is_file():
             data = p.read_bytes()

@@ -251,6 +251,8 @@ PROVENANCE_KEYS_V2 = frozenset(
     "microdata_source eps_counts counts_sensitivity eps_prior prior_source draw_commitment guarantee ledger".split()
 )
 PROVENANCE_KEYS = PROVENANCE_KEYS_V2 | {"population", "protection"}
+# optional (releases before issue 49 have none): the sealed table's keyed handle, the plan figures' "table"
+PROVENANCE_KEYS_OPTIONAL = frozenset({"table"})
 # the manifest's ``privacy`` block (flows.release.release_fields); v3 adds the optional keys
 PRIVACY_KEYS = frozenset(
     "mechanism_epsilon eta distance_unit certificate counts_epsilon prior_epsilon prior_source microdata_source "
@@ -401,7 +403,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         PROVENANCE,
         "measure",
         True,
-        keys=PROVENANCE_KEYS,
+        keys=PROVENANCE_KEYS | PROVENANCE_KEYS_OPTIONAL,
         nested={
             "guarantee": GUARANTEE_KEYS | GUARANTEE_KEYS_OPTIONAL,
             "ledger": LEDGER_KEYS | LEDGER_KEYS_OPTIONAL,
@@ -409,7 +411,7 @@ PUBLISHED: tuple[PublishedFile, ...] = (
         },
         doc="the release's provenance, guarantee and ledger (format v3)",
         blocks={
-            "": PROVENANCE_KEYS,
+            "": PROVENANCE_KEYS | PROVENANCE_KEYS_OPTIONAL,
             "guarantee": GUARANTEE_KEYS | GUARANTEE_KEYS_OPTIONAL,
             "ledger": LEDGER_KEYS | LEDGER_KEYS_V2 | LEDGER_KEYS_OPTIONAL,
             "ledger.history[]": LEDGER_HISTORY_KEYS,

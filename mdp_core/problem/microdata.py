@@ -261,12 +261,34 @@ def read_microdata(path: str | Path) -> pd.DataFrame:
     return read_table(path).frame
 
 
-def read_with_sha256(path: str | Path) -> tuple[pd.DataFrame, str]:
-    """(:func:`read_microdata` frame, sha256 hex) of the SAME bytes: the table mapped is the table whose
-    version was hashed (no window for the file to change between the two)."""
-    p = _supported(path, "microdata")
-    data = open_regular(p)
-    return _parse(data, p).frame, hashlib.sha256(data).hexdigest()
+def read_secret(path: str | Path) -> tuple[Table, str]:
+    """The secret table at ``path`` read once: (its :class:`Table`, sha256 hex of the SAME bytes). Every
+    refusal is a :class:`SecretTableError` whose public message names the file by its role (``[release]
+    microdata``), never by its path (which reaches no log, state message or failure record); the path is in
+    its ``detail`` (the terminal of ``mdp-release check``, the store's ``private/failures/``)."""
+    p = Path(path)
+    try:
+        if not os.path.exists(p):
+            raise InputError(f"microdata file: no such file {p}")
+        p = _supported(path, "microdata")
+        data = open_regular(p)
+        return _parse(data, p), hashlib.sha256(data).hexdigest()
+    except SecretTableError as exc:
+        raise SecretTableError(_without_path(str(exc), p), exc.detail) from None
+    except InputError as exc:
+        raise SecretTableError(_without_path(str(exc), p), str(exc)) from None
+
+
+SECRET_FILE = "the [release] microdata file"  # how a public message names the secret table's file
+
+
+def _without_path(message: str, p: Path) -> str:
+    """``message`` with the secret table's path (as given, resolved, its name) replaced by :data:`SECRET_FILE`."""
+    message = message.replace(f"microdata file: no such file {p}", f"{SECRET_FILE} does not exist (no such file)")
+    for name in sorted({str(p), os.path.realpath(p), p.name}, key=len, reverse=True):
+        if name:
+            message = message.replace(f"microdata file {name}", SECRET_FILE).replace(name, SECRET_FILE)
+    return message
 
 
 def _supported(path: str | Path, what: str) -> Path:
@@ -399,45 +421,89 @@ def _by_key(df: pd.DataFrame, inst: Instance) -> Located:
     return Located(ids, np.where(bad, np.nan, 0.0), bad, reason, f"record ({col})", inst.distance_unit)
 
 
-def locate(df: pd.DataFrame, inst: Instance) -> Located:
-    """Each individual's nearest record under the instance's metric (or by key), with the rows that cannot
-    be mapped marked (not raised): what :func:`map_individuals` and ``mdp-release check`` build on.
-    InputError when the columns do not fit the instance at all."""
-    df = canonical_frame(df)
-    recs = inst.records
-    cols = {str(c) for c in df.columns}
+def key_for(columns: Any, inst: Instance) -> list[str]:
+    """The columns :func:`locate` maps a frame with ``columns`` (canonical names) by over ``inst``: ``["lat",
+    "lon"]`` (geographic records), the instance's ``x0..`` (Euclidean records) or ``["record"]``, in that order
+    of preference. InputError when the columns do not fit the instance at all."""
+    cols = {str(c) for c in columns}
     kind, _ = key_columns(cols)
+    recs = inst.records
     geo_records = recs is not None and {"lat", "lon"} <= set(recs.columns)
     xcols = inst.coordinate_columns() if inst.metric == "euclidean" else []
     if {"lat", "lon"} <= cols and geo_records:
         if inst.distance_unit != "km":
             raise InputError(f"microdata lat/lon: the instance's distances are in {inst.distance_unit}, not km")
-        pts, bad = _points(df, ["lat", "lon"], geo=True)
-        records, haversine = recs[["lat", "lon"]].to_numpy(dtype=np.float64), True  # type: ignore[index]
-        by, unit, what = "lat, lon (haversine)", "km", "have NaN, non-numeric or out-of-range lat/lon"
-    elif xcols and set(xcols) <= cols:
-        pts, bad = _points(df, xcols, geo=False)
-        records, haversine = inst.record_points(), False
-        by, unit, what = (
-            f"{xcols[0]}..{xcols[-1]} (euclidean)",
-            inst.distance_unit,
-            "have NaN or non-numeric coordinates",
-        )
-    elif "record" in cols:
+        return ["lat", "lon"]
+    if xcols and set(xcols) <= cols:
+        return list(xcols)
+    if "record" in cols:
+        return ["record"]
+    want = ["lat, lon"] if geo_records else []
+    want += [f"x0..x{len(xcols) - 1}"] if xcols else []
+    have = sorted(c for c in cols if canonical(c) == c)
+    raise InputError(
+        f"microdata: no usable columns; this instance takes {' or '.join(want + ['record'])} "
+        f"(the file's recognised columns: {', '.join(have)}; key kind {kind})"
+    )
+
+
+def locate(df: pd.DataFrame, inst: Instance) -> Located:
+    """Each individual's nearest record under the instance's metric (or by key), with the rows that cannot
+    be mapped marked (not raised): what :func:`map_individuals` and ``mdp-release check`` build on.
+    InputError when the columns do not fit the instance at all (:func:`key_for`)."""
+    df = canonical_frame(df)
+    cols = key_for(df.columns, inst)
+    if cols == ["record"]:
         return _by_key(df, inst)
+    if cols == ["lat", "lon"]:
+        pts, bad = _points(df, cols, geo=True)
+        records, haversine = inst.records[cols].to_numpy(dtype=np.float64), True  # type: ignore[index]
+        by, unit, what = "lat, lon (haversine)", "km", "have NaN, non-numeric or out-of-range lat/lon"
     else:
-        want = ["lat, lon"] if geo_records else []
-        want += [f"x0..x{len(xcols) - 1}"] if xcols else []
-        have = sorted(c for c in cols if canonical(c) == c)
-        raise InputError(
-            f"microdata: no usable columns; this instance takes {' or '.join(want + ['record'])} "
-            f"(the file's recognised columns: {', '.join(have)}; key kind {kind})"
-        )
+        pts, bad = _points(df, cols, geo=False)
+        records, haversine = inst.record_points(), False
+        by, unit = f"{cols[0]}..{cols[-1]} (euclidean)", inst.distance_unit
+        what = "have NaN or non-numeric coordinates"
     ids = np.full(len(df), -1, dtype=np.int64)
     dist = np.full(len(df), np.nan)
     ok = ~bad
     ids[ok], dist[ok] = _nearest(pts[ok], records, haversine)
     return Located(ids, dist, bad, what, by, unit)
+
+
+# ----------------------------------------------------------------------------- the sealed rows
+def sealed_rows(df: pd.DataFrame, inst: Instance) -> pd.DataFrame:
+    """The secret table as the release sees it, canonical: only the columns :func:`locate` maps by over
+    ``inst`` (:func:`key_for`), coordinates as float64 (non-numeric: NaN; -0.0 as 0.0), record keys as
+    stripped text (missing: None), rows sorted by those columns. What the door validates and seals
+    (``artifacts.private.PrivateStore.seal_table``); :func:`locate` of it maps the same people as of ``df``.
+    The same people written otherwise (CSV or Parquet, reordered, other columns) give the same rows."""
+    df = canonical_frame(df)
+    cols = key_for(df.columns, inst)
+    if cols == ["record"]:
+        keys = df["record"]
+        text = keys.astype(str).str.strip().astype(object).where(keys.notna(), None)
+        out = pd.DataFrame({"record": text.to_numpy(dtype=object)})
+        order = np.argsort(np.asarray([("" if v is None else "\x01" + v) for v in out["record"]]), kind="stable")
+    else:
+        pts = np.column_stack([pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64) for c in cols]) + 0.0
+        out = pd.DataFrame({c: pts[:, i] for i, c in enumerate(cols)})
+        order = np.lexsort(pts.T[::-1]) if len(out) else np.zeros(0, np.int64)
+    return out.iloc[order].reset_index(drop=True)
+
+
+def rows_sha256(rows: pd.DataFrame) -> str:
+    """sha256 (hex) of :func:`sealed_rows`' canonical content: the column names, then each column's values
+    (float64 little-endian bytes; keys as UTF-8, one NUL-terminated field each, a missing key as a lone
+    0x01 byte). Secret (a hash of the true records): the snapshot's private name, never published."""
+    h = hashlib.sha256(("mdp-release sealed rows v1\x00" + "\x00".join(map(str, rows.columns))).encode())
+    h.update(len(rows).to_bytes(8, "little"))
+    for c in rows.columns:
+        if c == "record":
+            h.update(b"".join(b"\x01\x00" if v is None else str(v).encode() + b"\x00" for v in rows[c]))
+        else:
+            h.update(np.ascontiguousarray(rows[c].to_numpy(dtype="<f8")).tobytes())
+    return h.hexdigest()
 
 
 def map_individuals(df: pd.DataFrame, inst: Instance, max_distance: float) -> Mapping:

@@ -158,6 +158,7 @@ class PrivacyPlan:
     settings: Settings
     refusals: tuple[str, ...] = field(default=())
     errors: tuple[str, ...] = field(default=())  # the secret table's own problems (bad rows, people too far)
+    table: str | None = None  # the sealed table's keyed handle, set by the run once it sealed the table
 
     @property
     def accepted(self) -> bool:
