@@ -195,19 +195,25 @@ class _Source:
 
 # One parse at a time: CPython 3.11.7's AST constructor keeps its recursion depth in interpreter-wide state, so
 # two threads in ast.parse at once (stages compute their keys in parallel) can fail with "AST constructor
-# recursion depth mismatch" (cpython gh-106905, tests/test_cache.py). Each source is parsed once per process.
+# recursion depth mismatch" (cpython gh-106905, tests/test_cache.py). Each file is read once per process
+# (:func:`forget_code_versions` reads them again) and each content parsed once.
 _LOCK = threading.RLock()
-_sources: dict[tuple[str, Path], _Source] = {}
+_sources: dict[tuple[str, Path], _Source] = {}  # what this process read (forgotten by forget_code_versions)
+_parses: dict[tuple[str, Path, bytes], _Source] = {}  # (module, file, sha256 of its bytes): kept
 
 
 def _source(name: str, path: Path) -> _Source:
     """Module ``name`` read from ``path`` (:class:`_Source`), once per process (:func:`forget_code_versions`)."""
     with _LOCK:
         if (name, path) not in _sources:
-            tree = ast.parse(path.read_bytes(), str(path))
-            _drop_docstrings(tree)
-            statements = tuple((ast.dump(s), frozenset(_defines(s)), frozenset(_loads(s))) for s in tree.body)
-            _sources[(name, path)] = _Source(statements, *_parse_imports(name, path, tree))
+            data = path.read_bytes()
+            content = (name, path, hashlib.sha256(data).digest())
+            if content not in _parses:
+                tree = ast.parse(data, str(path))
+                _drop_docstrings(tree)
+                statements = tuple((ast.dump(s), frozenset(_defines(s)), frozenset(_loads(s))) for s in tree.body)
+                _parses[content] = _Source(statements, *_parse_imports(name, path, tree))
+            _sources[(name, path)] = _parses[content]
         return _sources[(name, path)]
 
 
@@ -500,16 +506,17 @@ def code_modules(module: str) -> dict[str, Path]:
 
 @functools.cache
 def code_version(module: str) -> str:
-    """sha256 over the sources of :func:`code_modules` (name and bytes, sorted by name): the conservative code
-    version, independent of a stage's parameters (the reproduce flow)."""
+    """sha256 over the code of :func:`code_modules` (name and :attr:`_Source.digest`, sorted by name): the
+    conservative code version, independent of a stage's parameters (the reproduce flow)."""
     h = hashlib.sha256()
     for name, path in sorted(code_modules(module).items()):
         h.update(name.encode() + b"\0" + _source(name, path).digest + b"\0")
     return h.hexdigest()
 
 
-def forget_code_versions() -> None:
-    """Drop this process's memo of code versions (sources are hashed once per process; tests edit them)."""
+def forget_code_versions(parses: bool = False) -> None:
+    """Drop this process's memo of code versions: every file is read again (tests edit them); ``parses``: every
+    source is parsed again too (by default one whose bytes were parsed before is not)."""
     _code_version.cache_clear()
     code_version.cache_clear()
     _closure_of.cache_clear()
@@ -517,6 +524,8 @@ def forget_code_versions() -> None:
     _module_file.cache_clear()
     with _LOCK:
         _sources.clear()
+        if parses:
+            _parses.clear()
 
 
 def package_versions(names: tuple[str, ...]) -> dict[str, str]:

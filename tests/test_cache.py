@@ -188,7 +188,7 @@ def test_keys_computed_by_parallel_threads_are_the_serial_ones():
     sys.setswitchinterval(1e-4)  # threads take turns often: a parse is likely to be interrupted
     try:
         for _ in range(2):
-            forget_code_versions()
+            forget_code_versions(parses=True)  # every module parsed again, by the threads
             with ThreadPoolExecutor(len(stages)) as pool:
                 parallel.append(list(pool.map(lambda s: stage_code_version(*s), stages)))
     finally:
