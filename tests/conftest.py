@@ -610,6 +610,13 @@ MEASURED_SLOW: dict[str, float] = {
     "test_private_facts.py::test_a_manifest_names_the_table_by_its_role_and_a_rerun_needs_its_path": 5.0,
     "test_advisor.py::test_check_predicts_a_road_release_and_proposes_a_smaller_one_when_it_is_long": 4.2,
     "test_lagrangian.py::test_identical_on_one_and_two_worker_processes": 3.6,
+    # and at load 9-15 once the above were marked (fast tier 252 s there, 138 s of CPU)
+    "test_cli.py::test_solve_heartbeat_says_what_highs_is_doing_during_a_silent_lp": 10.6,
+    "test_colgen.py::test_process_executor_is_bit_identical_to_serial": 5.3,
+    "test_audit_v3.py::test_every_line_edit_of_the_report_is_a_finding": 5.0,
+    "test_check_guarantee.py::test_stated_flag_for_old_provenance": 4.8,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/operating.md]": 4.7,
+    "test_check_guarantee.py::test_haversine_release": 3.1,
     "test_rowgen.py::test_a_stop_during_overlapped_rounds_ends_the_solve_within_seconds": 3.1,
     "test_benders.py::test_process_executor_matches_serial": 3.9,
     "test_guarantee_in_operation.py::test_versions_of_a_table_spend_from_one_population_budget": 3.3,
