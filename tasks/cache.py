@@ -11,18 +11,20 @@ Code version: exactly the code the stage runs, and every declaration it reads (i
 
 1. The stage's task module and every project module (``mdp_core``, ``tasks``, ``artifacts``) it imports,
    transitively, found by reading ``import`` statements with :mod:`ast` (never by importing them): the
-   sha256 of each file. Editing a helper deep inside ``mdp_core`` that a stage uses invalidates that stage
-   (Prefect's own TASK_SOURCE policy hashes only the task function's text); editing a module the stage does
-   not import does not.
+   sha256 of each module's **code**, ``ast.dump`` of its statements without line numbers and docstrings, so
+   whitespace, comments and docstrings change no key. Editing a helper deep inside ``mdp_core`` that a stage
+   uses invalidates that stage (Prefect's own TASK_SOURCE policy hashes only the task function's text);
+   editing a module the stage does not import does not.
 2. The **declaring modules** of the :data:`REGISTRIES` -- ``mdp_core.declarations.methods`` (``REGISTRY``: each
    :class:`~mdp_core.declarations.methods.Method`'s ``"module:function"`` and options) and
    ``mdp_core.declarations.dataset_kinds`` (``DECLARED``: each :class:`~mdp_core.declarations.dataset_kinds.Kind`'s loader, as
    in ``LOADER_PATHS``, and parameters) -- are not hashed whole. What is hashed of them: their **shared part**
-   (the source without the registry's statement and without the options classes only its entries use:
+   (the code of every statement but the registry's and the options classes only its entries use:
    ``Method``, ``GapOptions``, ``resolve``, ``PARTITIONERS``, ...), the **declaration of each entry the stage
    uses** (its fields; its options class and that class's bases: their declared fields -- types, defaults,
-   help, bounds -- and the source of those declared in the declaring module), and the source of any entry's
-   options class a module imports by name (``lp.py`` imports ``LpOptions``).
+   help, bounds -- and the code of those declared in the declaring module), and the code of any entry's
+   options class a module imports by name (``lp.py`` imports ``LpOptions``). A new entry with its own options
+   class therefore changes no other entry's keys (tests/test_cache_checklist.py edits the source to show it).
 3. The entries a stage **runs**, through the registry's dispatcher (``mdp_core.solvers.solve`` imports a
    method's module from its ``"module:function"``, ``mdp_core.problem.datasets.registry`` a kind's loader):
    that module and its options class's module, and everything they import (their own package's modules too:
@@ -177,70 +179,60 @@ def _top_level(top: str) -> Path | None:
 
 
 @dataclass(frozen=True)
-class _Parsed:
+class _Source:
+    """A module's source as the code version reads it: its top-level statements, docstrings dropped, each as
+    ``ast.dump`` (no line numbers: whitespace and comments are not code), and what it imports and reads."""
+
+    statements: tuple[tuple[str, frozenset[str], frozenset[str]], ...]  # (dump, names bound, names loaded)
     imports: frozenset[str]  # every module the source imports ("from m import x" gives m and m.x)
     reads: Mapping[str, frozenset[str]]  # declaring module -> the names read from it ("*": the module as a whole)
 
-
-_IMPORTS_CACHE = Path(os.environ.get("MDP_RELEASE_HOME", Path.home() / ".mdp-release")) / "imports-cache-2.json"
-_MEMO_TAG = hashlib.sha256(" ".join(sorted(_DECLARING)).encode()).hexdigest()[:8]
-_imports_memo: dict[str, Any] | None = None
-_parsed_here: dict[tuple[str, Path], _Parsed] = {}  # this process's: each source read and hashed once
-_MEMO_LOCK = threading.Lock()  # stages compute their keys in parallel (the evaluate-point task runs)
+    @property
+    def digest(self) -> bytes:
+        """sha256 of the whole module's normalised code."""
+        return hashlib.sha256("\n".join(d for d, _, _ in self.statements).encode()).digest()
 
 
-def _parsed(name: str, path: Path) -> _Parsed:
-    """:func:`_parse_imports`, memoised by (module, sha256 of its source) in this process and, for project
-    modules, on disk (``~/.mdp-release/imports-cache-2.json``): parsing ~100 modules cost 0.5-1.8 s of every
-    cached rerun. Each source is read once per process (:func:`forget_code_versions`), not once per stage."""
-    with _MEMO_LOCK:
-        seen = _parsed_here.get((name, path))
-    if seen is None:
-        seen = _parsed_source(name, path)
-        with _MEMO_LOCK:
-            _parsed_here[(name, path)] = seen
-    return seen
+# One parse at a time: CPython 3.11.7's AST constructor keeps its recursion depth in interpreter-wide state, so
+# two threads in ast.parse at once (stages compute their keys in parallel) can fail with "AST constructor
+# recursion depth mismatch" (cpython gh-106905, tests/test_cache.py). Each file is read once per process
+# (:func:`forget_code_versions` reads them again) and each content parsed once.
+_LOCK = threading.RLock()
+_sources: dict[tuple[str, Path], _Source] = {}  # what this process read (forgotten by forget_code_versions)
+_parses: dict[tuple[str, Path, bytes], _Source] = {}  # (module, file, sha256 of its bytes): kept
 
 
-def _parsed_source(name: str, path: Path) -> _Parsed:
-    """:func:`_parsed` of the source as it is now on disk."""
-    global _imports_memo
-    data = path.read_bytes()
-    memo_key = f"{name}:{_MEMO_TAG}:{hashlib.sha256(data).hexdigest()}"
-    with _MEMO_LOCK:
-        if _imports_memo is None:
-            try:
-                loaded = json.loads(_IMPORTS_CACHE.read_text(encoding="utf-8"))
-                _imports_memo = loaded if isinstance(loaded, dict) else {}
-            except (OSError, ValueError):
-                _imports_memo = {}
-        hit = _imports_memo.get(memo_key)
-    if isinstance(hit, dict) and isinstance(hit.get("imports"), list) and isinstance(hit.get("reads"), dict):
-        return _Parsed(frozenset(hit["imports"]), {m: frozenset(n) for m, n in hit["reads"].items()})
-    found = _parse_imports(name, path, data.decode("utf-8"))
-    entry = {"imports": sorted(found.imports), "reads": {m: sorted(n) for m, n in found.reads.items()}}
-    with _MEMO_LOCK:
-        _imports_memo[memo_key] = entry
-        if name.split(".")[0] in PROJECT_PACKAGES:
-            _save_memo({k: v for k, v in _imports_memo.items() if k.split(".")[0].split(":")[0] in PROJECT_PACKAGES})
-    return found
+def _source(name: str, path: Path) -> _Source:
+    """Module ``name`` read from ``path`` (:class:`_Source`), once per process (:func:`forget_code_versions`)."""
+    with _LOCK:
+        if (name, path) not in _sources:
+            data = path.read_bytes()
+            content = (name, path, hashlib.sha256(data).digest())
+            if content not in _parses:
+                tree = ast.parse(data, str(path))
+                _drop_docstrings(tree)
+                statements = tuple((ast.dump(s), frozenset(_defines(s)), frozenset(_loads(s))) for s in tree.body)
+                _parses[content] = _Source(statements, *_parse_imports(name, path, tree))
+            _sources[(name, path)] = _parses[content]
+        return _sources[(name, path)]
 
 
-def _save_memo(mine: dict[str, Any]) -> None:
-    """Best effort, atomic (a concurrent writer's version is as good as ours)."""
-    try:
-        _IMPORTS_CACHE.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _IMPORTS_CACHE.with_name(f".{_IMPORTS_CACHE.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(mine, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, _IMPORTS_CACHE)
-    except OSError:
-        pass
+def _drop_docstrings(tree: ast.AST) -> None:
+    """Remove the docstring of the module and of every class and function in ``tree`` (in place)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                node.body = node.body[1:] or [ast.Pass()]
 
 
-def _parse_imports(name: str, path: Path, text: str) -> _Parsed:
+def _parse_imports(name: str, path: Path, tree: ast.Module) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
     """Modules imported by module ``name`` (absolute and relative imports, anywhere in the module), and the
     names it reads from each declaring module (:func:`_declaration_reads`)."""
-    tree = ast.parse(text)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     bound: list[tuple[str, str, str | None]] = []  # (module, name imported from it or "", the local name)
@@ -256,7 +248,7 @@ def _parse_imports(name: str, path: Path, text: str) -> _Parsed:
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
             bound += [(base, a.name, a.asname or a.name) for a in node.names]
-    return _Parsed(frozenset(found), _declaration_reads(tree, bound))
+    return frozenset(found), _declaration_reads(tree, bound)
 
 
 def _declaration_reads(tree: ast.AST, bound: list[tuple[str, str, str | None]]) -> dict[str, frozenset[str]]:
@@ -312,7 +304,7 @@ def _closure_of(root: str, packages: frozenset[str]) -> dict[str, Path]:
         parent = name.rpartition(".")[0]
         if parent and parent not in seen:
             todo.append(parent)
-        todo.extend(_parsed(name, path).imports)
+        todo.extend(_source(name, path).imports)
     return seen
 
 
@@ -331,11 +323,6 @@ def _loads(stmt: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def _lines(stmt: ast.stmt) -> range:
-    first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
-    return range(first, (stmt.end_lineno or stmt.lineno) + 1)
-
-
 def _option_classes(reg: Registry, entry: Any) -> list[type]:
     """The entry's options class and its bases (``object`` aside)."""
     cls = getattr(entry, reg.options, None)
@@ -347,44 +334,30 @@ class _Declarations:
     """A declaring module read for the code version: its registry and what its source declares."""
 
     entries: Mapping[str, Any]  # the registry, in declaration order
-    shared: bytes  # the source without the registry's statement and the classes cut out of it
-    classes: Mapping[str, str]  # cut out: the options classes only entries use (name -> source)
+    shared: bytes  # sha256 of its statements but the registry's and the classes cut out of it
+    classes: Mapping[str, str]  # cut out: the options classes only entries use (name -> ast.dump)
     views: frozenset[str]  # the names whose value depends on the registry (REGISTRY, BASELINES, method, ...)
 
 
 def _declarations(reg: Registry, path: Path) -> _Declarations:
-    """The registry of ``reg`` and its declaring module's source (read from ``path``, as every hashed module)
-    split by :func:`_split_source`."""
+    """The registry of ``reg`` and its declaring module's statements (:func:`_source`, as every hashed module)
+    split: the shared part is every statement but the one binding the registry and the ``owned`` classes (the
+    entries' options classes and their bases) that no other statement uses; those classes are cut out; the
+    registry views are the names whose statements load the registry, transitively."""
     entries = dict(getattr(importlib.import_module(reg.module), reg.table))
     owned = {c.__name__ for e in entries.values() for c in _option_classes(reg, e) if c.__module__ == reg.module}
-    shared, classes, views = _split_source(path.read_text(encoding="utf-8"), reg.table, frozenset(owned))
-    return _Declarations(entries, shared, classes, views)
-
-
-@functools.cache
-def _split_source(text: str, table: str, owned: frozenset[str]) -> tuple[bytes, Mapping[str, str], frozenset[str]]:
-    """(the shared part: ``text`` without the statement binding ``table`` and the ``owned`` classes -- the
-    entries' options classes and their bases -- that no other statement uses; the source of each class cut
-    out; the registry views: the names whose statements load ``table``, transitively)."""
-    body = ast.parse(text).body
-    facts = [(s, _defines(s), _loads(s)) for s in body]
-    classes = {s.name: s for s in body if isinstance(s, ast.ClassDef)}
-    registry = [s for s, names, _ in facts if table in names]
+    facts = [f for f in _source(reg.module, path).statements if reg.table not in f[1]]
+    classes = {next(iter(names)): dump for dump, names, _ in facts if dump.startswith("ClassDef(")}
     cut = owned & set(classes)
-    while True:  # a class the shared part uses (GapOptions: Method checks it) stays in the shared part
-        kept = [loads for s, names, loads in facts if s not in registry and not names & cut]
-        used = cut & set().union(*kept)
-        if not used:
-            break
-        cut -= used
-    dropped = {i for s in [*registry, *(classes[c] for c in cut)] for i in _lines(s)}
-    lines = text.splitlines(keepends=True)
-    shared = "".join(line for i, line in enumerate(lines, 1) if i not in dropped).encode()
-    views = {table}
-    while grown := [names for _, names, loads in facts if names - views and loads & views]:
+    while used := cut & set().union(*(loads for _, names, loads in facts if not names & cut)):
+        cut -= used  # a class the shared part uses (GapOptions: Method checks it) stays in the shared part
+    shared = hashlib.sha256("\n".join(d for d, names, _ in facts if not names & cut).encode()).digest()
+    views = {reg.table}
+    while grown := [
+        names for _, names, loads in _source(reg.module, path).statements if names - views and loads & views
+    ]:
         views |= set().union(*grown)
-    texts = {c: "".join(lines[_lines(classes[c]).start - 1 : _lines(classes[c]).stop - 1]) for c in sorted(cut)}
-    return shared, texts, frozenset(views)
+    return _Declarations(entries, shared, {c: classes[c] for c in sorted(cut)}, frozenset(views))
 
 
 def _plain(value: Any) -> Any:
@@ -446,7 +419,7 @@ def _use(reg: Registry, decl: _Declarations, mods: dict[str, Path], names: tuple
     every = list(decl.entries)
     if names is not None and any(getattr(decl.entries.get(n), "delegates", False) for n in names):
         names = None  # a delegating entry (auto) may run any other
-    reads = {(m, n) for m in mods if m != reg.module for n in _parsed(m, mods[m]).reads.get(reg.module, ())}
+    reads = {(m, n) for m in mods if m != reg.module for n in _source(m, mods[m]).reads.get(reg.module, ())}
     views = {(m, n) for m, n in reads if n == "*" or n in decl.views}
     scoped = every if names is None else [n for n in every if n in names] + sorted(set(names) - set(every))
     whole = names is None or any(n not in reg.entry_scoped.get(m, ()) for m, n in views)
@@ -497,7 +470,7 @@ def _code_version(module: str, named: tuple[tuple[str, ...] | None, ...]) -> str
     shared = {u.reg.module: u.decl.shared for u in uses}
     h = hashlib.sha256()
     for name, path in sorted(mods.items()):
-        h.update(name.encode() + b"\0" + (shared[name] if name in shared else path.read_bytes()) + b"\0")
+        h.update(name.encode() + b"\0" + shared.get(name, _source(name, path).digest) + b"\0")
     for u in uses:
         used = {
             "entries": [[n, _describe(u.reg, u.decl, n)] for n in u.declared],  # declaration order (RECORD_KEYS)
@@ -533,23 +506,26 @@ def code_modules(module: str) -> dict[str, Path]:
 
 @functools.cache
 def code_version(module: str) -> str:
-    """sha256 over the sources of :func:`code_modules` (name and bytes, sorted by name): the conservative code
-    version, independent of a stage's parameters (the reproduce flow)."""
+    """sha256 over the code of :func:`code_modules` (name and :attr:`_Source.digest`, sorted by name): the
+    conservative code version, independent of a stage's parameters (the reproduce flow)."""
     h = hashlib.sha256()
     for name, path in sorted(code_modules(module).items()):
-        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(name.encode() + b"\0" + _source(name, path).digest + b"\0")
     return h.hexdigest()
 
 
-def forget_code_versions() -> None:
-    """Drop this process's memo of code versions (sources are hashed once per process; tests edit them)."""
+def forget_code_versions(parses: bool = False) -> None:
+    """Drop this process's memo of code versions: every file is read again (tests edit them); ``parses``: every
+    source is parsed again too (by default one whose bytes were parsed before is not)."""
     _code_version.cache_clear()
     code_version.cache_clear()
     _closure_of.cache_clear()
     _top_level.cache_clear()
     _module_file.cache_clear()
-    with _MEMO_LOCK:
-        _parsed_here.clear()
+    with _LOCK:
+        _sources.clear()
+        if parses:
+            _parses.clear()
 
 
 def package_versions(names: tuple[str, ...]) -> dict[str, str]:

@@ -11,9 +11,10 @@ Tiers (issue 31), marked here from what a test uses, never by hand-kept lists of
 - ``slow``: measured over about 3 s on the 2-core development machine (``--durations=0``): an explicit
   ``@pytest.mark.slow`` in the test module, or :data:`MEASURED_SLOW` below for modules whose owners have
   not marked them yet. Per-test timeout 300 s (``timeout`` in pyproject.toml).
-- ``fast``: everything else; ``pytest -m "not slow and not ops"`` (under 2 minutes). A fast or slow test
-  that starts a server, a browser or a cluster anyway fails (:func:`_no_servers_outside_ops`): it must
-  reveal it through one of the signs above, or be marked ``ops``.
+- ``fast``: everything else; ``pytest -m "not slow and not ops"`` (under 150 s on a quiet 2-core machine;
+  ``--durations=30`` names the slowest). A fast or slow test that starts a server, a browser or a cluster
+  anyway fails (:func:`_no_servers_outside_ops`): it must reveal it through one of the signs above, or be
+  marked ``ops``.
 """
 
 from __future__ import annotations
@@ -391,7 +392,9 @@ def run_command(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> 
 
 # ----------------------------------------------------------------------------- stopping a dense solve
 # (tests/test_stop.py, tests/test_cancel.py)
-STOP_WITHIN = 10.0  # seconds from the signal / deadline to the end (generous: 2 shared cores)
+# seconds from the signal / deadline to the end: a hang guard, not a speed claim (a stop takes well under a second
+# on a quiet machine, 11 s was seen at load 10); before the isolated solve a SIGTERM waited 38-41 s for HiGHS
+STOP_WITHIN = 30.0
 
 
 def children(pid: int) -> set[int]:
@@ -601,7 +604,32 @@ MEASURED_SLOW: dict[str, float] = {
     "test_docs.py::test_every_shell_command_works_as_written[docs/reproduce.md]": 46.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/methods.md]": 20.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/datasets.md]": 9.0,
-    "test_rowgen.py::test_lagrangian_steps_keep_the_bound_valid_and_save_rounds[process]": 6.2,
+    "test_rowgen.py::test_lagrangian_steps_keep_the_bound_valid_and_save_rounds": 14.7,  # [serial]; [process] 6.2
+    # issue 53: the slowest of the fast tier, --durations=30 at load 10 on the 2 shared cores (about 2.5x a quiet
+    # machine's seconds; the fast tier took 387 s there, 174 s of CPU)
+    "test_rowgen.py::test_lagrangian_rows_match_the_lp_and_repeat_exactly": 19.3,
+    "test_rowgen.py::test_loose_rounds_end_tight_match_the_lp_and_repeat_exactly": 17.1,
+    "test_rowgen.py::test_deficit_share_rounds_reach_the_lp_optimum": 15.9,  # 7.7 and 4.6 the other two
+    "test_rowgen.py::test_support_matches_the_lp_with_bounds_over_every_pair": 9.1,
+    "test_rowgen.py::test_support_holds_fewer_columns_and_grows_only_where_needed": 6.0,
+    "test_rowgen.py::test_property_loose_interior_point_bound_is_below_every_certified_mechanism": 5.0,
+    "test_rowgen.py::test_interior_point_stops_at_a_tenth_of_the_requested_gap_and_the_bound_stays_valid": 4.8,
+    "test_rowgen.py::test_lagrangian_bounds_are_reported_as_they_improve": 4.3,
+    "test_real_release.py::test_new_draw_is_recorded_and_the_ledger_limit_refuses": 16.5,
+    "test_real_release.py::test_another_mechanism_on_the_same_draw_is_a_new_accounted_release": 10.2,
+    "test_verify.py::test_property_repair_always_verifies": 6.2,
+    "test_verify.py::test_property_verify_flags_injected_ratio_violation": 5.2,
+    "test_verify.py::test_property_repair_meets_the_exact_test_on_near_duplicates": 3.9,
+    "test_private_facts.py::test_a_manifest_names_the_table_by_its_role_and_a_rerun_needs_its_path": 5.0,
+    "test_advisor.py::test_check_predicts_a_road_release_and_proposes_a_smaller_one_when_it_is_long": 4.2,
+    "test_lagrangian.py::test_identical_on_one_and_two_worker_processes": 3.6,
+    # and at load 9-15 once the above were marked (fast tier 252 s there, 138 s of CPU)
+    "test_cli.py::test_solve_heartbeat_says_what_highs_is_doing_during_a_silent_lp": 10.6,
+    "test_colgen.py::test_process_executor_is_bit_identical_to_serial": 5.3,
+    "test_audit_v3.py::test_every_line_edit_of_the_report_is_a_finding": 5.0,
+    "test_check_guarantee.py::test_stated_flag_for_old_provenance": 4.8,
+    "test_docs.py::test_every_shell_command_works_as_written[docs/operating.md]": 4.7,
+    "test_check_guarantee.py::test_haversine_release": 3.1,
     "test_rowgen.py::test_a_stop_during_overlapped_rounds_ends_the_solve_within_seconds": 3.1,
     "test_benders.py::test_process_executor_matches_serial": 3.9,
     "test_guarantee_in_operation.py::test_versions_of_a_table_spend_from_one_population_budget": 3.3,

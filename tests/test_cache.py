@@ -145,3 +145,55 @@ def test_forged_pickle_is_never_loaded(record, tmp_path, forge):
         with pytest.raises(ValueError):
             ArtifactRefSerializer().loads(bad)
     assert not marker.exists()
+
+
+# ----------------------------------------------------------------------------- issue 53: keys computed in threads
+class _Cycle:
+    """Cyclic garbage whose finalizer runs Python code: the collector may then switch threads mid-parse."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        sum(range(100))
+
+
+@pytest.mark.slow  # 9.7 s at load 10
+def test_keys_computed_by_parallel_threads_are_the_serial_ones():
+    """CPython 3.11.7's AST constructor counts its recursion depth in interpreter-wide state: two threads in
+    ast.parse at once, one switched out by a finalizer the collector runs, raise "AST constructor recursion
+    depth mismatch" (cpython gh-106905; a served run logged it, and the code before issue 53 fails here every
+    round). tasks.cache parses one module at a time."""
+    import sys
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tasks.cache import forget_code_versions, stage_code_version
+
+    stages = [("solve", "tasks.solve", {"method": m}) for m in ("lp", "rowgen", "exp", "benders", "auto")]
+    stages += [("ingest", "tasks.ingest", {"kind": "grid"}), ("measure", "tasks.measure", {})]
+    stages += [("evaluate_point", "tasks.evaluate", {"method": m}) for m in ("laplace", "constopt")]
+    stop = threading.Event()
+
+    def litter() -> None:  # a little garbage at a time: the parsing threads' collections run its finalizers
+        while not stop.is_set():
+            [_Cycle() for _ in range(20)]
+            time.sleep(0.001)
+
+    garbage = threading.Thread(target=litter, daemon=True)
+    garbage.start()
+    parallel = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)  # threads take turns often: a parse is likely to be interrupted
+    try:
+        for _ in range(2):
+            forget_code_versions(parses=True)  # every module parsed again, by the threads
+            with ThreadPoolExecutor(len(stages)) as pool:
+                parallel.append(list(pool.map(lambda s: stage_code_version(*s), stages)))
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        garbage.join()
+    forget_code_versions()
+    assert parallel == [[stage_code_version(*s) for s in stages]] * 2

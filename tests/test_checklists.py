@@ -213,6 +213,7 @@ def test_every_checklist_is_repeated_here_or_named() -> None:
             assert f'checklists()["{title}"]' in here, f"no test repeats the checklist {title!r}"
 
 
+@pytest.mark.slow  # 46-74 s each under load (issue 53): a copy's own tests run
 def test_add_a_solve_method(copy: Path) -> None:
     """A ``uniform`` baseline (every output equally likely: eps-mDP for every eps) added as the checklist says
     is solved and certified, listed by the documents and released by the flow."""
@@ -306,6 +307,7 @@ GEOJSON = {
 }
 
 
+@pytest.mark.slow  # 46-74 s each under load (issue 53): a copy's own tests run
 def test_add_a_dataset_kind(copy: Path) -> None:
     """A ``geojson`` kind (each Point feature a public record, its ``name`` published) added as the checklist
     says is loaded through the registry, listed by the documents and released by the flow, ``name`` included."""
@@ -425,6 +427,7 @@ class Kind:''',
     assert "name" in facts["published"] and facts["released"] == names
 
 
+@pytest.mark.slow  # 46-74 s each under load (issue 53): a copy's own tests run
 def test_add_a_published_column(copy: Path) -> None:
     """A ``label`` column of utility_vs_eps.parquet added as the checklist says is written by write_published in
     its declared place and type, allowed by the audit, listed by privacy.md's generated table and published by

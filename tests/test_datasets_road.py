@@ -193,7 +193,7 @@ def test_download_fails_fast_offline():
         road()  # default: the paper's Rome box
     with pytest.raises(InputError, match="give a road network file instead, the dataset.s parameter osm"):
         road(bbox=list(ROME_BBOX))
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 60  # a hang guard: no wait for a network timeout
 
 
 def test_source_errors(tmp_path):
