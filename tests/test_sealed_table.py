@@ -27,7 +27,7 @@ from artifacts.store import Store
 from flows.release import _TASKS, prepare, stage_params
 from mdp_core.problem import microdata
 from mdp_core.problem.datasets import grid
-from mdp_core.release.door import table_fingerprint
+from mdp_core.release.door import table_people
 from mdp_core.runtime.files import read_json
 
 OTHER = "other-people"
@@ -36,6 +36,13 @@ OTHER = "other-people"
 def sealed_of(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows the door seals of ``frame`` over the tests' 5 x 6 grid."""
     return microdata.sealed_rows(frame, grid(5, 6, n_outputs=30, seed=0))
+
+
+def people_of(frame: pd.DataFrame):
+    """The people the door reads of ``frame`` (its sealed rows, located on the tests' grid)."""
+    inst = grid(5, 6, n_outputs=30, seed=0)
+    rows = microdata.sealed_rows(frame, inst)
+    return table_people(rows, inst, microdata.locate(rows, inst))
 
 
 def run_swapping(root: Path, cfg, table: Path, swap_with: Path) -> tuple[dict, dict, object]:
@@ -87,8 +94,8 @@ def test_a_table_swapped_after_the_door_changes_nothing_and_is_not_charged_to_a_
     draws = {e["detail"]["draw"] for e in private.entries(POPULATION) if e.get("kind") == "charge"}
     assert draws == {prov["draw_commitment"]} and private.load(prov["draw_commitment"]).version == version
     assert private.budget(OTHER) == other_before  # the other population: not charged again
-    assert private.table_owner(table_fingerprint(sealed_of(other))) == OTHER
-    assert private.table_owner(table_fingerprint(sealed_of(original))) == POPULATION
+    assert private.similar_population(people_of(other), None)[0] == OTHER  # each table: its own population
+    assert private.similar_population(people_of(original), None)[0] == POPULATION
 
 
 def test_the_snapshot_is_owner_only_content_addressed_keyed_and_checked(tmp_path):
@@ -114,7 +121,7 @@ def test_the_snapshot_is_owner_only_content_addressed_keyed_and_checked(tmp_path
     assert list(rows.columns) == ["lat", "lon"] and len(rows) == N_PEOPLE  # no ssn, no age
     assert np.all(np.diff(rows["lat"].to_numpy()) >= 0)  # sorted: no file order survives
     public = {hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("people.csv", "people.parquet")}
-    assert handle not in public | {sha, table_fingerprint(frame)} and len(handle) == 64
+    assert handle not in public | {sha} and len(handle) == 64
     elsewhere = PrivateStore(tmp_path / "elsewhere").seal_table(sealed_of(frame))
     assert elsewhere[0] == sha and elsewhere[1] != handle  # the same rows, another store's key: another handle
     altered = rows.copy()
