@@ -86,7 +86,7 @@ def _claim(tmp_path: Path, table: Path, population: str):
 
     cfg = load_config(_config(tmp_path, table, population))
     inst = road(**cfg.dataset.loader_params())
-    _, people, _ = read_secret_table(cfg, inst, 0.3)
+    _, people, _, _ = read_secret_table(cfg, inst, 0.3)
     return PrivateStore(tmp_path / "store").claim_table(people, population)
 
 
