@@ -108,8 +108,9 @@ class Paid:
 
     @property
     def whole(self) -> bool:
-        """Whether its charges include the perturbation: a whole release, not one abandoned after its DP prior."""
-        return any(c["kind"] == "perturb" for c in self.charges)
+        """Whether its charges include the perturbation: a whole release, not one abandoned after its DP prior
+        (charges that name no kind, "?", are taken as whole releases: only a prior's charge says it is partial)."""
+        return any(c["kind"] in ("perturb", "?") for c in self.charges)
 
     @property
     def cost(self) -> Epsilon:

@@ -11,7 +11,7 @@ from artifacts.store import Store
 from flows.config import parse_config
 from flows.release import stage_params
 from mdp_core.problem.io import read_instance, read_mechanism
-from mdp_core.release import baseline
+from mdp_core.release import baseline, people
 from mdp_core.solvers.verify import verify
 from tasks import export, graph, solve
 
@@ -49,10 +49,11 @@ def test_stage_outputs(pipeline):
     assert total == 300 == agg.loc[agg["level"] == "output", "count"].sum()
     ev = pd.read_parquet(store.path(refs["evaluate"], "evaluation.parquet"))
     # the default method (auto picks lp here), the baseline, planar Laplace at the stated guarantee (issue 40)
-    assert list(ev["method"]) == ["auto", "exp", *baseline.METHODS]
+    # ... measured from people spread as the prior in the records' cells (issue 50)
+    assert list(ev["method"]) == ["auto", "exp", people.RELEASE, people.SNAP, *baseline.METHODS]
     assert ev.loc[0, "expected_loss"] <= ev.loc[1, "expected_loss"] + 1e-9
     report = (store.root / refs["evaluate"].path / "report.md").read_text()
-    assert report.startswith("# Release report") and "**simulated** individuals" in report
+    assert report.startswith("# Release report") and "**simulated** people" in report
     util = pd.read_parquet(store.path(refs["evaluate"], "utility_vs_eps.parquet"))
     assert sorted(util["epsilon"].unique()) == pytest.approx([0.6, 1.5, 3.0]) and set(util["method"]) == {"auto", "exp"}
     lp = util[util["method"] == "auto"].sort_values("epsilon")["expected_loss"].to_numpy()
