@@ -186,6 +186,27 @@ def test_the_hook_outside_a_flow_run_asks_nobody_but_a_policy_still_applies(tmp_
     assert record["plan_sha256"] == plan_sha256(plan) and set(record) == {"mode", "by", "at", "note", "plan_sha256"}
 
 
+def test_a_run_says_which_cap_it_uses_when_its_config_disagrees_with_the_ledger(tmp_path):
+    """Issue 52: after ``ledger cap --set 60 --raise`` the next scheduled run was refused "cap 27" because the
+    config's max_total_epsilon won, and nothing said so. The stored cap applies; the run's log says so."""
+    store = Store(tmp_path / "store")
+    PrivateStore(store.root).set_cap(POPULATION, 60.0, "A. Officer", "board decision")
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("mdp_release").addHandler(handler)
+    try:
+        assert wait_for_approval(_config(tmp_path, approval="none", max_total_epsilon=27.0), store, _plan()) is None
+    finally:
+        logging.getLogger("mdp_release").removeHandler(handler)
+    said = [m for m in seen if m.startswith("cap: ")]
+    assert said == [
+        f"cap: population {POPULATION!r}: the ledger's stored cap 60 applies; the config's max_total_epsilon 27 is "
+        "ignored (the stored cap is the truth: change it with mdp-release ledger cap --population P --set X "
+        "[--raise] --by WHO --why TEXT, and remove max_total_epsilon from the config)"
+    ]
+
+
 def test_the_decision_form_needs_a_name_and_not_approved_is_a_refusal():
     with pytest.raises(ValueError):
         ApprovalInput(approve=True, name="", note="")
