@@ -630,22 +630,27 @@ class PrivateStore:
         return entry
 
     @staticmethod
-    def _effective_cap(stored: float | None, config_cap: float | None) -> tuple[float | None, str | None, list[str]]:
-        """(cap to enforce, entry kind to record it or None, notes) under the config cap rule: the first
-        cap comes from the config; a lower config cap lowers it; a higher one is noted, not applied."""
+    def effective_cap(
+        population: str, stored: float | None, config_cap: float | None
+    ) -> tuple[float | None, str | None, list[str]]:
+        """(cap to enforce, entry kind to record it or None, notes) under the cap rule: the first cap comes from
+        the config; after that the stored cap is the truth (set, lowered and raised only by ``mdp-release ledger
+        cap``, recorded with who and why), and a config ``max_total_epsilon`` that differs from it, lower or
+        higher, is ignored with a note naming both numbers (issue 52: after ``ledger cap --raise`` the config's
+        old figure silently won)."""
         if config_cap is None:
             return stored, None, []
         if stored is None:
             return config_cap, "cap", []
-        if config_cap < stored:
-            return config_cap, "lower", []
-        if config_cap > stored:
+        if config_cap != stored:
             return (
                 stored,
                 None,
                 [
-                    f"the config's max_total_epsilon {config_cap:g} is above the stored cap {stored:g}: the stored cap "
-                    "is enforced (raise it with mdp-release ledger cap --population P --set X --raise --by WHO --why TEXT)"
+                    f"population {population!r}: the ledger's stored cap {stored:.10g} applies; the config's "
+                    f"max_total_epsilon {config_cap:.10g} is ignored (the stored cap is the truth: change it with "
+                    "mdp-release ledger cap --population P --set X [--raise] --by WHO --why TEXT, and remove "
+                    "max_total_epsilon from the config)"
                 ],
             )
         return stored, None, []
@@ -661,7 +666,7 @@ class PrivateStore:
             config_cap = _check_epsilon(config_cap, "max_total_epsilon", positive=True)
         chain = self._verified(population)
         state = self._state(population, chain)
-        cap, _, notes = self._effective_cap(state.cap, config_cap)
+        cap, _, notes = self.effective_cap(population, state.cap, config_cap)
         charged = self._charged(chain)
         new = {k: _check_epsilon(e, f"planned charge {k[:12]}") for k, e in planned.items() if k not in charged}
         spent = _charges(chain)
@@ -713,8 +718,8 @@ class PrivateStore:
         require_cap: bool,
     ) -> tuple[Budget, bool]:
         """Charge ``epsilon`` to ``population`` for the measurement identified by ``key`` (64 hex), before
-        it is made. Under the population's lock: verify the chain, apply the config cap rule (first cap
-        from ``config_cap``; a lower one is recorded as a lowering; a higher one only noted), refuse
+        it is made. Under the population's lock: verify the chain, apply the cap rule (:meth:`effective_cap`:
+        the first cap from ``config_cap``, then the stored one; a config that differs is noted), refuse
         (BudgetRefused, nothing written) above the cap or without a cap while ``require_cap``, append the
         charge. Idempotent per key within the current budget: returns (budget, False) when already
         charged (nothing written), (budget, True) when charged now. ``detail``: JSON, no secret values."""
@@ -729,17 +734,12 @@ class PrivateStore:
         with self._lock(population):
             chain = self._verified(population)
             state = self._state(population, chain)
-            cap, kind, notes = self._effective_cap(state.cap, config_cap)
+            cap, kind, notes = self.effective_cap(population, state.cap, config_cap)
             if key in self._charged(chain):
                 return self._state(population, chain, notes), False
             self.refuse_unless_fits(population, cap, _charges(chain), [epsilon], require_cap)
-            if kind is not None:
-                why = (
-                    "first cap, from the config's max_total_epsilon"
-                    if kind == "cap"
-                    else "lowered by the config's max_total_epsilon"
-                )
-                self._append(population, chain, kind, "config", why, cap)
+            if kind is not None:  # the first cap
+                self._append(population, chain, kind, "config", "first cap, from the config's max_total_epsilon", cap)
             self._append(
                 population,
                 chain,

@@ -606,20 +606,44 @@ class Store:
         to) and as many of its failure records; its older ones are deleted now, microdata included
         (:func:`delete_now`: no hidden copy stays; OSError naming a folder that could not be deleted).
         Nothing else is touched: another release's folders and records, records that name no release
-        (older versions), objects, ``private/``, and ``runs/latest`` itself. Returns the folders deleted
-        (its release folders, then its failure records, oldest first): what the caller reports."""
+        (older versions), public objects, ``private/``, and ``runs/latest`` itself. Returns the folders deleted
+        (its release folders, then its failure records, oldest first): what the caller reports -- then the objects
+        derived from the secret table that only the deleted releases used (:meth:`_drop_private_objects`: their
+        microdata's copy in ``objects/measure/``, deleted now too)."""
         if keep < 1:
             raise InputError(f"keep_releases must be >= 1, got {keep}")
         latest = self.latest()
         mine = self.releases_by_name(name_of).get(name, [])
         failed = [f for f in self.failure_records() if self.failure_release(f) == name]
         removed: list[Path] = []
+        used: set[str] = set()  # the objects the deleted releases' manifests name
         for group in (mine, failed):
             for folder in group[: max(len(group) - keep, 0)]:
                 if latest is not None and folder.resolve() == latest.resolve():
                     continue
+                refs = _stage_artifacts(_read_manifest(folder))
                 if delete_now(folder):
                     removed.append(folder)
+                    used |= refs
+        return removed + self._drop_private_objects(used - self.referenced_objects())
+
+    def _drop_private_objects(self, refs: set[str]) -> list[Path]:
+        """Delete now (:func:`delete_now`) the objects ``refs`` (``objects/<stage>/<key>``) that are derived from
+        the secret table (owner-only folders: the microdata of ``measure``, the DP prior): what a pruned release
+        measured leaves the store with it (issue 52); public objects stay for :meth:`prune_objects`. Returns
+        the folders deleted."""
+        removed: list[Path] = []
+        for ref in sorted(refs):
+            parts = ref.split("/")
+            if len(parts) != 3 or any(x in ("", ".", "..") or _is_debris(x) for x in parts):  # a forged manifest
+                continue
+            folder = self.root / ref
+            try:
+                private = stat.S_IMODE(folder.lstat().st_mode) & 0o077 == 0
+            except FileNotFoundError:
+                continue
+            if private and folder.is_dir() and delete_now(folder):
+                removed.append(folder)
         return removed
 
     # ------------------------------------------------------------- housekeeping
@@ -673,14 +697,7 @@ class Store:
         """``objects/<stage>/<key>`` of every stage entry (``artifact``) of every release's manifest."""
         refs: set[str] = set()
         for folder in self.releases():
-            m = _read_manifest(folder)
-            stages = m.get("stages") if m is not None else None
-            if not isinstance(stages, dict):
-                continue
-            for entry in stages.values():
-                art = entry.get("artifact") if isinstance(entry, dict) else None
-                if isinstance(art, str):
-                    refs.add(art)
+            refs |= _stage_artifacts(_read_manifest(folder))
         return refs
 
     def prune_objects(self, min_age: float = STALE_SECONDS) -> list[Path]:
@@ -778,6 +795,15 @@ def tree_bytes(path: Path) -> int:
             if stat.S_ISREG(st.st_mode):
                 total += st.st_size
     return total
+
+
+def _stage_artifacts(manifest: dict[str, Any] | None) -> set[str]:
+    """``objects/<stage>/<key>`` of every stage entry (``artifact``) of ``manifest`` (none: empty)."""
+    stages = manifest.get("stages") if manifest is not None else None
+    if not isinstance(stages, dict):
+        return set()
+    arts = (entry.get("artifact") if isinstance(entry, dict) else None for entry in stages.values())
+    return {a for a in arts if isinstance(a, str) and a.startswith("objects/")}
 
 
 def _read_manifest(folder: Path) -> dict[str, Any] | None:

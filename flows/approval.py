@@ -34,7 +34,9 @@ from __future__ import annotations
 import contextvars
 import datetime as _dt
 import logging
+import re
 import threading
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -42,7 +44,7 @@ from typing import Any
 from uuid import UUID
 
 from prefect.input import RunInput
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 
 from flows.config import DEFAULT_APPROVAL_TIMEOUT, ReleaseFlowConfig, approval_mode, release_name
 from mdp_core.declarations.budget import Budget, Epsilon, round_up
@@ -53,16 +55,51 @@ from mdp_core.release.plan_hash import figures_sha256
 APPROVALS = "approvals"  # <store>/approvals/<release name>.json: a policy release's approved envelope
 ENVELOPE_FORMAT = "mdp-release-approval-envelope"
 GUARANTEE_FIGURES = ("epsilon_per_unit", "stretch", "protection_radius", "additive_epsilon", "distance_unit")
+RECEIVED = "Decision received"  # the approval artifact's first words once the run has taken the decision
+POLL = 2  # s between the paused run's looks for its decision (and for the resume a stop sends: see _Deadline)
 GRACE = 60  # s: Prefect's own pause deadline is this much later than ours (ours resumes the run first)
 log = logging.getLogger("mdp_release")
 
 
+MARKUP = frozenset("<>`[]|")  # what would make a name or a note markup (HTML, code, links, table cells) where shown
+NOT_TEXT = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})  # Unicode categories: controls, zero-width, bidi
+
+
+def plain_text(text: str, what: str, blank: bool = True) -> str:
+    """``text`` stripped, when it is plain printable text: ValueError naming ``what`` and the refused characters
+    (controls, zero-width and bidi formatting -- Unicode categories :data:`NOT_TEXT` -- and the markup
+    characters :data:`MARKUP`), or when it is blank and ``blank`` is False. A name or a note is signed into the
+    release and shown in markdown: what a reader sees must be what was typed."""
+    import unicodedata
+
+    bad = sorted({c for c in text if c in MARKUP or unicodedata.category(c) in NOT_TEXT})
+    if bad:
+        shown = ", ".join(f"U+{ord(c):04X}" + (f" {c!r}" if c in MARKUP else "") for c in bad)
+        raise ValueError(f"{what} must be plain printable text (no control, zero-width or markup characters): {shown}")
+    if not blank and not text.strip():
+        raise ValueError(f"{what} must not be blank")
+    return text.strip()
+
+
 class ApprovalInput(RunInput):
-    """The officer's decision (Prefect's Resume form; ``mdp-release approve``)."""
+    """The officer's decision (Prefect's Resume form; ``mdp-release approve``): who (a printable, non-blank
+    name), a plain-text note and the sha256 of the plan approved (prefilled with this run's: an approval of
+    another plan is refused)."""
 
     approve: bool = Field(description="true: measure and release as planned; false: refuse (nothing is measured)")
-    name: str = Field(min_length=1, description="who decides (recorded in the manifest)")
-    note: str = Field("", description="why, or a reference (recorded in the manifest)")
+    name: str = Field(min_length=1, description="who decides (recorded in the manifest): printable, not blank")
+    note: str = Field("", description="why, or a reference (recorded in the manifest): plain text")
+    plan: str = Field("", description="the sha256 of the plan you approve (prefilled: this run's plan)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return plain_text(value, "the name", blank=False)
+
+    @field_validator("note")
+    @classmethod
+    def _note(cls, value: str) -> str:
+        return plain_text(value, "the note")
 
 
 class PolicyApprovalInput(ApprovalInput):
@@ -79,7 +116,7 @@ class NotApproved(PrivacyError):
 @dataclass(frozen=True)
 class BudgetView:
     """The population's budget as this release would find it (read only): the cap that applies (the stored
-    one, or the config's when it sets or lowers it), spent, left now and after this release's whole charge
+    one, or the config's for a first cap: :meth:`artifacts.private.PrivateStore.effective_cap`), spent, left now and after this release's whole charge
     (None without a cap), and the budget's published history of decisions."""
 
     population: str
@@ -116,17 +153,18 @@ def plan_sha256(plan: PrivacyPlan) -> str:
 
 def budget_view(root: str | Path, plan: PrivacyPlan, config_cap: float | None) -> BudgetView | None:
     """The population's budget before this release (None: simulated people, no budget to show). Read only:
-    the ledger is verified (LedgerError otherwise), nothing is written."""
+    the ledger is verified (LedgerError otherwise), nothing is written. A config cap that differs from the
+    stored one is ignored, and the cap's note says so."""
     if plan.population is None:
         return None
     from artifacts.private import PrivateStore
 
     private = PrivateStore(root)
     now = private.budget(plan.population)
-    cap, note = now.cap, "the ledger's"
-    if config_cap is not None and (cap is None or config_cap < cap):
-        cap = config_cap
-        note = "set by this release's max_total_epsilon" if now.cap is None else "lowered by this release's config"
+    cap, _, notes = PrivateStore.effective_cap(plan.population, now.cap, config_cap)
+    note = "the ledger's" if now.cap is not None else "set by this release's max_total_epsilon"
+    if notes:
+        note += f"; this release's max_total_epsilon {config_cap:g} is ignored"
     left = Budget.of(cap).left(now.spent)
     after = None if left is None else left - plan.charge.value
     history = tuple(private.history(plan.population, now.seq)) if now.seq >= 0 else ()
@@ -134,7 +172,10 @@ def budget_view(root: str | Path, plan: PrivacyPlan, config_cap: float | None) -
 
 
 def _eps(x: Fraction | float | None) -> str:
-    return "none" if x is None else f"{float(x):.6g}"
+    """:func:`flows.ledger_cli.epsilon_text` (the one rule), "none" for None."""
+    from flows.ledger_cli import epsilon_text
+
+    return "none" if x is None else epsilon_text(x)
 
 
 def _cell(text: Any) -> str:
@@ -145,7 +186,7 @@ def _cell(text: Any) -> str:
 def summary_markdown(name: str, plan: PrivacyPlan, view: BudgetView | None, sha: str, how: str) -> str:
     """The officer's summary of the plan (public figures only), ending with ``how`` to decide."""
     g = plan.guarantee
-    charges = ", ".join(f"{k} {v:.6g}" for k, v in plan.charges().items())
+    charges = ", ".join(f"{k} {_eps(v)}" for k, v in plan.charges().items())
     who = f"population `{plan.population}`" if plan.population else "SIMULATED people (nobody's data)"
     lines = [
         f"# Release `{name}` waits for your approval",
@@ -156,7 +197,7 @@ def summary_markdown(name: str, plan: PrivacyPlan, view: BudgetView | None, sha:
         "",
         f"**Guarantee:** {g.statement()}.",
         "",
-        f"**This release's charge:** {_eps(round_up(plan.charge.value))} ({charges}; protection radius "
+        f"**This release's charge:** {_eps(plan.charge.value)} ({charges}; protection radius "
         f"{plan.radius:g} {g.distance_unit}); a charge this draw already paid costs nothing again.",
     ]
     if view is None:
@@ -221,7 +262,9 @@ def write_envelope(root: str | Path, name: str, plan: PrivacyPlan, answer: Polic
 
 
 def outside_envelope(envelope: dict[str, Any] | None, plan: PrivacyPlan, view: BudgetView | None) -> list[str]:
-    """Why the plan is outside the approved ``envelope`` (empty: inside). Exact arithmetic."""
+    """Why the plan is outside the approved ``envelope`` (empty: inside): exact arithmetic on the figures as
+    every view shows them (:func:`flows.ledger_cli.epsilon_text`: an envelope of 6.5 admits the charge
+    6.500000005 that reads 6.5); the population's cap is enforced exactly by the ledger."""
     if envelope is None:
         return ["no envelope has been approved for this release yet"]
     why = []
@@ -231,12 +274,13 @@ def outside_envelope(envelope: dict[str, Any] | None, plan: PrivacyPlan, view: B
     if envelope.get("guarantee") != figures:
         changed = [k for k in GUARANTEE_FIGURES if (envelope.get("guarantee") or {}).get(k) != figures[k]]
         why.append(f"the guarantee's {', '.join(changed)} differ from the envelope's")
-    if plan.charge.value > Epsilon.of(float(envelope.get("max_charge", 0.0)), "max_charge").value:
-        why.append(f"the charge {_eps(plan.charge.value)} is above the envelope's {envelope.get('max_charge')}")
+    ceiling = Epsilon.of(float(envelope.get("max_charge", 0.0)), "max_charge").value
+    if Fraction(_eps(plan.charge.value)) > ceiling:  # the charge as every view shows it (the cap: exact)
+        why.append(f"the charge {_eps(plan.charge.value)} is above the envelope's {_eps(ceiling)}")
     floor = Epsilon.of(float(envelope.get("min_left", 0.0)), "min_left").value
     left = None if view is None else view.left_after
-    if floor > 0 and (left is None or left < floor):
-        why.append(f"it would leave {_eps(left)} of the budget, the envelope keeps {envelope.get('min_left')}")
+    if floor > 0 and (left is None or Fraction(_eps(left)) < floor):
+        why.append(f"it would leave {_eps(left)} of the budget, the envelope keeps {_eps(floor)}")
     return why
 
 
@@ -251,10 +295,12 @@ def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) 
     in_flow = ctx is not None and ctx.flow_run is not None
     flow_run = ctx.flow_run if ctx is not None else None
     mode = approval_mode(config, deployed=getattr(flow_run, "deployment_id", None) is not None)
+    _say_which_cap(config, store, plan)
     if mode == "none":
         return None
     name, sha = release_name(config), plan_sha256(plan)
     view = budget_view(store.root, plan, config.release.max_total_epsilon) if in_flow or mode == "policy" else None
+    why: list[str] = []
     if mode == "policy":
         envelope = read_envelope(store.root, name)
         why = outside_envelope(envelope, plan, view)
@@ -264,7 +310,7 @@ def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) 
     if ctx is None or ctx.flow_run is None:
         _logger().warning("approval = %s: not a Prefect flow run (the stages called directly): nobody to ask", mode)
         return None
-    answer = _ask(config, str(ctx.flow_run.id), plan, view, sha, policy=mode == "policy")
+    answer = _ask(config, str(ctx.flow_run.id), plan, view, sha, policy=mode == "policy", reasons=why)
     at = _now()
     if isinstance(answer, PolicyApprovalInput):
         write_envelope(store.root, name, plan, answer, at)
@@ -294,6 +340,19 @@ def unattended(plan: PrivacyPlan | None) -> dict[str, Any]:
     }
 
 
+def _say_which_cap(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) -> None:
+    """A warning in the run's log when the config's ``max_total_epsilon`` differs from the population's stored
+    cap: the stored one applies (:meth:`artifacts.private.PrivateStore.effective_cap`). Read only."""
+    config_cap = config.release.max_total_epsilon
+    if plan.population is None or config_cap is None:
+        return
+    from artifacts.private import PrivateStore
+
+    stored = PrivateStore(store.root).budget(plan.population).cap
+    for note in PrivateStore.effective_cap(plan.population, stored, config_cap)[2]:
+        _logger().warning("cap: %s", note)
+
+
 def _within_policy(envelope: dict[str, Any], sha: str) -> dict[str, Any]:
     """The approval record of a run inside the approved envelope: by whom and when it was approved."""
     note = (
@@ -312,10 +371,17 @@ def _within_policy(envelope: dict[str, Any], sha: str) -> dict[str, Any]:
 
 
 def _ask(
-    config: ReleaseFlowConfig, run_id: str, plan: PrivacyPlan, view: BudgetView | None, sha: str, policy: bool
+    config: ReleaseFlowConfig,
+    run_id: str,
+    plan: PrivacyPlan,
+    view: BudgetView | None,
+    sha: str,
+    policy: bool,
+    reasons: list[str] | None = None,
 ) -> ApprovalInput:
-    """Publish the officer's summary, pause the run for the decision (Prefect's Resume form or
-    :func:`send_decision`) and return the approving answer; NotApproved otherwise."""
+    """Publish the officer's summary (with ``reasons``: why a policy release asks: the envelope's conditions it fails),
+    pause the run for the decision (Prefect's Resume form or :func:`send_decision`) and return the approving
+    answer; NotApproved otherwise."""
     from prefect.artifacts import create_markdown_artifact
     from prefect.exceptions import FlowPauseTimeout
     from prefect.flow_runs import pause_flow_run
@@ -326,30 +392,38 @@ def _ask(
     name = release_name(config)
     timeout = config.release.approval_timeout or DEFAULT_APPROVAL_TIMEOUT
     how = (
-        f"**To decide** (within {timeout} s, else the run ends Refused): *Resume* on the run's page, or "
+        (f"**Why you are asked:** {'; '.join(reasons)}.\n\n" if reasons else "")
+        + f"**To decide** (within {timeout} s, else the run ends Refused): *Resume* on the run's page, or "
         f"`mdp-release approve {run_id} --by WHO [--note TEXT]` (`--reject` to refuse)."
     )
     md = summary_markdown(name, plan, view, sha, how)
     create_markdown_artifact(markdown=md, key=f"{name}-approval", description=f"mdp-release {name}: approve the plan")
     operate_ui.at_stage(run_id, "the officer's approval")
     _logger().warning("release %s waits for approval: mdp-release approve %s --by WHO (or --reject)", name, run_id)
-    defaults: dict[str, Any] = {"max_charge": round_up(plan.charge.value)} if policy else {}
-    form = (PolicyApprovalInput if policy else ApprovalInput).with_initial_data(description=md, **defaults)
+    defaults: dict[str, Any] = {"max_charge": float(_eps(plan.charge.value))} if policy else {}
+    form = (PolicyApprovalInput if policy else ApprovalInput).with_initial_data(description=md, plan=sha, **defaults)
     deadline = _Deadline(run_id, timeout)
     try:
-        answer = pause_flow_run(
-            wait_for_input=form, timeout=timeout + GRACE, poll_interval=min(10, max(1, timeout // 10)), key="approval"
-        )
+        answer = pause_flow_run(wait_for_input=form, timeout=timeout + GRACE, poll_interval=POLL, key="approval")
     except FlowPauseTimeout:
         control.check("the officer's approval")  # cancelled meanwhile: Interrupted, the run ends Cancelled
         raise NotApproved(_refusal(name, f"nobody decided within {timeout} s")) from None
+    except ValidationError as exc:  # the UI's form lets any string through: the decision is not a valid one
+        why = "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in exc.errors())
+        raise NotApproved(_refusal(name, f"the decision was not valid ({why})")) from None
     finally:
         deadline.cancel()
+    if deadline.fired == "stop":
+        control.check("the officer's approval")  # Interrupted: the run ends Cancelled, nothing measured
     if deadline.fired:
         raise NotApproved(_refusal(name, f"nobody decided within {timeout} s"))
+    received = f"{'approved' if answer.approve else 'rejected'} by {answer.name} at {_now()}"
+    create_markdown_artifact(markdown=f"{RECEIVED}: {received}\n\n{md}", key=f"{name}-approval")  # approve waits for it
     if not answer.approve:
         why = f"rejected by {answer.name}" + (f" ({answer.note})" if answer.note else "")
         raise NotApproved(_refusal(name, why))
+    if answer.plan.strip().lower() != sha:
+        raise NotApproved(_refusal(name, f"{answer.name} approved plan {answer.plan[:12]!r}, this run's is {sha[:12]}"))
     return answer
 
 
@@ -358,27 +432,43 @@ def _refusal(name: str, why: str) -> str:
 
 
 class _Deadline:
-    """At ``timeout`` s, resume the paused run ``run_id`` with a refusal (before Prefect's own pause
-    deadline, which would end the run Failed under its own name): ``fired`` when that resume took effect."""
+    """While the run waits: at ``timeout`` s, resume the paused run ``run_id`` with a refusal (before Prefect's
+    own pause deadline, which would end the run Failed under its own name), ``fired`` = "timeout"; on a stop
+    request of this process (SIGTERM from ``serve``'s shutdown or a worker, Ctrl-C: :mod:`mdp_core.runtime.control`)
+    at once, ``fired`` = "stop" -- Prefect's pause polls the server and never looks at signals, so without it a
+    paused run outlived its runner's SIGTERM by the runner's 30 s grace. Each only when the resume took effect."""
 
     def __init__(self, run_id: str, timeout: int) -> None:
-        self.fired = False
+        self.fired = ""
+        self._done = threading.Event()
+        self._end = time.monotonic() + timeout
         ctx = contextvars.copy_context()  # the flow's Prefect settings (its API)
-        self._timer = threading.Timer(timeout, ctx.run, args=(self._fire, run_id))
-        self._timer.daemon = True
-        self._timer.start()
+        self._thread = threading.Thread(target=ctx.run, args=(self._watch, run_id), daemon=True, name="approval-wait")
+        self._thread.start()
 
-    def _fire(self, run_id: str) -> None:
-        try:
-            send_decision(run_id, False, "mdp-release (no decision in time)", "approval_timeout reached")
-            self.fired = True
-        except Exception as exc:  # decided meanwhile (not paused any more), or cancelled
-            log.debug("approval deadline of %s: %s", run_id, exc)
+    def _watch(self, run_id: str) -> None:
+        from mdp_core.runtime import control
+
+        while not self._done.wait(0.2):
+            stop = control.PROCESS.reason()
+            if stop is None and time.monotonic() < self._end:
+                continue
+            why = (
+                ("stop", "mdp-release (stopped)", stop)
+                if stop
+                else ("timeout", "mdp-release (no decision in time)", "")
+            )
+            try:
+                send_decision(run_id, False, why[1], why[2] or "approval_timeout reached")
+                self.fired = why[0]
+            except Exception as exc:  # decided meanwhile (not paused any more), or cancelled
+                log.debug("approval wait of %s: %s", run_id, exc)
+            return
 
     def cancel(self) -> None:
-        """Stop the timer, or wait for a resume it is sending (then ``fired`` is final)."""
-        self._timer.cancel()
-        self._timer.join(timeout=60)
+        """Stop watching, or wait for a resume it is sending (then ``fired`` is final)."""
+        self._done.set()
+        self._thread.join(timeout=60)
 
 
 def _logger() -> Any:
@@ -397,15 +487,15 @@ def _now() -> str:
 
 
 # ---------------------------------------------------------------------------------------- the terminal
-def send_decision(run_id: str, approve: bool, by: str, note: str = "", **envelope: float) -> None:
+def send_decision(run_id: str, approve: bool, by: str, note: str = "", plan: str = "", **envelope: float) -> None:
     """Resume the paused run ``run_id`` with the decision (Prefect's :func:`prefect.flow_runs.resume_flow_run`
-    with the input; ``envelope``: a policy release's ``max_charge`` / ``min_left``). InputError when the run
-    is not waiting for an approval or the server refuses the input."""
+    with the input; ``plan``: the sha256 of the plan approved; ``envelope``: a policy release's ``max_charge``
+    / ``min_left``). InputError when the run is not waiting for an approval or the server refuses the input."""
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
     from prefect.flow_runs import resume_flow_run
 
     uid = flow_run_uuid(run_id)
-    payload = {"approve": approve, "name": by, "note": note, **envelope}
+    payload = {"approve": approve, "name": by, "note": note, "plan": plan, **envelope}
     try:
         resume_flow_run(uid, run_input=payload)
     except NotPausedError:
@@ -416,6 +506,74 @@ def send_decision(run_id: str, approve: bool, by: str, note: str = "", **envelop
         raise InputError(f"no flow run {run_id} on this Prefect server") from None
     except (FlowPauseTimeout, RuntimeError) as exc:
         raise InputError(f"flow run {run_id}: the server refused the decision: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What ``mdp-release approve`` shows of a run waiting for its officer: its name, the summary's lines
+    and the plan's sha256 (from the run's approval artifact)."""
+
+    name: str
+    summary: tuple[str, ...]
+    sha: str
+
+
+def waiting_run(run_id: str) -> Waiting:
+    """The run ``run_id`` when it waits for an approval (Paused, with its approval summary); InputError
+    saying what it is otherwise (not found, Running -- decided already, or killed while it ran --, ended)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.exceptions import ObjectNotFound
+
+    uid = flow_run_uuid(run_id)
+    with get_client(sync_client=True) as client:
+        try:
+            run = client.read_flow_run(uid)
+        except ObjectNotFound:
+            raise InputError(f"no flow run {run_id} on this Prefect server") from None
+        if run.state_type != StateType.PAUSED:
+            hint = {
+                StateType.RUNNING: "running: decided already, or its process was killed (kill -9) while it ran",
+                StateType.CRASHED: "crashed: its process is gone",
+            }.get(run.state_type or StateType.SCHEDULED, "not paused")
+            raise InputError(f"flow run {run_id} is not waiting for an approval: it is {run.state_name} ({hint})")
+        md = _approval_markdown(client, uid)
+    found = re.search(r"Plan sha256:\*\* `([0-9a-f]{64})`", md or "")
+    if md is None or found is None:
+        raise InputError(f"flow run {run_id} is paused but not for an officer's approval (no approval summary)")
+    summary = tuple(ln for ln in md.splitlines() if ln.startswith(("# ", "**")) and not ln.startswith("**To decide"))
+    return Waiting(run.name, summary, found.group(1))
+
+
+def _approval_markdown(client: Any, flow_run_id: UUID) -> str | None:
+    """The latest approval artifact of the flow run (None: none)."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    arts = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])),
+        sort=ArtifactSort.CREATED_DESC,
+    )
+    mds = [a.data for a in arts if (a.key or "").endswith("-approval") and isinstance(a.data, str)]
+    return mds[0] if mds else None
+
+
+def decision_taken(run_id: str, within: float) -> bool:
+    """Whether the run took the decision sent to it (its approval artifact starts with :data:`RECEIVED`)
+    within ``within`` s; if not, its process is gone (a paused run killed with -9 stays Paused on the server):
+    the run is set Crashed, saying so."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed
+
+    uid, end = flow_run_uuid(run_id), time.monotonic() + within
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < end:
+            if (_approval_markdown(client, uid) or "").startswith(RECEIVED):
+                return True
+            time.sleep(1.0)
+        why = f"its process did not take the officer's decision within {within:g} s: gone (killed?) while it waited"
+        client.set_flow_run_state(uid, Crashed(message=why + "; nothing was measured, nothing was charged"), force=True)
+    return False
 
 
 def flow_run_uuid(run_id: str) -> UUID:

@@ -1,24 +1,33 @@
 """``mdp-release approve``: the officer's decision for a release run waiting for it (:mod:`flows.approval`).
 
-  mdp-release approve RUN_ID --by WHO [--note TEXT] [--max-charge X] [--min-left Y]
-      approve the paused run's plan: it measures and releases (``--max-charge`` / ``--min-left``: an
-      ``approval = "policy"`` release's envelope for later runs)
+  mdp-release approve RUN_ID --by WHO [--note TEXT] [--plan SHA] [--max-charge X] [--min-left Y]
+      show the paused run's plan (its summary and sha256) and approve it: it measures and releases
+      (``--plan``: the plan's sha256, or its first 12+ hex digits, as the officer read it: refused when the
+      run's plan differs; ``--max-charge`` / ``--min-left``: an ``approval = "policy"`` release's envelope)
   mdp-release approve RUN_ID --by WHO --reject [--note TEXT]
       refuse it: the run ends Refused, nothing measured, nothing charged
 
-The decision goes through Prefect's own input mechanism (:func:`flows.approval.send_decision`:
-``prefect.flow_runs.resume_flow_run`` with the input) on the Prefect server the run talks to
-(``PREFECT_API_URL``, the server of ``mdp-release server start`` or the profile's). Exit codes: 0 sent;
-2 bad input, no server, or a run that is not waiting for an approval (one line on stderr).
+Only a run that waits (Paused, with its approval summary) is asked: a Running or ended run is refused with
+what it is. WHO is printable and not blank and the note plain text (:func:`flows.approval.plain_text`: no
+control, zero-width or markup characters). The decision goes through Prefect's own input mechanism
+(:func:`flows.approval.send_decision`: ``prefect.flow_runs.resume_flow_run`` with the input, which carries the
+plan's sha256: the run refuses an approval of another plan), on the Prefect server the run talks to
+(``PREFECT_API_URL``, the server of ``mdp-release server start`` or the profile's); then the command waits for
+the run to take it (:func:`flows.approval.decision_taken`): a paused run whose process was killed never does,
+and is set Crashed. Exit codes: 0 taken; 2 bad input, no server, a run that is not waiting, or that did not
+take the decision (one line on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 
-from flows.approval import flow_run_uuid, send_decision
+from flows.approval import decision_taken, flow_run_uuid, plain_text, send_decision, waiting_run
 from mdp_core.errors import InputError
+
+TAKE_WITHIN = 60.0  # s: the run polls for its decision every 10 s at most; a busy machine, the rest
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--by", required=True, metavar="WHO", help="who decides (recorded in the manifest)")
     p.add_argument("--note", default="", metavar="TEXT", help="why, or a reference (recorded)")
     p.add_argument("--reject", action="store_true", help="refuse the release: nothing is measured or charged")
+    p.add_argument("--plan", metavar="SHA", help="the plan's sha256 (or its first 12+ hex digits) you approve")
     p.add_argument("--max-charge", type=float, metavar="X", help="approval = policy: later runs charge at most X")
     p.add_argument("--min-left", type=float, metavar="Y", help="approval = policy: and leave at least Y of the budget")
 
@@ -36,8 +46,13 @@ def approve_from_cli(args: argparse.Namespace) -> int:
     ``mdp-release server start`` or the profile's)."""
     from flows.run import healthy, prepare_environment
 
-    if not args.by.strip():
-        raise InputError("--by names who decides: it is recorded in the manifest")
+    try:
+        by, note = plain_text(args.by, "--by", blank=False), plain_text(args.note, "--note")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    plan = (args.plan or "").strip().lower()
+    if args.plan is not None and not re.fullmatch(r"[0-9a-f]{12,64}", plan):
+        raise InputError("--plan is the plan's sha256 (its first 12 to 64 hex digits), as its summary shows it")
     if args.reject and (args.max_charge is not None or args.min_left is not None):
         raise InputError("--max-charge / --min-left describe what is approved: not with --reject")
     envelope = {k: v for k, v in (("max_charge", args.max_charge), ("min_left", args.min_left)) if v is not None}
@@ -50,7 +65,21 @@ def approve_from_cli(args: argparse.Namespace) -> int:
         raise InputError(
             "a paused run waits on a Prefect server: none answers (mdp-release server start, PREFECT_API_URL)"
         )
-    send_decision(args.run_id, not args.reject, args.by.strip(), args.note, **envelope)
-    verdict = "rejected: the run ends Refused" if args.reject else "approved: the run measures and releases"
-    print(f"flow run {args.run_id} {verdict} (by {args.by.strip()})")
+    waiting = waiting_run(args.run_id)
+    print(f"flow run {waiting.name} ({args.run_id}) waits for your decision:")
+    print("\n".join(f"  {line}" for line in waiting.summary))
+    if plan and not waiting.sha.startswith(plan):
+        raise InputError(f"--plan {plan[:12]}... is not this run's plan ({waiting.sha}): nothing was sent")
+    send_decision(args.run_id, not args.reject, by, note, plan=waiting.sha, **envelope)
+    if not decision_taken(args.run_id, TAKE_WITHIN):
+        raise InputError(
+            f"flow run {args.run_id} did not take the decision within {TAKE_WITHIN:g} s: its process is gone "
+            "(killed while it waited); it is now Crashed, nothing was measured or charged"
+        )
+    verdict = (
+        "rejected: the run ends Refused"
+        if args.reject
+        else f"approved plan {waiting.sha}: the run measures and releases"
+    )
+    print(f"flow run {args.run_id} {verdict} (by {by})")
     return 0

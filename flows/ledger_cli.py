@@ -75,8 +75,18 @@ def resolve_store(args: argparse.Namespace) -> Path:
     return store_root(load_config(getattr(args, "config", None)))
 
 
+def epsilon_text(v: Any) -> str:
+    """An epsilon (a charge, a cap, what is left) as a person reads, types and compares it: 6 significant
+    digits (``6.5``, ``0.00123457``; a Fraction or a float). The one rule of every view -- the officer's
+    summary and form, the envelope's comparison, ``ledger``, ``notify``, the UI's artifacts (issue 52): a
+    charge of 6.500000005 (the certificate's 1e-9 tolerance) reads 6.5 everywhere, and an envelope of 6.5
+    admits it (:func:`flows.approval.outside_envelope`); the ledger's cap stays exact."""
+    return f"{float(v):.6g}"
+
+
 def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.6g}"
+    """An epsilon at the one precision of every view (:func:`epsilon_text`); "-" for None."""
+    return "-" if x is None else epsilon_text(x)
 
 
 def _when(t: Any) -> str:
@@ -228,7 +238,7 @@ def budget_epoch(entries: list[dict[str, Any]]) -> int:
 @dataclass(frozen=True)
 class BudgetView:
     """A population's budget as the ledger states it, for the operator (``mdp-release ledger``) and the
-    officer (the ``budget-<population>`` artifact in the UI): ``row`` = the verified budget
+    officer (the ``budget-<population>-<store8>`` artifact in the UI): ``row`` = the verified budget
     (:meth:`artifacts.private.Budget.as_dict`) | :func:`forecast` | ``published`` (its release folders in
     runs/) and ``epoch`` (:func:`budget_epoch`); ``paid``: every release its charges paid for, every budget
     (:func:`paid_releases`); ``entries``: the verified ledger. Public figures only: epsilons, caps, who and

@@ -487,6 +487,13 @@ def need_server() -> str:
     return url
 
 
+def _left(x: Any) -> str:
+    """What is left, at the one precision of every view (:func:`flows.ledger_cli.epsilon_text`)."""
+    from flows.ledger_cli import epsilon_text
+
+    return epsilon_text(x) if isinstance(x, (int, float)) else str(x)
+
+
 def notify_from_cli(args: argparse.Namespace) -> int:
     # the arguments first: a bad one is an error before any server is asked
     if args.list:
@@ -509,7 +516,7 @@ def notify_from_cli(args: argparse.Namespace) -> int:
             )
         for w in budget_warnings():
             print(
-                f"low-budget warning sent: population {w.get('population')} ({w.get('status')}, left {w.get('left')} "
+                f"low-budget warning sent: population {w.get('population')} ({w.get('status')}, left {_left(w.get('left'))} "
                 f"of cap {w.get('cap')}; budget epoch {w.get('epoch')}, release {w.get('release')}, {w.get('at')})"
             )
         return 0

@@ -6,10 +6,17 @@
   when the server is gone: :func:`flows.run.bounded_stop`). It names its upcoming runs after the release
   (:func:`name_upcoming_runs`: Prefect's scheduler names them with random words) and says when a run lasts
   longer than the interval (:class:`Watch`).
-* One release at a time: both deployments carry a Prefect deployment concurrency limit (``--limit``, 1 for
-  ``deploy``) with the collision strategy ``CANCEL_NEW``: a tick due while the previous run still runs is
-  *skipped* -- Prefect ends it Cancelled, "Deployment concurrency limit reached." -- never queued to start
-  late.
+* One release at a time: every run of a deployment (served or deployed) first takes the one slot of the
+  deployment's Prefect *global concurrency limit* ``mdp-release-<deployment id>`` (:func:`flows.slot.one_run_at_a_time`;
+  ``--limit`` slots for ``serve``, 1 otherwise) and holds it -- a lease its process renews -- to its end, an
+  approval pause included; a tick that finds the slots taken ends **Cancelled** at once (:data:`SKIPPED`:
+  skipped, never queued to start late) and names the run that holds it. Not Prefect's *deployment* concurrency
+  limit: its slot is a lease tied to the run's Running state, which the server revokes when the run pauses for
+  the officer (``RUNNING -> PAUSED``), so the engine's next renewal -- 225 s after the run started -- gets
+  ``410 Gone`` and kills the paused run ("Concurrency lease renewal failed ... Terminating execution"), and the
+  next tick starts beside it (issue 52). The global limit's lease is the run's own, renewed while it waits;
+  a run killed with -9 frees it when the lease runs out (``PREFECT_SERVER_CONCURRENCY_INITIAL_DEPLOYMENT_LEASE_DURATION``,
+  default 300 s, at least 60).
 * ``deploy --pool NAME`` -- the deployment ``<release name>-<pool>`` on a *work pool* (created as a
   ``process`` pool if absent); a ``prefect worker start --pool NAME`` process (any machine that has this
   checkout and ``PREFECT_API_URL``) runs it. ``prefect.yaml`` in the repository root is the same route
@@ -27,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
 from typing import Any
 
+from flows.slot import SKIPPED, _runs_of, set_slots
 from mdp_core.errors import InputError
 
 
@@ -86,18 +95,9 @@ def _need_server() -> str:
     return where
 
 
-def one_at_a_time(limit: int = 1) -> Any:
-    """The deployment concurrency limit of a scheduled release: ``limit`` runs at the same time, and a run that
-    would start beyond it is cancelled by the server (``CANCEL_NEW``: the tick is skipped, not queued; Prefect
-    also cancels, rather than marks Late, a scheduled run that waits for a slot)."""
-    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
-
-    return ConcurrencyLimitConfig(limit=limit, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW)
-
-
 def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
-    """The deployment's name, parameters, tags, description, schedule and concurrency limit
-    (:func:`one_at_a_time`: ``serve --limit``, 1 for ``deploy``). Its default name is the release
+    """The deployment's name, parameters, tags, description and schedule (no Prefect deployment concurrency
+    limit: the runs keep to one at a time themselves, :func:`flows.slot.one_run_at_a_time`). Its default name is the release
     name and the ``route`` ("serve", or deploy's pool name): ``serve`` and ``deploy`` of one config are two
     deployments, never one overwriting the other."""
     from flows.config import load_config, release_name, to_parameter
@@ -123,7 +123,6 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
         "parameters": {"config": to_parameter(sealed_config(cfg))},  # no secret path in Prefect
         "tags": ["mdp-release", *run_tags(cfg)],
         "description": f"mdp-release {name}: {args.config or 'the built-in default release'}",
-        "concurrency_limit": one_at_a_time(getattr(args, "limit", 1)),
         **schedule,
     }
 
@@ -146,13 +145,14 @@ def serve_from_cli(args: argparse.Namespace) -> int:
     from flows.release import release_flow, run_title
 
     # What flow.serve does (a Runner with this one flow), with its shutdown done here: on Ctrl-C / SIGTERM
-    # the runner stops (its schedule paused) and the deployment's runs still scheduled are deleted. One
-    # process slot more than the deployment's limit: a tick due while a run runs is proposed on time and
-    # cancelled by the server (skipped), instead of waiting for the slot and starting late.
+    # the runner stops (its schedule paused) and the deployment's runs still scheduled are deleted. One process
+    # more than --limit: a tick due while the runs hold the deployment's slots starts on time and ends at once,
+    # skipped (flows.slot.one_run_at_a_time); a tick held back meanwhile is skipped too once a newer one is due.
     runner = Runner(name=f"mdp-release-{dep['name']}", pause_on_shutdown=True, limit=args.limit + 1)
     for attempt in range(4):  # a busy server can answer 503 to the deployment's creation: try again
         try:
             deployment_id = runner.add_flow(release_flow, **dep)
+            set_slots(deployment_id, args.limit)
             break
         except Exception as exc:
             if attempt == 3 or "503" not in str(exc):
@@ -163,7 +163,7 @@ def serve_from_cli(args: argparse.Namespace) -> int:
 
     disarm = bounded_stop("mdp-release serve")  # a stop ends this process within seconds, server or not
     try:
-        asyncio.run(_serve_until_stopped(runner, watch))
+        asyncio.run(_serve_until_stopped(runner, watch, deployment_id))
         dropped = asyncio.run(drop_scheduled_runs(deployment_id))
     finally:
         disarm()
@@ -171,8 +171,11 @@ def serve_from_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_until_stopped(runner: Any, watch: Watch | None = None) -> None:
-    """``runner.start()`` (and ``watch.run()``) until SIGTERM or SIGINT, then ``await runner.astop()``.
+async def _serve_until_stopped(runner: Any, watch: Watch | None = None, deployment_id: Any = None) -> None:
+    """``runner.start()`` (and ``watch.run()``) until SIGTERM or SIGINT, then ``await runner.astop()`` --
+    after pausing the deployment and deleting its scheduled runs (:func:`drop_scheduled_runs`, one sweep):
+    the runner's poller picks runs up until ``astop`` has cancelled every run in progress (30 s for a run that
+    does not end), and a tick it picked up meanwhile started, took the freed slot and waited for its officer.
     Runner.start installs a SIGTERM handler of its own that calls the synchronous ``stop`` inside the event
     loop ("coroutine 'Runner.astop' was never awaited", then ``sys.exit``); the loop's handlers set here replace
     it once start has begun. A signal also requests this process's stop (the watchdog of
@@ -187,6 +190,9 @@ async def _serve_until_stopped(runner: Any, watch: Watch | None = None) -> None:
     async def stop() -> None:
         while not runner.started and not started.done():  # a signal during start-up: stop once started
             await asyncio.sleep(0.1)
+        if deployment_id is not None:
+            with contextlib.suppress(Exception):  # a server that is gone: bounded_stop ends the process
+                await drop_scheduled_runs(deployment_id, sweeps=1, due_within=60.0)
         if runner.started:
             await runner.astop()
 
@@ -210,7 +216,6 @@ async def _serve_until_stopped(runner: Any, watch: Watch | None = None) -> None:
         await task
 
 
-SKIPPED = "Deployment concurrency limit reached."  # Prefect's message on a run its deployment's limit cancelled
 WATCH_EVERY = 3.0  # s between two looks at the deployment's runs
 
 
@@ -221,22 +226,6 @@ def scheduled_run_name(title: str, run: Any) -> str:
 
     when = run.expected_start_time.astimezone(dt.UTC) if run.expected_start_time else dt.datetime.now(dt.UTC)
     return f"{title}-{when:%Y%m%d-%H%M%S}-{str(run.id)[-4:]}"
-
-
-def _runs_of(deployment_id: Any, *states: Any) -> dict[str, Any]:
-    """``read_flow_runs`` filters: the deployment's runs in ``states`` (StateType)."""
-    from prefect.client.schemas.filters import (
-        DeploymentFilter,
-        DeploymentFilterId,
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-
-    return {
-        "deployment_filter": DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
-        "flow_run_filter": FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=list(states)))),
-    }
 
 
 async def name_upcoming_runs(client: Any, deployment_id: Any, title: str, limit: int = 20) -> int:
@@ -289,20 +278,20 @@ class Watch:
                 await asyncio.sleep(WATCH_EVERY)
 
     async def look(self, client: Any) -> None:
-        """One look at the runs holding the deployment's slots (running, or pending: picked up, about to start)
-        and at the skipped ones, the newest 20."""
+        """One look at the runs holding the deployment's slots (running, paused for the officer, or pending:
+        picked up, about to start) and at the skipped ones, the newest 20."""
         import datetime as dt
 
         from prefect.client.schemas.objects import StateType
         from prefect.client.schemas.sorting import FlowRunSort
 
         runs = await client.read_flow_runs(
-            **_runs_of(self.deployment_id, StateType.RUNNING, StateType.PENDING, StateType.CANCELLED),
+            **_runs_of(self.deployment_id, StateType.RUNNING, StateType.PAUSED, StateType.PENDING, StateType.CANCELLED),
             sort=FlowRunSort.EXPECTED_START_TIME_DESC,
             limit=20,
         )
         now = dt.datetime.now(dt.UTC)
-        holding = [r for r in runs if r.state_type in (StateType.RUNNING, StateType.PENDING)]
+        holding = [r for r in runs if r.state_type in (StateType.RUNNING, StateType.PAUSED, StateType.PENDING)]
         for r in holding:  # still running an interval after its tick: the next tick finds the slot taken
             took = (now - r.expected_start_time).total_seconds() if r.expected_start_time else 0.0
             if self.interval and took > self.interval and r.id not in self.warned:
@@ -312,13 +301,16 @@ class Watch:
         for r in sorted(runs, key=lambda x: x.expected_start_time or now):
             recent = r.expected_start_time is not None and r.expected_start_time >= self.since
             message = r.state.message if r.state is not None else None
-            if r.state_type != StateType.CANCELLED or message != SKIPPED or not recent or r.id in self.skipped:
+            skipped = r.state_type == StateType.CANCELLED and (message or "").startswith(SKIPPED)
+            if not skipped or not recent or r.id in self.skipped:
                 continue
             self.skipped.add(r.id)
             if "any" not in self.warned:
                 self.warned.add("any")
                 await self.say(client, holder, self.too_long("a run lasts from its pickup to its end"))
-            who = ", ".join(x.name for x in holding) or "the previous run"
+            held = (message or "").partition("(held by ")[2].partition(")")[0]  # the skipped run's own words
+            names = [h.rsplit(" ", 1)[0] for h in held.split(", ")] if held else [x.name for x in holding]
+            who = ", ".join(names) or "the previous run"
             when = r.expected_start_time.astimezone(dt.UTC)
             line = f"the tick of {when:%Y-%m-%d %H:%M:%S} UTC was skipped: {who} still held the slot"
             await self.say(client, holder, f"mdp-release serve: {line} (at most {self.limit} run(s) at a time)")
@@ -351,30 +343,40 @@ class Watch:
             await client.create_logs([log])
 
 
-async def drop_scheduled_runs(deployment_id: Any) -> int:
+async def drop_scheduled_runs(deployment_id: Any, sweeps: int = 0, due_within: float | None = None) -> int:
     """Delete the deployment's flow runs that are still scheduled (also the late ones): nothing of a
-    stopped ``serve`` stays behind to go Late. Returns how many were deleted."""
+    stopped ``serve`` stays behind to go Late (``sweeps``: at most this many reads, 0: until two reads a
+    second apart find nothing; ``due_within``: only those due within this many seconds). Returns how many
+    were deleted."""
+    import datetime as dt
+
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         DeploymentFilter,
         DeploymentFilterId,
         FlowRunFilter,
+        FlowRunFilterExpectedStartTime,
         FlowRunFilterState,
         FlowRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
 
-    deleted, quiet = 0, 0
+    soon = None
+    if due_within is not None:
+        soon = FlowRunFilterExpectedStartTime(before_=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=due_within))
+    deleted, quiet, reads = 0, 0, 0
     async with get_client() as client:
         # Paused here too (the runner pauses on shutdown, but not when it was stopped during start-up), so
         # the server's scheduler adds no more; an insertion it had already begun can land after the first
         # sweep: sweep until two reads a second apart find nothing.
         await client.pause_deployment(deployment_id)
-        while quiet < 2:
+        while quiet < 2 and not (sweeps and reads >= sweeps):
+            reads += 1
             runs = await client.read_flow_runs(
                 deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
                 flow_run_filter=FlowRunFilter(
-                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
+                    expected_start_time=soon,
                 ),
                 limit=200,
             )
@@ -382,7 +384,7 @@ async def drop_scheduled_runs(deployment_id: Any) -> int:
             for run in runs:
                 await client.delete_flow_run(run.id)
                 deleted += 1
-            if quiet < 2:
+            if quiet < 2 and not (sweeps and reads >= sweeps):
                 await asyncio.sleep(1.0)
     return deleted
 
@@ -418,6 +420,7 @@ def deploy_from_cli(args: argparse.Namespace) -> int:
     dep_id = source.deploy(
         work_pool_name=args.pool, build=False, push=False, print_next_steps=False, ignore_warnings=True, **dep
     )
+    set_slots(dep_id, 1)  # one run at a time (flows.slot.one_run_at_a_time), approval pauses included
     print(
         f"deployment mdp-release/{dep['name']} ({dep_id}) on work pool {args.pool!r}"
         f"{' (created, type process)' if created else ''}; {where}"

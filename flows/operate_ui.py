@@ -8,7 +8,7 @@ and a run that published nothing new (a cached ``serve`` tick) adds no release a
 "nothing new published" in its logs. The release artifact states this run's spend (the population's
 ledger after the run minus before it: :func:`ledger_snapshot`, :func:`run_spend`) and the budget left.
 
-One more key per population, ``budget-<population>`` (:func:`publish_budget`): its budget for the officer
+One more key per store and population, ``budget-<population>-<store8>`` (:func:`publish_budget`): its budget for the officer
 -- each release's charge by what it paid for, every cap decision, what is left, what the next release like
 the last costs, how many more fit -- written after a release published and after a refusal (with its
 reason); once per population and budget a low-budget event for ``mdp-release notify``
@@ -25,6 +25,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
+
+from flows.ledger_cli import epsilon_text  # the one rule of every view
 
 log = logging.getLogger("mdp_release")
 
@@ -45,6 +47,25 @@ def tag_flow_run(ctx: Any, tags: list[str]) -> None:
         log.warning("could not tag the flow run: %s", exc)
 
 
+REFUSED_TAG = "refused"  # on every run that ends Refused: the UI's tag filter and automations see it
+
+
+def tag_refused(flow_run_id: Any) -> None:
+    """Add the tag :data:`REFUSED_TAG` to the flow run (Prefect's ``update_flow_run``, its tags as the server
+    has them now): a run that ends ``Refused`` -- a Failed state under a custom name, which Prefect's state
+    filters and some automations do not see (PrefectHQ/prefect 16402, 21566) -- is found by the runs list's
+    tag filter, ``prefect flow-run ls``-style API filters (``tags: {all_: ["refused"]}``) and a tag trigger."""
+    try:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            tags = set(client.read_flow_run(flow_run_id).tags or [])
+            if REFUSED_TAG not in tags:
+                client.update_flow_run(flow_run_id, tags=sorted(tags | {REFUSED_TAG}))
+    except Exception as exc:  # findability: never fail the refusal for it
+        log.warning("could not tag the refused flow run: %s", exc)
+
+
 def _link_latest(run_dir: Path) -> None:
     """``runs/latest`` -> the newest release folder (a relative symlink, replaced atomically)."""
     latest = run_dir.parent / "latest"
@@ -63,9 +84,7 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
-def _eps(v: float) -> str:
-    """An epsilon for the operator: 6 significant digits (``6.5``, ``0.00123457``)."""
-    return f"{v:.6g}"
+_eps = epsilon_text  # the one rule (flows.ledger_cli.epsilon_text)
 
 
 def _tolerance(tol: float) -> str:
@@ -163,9 +182,22 @@ def _spend_rows(spend: RunSpend | None, privacy: dict[str, Any]) -> list[tuple[s
     return rows
 
 
+def approval_text(approval: dict[str, Any] | None) -> str:
+    """The officer's approval of a release (the manifest's ``approval`` block, :mod:`flows.approval`) in one
+    table cell: who, when, the mode, the plan's sha256 and the note; "none asked" without one."""
+    if not approval:
+        return "none asked (`approval = none`: the operator who started the run)"
+    note = " ".join(str(approval.get("note") or "").split()).replace("|", "\\|")
+    who = " ".join(str(approval.get("by") or "?").split()).replace("|", "\\|")
+    return f"**{who}**, {approval.get('at')} ({approval.get('mode')}), plan sha256 `{approval.get('plan_sha256')}`" + (
+        f": {note}" if note else ""
+    )
+
+
 def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str, spend: RunSpend | None = None) -> str:
     """The release artifact: the release folder (the one that holds these bytes: for a run that published
-    nothing new, the earlier release's), this run's spend and the population's budget left (``spend``),
+    nothing new, the earlier release's), this run's spend and the population's budget left (``spend``), the
+    officer's approval (:func:`approval_text`),
     the certificate (realised epsilon rounded to its tolerance), the solve."""
     cert = manifest["privacy"]["certificate"]
     sv = manifest["solve"]
@@ -179,6 +211,7 @@ def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str, spend: 
             f"`{run_dir}`" + (" (these exact bytes were published before: nothing new published)" if same else ""),
         ),
         *_spend_rows(spend, privacy),
+        ("approval", approval_text(manifest.get("approval"))),
         ("manifest", f"`manifest.json` sha256 `{mhash}`"),
         ("privacy check", "**PASS**" if cert.get("passed") else "**FAIL**"),
         (
@@ -228,7 +261,7 @@ def after_release(
     """After publication: point ``runs/latest`` at the store's newest release and publish the release artifact
     ``<name>-release`` with this run's spend (the population's ledger now minus ``spent_before``, from
     :func:`ledger_snapshot` before the first stage) and the budget left; then the population's budget
-    artifact ``budget-<population>`` and, once per budget, the low-budget warning (:func:`publish_budget`).
+    artifact ``budget-<population>-<store8>`` and, once per budget, the low-budget warning (:func:`publish_budget`).
 
     A run that published nothing new (``manifest["same_as"]``: a cached tick) and spent nothing creates no
     artifact when the key's latest version already describes that release folder: one line "nothing new
@@ -287,9 +320,12 @@ def population_slug(population: str) -> str:
     return f"{slug}-{hashlib.sha256(population.encode()).hexdigest()[:6]}"
 
 
-def budget_key(population: str) -> str:
-    """``budget-<population>``: the key of the population's budget artifact (one history per population)."""
-    return "budget-" + population_slug(population)
+def budget_key(population: str, root: str | Path) -> str:
+    """``budget-<population>-<store8>``: the key of the population's budget artifact in the store at ``root``
+    (one history per store and population; ``store8``: the first 8 hex digits of the sha256 of the store's
+    resolved path -- a scratch store's run no longer replaces the real store's view: issue 52)."""
+    store8 = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:8]
+    return f"budget-{population_slug(population)}-{store8}"
 
 
 def _e(x: Any) -> str:
@@ -392,7 +428,7 @@ def _markdown_on_run(flow_run: Any, key: str, md: str, description: str) -> bool
 def publish_budget(
     root: str | Path, population: str, release: str, flow_run: Any = None, refusal: str | None = None
 ) -> Any:
-    """After a release published or was refused: the artifact ``budget-<population>`` (:func:`budget_markdown`)
+    """After a release published or was refused: the artifact ``budget-<population>-<store8>`` (:func:`budget_markdown`)
     on the run, then the low-budget warning (:func:`announce_budget`). Returns the view
     (:class:`flows.ledger_cli.BudgetView`), None when the ledger could not be read (a warning: the
     release's own checks refuse a broken ledger)."""
@@ -411,9 +447,11 @@ def publish_budget(
 
         ctx = FlowRunContext.get()
         flow_run = ctx.flow_run if ctx is not None else None
-    description = f"mdp-release: the privacy budget of population {population}: charges, cap decisions, what is left"
+    description = (
+        f"mdp-release: the privacy budget of population {population} in one store: charges, cap decisions, what is left"
+    )
     try:
-        _markdown_on_run(flow_run, budget_key(population), budget_markdown(view, history, refusal), description)
+        _markdown_on_run(flow_run, budget_key(population, root), budget_markdown(view, history, refusal), description)
     except Exception as exc:
         log.warning("could not publish the budget artifact: %s", exc)
     announce_budget(view, release, flow_run)
@@ -632,10 +670,14 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
     (parameters, inputs) is written. A :class:`~mdp_core.errors.SecretTableError`'s ``detail`` (the row
     numbers, the secret table's path) goes to ``<store>/private/failures/<record>.txt`` only (:func:`keep_private_detail`), which
     ``FAILED.txt`` names. ``kind``: "failed", "crashed", "cancelled" or "refused" (prefixed ``refused at``;
-    then also the population's budget artifact and, once per budget, its low-budget warning:
-    :func:`publish_budget`)."""
+    the run tagged ``refused``, :func:`tag_refused`; then also the population's budget artifact and, once per budget, its low-budget warning:
+    :func:`publish_budget`). A skipped tick (:class:`flows.slot.Skipped`: it did nothing) gets no record: its
+    Cancelled state says why."""
+    from flows.slot import Skipped
     from mdp_core.errors import SecretTableError
 
+    if isinstance(state.data, Skipped):  # a skipped tick did nothing: its Cancelled state says why, no record
+        return None
     stage = _STAGES.pop(str(flow_run.id), "before the first stage")
     reason = f"{kind + ' at ' if kind in ('cancelled', 'refused') else ''}{stage}: {one_line_reason(state)}"
     name, root = failure_target((flow_run.parameters or {}).get("config"))
@@ -677,6 +719,8 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
         _failure_artifact(flow_run, name, kind, reason, folder)
     except Exception as exc:
         log.warning("could not publish the failure artifact: %s", exc)
+    if kind == "refused":
+        tag_refused(flow_run.id)
     population = _population_of((flow_run.parameters or {}).get("config")) if kind == "refused" else None
     if population and root is not None:  # the officer sees why: the budget beside the refusal
         publish_budget(root, population, name, flow_run, reason)

@@ -46,6 +46,7 @@ from flows.config import (
     store_root,
 )
 from flows.door import Figures, plan_for, unsealed_config
+from flows.slot import one_run_at_a_time
 from mdp_core.declarations import contract, dataset_kinds
 from mdp_core.declarations.methods import needs_partition
 from mdp_core.errors import Interrupted, PrivacyError, StageTimeout
@@ -513,7 +514,8 @@ def release_flow(
     except ValueError:  # not the main thread: no signals here
         restore = None
     try:
-        return _release(unsealed_config(as_config(config)), refresh_from, new_draw, draw)
+        with one_run_at_a_time(ctx):  # served / deployed: one run at a time, approval pause included (issue 52)
+            return _release(unsealed_config(as_config(config)), refresh_from, new_draw, draw)
     except Interrupted as exc:
         if isinstance(exc, StageTimeout):  # a stage over its [run] timeouts limit: TimedOut (Failed), as before
             raise

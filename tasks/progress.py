@@ -12,7 +12,9 @@ components solved) from :class:`mdp_core.runtime.control.Progress` lines, and th
 Inside a round it moves too: the stage's heartbeat hands it what the solver is doing now ("rowgen round 2
 LP (1200 rows): HiGHS interior point iteration 12 ...", :mod:`mdp_core.solvers.highs`), and the iterations of the
 running LP, against the iteration count of the previous LP, advance the bar through the share of it the
-round is expected to take (:func:`round_slot`, :func:`lp_share`, :func:`within_round`). It never moves
+round is expected to take (:func:`round_slot`, :func:`lp_share`, :func:`within_round`), and where nothing
+better measures the work the clock does: elapsed time against the round's expected time (the prediction, or
+the previous round's length: :func:`time_share`), twice a second from the heartbeat. It never moves
 backwards within a stage; 100 % only when the solve returns.
 
 :func:`publish_artifact` creates a Prefect artifact under a stable key only when its content differs
@@ -56,6 +58,7 @@ __all__ = [
     "release_key",
     "request_stop",
     "round_slot",
+    "time_share",
     "watch_cancellation",
     "within_round",
 ]
@@ -88,6 +91,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._prev: Heartbeat | None = None
         self._watchers: list[Callable[[str], None]] = []
+        self._tickers: list[Callable[[float], None]] = []
         self._seen_activity = -math.inf
 
     def watch(self, fn: Callable[[str], None]) -> None:
@@ -95,7 +99,17 @@ class Heartbeat:
         token reports a new solver activity (:meth:`mdp_core.runtime.control.StopToken.set_activity`)."""
         self._watchers.append(fn)
 
+    def tick(self, fn: Callable[[float], None]) -> None:
+        """Call ``fn(time.monotonic())`` from the heartbeat's thread about twice a second, whatever the solver
+        reports (a progress bar's elapsed-time floor: :meth:`ProgressArtifact.tick`)."""
+        self._tickers.append(fn)
+
     def _tell_watchers(self) -> None:
+        for tick in self._tickers:
+            try:
+                tick(time.monotonic())
+            except Exception:  # a progress bar must never break a stage
+                pass
         tok = self.token
         if tok is None or not self._watchers or not tok.activity or tok.activity_at <= self._seen_activity:
             return
@@ -166,6 +180,11 @@ FIRST_LP_ITERATIONS = {"interior point": 30, "simplex": 5000}
 # first LP of a decomposition is its longest (a fresh factorisation, the most rows added at once), and a
 # one-shot LP ("lp") is the whole solve.
 FIRST_ROUND_SLOT = 45.0
+# Seconds the first round is guessed to take when nobody predicted it (``ProgressArtifact(expected=...)``): the
+# bar's elapsed-time floor inside a round is time_share(elapsed, expected) of the round's slot, so the first
+# round shows half of FIRST_ROUND_SLOT at this age (a 3-minute first round passes 10 % after 20 s); later rounds
+# expect the previous one's length.
+FIRST_ROUND_SECONDS = 60.0
 MIN_SLOT = 1.0  # percent: a round that moved the bar less still lets the next one visibly move
 CEILING = 99.0  # percent before the solve returns (a closed gap still has certification ahead)
 
@@ -192,6 +211,16 @@ def round_slot(base: float, last_increment: float | None) -> float:
     return max(min(want, room), 0.0)
 
 
+def time_share(elapsed: float, expected: float) -> float:
+    """The share in [0, 1) of a round done after ``elapsed`` s when it is expected to take ``expected`` s (the
+    prediction, or the previous round's length): ``elapsed / (elapsed + expected)`` -- a half at the expected
+    time, creeping towards 1 after it, never reaching it. Where nothing better measures the work (a first LP
+    whose solver reports no iterations yet), the bar moves with the clock."""
+    if elapsed <= 0:
+        return 0.0
+    return elapsed / (elapsed + max(expected, 1e-9))
+
+
 def within_round(base: float, slot: float, share: float) -> float:
     """Percent shown inside a round: ``base`` (the bar when the round began) + ``share`` (:func:`lp_share`)
     of its ``slot`` (:func:`round_slot`)."""
@@ -213,6 +242,7 @@ class ProgressArtifact:
         max_iterations: int | None = None,
         every: float = EVERY,
         limit: float | None = None,
+        expected: float | None = None,
     ) -> None:
         self.key, self.title, self.max_iterations, self.every, self.limit = key, title, max_iterations, every, limit
         self.id: Any = None
@@ -229,9 +259,13 @@ class ProgressArtifact:
         self.lp_what = ""  # the running LP ("rowgen round 2 LP (1200 rows): ")
         self.lp_count = 0  # its iterations so far
         self.expected: dict[str, float] = {k: float(v) for k, v in FIRST_LP_ITERATIONS.items()}
+        self.round_t0 = self.t0  # when the current round began, and how long it is expected to take (s)
+        self.round_seconds = float(expected) if expected else FIRST_ROUND_SECONDS
+        self.latest = "started"
         hb = current()
         if hb is not None:
             hb.watch(self.activity)
+            hb.tick(self.tick)
         try:
             from prefect.context import FlowRunContext, TaskRunContext
 
@@ -274,7 +308,20 @@ class ProgressArtifact:
             self.last_increment = self.percent - self.base
             self.base = self.percent
             self.slot = round_slot(self.base, self.last_increment)
+            self.round_seconds, self.round_t0 = max(now - self.round_t0, 1.0), now  # the next round: as long
+            self.latest = str(line)
         self._maybe_update(now, line)
+
+    def tick(self, now: float) -> None:
+        """The clock (the heartbeat's thread, twice a second): the bar moves to :func:`within_round` of the
+        round's :func:`time_share` (elapsed against the round's expected time), never back, below
+        :data:`CEILING`."""
+        with self._lock:
+            if self.finished:
+                return
+            inside = within_round(self.base, self.slot, time_share(now - self.round_t0, self.round_seconds))
+            self.percent = max(self.percent, min(CEILING, inside))
+        self._maybe_update(now, self.latest)
 
     def activity(self, text: str) -> None:
         """What the solver does now (``...HiGHS interior point iteration 12 ...``): a new LP (another
@@ -294,6 +341,7 @@ class ProgressArtifact:
             inside = within_round(self.base, self.slot, lp_share(self.lp_count, self.expected[kind]))
             floor = 100.0 * min((now - self.t0) / self.limit, 1.0) if self.limit else 0.0
             self.percent = max(self.percent, min(CEILING, max(inside, floor)))
+            self.latest = text
         self._maybe_update(now, text)
 
     def _maybe_update(self, now: float, line: str) -> None:

@@ -15,6 +15,7 @@ import logging
 import re
 import subprocess
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -103,16 +104,19 @@ def test_the_summary_states_the_plan_and_the_budget_history_and_writes_nothing(t
     private.set_cap(POPULATION, 20.0, "B. Board", "lowered")
     before = sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*"))
     plan = _plan()
-    view = budget_view(root, plan, config_cap=25.0)  # above the stored cap: the stored 20 applies
+    view = budget_view(root, plan, config_cap=None)  # the stored 20 applies
     assert sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*")) == before  # read only
-    assert view is not None and view.cap == 20.0 and view.spent == 0.0
+    assert view is not None and view.cap == 20.0 and view.spent == 0.0 and view.cap_note == "the ledger's"
+    assert budget_view(root, plan, config_cap=20.0) == view
     assert view.left_after == 20 - plan.charge.value and [h["kind"] for h in view.history] == ["cap", "lower"]
     md = summary_markdown("agency", plan, view, plan_sha256(plan), "**To decide:** here.")
     assert plan.guarantee.statement() in md and plan_sha256(plan) in md and "**To decide:** here." in md
     assert "A. Officer" in md and "first budget \\| wave 1" in md and "B. Board" in md
     assert f"{float(plan.charge.value):.6g}" in md or f"{plan.charges()['perturb']:.6g}" in md
-    lowered = budget_view(root, plan, config_cap=10.0)
-    assert lowered is not None and lowered.cap == 10.0 and "lowered" in lowered.cap_note
+    for config_cap in (10.0, 25.0):  # one cap: a config that disagrees with the ledger is ignored, and says so
+        other = budget_view(root, plan, config_cap=config_cap)
+        assert other is not None and other.cap == 20.0
+        assert other.cap_note == f"the ledger's; this release's max_total_epsilon {config_cap:g} is ignored"
     first = budget_view(tmp_path / "fresh", plan, config_cap=40.0)
     assert first is not None and first.cap == 40.0 and first.history == () and not (tmp_path / "fresh").exists()
     assert budget_view(root, _plan(population=None), None) is None  # simulated people: no budget
@@ -146,6 +150,25 @@ def test_a_plan_inside_the_envelope_runs_unattended_and_each_way_out_is_named(tm
     assert "leave" in outside_envelope(envelope, plan, tight)[0]
 
 
+def test_every_view_shows_the_charge_at_one_precision_and_the_envelope_admits_what_it_shows(tmp_path):
+    """Issue 52: approved with ``--max-charge 6.5``, every run paused with "the charge 6.5 is above the envelope's
+    6.5" (the exact charge carries the certificate's 1e-9 tolerance) and the form prefilled 6.500000005."""
+    from flows.ledger_cli import epsilon_text
+
+    root = tmp_path / "store"
+    plan = _plan()
+    shown = epsilon_text(plan.charge.value)
+    assert Fraction(shown) != plan.charge.value  # the exact charge has more digits than anyone reads
+    md = summary_markdown("agency", plan, None, plan_sha256(plan), "")
+    assert f"**This release's charge:** {shown} (" in md
+    envelope = _envelope(root, plan, max_charge=float(shown))  # what the summary and the form show
+    view = budget_view(root, plan, config_cap=100.0)
+    assert outside_envelope(envelope, plan, view) == []
+    below = float(epsilon_text(Fraction(shown) * Fraction(999, 1000)))
+    (why,) = outside_envelope(_envelope(root, plan, max_charge=below), plan, view)
+    assert why == f"the charge {shown} is above the envelope's {epsilon_text(below)}"
+
+
 def test_the_hook_outside_a_flow_run_asks_nobody_but_a_policy_still_applies(tmp_path):
     """The stages called directly (tests, the library) cannot wait for a person: a warning, no record;
     a policy release inside its envelope gets the envelope's approval record."""
@@ -173,6 +196,27 @@ def test_the_hook_outside_a_flow_run_asks_nobody_but_a_policy_still_applies(tmp_
     assert set(record) == {"mode", "by", "at", "note", "plan_sha256", "plan"}
 
 
+def test_a_run_says_which_cap_it_uses_when_its_config_disagrees_with_the_ledger(tmp_path):
+    """Issue 52: after ``ledger cap --set 60 --raise`` the next scheduled run was refused "cap 27" because the
+    config's max_total_epsilon won, and nothing said so. The stored cap applies; the run's log says so."""
+    store = Store(tmp_path / "store")
+    PrivateStore(store.root).set_cap(POPULATION, 60.0, "A. Officer", "board decision")
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("mdp_release").addHandler(handler)
+    try:
+        assert wait_for_approval(_config(tmp_path, approval="none", max_total_epsilon=27.0), store, _plan()) is None
+    finally:
+        logging.getLogger("mdp_release").removeHandler(handler)
+    said = [m for m in seen if m.startswith("cap: ")]
+    assert said == [
+        f"cap: population {POPULATION!r}: the ledger's stored cap 60 applies; the config's max_total_epsilon 27 is "
+        "ignored (the stored cap is the truth: change it with mdp-release ledger cap --population P --set X "
+        "[--raise] --by WHO --why TEXT, and remove max_total_epsilon from the config)"
+    ]
+
+
 def test_the_decision_form_needs_a_name_and_not_approved_is_a_refusal():
     with pytest.raises(ValueError):
         ApprovalInput(approve=True, name="", note="")
@@ -180,10 +224,35 @@ def test_the_decision_form_needs_a_name_and_not_approved_is_a_refusal():
 
 
 @pytest.mark.parametrize(
+    ("name", "note"),
+    [
+        ("\u200b", ""),  # zero-width space: a blank name that looks like none
+        ("A.\u200bOfficer", ""),
+        ("A. Officer\u202e", ""),  # a bidi override reverses what follows on screen
+        ("   ", ""),
+        ("A. Officer", "line one\nline two"),  # a control character
+        ("A. Officer", "<script>x</script>"),
+        ("A. Officer", "see [minute](http://x)"),
+        ("A. Officer", "a | b"),  # a table cell's end in the summary's history
+        ("<b>A</b>", ""),
+    ],
+)
+def test_the_decision_is_a_printable_name_and_a_plain_note(name, note):
+    """Prefect's API accepted the name "\u200b" and a markdown note, both signed into the release (issue 49)."""
+    with pytest.raises(ValueError, match="must (be plain printable text|not be blank)"):
+        ApprovalInput(approve=True, name=name, note=note)
+    ok = ApprovalInput(approve=True, name="  Ä. Öfficer-Ñ (DPO)  ", note="minute 12, ticket #4; 50% OK")
+    assert ok.name == "Ä. Öfficer-Ñ (DPO)" and ok.note == "minute 12, ticket #4; 50% OK"
+
+
+@pytest.mark.parametrize(
     ("args", "needle"),
     [
         (["approve", "not-a-run", "--by", "A. Officer"], "not a flow run id"),
-        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", " "], "--by names who decides"),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", " "], "--by must not be blank"),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "\u200b"], "U+200B"),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--note", "**x**`y`"], "U+0060"),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--plan", "abc"], "--plan is the plan"),
         (
             ["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--reject", "--max-charge", "3"],
             "not with --reject",
@@ -320,6 +389,9 @@ def test_a_release_the_budget_refuses_ends_refused_with_one_line(prefect_server,
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
     (run,) = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["release:appr-cap"]}}})
     assert (run["state_type"], run["state_name"]) == ("FAILED", "Refused") and "cap" in run["state"]["message"]
+    # findable: Prefect's state filters skip a custom state name; the tag "refused" is what its filters see
+    tagged = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["refused"]}}})
+    assert run["id"] in {r["id"] for r in tagged} and "refused" in run["tags"]
     _nothing_charged(store, "appr-cap-people")
     (record,) = store.glob("runs/*-failed/record.json")
     assert json.loads(record.read_text())["state"] == "refused"

@@ -110,8 +110,9 @@ def test_an_exhausted_budget_and_keys_prefect_accepts(tmp_path):
 
     slugs = {operate_ui.population_slug(p) for p in ("rome.people", "rome_people", "rome-people")}
     assert len(slugs) == 3 and "rome-people" in slugs  # two names never share a key
+    assert operate_ui.budget_key("p", "/real/store") != operate_ui.budget_key("p", "/scratch/store")  # per store
     for p in ("rome.people", "rome_people", "a" * 63):
-        ArtifactCreate(key=operate_ui.budget_key(p), type="markdown", data="x")
+        ArtifactCreate(key=operate_ui.budget_key(p, "/a/b/store"), type="markdown", data="x")
         VariableCreate(name=operate_ui.SENT_PREFIX + operate_ui.population_slug(p), value={})
 
 
@@ -158,12 +159,12 @@ def test_runs_publish_the_budget_and_warn_once_per_budget(prefect_server, tmp_pa
 
     with temporary_settings(updates={PREFECT_API_URL: url}):
         assert after_release(config)
-        art = _latest(url, operate_ui.budget_key(pop))
+        art = _latest(url, operate_ui.budget_key(pop, tmp_path))
         assert art["type"] == "markdown" and "**LOW**" in art["data"] and "Refused" not in art["data"]
         sent = Variable.get(sent_name)
         assert sent["epoch"] == 1 and sent["status"] == "low" and sent["release"] == "rome-monthly"
         refused(config)
-        art = _latest(url, operate_ui.budget_key(pop))
+        art = _latest(url, operate_ui.budget_key(pop, tmp_path))
         assert "**Refused:** refused at before the first stage: BudgetRefused: release refused" in art["data"]
         assert "**LOW**" in art["data"]
         assert Variable.get(sent_name) == sent  # warned once for this budget

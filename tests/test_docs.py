@@ -58,6 +58,10 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/test_approval.py",
         '[MDP, "approve", run["id"], "--by", "A. Officer", "--note"',
     ),
+    'mdp-release approve 0190f3a2-5c1e-7d2a-9b4e-1f2a3b4c5d6e --by "A. Officer" --plan 3f2a9c0d1e4b --note "minute 12"': (
+        "tests/test_served_approval.py",
+        '[MDP, "approve", first["id"], "--by", "A. Officer", "--plan", sha[:12], "--note"',
+    ),
     'mdp-release approve 0190f3a2-5c1e-7d2a-9b4e-1f2a3b4c5d6e --by "A. Officer" --reject --note "wrong wave"': (
         "tests/test_approval.py",
         '[MDP, "approve", run["id"], "--by", "B. Officer", "--reject", "--note"',

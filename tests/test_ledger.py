@@ -101,31 +101,39 @@ def test_precheck_refuses_and_writes_nothing(tmp_path):
     assert ok.spent == 3.0 and ok.left == 2.0
     with pytest.raises(BudgetRefused, match="5.5"):
         priv.precheck(POP, {k(1): 3.0, k(2): 1.0, k(3): 1.5}, 5.0, True)
-    with pytest.raises(BudgetRefused, match="5.5"):  # the cap a lower config would set is the one checked
-        priv.precheck(POP, {k(2): 2.5}, 5.4, True)
+    with pytest.raises(BudgetRefused, match="5.5"):  # the stored cap is the one checked
+        priv.precheck(POP, {k(2): 2.5}, None, True)
     with pytest.raises(BudgetRefused, match="no privacy cap"):
         priv.precheck("milan", {k(9): 0.1}, None, True)
     assert priv.precheck("milan", {k(9): 0.1}, None, False).cap is None
     assert snapshot(tmp_path) == before
 
 
-def test_cap_rules_first_from_config_lower_recorded_higher_noted_raise_explicit(tmp_path):
+def test_cap_rules_first_from_config_then_the_stored_cap_is_the_truth(tmp_path):
+    """Issue 52: after ``ledger cap --raise`` the config's old ``max_total_epsilon`` silently won. The stored cap
+    is the truth: a config that disagrees (lower or higher) is ignored with a note naming both numbers."""
     priv = PrivateStore(tmp_path)
     with pytest.raises(BudgetRefused, match="no privacy cap"):
         priv.charge(POP, k(1), 1.0, {}, None, True)
     b, _ = priv.charge(POP, k(1), 1.0, {}, 10.0, True)  # the first cap comes from the config
     assert b.cap == 10.0
-    b, _ = priv.charge(POP, k(2), 1.0, {}, 8.0, True)  # a lower config lowers it, recorded
-    assert b.cap == 8.0 and b.notes == ()
-    b, _ = priv.charge(POP, k(3), 1.0, {}, 20.0, True)  # a higher config is noted, the stored cap enforced
-    assert b.cap == 8.0 and len(b.notes) == 1 and "above the stored cap" in b.notes[0]
-    with pytest.raises(BudgetRefused):
-        priv.charge(POP, k(4), 5.5, {}, 20.0, True)  # 3 + 5.5 > 8 although the config says 20
-    b, _ = priv.charge(POP, k(4), 5.0, {}, None, True)  # no config cap: the stored one
-    assert b.cap == 8.0 and b.left == pytest.approx(0.0)
+    b, _ = priv.charge(POP, k(2), 1.0, {}, 10.0, True)  # the same figure: nothing to say
+    assert b.cap == 10.0 and b.notes == ()
+    for config_cap in (8.0, 20.0):
+        b = priv.precheck(POP, {k(3): 1.0}, config_cap, True)
+        assert b.cap == 10.0 and len(b.notes) == 1
+        assert f"stored cap 10 applies; the config's max_total_epsilon {config_cap:g} is ignored" in b.notes[0]
+    with pytest.raises(BudgetRefused, match="cap 10"):
+        priv.charge(POP, k(3), 8.5, {}, 20.0, True)  # 2 + 8.5 > 10 although the config says 20
+    b, _ = priv.charge(POP, k(3), 1.0, {}, 8.0, True)  # a lower config lowers nothing: 3 spent of 10
+    assert b.cap == 10.0 and b.spent == 3.0
+    priv.set_cap(POP, 60.0, "officer", "board decision", allow_raise=True)
+    b = priv.precheck(POP, {k(4): 30.0}, 10.0, True)  # the scheduled run's old config: the raised cap applies
+    assert b.cap == 60.0 and "stored cap 60 applies; the config's max_total_epsilon 10 is ignored" in b.notes[0]
+    b, _ = priv.charge(POP, k(4), 30.0, {}, 10.0, True)
+    assert b.cap == 60.0 and b.spent == 33.0
     kinds = [(e["kind"], e["cap"]) for e in priv.entries(POP)]
-    assert kinds == [("genesis", None), ("cap", 10.0), ("charge", 10.0), ("lower", 8.0)] + [("charge", 8.0)] * 3
-    assert priv.entries(POP)[3]["by"] == "config"
+    assert kinds == [("genesis", None), ("cap", 10.0)] + [("charge", 10.0)] * 3 + [("raise", 60.0), ("charge", 60.0)]
 
 
 def test_set_cap_lower_and_explicit_raise(tmp_path):

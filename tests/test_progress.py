@@ -80,3 +80,29 @@ def test_the_progress_artifact_is_sent_in_percent(monkeypatch):
         bar.done("optimal")
         assert all(0.0 <= p <= 100.0 for p in sent), sent
         assert max(sent[:-1]) > 1.0 and sent[-1] == 100.0, (method, sent)
+
+
+def test_the_bar_moves_with_the_clock_where_nothing_better_measures_the_work():
+    """Issue 52: a 3-minute Rome solve showed "Progress: 0%" for 4+ minutes (its first LP reported nothing the
+    bar could read). Inside a round the bar now also moves with elapsed time against the round's expected
+    time (a prediction, else FIRST_ROUND_SECONDS; later rounds: the previous one's length), never back, never
+    to 100 before the solve returns; under a heartbeat it does so by itself, twice a second."""
+    from tasks.progress import CEILING, FIRST_ROUND_SECONDS, FIRST_ROUND_SLOT, time_share
+
+    assert time_share(0.0, 60.0) == 0.0 and time_share(60.0, 60.0) == 0.5 and time_share(1e9, 60.0) < 1.0
+    bar = ProgressArtifact(None, "solve[rowgen]")
+    t0 = bar.t0
+    bar.tick(t0 + 20.0)  # a first round of 3 minutes, 20 s in: past 10 %
+    assert 10.0 < bar.percent == FIRST_ROUND_SLOT * 20.0 / (20.0 + FIRST_ROUND_SECONDS) < FIRST_ROUND_SLOT
+    bar.tick(t0 + 5.0)  # never back
+    assert bar.percent > 10.0
+    bar.tick(t0 + 1e6)
+    assert bar.percent < FIRST_ROUND_SLOT and bar.percent <= CEILING
+    predicted = ProgressArtifact(None, "solve[lp]", expected=600.0)  # check's prediction: a slower bar
+    predicted.tick(predicted.t0 + 20.0)
+    assert 0.0 < predicted.percent < 2.0
+    with Heartbeat("solve", _Log(), every=100.0) as hb:  # the heartbeat drives it: no solver line at all
+        live = ProgressArtifact(None, "solve[lp]", expected=0.5)
+        assert current() is hb
+        time.sleep(1.6)
+    assert live.percent > 10.0, live.percent

@@ -1,5 +1,5 @@
-"""Issue 41 on a real Prefect server: ``mdp-release serve`` skips the ticks a run overlaps (Prefect's
-deployment concurrency limit, ``CANCEL_NEW``) instead of running them late, says so, and names its upcoming
+"""Issue 41 on a real Prefect server: ``mdp-release serve`` skips the ticks a run overlaps (the deployment's
+global concurrency limit, ``flows.slot.one_run_at_a_time``: issue 52) instead of running them late, says so, and names its upcoming
 runs after the release; SIGTERM ends ``mdp-release run`` and ``serve`` within seconds even when the Prefect
 server is gone (flows/run.py ``bounded_stop``)."""
 
@@ -30,8 +30,8 @@ from conftest import (
     wait_gone,
 )
 
-from flows.operate import SKIPPED
 from flows.run import healthy
+from flows.slot import SKIPPED
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
@@ -86,7 +86,9 @@ def test_serve_skips_the_ticks_a_run_overlaps_says_so_and_names_upcoming_runs(pr
             assert not bad, bad[0]["state"]["message"]
             seen = {
                 "completed": [r for r in runs if r["state_type"] == "COMPLETED"],
-                "skipped": [r for r in runs if r["state_type"] == "CANCELLED" and r["state"]["message"] == SKIPPED],
+                "skipped": [
+                    r for r in runs if r["state_type"] == "CANCELLED" and r["state"]["message"].startswith(SKIPPED)
+                ],
                 "named": [r for r in runs if r["state_type"] == "SCHEDULED" and r["name"].startswith("skip-demo-")],
             }
             text = log.read_text(errors="replace")

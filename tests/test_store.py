@@ -271,6 +271,37 @@ def test_retention_deletes_what_it_prunes_microdata_included(tmp_path):
     assert _copies(tmp_path / "runs", b"people-" + bytes([3])) == [f"{names[3]}/microdata.parquet"]
 
 
+def test_retention_deletes_the_microdata_objects_only_pruned_releases_used(tmp_path):
+    """Issue 52: ``keep_releases`` pruned three months' folders and said so, but their microdata copies stayed in
+    ``objects/measure/`` (and ``store --prune-objects`` kept them for an hour). Now the owner-only objects that
+    only the pruned releases' manifests name are deleted with them and returned; an object a kept release
+    still names stays, public objects stay (for ``--prune-objects``), a forged path is never followed."""
+    s = Store(tmp_path)
+    names = [f"2026010{i}-000000-{i:04d}" for i in range(1, 5)]
+    for i, name in enumerate(names):
+        payload = b"people-" + bytes([min(i, 2)])  # the 3rd and 4th release measured the same (a cached re-run)
+        with s.writer("measure", payload.hex(), private=True) as w:
+            w.file("microdata.parquet").write_bytes(payload)
+        public = _write(s, f"pub{i}", b"public-" + bytes([i]))
+        stages = {"measure": {"artifact": w.ref.path}, "stage": {"artifact": public.path}}
+        if i == 0:
+            stages["evil"] = {"artifact": "objects/../private"}
+        files = {"microdata.parquet": w.ref.files["microdata.parquet"]}
+        manifest = {"released_files": files, "stages": stages, "config": {"name": "x"}}
+        s.publish(name, {"microdata.parquet": (w.ref, "microdata.parquet")}, manifest)
+    (tmp_path / "private").mkdir(mode=0o700)
+    removed = s.prune_releases(1, "x", manifest_release_name)
+    assert [p.name for p in removed] == [*names[:3], b"people-\x00".hex(), b"people-\x01".hex()]
+    for i in range(2):
+        assert _copies(tmp_path, b"people-" + bytes([i])) == []  # no copy anywhere, objects included
+    kept = b"people-\x02".hex()  # the 3rd release's object: the kept 4th release names it too
+    assert _copies(tmp_path, b"people-\x02") == [
+        f"objects/measure/{kept}/microdata.parquet",
+        f"runs/{names[3]}/microdata.parquet",
+    ]
+    assert (tmp_path / "private").is_dir() and len(list((tmp_path / "objects" / "stage").iterdir())) == 4
+
+
 def test_prune_objects_deletes_secret_derived_objects_now(tmp_path):
     """``store --prune-objects``: an unreferenced object derived from the secret table (owner-only folder)
     is deleted at once, not left in a hidden trash folder; a public one goes to trash as before."""
