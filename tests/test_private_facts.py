@@ -14,10 +14,9 @@ Point 3 (the signing key): tests/test_signing_key.py. Releases run through the s
 
 from __future__ import annotations
 
-import re
-
 import json
 import pickle
+import re
 import stat
 import sys
 from pathlib import Path
