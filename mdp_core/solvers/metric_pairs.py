@@ -163,15 +163,20 @@ class MetricPairs:
         return np.where(out > logz, np.exp(out), z), src
 
     def deficits(
-        self, z: np.ndarray, cap: float, min_deficit: float
+        self, z: np.ndarray, cap: float, min_deficit: float, ref: np.ndarray | None = None
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         """The rows z_ak - g z_bk <= 0 (g = exp(min(eps d_ab, ``cap``))) of the pairs (a, b) of one component
         that are not edges of the mDP graph, broken by ``z`` (N, K) with deficit z_ak / g - z_bk >
         ``min_deficit``: blocks of (a, b, k, deficit), streamed. A deficit needs ln z_ak - ln z_bk > ln g, so
-        only pairs with cheb(a, b) > ln g are expanded (zeros floored at e^-690, far below e^-cap)."""
+        only pairs with cheb(a, b) > ln g are expanded (zeros floored at e^-690, far below e^-cap).
+
+        ``ref`` (N, K): only the rows that ``ref`` breaks too (by more than ``min_deficit``), pairs flagged
+        on ``ref``'s log rows. Row generation passes the graph majorant of z
+        (:func:`mdp_core.solvers.mechanisms.column_majorant`): a row z breaks but its majorant meets is one the
+        edges' rows would mend (the majorant raised z_bk along a path), so it is left to them."""
         k = z.shape[1]
         with np.errstate(divide="ignore"):
-            logz = np.maximum(np.log(np.maximum(z, 0.0)), LOG_FLOOR)
+            logz = np.maximum(np.log(np.maximum(z if ref is None else ref, 0.0)), LOG_FLOOR)
         eps = self.epsilon
         for slab in self.slabs(k):
             logg = np.minimum(eps * slab.d, cap)
@@ -180,8 +185,11 @@ class MetricPairs:
             step = max(1, CHUNK // k)
             for s in range(0, ii.size, step):
                 i, j = ii[s : s + step], jj[s : s + step]
-                a = slab.rows[i]
-                deficit = z[a] * np.exp(-logg[i, j])[:, None] - z[j]
-                p, kk = np.nonzero(deficit > min_deficit)
+                a, inv = slab.rows[i], np.exp(-logg[i, j])[:, None]
+                deficit = z[a] * inv - z[j]
+                broken = deficit > min_deficit
+                if ref is not None:
+                    broken &= ref[a] * inv - ref[j] > min_deficit
+                p, kk = np.nonzero(broken)
                 if p.size:
                     yield a[p], j[p], kk, deficit[p, kk]

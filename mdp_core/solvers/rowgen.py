@@ -115,7 +115,7 @@ from mdp_core.problem.instance import Instance
 from mdp_core.runtime import control
 from mdp_core.solvers import highs, lagrangian
 from mdp_core.solvers import privacy_rows as pr
-from mdp_core.solvers.mechanisms import smooth_to_mdp
+from mdp_core.solvers.mechanisms import column_majorant, smooth_to_mdp
 from mdp_core.solvers.metric_pairs import MetricPairs
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
 from mdp_core.solvers.verify import MAX_LOG_RATIO, objective
@@ -126,6 +126,7 @@ CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
 # any status but optimal or a limit is a numerical breakdown, retried with the other algorithm, cold.
 ACCEPT = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT})
 RETRIES = highs.SWITCH_ALGORITHM + highs.COLD_NO_PRESOLVE
+FAR_ROWS_MIN, FAR_ROWS_SHARE = 2_000, 10  # rows beyond the edges per round: max(MIN, edge rows' limit / SHARE)
 LOOSE_GAP = 0.05  # a round is loosened only after a relative gap above this (round_tolerance)
 GAP_RATIO = 70.0  # the next round can close only when this gap is within GAP_RATIO x the target (round_tolerance)
 
@@ -382,29 +383,39 @@ def _best(ei: np.ndarray, ki: np.ndarray, score: np.ndarray, limit: int) -> tupl
 
 
 def _violated_rows(
-    z: np.ndarray, rows: _Rows, params: RowgenOptions, limit: int, share: float
+    instance: Instance, z: np.ndarray, rows: _Rows, params: RowgenOptions, limit: int, share: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(pair ids, outputs): :func:`violated`'s rows, then with all pairs :func:`far_violated`'s (each at most
-    ``limit``; those counted in ``rows.far_found``)."""
+    """(pair ids, outputs): :func:`violated`'s rows (at most ``limit``), then with all pairs :func:`far_violated`'s
+    among the rows that the graph majorant of z breaks too, at most ``far_rows_per_round`` (default
+    max(:data:`FAR_ROWS_MIN`, ``limit`` / :data:`FAR_ROWS_SHARE`); counted in ``rows.far_found``). Why fewer:
+    romeR150 (2 shared cores, gap 1e-2), far rows at the edges' limit (20,000) made round 2's LP 2.3x slower
+    and the solve 44-69 s, at 2,000 it took 26.6 s against the graph-only 27.6 s in the same rounds
+    (bench/HISTORY.md, "Every pair in the metric")."""
     ei, ki = violated(z, rows, params.min_deficit, limit, share)
-    fe, fk = far_violated(z, rows, params.min_deficit, limit)
+    if rows.metric is None:
+        return ei, ki
+    far_limit = params.far_rows_per_round or max(FAR_ROWS_MIN, limit // FAR_ROWS_SHARE)
+    fe, fk = far_violated(z, rows, params.min_deficit, far_limit, column_majorant(instance, z))
     rows.far_found += int(fe.size)
     return np.r_[ei, fe], np.r_[ki, fk]
 
 
-def far_violated(z: np.ndarray, rows: _Rows, min_deficit: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
+def far_violated(
+    z: np.ndarray, rows: _Rows, min_deficit: float, limit: int, ref: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """With all pairs (``rows.metric``): (pair ids, outputs) of at most ``limit`` rows of pairs of one component
     that are not edges, outside the model, with deficit z_ak / g - z_bk > ``min_deficit`` (g capped at
     :data:`mdp_core.solvers.verify.MAX_LOG_RATIO`), largest deficit first, ascending (pair, output); the
     pairs get ids (:meth:`_Rows.far_ids`). Streamed: :meth:`mdp_core.solvers.metric_pairs.MetricPairs.deficits`
     expands only the pairs whose log rows differ by more than ln g; candidates are cut to the ``limit`` best
-    (:func:`_best`, the same total order as :func:`violated`, on the key a N + b) as they pass 4 ``limit``."""
+    (:func:`_best`, the same total order as :func:`violated`, on the key a N + b) as they pass 4 ``limit``.
+    ``ref``: only rows it breaks too (:meth:`mdp_core.solvers.metric_pairs.MetricPairs.deficits`)."""
     if rows.metric is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     n = rows.n_records
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     count = 0
-    for a, b, kk, deficit in rows.metric.deficits(z, MAX_LOG_RATIO, min_deficit):
+    for a, b, kk, deficit in rows.metric.deficits(z, MAX_LOG_RATIO, min_deficit, ref):
         control.check("rowgen's search for violated rows beyond the edges")
         ids = rows.far_ids(a, b, create=False)
         held = np.zeros(ids.shape, dtype=bool)
@@ -752,7 +763,7 @@ def _rounds(
         bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline, tol, notify, rows.metric)
         upper = control.Background(bounds, name="rowgen-closure")
         share = params.deficit_share if it >= params.share_from_round else 0.0
-        ei, ki = _violated_rows(z, rows, params, limit, share)  # while the closure runs
+        ei, ki = _violated_rows(instance, z, rows, params, limit, share)  # while the closure runs
         priced = price(rows.support, c, sol.row_dual[:n], lb / scale, params.gap_rel)
         held = rows.count
         again, more = _continue(ei.size + priced.size, tol, it, params, deadline)
