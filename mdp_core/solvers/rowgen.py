@@ -88,6 +88,25 @@ enter the minimum with their own cost c_ik (no held row touches them), so the bo
 pairs; it is below the held LP's value by exactly the records whose cheapest outside pair undercuts
 y_i, which is what rule (b) prices in.
 
+A non-uniform prior (issue 51; a DP histogram of the people, a file prior). A row's deficit is the mass the
+closure adds to z_bk; what it costs the upper bound is that mass times p_b c_bk. With a uniform prior the mass
+ranks the rows; with a skewed one (30-90x between records) a round's batch filled with the rows of light
+records, whose LP entries are cheap and loose (the LP cares little where a record of weight p_i puts its mass,
+the interior point least of all), while the rows whose closure lifts heavy records waited: the upper bound froze
+at round 1's closure (romeR300 with a DP-like prior: 0.09031 after rounds 1 and 2, gap 3.9 %). So with a
+non-uniform prior a row ranks by its deficit times N p_b (``_Rows.weight``; :func:`violated`,
+:func:`far_violated`), and a uniform prior keeps the exact former order. Measured in bench/HISTORY.md,
+"A prior that converges".
+
+Every pair in the metric (``SolverOptions.all_pairs``, issue 51; :mod:`mdp_core.solvers.metric_pairs`). The
+rows of every two records of one component that are not an edge are found lazily too (:func:`far_violated`:
+pairs whose log rows differ by more than ln g, and only rows the graph majorant of z breaks as well, since the
+edges' rows mend the others), at most ``far_rows_per_round`` a round; they take pair ids after the 2E edges
+(:meth:`_Rows.far_ids`), so the held keys, the bound and the support treat them as any row. The closure is
+the metric one (:meth:`mdp_core.solvers.metric_pairs.MetricPairs.majorant`), the support estimate is made
+from the metric (:func:`_metric_support`), and the bound stays valid: every held row is a row of the
+all-pairs LP, multipliers 0 elsewhere.
+
 Memory: the model holds N K columns (|S| with a support) and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense), and
 this module the held rows' keys (|R| int64, no (2 E, K) mask) and the directed edges (2 E); violation checks
 stream over the 2 E K (edge, output) pairs in chunks, keeping only the batch's best candidates
@@ -188,6 +207,7 @@ class _Rows:
     far_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # a N + b of the far pairs, ascending
     far_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ... their pair ids
     far_found: int = 0  # rows beyond the edges chosen so far (violated by a round's LP point)
+    weight: np.ndarray | None = None  # (N,) N p_b: a row's deficit times its tail's weight ranks it (None: uniform)
 
     @classmethod
     def of(cls, instance: Instance, support: Support | None = None, all_pairs: bool = False) -> _Rows:
@@ -195,7 +215,8 @@ class _Rows:
         n, k = instance.n_records, instance.n_outputs
         support = support or Support.of(np.ones((n, k), dtype=bool))
         metric = MetricPairs.of(instance) if all_pairs else None
-        return cls(p, np.zeros(0, np.int64), n, k, support, metric=metric, n_edge=p.size)
+        weight = None if np.ptp(instance.prior) == 0 else n * instance.prior
+        return cls(p, np.zeros(0, np.int64), n, k, support, metric=metric, n_edge=p.size, weight=weight)
 
     @property
     def count(self) -> int:
@@ -331,7 +352,9 @@ def violated(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(edge ids, outputs) of at most ``limit`` rows outside the model with deficit
     z_ak / g - z_bk > ``min_deficit``, largest deficit first (ties by edge, then output), ascending
-    (edge, output) order; streamed in chunks of edges.
+    (edge, output) order; streamed in chunks of edges. With a non-uniform prior the rank is the deficit
+    times the weight N p_b of the record b whose entry the closure raises by it (``rows.weight``): what the
+    mass costs the upper bound, not the mass (module docstring, "A non-uniform prior").
 
     Memory O(chunk + limit): the candidates are cut back to the ``limit`` best (:func:`_best`, a total order,
     so the result is the same as choosing among all) whenever they pass 4 ``limit``. Violated rows can be
@@ -350,7 +373,8 @@ def violated(
         deficit = z[p.a[sl]] / p.g[sl, None] - z[p.b[sl]]
         deficit.reshape(-1)[rows.held_in(s, s + deficit.shape[0])] = 0.0
         e, kk = np.nonzero(deficit > min_deficit)
-        found.append((e + s, kk, deficit[e, kk]))
+        score = deficit[e, kk] if rows.weight is None else deficit[e, kk] * rows.weight[p.b[sl][e]]
+        found.append((e + s, kk, score))
         count += e.size
         if share <= 0 and count > 4 * limit:
             found = [_best(*_joined(found), limit)]
@@ -421,7 +445,8 @@ def far_violated(
         held = np.zeros(ids.shape, dtype=bool)
         known = ids >= 0
         held[known] = rows.is_held(ids[known], kk[known])
-        found.append((a[~held] * n + b[~held], kk[~held], deficit[~held]))
+        score = deficit[~held] if rows.weight is None else deficit[~held] * rows.weight[b[~held]]
+        found.append((a[~held] * n + b[~held], kk[~held], score))
         count += int((~held).sum())
         if count > 4 * limit:
             found = [_best(*_joined(found), limit)]
