@@ -2,7 +2,8 @@
 
 Privacy contract
     input:      the mDP graph (neighbour pairs d_ij <= eta, both directions), eps per distance unit.
-    guarantee:  eps-mDP per distance unit on every neighbour pair and output.
+    guarantee:  eps-mDP per distance unit on every neighbour pair and output (with ``SolverOptions.all_pairs``:
+                on every two records of one component at their metric distance).
     holds by:   the certify gate: HiGHS meets the privacy rows only to its tolerance (~1e-7), so
                 :func:`mdp_core.solvers.verify.certify` repairs the raw answer exactly and re-checks it
                 before release. "optimal" is claimed only when the dual (Lagrangian) bound

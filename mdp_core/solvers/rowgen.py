@@ -2,7 +2,8 @@
 
 Privacy contract
     input:      an instance: records, outputs, costs and the mDP graph (edges with d_ij <= eta).
-    guarantee:  eps-mDP per distance unit: z_ik <= exp(eps d_ij) z_jk on every edge, both ways.
+    guarantee:  eps-mDP per distance unit: z_ik <= exp(eps d_ij) z_jk on every edge, both ways; with
+                ``SolverOptions.all_pairs`` on every two records of one component, d_ij their metric distance.
     holds by:   the certify gate (:func:`mdp_core.solvers.verify.certify`); the mechanism returned here is
                 the conic closure of an LP point and normally passes unchanged.
     reference:  Qiu et al. 2024, Eqs. 4-7 (the PMO LP); Lagrangian bound as in :mod:`mdp_core.solvers.lp`.
