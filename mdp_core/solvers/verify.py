@@ -282,7 +282,7 @@ def metric_findings(
         cheb[pattern[slab.rows][:, None] != pattern[None, :]] = np.inf
         far = slab.same & ~slab.edge
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(far, cheb / slab.d, 0.0)
+            ratio = np.where(far & (cheb > 0), cheb / slab.d, 0.0)  # d = 0 < cheb: inf
         found.max_eps = max(found.max_eps, float(ratio.max(initial=0.0)))
         ii, jj = np.nonzero(far & (cheb > eps * slab.d * (1.0 + ratio_tol) - SCAN_SLACK))
         found.max_excess = max(found.max_excess, float(np.where(far, cheb - eps * slab.d, -np.inf).max()))
