@@ -137,6 +137,7 @@ def test_rowgen_over_every_pair_matches_the_exact_lp(inst):
         assert sol.objective == pytest.approx(ref.objective, rel=2e-7)
 
 
+@pytest.mark.slow
 @needs_rome
 def test_rome_release_class_every_pair_matches_the_exact_lp_and_states_eps():
     inst = rome(60, 30)
