@@ -506,21 +506,3 @@ def test_a_skewed_prior_converges_on_the_support_to_the_lp_optimum(inst, gap):
     inst = skewed(inst)
     assert inst.prior.max() / inst.prior.min() > 20
     check_against_lp(inst, support_tau=1e-5, gap_rel=gap)
-
-
-def test_rows_are_ranked_by_deficit_times_the_raised_records_weight():
-    """A uniform prior ranks by deficit alone (rows.weight None: bit-identical to before); a skewed one by deficit
-    x N p_b, so that the rows whose closure lifts heavy records enter first."""
-    inst = synthetic(n_records=40, n_outputs=6, epsilon=10.0, seed=5)
-    z = np.random.default_rng(2).dirichlet(np.ones(6), size=40)
-    assert rowgen._Rows.of(inst).weight is None
-    heavy = skewed(inst)
-    rows = rowgen._Rows.of(heavy)
-    np.testing.assert_allclose(rows.weight, 40 * heavy.prior)
-    every_e, every_k = rowgen.violated(z, rows, 1e-12, 10**9)
-    p = rows.pairs
-    score = (z[p.a[every_e], every_k] / p.g[every_e] - z[p.b[every_e], every_k]) * rows.weight[p.b[every_e]]
-    few_e, few_k = rowgen.violated(z, rows, 1e-12, 10)
-    kept = set(zip(few_e.tolist(), few_k.tolist(), strict=True))
-    best = np.argsort(-score, kind="stable")[:10]
-    assert kept == set(zip(every_e[best].tolist(), every_k[best].tolist(), strict=True))

@@ -89,15 +89,13 @@ enter the minimum with their own cost c_ik (no held row touches them), so the bo
 pairs; it is below the held LP's value by exactly the records whose cheapest outside pair undercuts
 y_i, which is what rule (b) prices in.
 
-A non-uniform prior (issue 51; a DP histogram of the people, a file prior). A row's deficit is the mass the
-closure adds to z_bk; what it costs the upper bound is that mass times p_b c_bk. With a uniform prior the mass
-ranks the rows; with a skewed one (30-90x between records) a batch can fill with the rows of light records,
-whose LP entries cost the LP little and are left loose by the interior point, before the rows whose closure
-lifts heavy records. So with a non-uniform prior a row ranks by its deficit times N p_b (``_Rows.weight``;
-:func:`violated`, :func:`far_violated`); a uniform prior keeps the exact former order. Measured (bench/HISTORY.md,
-"A prior that converges"): romeR300 with a DP-like prior, round 2's lower bound 0.08744 against 0.08677 (gap
-3.18 % against 3.92 %), the upper bound still round 1's closure after round 2 in both; the small skewed
-instances converge to the LP's optimum at the requested gap (tests/test_rowgen.py).
+A non-uniform prior (issue 51; a DP histogram of the people, a file prior). Tried and not kept: ranking a
+round's violated rows by their deficit times the raised record's weight N p_b (what the lift costs the upper
+bound, not the mass). On romeR300 with a DP-like prior (83-89x between records, gap 1e-2) it raised round 2's
+lower bound (gap 3.18 % against 3.92 %) but round 3 ended the same (1.36 % against 1.33 %); both upper bounds
+move at round 3, so at this size the bound does not freeze, it converges slowly (bench/HISTORY.md, "A prior
+that converges"). Skewed priors reach the LP's optimum at the requested gap on the support
+(tests/test_rowgen.py).
 
 Every pair in the metric (``SolverOptions.all_pairs``, issue 51; :mod:`mdp_core.solvers.metric_pairs`). The
 rows of every two records of one component that are not an edge are found lazily too (:func:`far_violated`:
@@ -208,7 +206,6 @@ class _Rows:
     far_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # a N + b of the far pairs, ascending
     far_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ... their pair ids
     far_found: int = 0  # rows beyond the edges chosen so far (violated by a round's LP point)
-    weight: np.ndarray | None = None  # (N,) N p_b: a row's deficit times its tail's weight ranks it (None: uniform)
 
     @classmethod
     def of(cls, instance: Instance, support: Support | None = None, all_pairs: bool = False) -> _Rows:
@@ -216,8 +213,7 @@ class _Rows:
         n, k = instance.n_records, instance.n_outputs
         support = support or Support.of(np.ones((n, k), dtype=bool))
         metric = MetricPairs.of(instance) if all_pairs else None
-        weight = None if np.ptp(instance.prior) == 0 else n * instance.prior
-        return cls(p, np.zeros(0, np.int64), n, k, support, metric=metric, n_edge=p.size, weight=weight)
+        return cls(p, np.zeros(0, np.int64), n, k, support, metric=metric, n_edge=p.size)
 
     @property
     def count(self) -> int:
@@ -353,9 +349,7 @@ def violated(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(edge ids, outputs) of at most ``limit`` rows outside the model with deficit
     z_ak / g - z_bk > ``min_deficit``, largest deficit first (ties by edge, then output), ascending
-    (edge, output) order; streamed in chunks of edges. With a non-uniform prior the rank is the deficit
-    times the weight N p_b of the record b whose entry the closure raises by it (``rows.weight``): what the
-    mass costs the upper bound, not the mass (module docstring, "A non-uniform prior").
+    (edge, output) order; streamed in chunks of edges.
 
     Memory O(chunk + limit): the candidates are cut back to the ``limit`` best (:func:`_best`, a total order,
     so the result is the same as choosing among all) whenever they pass 4 ``limit``. Violated rows can be
@@ -374,8 +368,7 @@ def violated(
         deficit = z[p.a[sl]] / p.g[sl, None] - z[p.b[sl]]
         deficit.reshape(-1)[rows.held_in(s, s + deficit.shape[0])] = 0.0
         e, kk = np.nonzero(deficit > min_deficit)
-        score = deficit[e, kk] if rows.weight is None else deficit[e, kk] * rows.weight[p.b[sl][e]]
-        found.append((e + s, kk, score))
+        found.append((e + s, kk, deficit[e, kk]))
         count += e.size
         if share <= 0 and count > 4 * limit:
             found = [_best(*_joined(found), limit)]
@@ -446,8 +439,7 @@ def far_violated(
         held = np.zeros(ids.shape, dtype=bool)
         known = ids >= 0
         held[known] = rows.is_held(ids[known], kk[known])
-        score = deficit[~held] if rows.weight is None else deficit[~held] * rows.weight[b[~held]]
-        found.append((a[~held] * n + b[~held], kk[~held], score))
+        found.append((a[~held] * n + b[~held], kk[~held], deficit[~held]))
         count += int((~held).sum())
         if count > 4 * limit:
             found = [_best(*_joined(found), limit)]
