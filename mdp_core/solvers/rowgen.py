@@ -92,10 +92,10 @@ y_i, which is what rule (b) prices in.
 A non-uniform prior (issue 51; a DP histogram of the people, a file prior). Tried and not kept: ranking a
 round's violated rows by their deficit times the raised record's weight N p_b (what the lift costs the upper
 bound, not the mass). On romeR300 with a DP-like prior (83-89x between records, gap 1e-2) it raised round 2's
-lower bound (gap 3.18 % against 3.92 %) but round 3 ended the same (1.36 % against 1.33 %); both upper bounds
-move at round 3, so at this size the bound does not freeze, it converges slowly (bench/HISTORY.md, "A prior
-that converges"). Skewed priors reach the LP's optimum at the requested gap on the support
-(tests/test_rowgen.py).
+lower bound (gap 3.18 % against 3.92 %) but round 3 ended the same (1.36 % against 1.33 %). With the rule kept
+the upper bound froze at round 3's closure through rounds 4-5 and thawed at round 6 (0.239 %, 1,027 s;
+bench/HISTORY.md, "A prior that converges"): why is open. Skewed priors reach the LP's optimum at the
+requested gap on the support (tests/test_rowgen.py).
 
 Every pair in the metric (``SolverOptions.all_pairs``, issue 51; :mod:`mdp_core.solvers.metric_pairs`). The
 rows of every two records of one component that are not an edge are found lazily too (:func:`far_violated`:
