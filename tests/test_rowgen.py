@@ -478,3 +478,28 @@ def test_violated_keeps_the_best_rows_whatever_the_chunks_in_bounded_memory():
         for chunk in (10, 100, 1 << 22):  # 1 to 10,000 edges a chunk: many cuts, or none
             e, k = rowgen.violated(z, rows, 1e-12, limit, chunk=chunk)
             assert np.array_equal(e, every_e[want]) and np.array_equal(k, every_k[want]), (limit, chunk)
+
+
+# ---------------------------------------------------------------- a non-uniform prior (issue 51)
+def skewed(inst: Instance, seed: int = 0) -> Instance:
+    """``inst`` with a DP-histogram-like prior: a few heavy records (a cluster), the rest 1 + noise, 30-90x apart."""
+    rng = np.random.default_rng(seed)
+    counts = np.maximum(np.round(rng.laplace(0, 4.0, inst.n_records)), 0) + 1
+    heavy = np.argsort(np.linalg.norm(inst.record_points() - inst.record_points()[0], axis=1))[: inst.n_records // 6]
+    counts[heavy] += rng.integers(20, 60, heavy.size)
+    return inst.replace(prior=counts / counts.sum())
+
+
+@pytest.mark.parametrize(
+    "inst",
+    [
+        grid(6, 8, n_outputs=12, epsilon=2.0),
+        synthetic(n_records=80, n_outputs=20, epsilon=10.0, seed=3),
+    ],
+    ids=["grid", "dense"],
+)
+@pytest.mark.parametrize("gap", [1e-3, 1e-6])
+def test_a_skewed_prior_converges_on_the_support_to_the_lp_optimum(inst, gap):
+    inst = skewed(inst)
+    assert inst.prior.max() / inst.prior.min() > 20
+    check_against_lp(inst, support_tau=1e-5, gap_rel=gap)

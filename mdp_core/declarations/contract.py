@@ -274,7 +274,8 @@ SIGNATURE_KEYS = frozenset("format version algorithm key_fingerprint signature s
 # mdp_core.solvers.verify.Certificate.as_dict(): solve.json's and the manifest's privacy ``certificate``
 CERTIFICATE_KEYS = frozenset(
     "passed epsilon max_realised_epsilon max_ratio_excess max_abs_violation worst_pair n_pairs n_violations "
-    "n_infinite n_negative max_row_sum_error row_tol ratio_tol graph_check missing_edges distance_mismatches".split()
+    "n_infinite n_negative max_row_sum_error row_tol ratio_tol graph_check missing_edges distance_mismatches pairs "
+    "n_metric_pairs".split()
 )
 # flows.manifest.stage_entry: one entry of the manifest's ``stages`` per stage the run used
 STAGE_ENTRY_KEYS = frozenset("cache_key cache_hit artifact files wall_seconds compute_seconds".split())

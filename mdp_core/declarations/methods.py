@@ -101,6 +101,12 @@ class RowgenOptions(GapOptions):
     min_deficit: float = option(
         1e-12, "a violated row enters only when z_ak / g_ab - z_bk exceeds this (probability mass)", ge=0
     )
+    far_rows_per_round: int = option(
+        0,
+        "with all_pairs: rows of pairs beyond the edges added per round, largest deficit first"
+        " (0 = max(2000, rows_per_round's count / 10))",
+        ge=0,
+    )
     max_rounds: int = option(100, "LP solves at most", ge=1)
     loose_tolerance: float = option(
         1e-2,
@@ -220,6 +226,10 @@ class Method:
       section, not ``[solve]``; its options class derives from :class:`PartitionOptions`.
     * ``delegates``: the method picks another registered method and runs it (``auto``); the one that ran is
       ``extra[name]["method"]`` of its solve.json. It is never a comparison baseline of itself.
+    * ``all_pairs``: the method takes :attr:`mdp_core.declarations.solver_options.SolverOptions.all_pairs` (its
+      mechanism is private for every two records of a component in the metric: lp and rowgen add those rows,
+      the exponential and planar Laplace mechanisms are by construction); :func:`mdp_core.solvers.solve.solve`
+      refuses the option for any other method.
     * ``bounds``: for an iterative method writing trace.parquet, the bounds plot's (title, lower-bound label,
       upper-bound label); None: no trace.
 
@@ -233,6 +243,7 @@ class Method:
     baseline: bool = False
     needs_partition: bool = False
     delegates: bool = False
+    all_pairs: bool = False
     bounds: tuple[str, str, str] | None = None
 
     def __post_init__(self) -> None:
@@ -248,13 +259,20 @@ class Method:
 _UB = "upper bound (best feasible)"
 REGISTRY: dict[str, Method] = {
     "auto": Method(
-        "mdp_core.solvers.auto:method", AutoOptions, "lp or rowgen from the instance's structure", delegates=True
+        "mdp_core.solvers.auto:method",
+        AutoOptions,
+        "lp or rowgen from the instance's structure",
+        delegates=True,
+        all_pairs=True,
     ),
-    "lp": Method("mdp_core.solvers.lp:method", LpOptions, "the exact LP (HiGHS), one component at a time"),
+    "lp": Method(
+        "mdp_core.solvers.lp:method", LpOptions, "the exact LP (HiGHS), one component at a time", all_pairs=True
+    ),
     "rowgen": Method(
         "mdp_core.solvers.rowgen:method",
         RowgenOptions,
         "the exact LP by row generation (dense graphs)",
+        all_pairs=True,
         bounds=("Row generation", "lower bound (LP over the rows so far)", _UB),
     ),
     "colgen": Method(
@@ -270,9 +288,19 @@ REGISTRY: dict[str, Method] = {
         needs_partition=True,
         bounds=("Benders decomposition", "lower bound (master)", _UB),
     ),
-    "exp": Method("mdp_core.solvers.mechanisms:exponential_method", ExpOptions, "exponential mechanism", baseline=True),
+    "exp": Method(
+        "mdp_core.solvers.mechanisms:exponential_method",
+        ExpOptions,
+        "exponential mechanism",
+        baseline=True,
+        all_pairs=True,
+    ),
     "laplace": Method(
-        "mdp_core.solvers.mechanisms:planar_laplace_method", LaplaceOptions, "planar Laplace", baseline=True
+        "mdp_core.solvers.mechanisms:planar_laplace_method",
+        LaplaceOptions,
+        "planar Laplace",
+        baseline=True,
+        all_pairs=True,
     ),
     "constopt": Method(
         "mdp_core.solvers.constopt:method", ConstoptOptions, "ConstOPTMech (Imola et al. 2022)", baseline=True

@@ -30,6 +30,13 @@ class SolverOptions(Options):
     default is 1e-10: at 1e-9 dual simplex stopped 2.0e-7 above the optimum on grid(10, 10, K=20)
     (dual bound 6.6e-7 below it); 1e-10 closed the gap to 2e-13 at no measurable cost (grid 15x20,
     K=60: 17.6 s vs 18.1 s).
+
+    ``all_pairs`` (issue 51): certify eps against the metric distance of every two records of one component of
+    the mDP graph, not only its edges (pairs within eta): the guarantee then reads one rate, eps per unit for
+    any two records (stretch 1). Needs record coordinates of the metric; taken by the methods that declare it
+    (:attr:`mdp_core.declarations.methods.Method.all_pairs`: lp over every pair, rowgen lazily, and the
+    baselines that are private for every pair by construction). Not a HiGHS setting, but every method and the
+    certify gate read it, so it lives with them here.
     """
 
     solver: str = option("simplex", "LP algorithm: dual simplex or interior point", choices=SOLVERS)
@@ -38,6 +45,11 @@ class SolverOptions(Options):
     primal_tolerance: float = option(1e-9, "HiGHS primal feasibility tolerance", gt=0, lt=1e-3, exposed=False)
     dual_tolerance: float = option(1e-10, "HiGHS dual feasibility tolerance", gt=0, lt=1e-3, exposed=False)
     presolve: bool = option(True, "HiGHS presolve", exposed=False)
+    all_pairs: bool = option(
+        False,
+        "certify eps against the metric distance of every two records of a component (stretch 1), not only the "
+        "mDP graph's edges within eta (needs record coordinates)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

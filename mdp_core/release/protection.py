@@ -20,6 +20,13 @@ t-spanner is (eps t)-geo-indistinguishable). stretch >= 1 (triangle inequality: 
 (:func:`metric_lower_bounds`), so the stretch reported here is >= the true dilation: the stated
 guarantee eps * stretch can only be conservative.
 
+Every pair certified (``all_pairs``, issue 51). A mechanism certified with
+:attr:`mdp_core.declarations.solver_options.SolverOptions.all_pairs` meets z_ik <= exp(eps (1 + 1e-9) d(i, j)) z_jk
+for every two records of one component, d the metric itself (:func:`mdp_core.solvers.verify.verify` checks every
+such pair): its stretch is 1 by certificate, not by the graph. :func:`graph_protection` with ``all_pairs``
+states exactly that (no paths computed), and only where d is known exactly (records with coordinates of the
+metric; elsewhere the certificate cannot have been made either).
+
 Lower bounds per metric (:func:`metric_lower_bounds`):
   * ``euclidean`` / ``haversine`` with record coordinates (``x0..`` / ``lat, lon``): the exact metric,
     the same formula (:mod:`mdp_core.problem.metrics`) the edge distances were computed with.
@@ -248,6 +255,7 @@ def graph_protection(
     max_work: float | None = MAX_WORK,
     assume_complete: bool = False,
     radius: float | None = None,
+    all_pairs: bool = False,
 ) -> Protection:
     """The :class:`Protection` of the mDP graph (``edges`` (E, 2) i < j, ``distances`` (E,), in
     ``inst.distance_unit``) over ``inst``'s records, against :func:`metric_lower_bounds`. ``radius``: also
@@ -256,6 +264,8 @@ def graph_protection(
 
     ``max_work``: N x (2E + N) above which paths are taken in :func:`sparsified_edges`
     (an upper bound on the stretch; None: always exact). Memory and time: see the module docstring.
+    ``all_pairs``: the mechanism is certified over every pair of a component in the metric (module docstring):
+    stretch and stretch within the radius 1, no worst pair; InputError unless d is exact (coordinates).
     """
     n = inst.n_records
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
@@ -268,15 +278,17 @@ def graph_protection(
         raise InputError("edge distances must be finite and > 0")
     count, labels = components(n, edges)
     sizes = np.bincount(labels, minlength=count)
-    exact = max_work is None or n * (2.0 * edges.shape[0] + n) <= max_work
+    exact = all_pairs or max_work is None or n * (2.0 * edges.shape[0] + n) <= max_work
     g_edges, g_dist = edges, distances
     if not exact:
         assert max_work is not None
         k = max(MIN_NEIGHBOURS, int((max_work / n - n) // (2.0 * n)))
         g_edges, g_dist = sparsified_edges(n, edges, distances, k)
     bounds = _LowerBounds(inst, assume_complete)
+    if all_pairs and bounds.kind != "exact":
+        raise InputError("every pair is certified only in a metric of the records' coordinates (all_pairs)")
     stretch, worst, within = 1.0, None, 1.0
-    if sizes.max() >= 2:
+    if sizes.max() >= 2 and not all_pairs:
         adj = adjacency(n, g_edges, g_dist)
         multi = np.flatnonzero(sizes[labels] >= 2)  # records with someone to be confused with
         step = max(1, BLOCK_ENTRIES // n)

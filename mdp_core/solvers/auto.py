@@ -226,6 +226,15 @@ def method(
 ) -> RawSolution:
     """The "auto" entry of :data:`mdp_core.solvers.solve.METHODS`: delegate to :func:`choose`'s method."""
     name, reason, feats = choose(instance, params)
+    if options.all_pairs and name == "lp":
+        name, reason = (
+            "rowgen",
+            reason
+            + (
+                "; but every pair of a component is certified in the metric (all_pairs): row generation adds the rows"
+                " beyond the edges lazily, where the full LP would hold s (s - 1) K of them per component"
+            ),
+        )
     if progress:
         progress(f"auto: {name} ({reason})")
     f, cls = CHOICES[name]

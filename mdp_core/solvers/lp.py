@@ -2,7 +2,8 @@
 
 Privacy contract
     input:      the mDP graph (neighbour pairs d_ij <= eta, both directions), eps per distance unit.
-    guarantee:  eps-mDP per distance unit on every neighbour pair and output.
+    guarantee:  eps-mDP per distance unit on every neighbour pair and output (with ``SolverOptions.all_pairs``:
+                on every two records of one component at their metric distance).
     holds by:   the certify gate: HiGHS meets the privacy rows only to its tolerance (~1e-7), so
                 :func:`mdp_core.solvers.verify.certify` repairs the raw answer exactly and re-checks it
                 before release. "optimal" is claimed only when the dual (Lagrangian) bound
@@ -18,6 +19,9 @@ Rows (built in one vectorised pass, no Python loop over edges or outputs):
 Objective: sum_ik p_i c_ik z_ik, divided by max |p_i c_ik| before it reaches HiGHS so that the
 default tolerances are relative to O(1) costs; reported objectives are always recomputed in the
 original unit from the returned Z.
+
+With ``SolverOptions.all_pairs`` the privacy rows are those of every two records of a component at their
+metric distance (:func:`_pairs_of`; s (s - 1) K rows for a component of s records: small instances only).
 
 The mDP graph's connected components are independent problems (Property 3.1) and are solved one
 after the other; isolated records take their cheapest output.
@@ -40,6 +44,7 @@ from mdp_core.problem.instance import Instance
 from mdp_core.runtime import control
 from mdp_core.solvers import privacy_rows as pr
 from mdp_core.solvers.highs import LpModel, LpSolution, new_highs, pass_model, run, scale_costs, solve_model
+from mdp_core.solvers.metric_pairs import MetricPairs
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
 
 # The PMO LP is feasible (the uniform mechanism) and bounded (rows are distributions): any other status
@@ -144,8 +149,8 @@ def _solve_component(
     deadline = t0 + options.time_limit
     members, k, count = block.members, weighted.shape[1], res.n_components
     w, scale = scale_costs(weighted[members])
-    eidx = block.edge_ids
-    model = build_pmo(w, block.local_edges, instance.distances[eidx], instance.epsilon)
+    local, dist = _pairs_of(instance, block, options.all_pairs)
+    model = build_pmo(w, local, dist, instance.epsilon)
     where = f"component {block.index + 1}/{count}"
     remaining = deadline - time.perf_counter()
     if remaining <= 0:
@@ -172,9 +177,20 @@ def _solve_component(
     if not sol.row_dual.size:
         res.lower_bound = -np.inf
         return
-    capped = np.repeat(pr.pairs(block.local_edges, instance.distances[eidx], instance.epsilon).capped, k)
+    capped = np.repeat(pr.pairs(local, dist, instance.epsilon).capped, k)
     terms = pr.dual_terms(model.a[: capped.size], capped, sol.row_dual)
     res.lower_bound += scale * pr.lagrangian_bound(w, terms)
+
+
+def _pairs_of(instance: Instance, block: Block, all_pairs: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The component's privacy pairs: (local pairs (P, 2) i < j, their distances (P,)): its edges, or with
+    ``all_pairs`` every two of its records at their metric distance (s (s - 1) / 2 pairs: the exact LP of
+    :mod:`mdp_core.solvers.metric_pairs`, for small components; row generation finds the same rows lazily)."""
+    if not all_pairs:
+        return block.local_edges, instance.distances[block.edge_ids]
+    a, b = np.triu_indices(block.members.shape[0], 1)
+    d = MetricPairs.of(instance).distance(block.members[a], block.members[b])
+    return np.column_stack([a, b]).astype(np.int64), d
 
 
 def method(

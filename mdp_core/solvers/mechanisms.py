@@ -24,6 +24,7 @@ from mdp_core.declarations.methods import ExpOptions, LaplaceOptions
 from mdp_core.errors import InputError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import EARTH_RADIUS_KM, pairwise
+from mdp_core.solvers.metric_pairs import MetricPairs
 from mdp_core.solvers.result import RawSolution, Status
 
 if TYPE_CHECKING:
@@ -209,7 +210,11 @@ NEWTON_ROUNDS = 20  # smooth_to_mdp's default rounds with Newton steps at most
 
 
 def smooth_to_mdp(
-    instance: Instance, z: np.ndarray, max_rounds: int = 50, newton_rounds: int = NEWTON_ROUNDS
+    instance: Instance,
+    z: np.ndarray,
+    max_rounds: int = 50,
+    newton_rounds: int = NEWTON_ROUNDS,
+    metric: MetricPairs | None = None,
 ) -> tuple[np.ndarray, int]:
     """Pull a noisy estimate of an mDP mechanism onto the constraint set, keeping it close.
 
@@ -239,17 +244,12 @@ def smooth_to_mdp(
     singular (a record with no own entry that is no entry's root) or when c is not positive.
 
     Fallback. After two rounds in a row without a lower row-sum error, or after ``newton_rounds``
-    rounds, it starts again from the input with plain steps only: the former alternation of
-    majorant and normalisation, step for step (``newton_rounds=0``: that alternation alone). So
-    whenever the alternation passes within ``max_rounds - newton_rounds`` rounds, so does this
-    (random, noisy inputs can trap both: a record whose every entry is pinned, with sum > 1, to
-    roots whose rows no longer change).
-
-    Feasibility holds by verification, not by construction: Z is returned when ``passes`` accepts
-    it, or unverified after ``max_rounds`` rounds. Meant for Monte Carlo estimates of mechanisms
-    that are mDP in truth, whose violations are sampling noise, and for LP points
-    (:mod:`mdp_core.solvers.rowgen`); the result still goes through ``certify``. Deterministic: the same
-    input gives the same bytes (single-threaded sparse LU, ties broken by index). Returns (Z, rounds).
+    rounds, it starts again from the input with plain steps only (``newton_rounds=0``: that alternation
+    alone), so it passes whenever the alternation passes within ``max_rounds - newton_rounds`` rounds.
+    ``metric`` (all pairs): majorant and ``passes`` over every two records of a component in the metric
+    (:meth:`MetricPairs.majorant`). Z is returned when ``passes`` accepts it, or unverified after
+    ``max_rounds`` rounds; it still goes through ``certify``. Deterministic (single-threaded sparse LU,
+    ties broken by index). Returns (Z, rounds).
     """
     from scipy.sparse import csc_matrix
     from scipy.sparse.linalg import splu
@@ -263,10 +263,10 @@ def smooth_to_mdp(
     root = np.broadcast_to(own, cur.shape)  # root[i, k]: the record whose entry (i, k) is pinned to
     newton, last, stalls, out = newton_rounds > 0, np.inf, 0, cur
     for r in range(1, max_rounds + 1):
-        m, src = _majorant(instance, cur, roots=newton)
+        m, src = _majorant(instance, cur, roots=newton) if metric is None else metric.majorant(cur, roots=newton)
         s = m.sum(axis=1)
         out = m / s[:, None]
-        if passes(instance, out):
+        if passes(instance, out, all_pairs=metric is not None):
             return out, r
         err = float(np.max(np.abs(s - 1.0)))
         stalls, last = (stalls + 1 if err >= last else 0), err
@@ -313,19 +313,19 @@ def planar_laplace_method(
     """
     from mdp_core.solvers.verify import repair, verify
 
-    n_samples = params.n_samples
+    n_samples, every = params.n_samples, options.all_pairs
     z, info = planar_laplace(instance, n_samples=n_samples, seed=params.seed)
-    cert = verify(instance, z)
+    cert = verify(instance, z, all_pairs=every)
     info["raw_passes_verify"] = bool(cert.passed)
     info["raw_violations"] = int(cert.n_violations)
-    info["raw_repair_mix"] = 0.0 if cert.passed else float(repair(instance, z)[1].max(initial=0.0))
+    info["raw_repair_mix"] = 0.0 if cert.passed else float(repair(instance, z, every)[1].max(initial=0.0))
     out = z
     if params.smooth and not cert.passed:
-        out, rounds = smooth_to_mdp(instance, z)
+        out, rounds = smooth_to_mdp(instance, z, metric=MetricPairs.of(instance) if every else None)
         info["smoothing_rounds"] = rounds
         info["smoothing_mean_tv"] = float(0.5 * np.abs(out - z).sum(axis=1).mean())
-    c2 = verify(instance, out)
-    info["predicted_repair_mix"] = 0.0 if c2.passed else float(repair(instance, out)[1].max(initial=0.0))
+    c2 = verify(instance, out, all_pairs=every)
+    info["predicted_repair_mix"] = 0.0 if c2.passed else float(repair(instance, out, every)[1].max(initial=0.0))
     if progress:
         progress(f"planar Laplace: {n_samples} samples/record, raw {cert.summary()}; returned {c2.summary()}")
     info["computation"] = "Monte Carlo estimate" + (" smoothed onto the constraints" if out is not z else "")

@@ -2,7 +2,8 @@
 
 Privacy contract
     input:      an instance: records, outputs, costs and the mDP graph (edges with d_ij <= eta).
-    guarantee:  eps-mDP per distance unit: z_ik <= exp(eps d_ij) z_jk on every edge, both ways.
+    guarantee:  eps-mDP per distance unit: z_ik <= exp(eps d_ij) z_jk on every edge, both ways; with
+                ``SolverOptions.all_pairs`` on every two records of one component, d_ij their metric distance.
     holds by:   the certify gate (:func:`mdp_core.solvers.verify.certify`); the mechanism returned here is
                 the conic closure of an LP point and normally passes unchanged.
     reference:  Qiu et al. 2024, Eqs. 4-7 (the PMO LP); Lagrangian bound as in :mod:`mdp_core.solvers.lp`.
@@ -88,6 +89,23 @@ enter the minimum with their own cost c_ik (no held row touches them), so the bo
 pairs; it is below the held LP's value by exactly the records whose cheapest outside pair undercuts
 y_i, which is what rule (b) prices in.
 
+A non-uniform prior (issue 51; a DP histogram of the people, a file prior). Tried and not kept: ranking a
+round's violated rows by their deficit times the raised record's weight N p_b (what the lift costs the upper
+bound, not the mass). On romeR300 with a DP-like prior (83-89x between records, gap 1e-2) it raised round 2's
+lower bound (gap 3.18 % against 3.92 %) but round 3 ended the same (1.36 % against 1.33 %). With the rule kept
+the upper bound froze at round 3's closure through rounds 4-5 and thawed at round 6 (0.239 %, 1,027 s;
+bench/HISTORY.md, "A prior that converges"): why is open. Skewed priors reach the LP's optimum at the
+requested gap on the support (tests/test_rowgen.py).
+
+Every pair in the metric (``SolverOptions.all_pairs``, issue 51; :mod:`mdp_core.solvers.metric_pairs`). The
+rows of every two records of one component that are not an edge are found lazily too (:func:`far_violated`:
+pairs whose log rows differ by more than ln g, and only rows the graph majorant of z breaks as well, since the
+edges' rows mend the others), at most ``far_rows_per_round`` a round; they take pair ids after the 2E edges
+(:meth:`_Rows.far_ids`), so the held keys, the bound and the support treat them as any row. The closure is
+the metric one (:meth:`mdp_core.solvers.metric_pairs.MetricPairs.majorant`), the support estimate is made
+from the metric (:func:`_metric_support`), and the bound stays valid: every held row is a row of the
+all-pairs LP, multipliers 0 elsewhere.
+
 Memory: the model holds N K columns (|S| with a support) and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense), and
 this module the held rows' keys (|R| int64, no (2 E, K) mask) and the directed edges (2 E); violation checks
 stream over the 2 E K (edge, output) pairs in chunks, keeping only the batch's best candidates
@@ -115,9 +133,10 @@ from mdp_core.problem.instance import Instance
 from mdp_core.runtime import control
 from mdp_core.solvers import highs, lagrangian
 from mdp_core.solvers import privacy_rows as pr
-from mdp_core.solvers.mechanisms import smooth_to_mdp
+from mdp_core.solvers.mechanisms import column_majorant, smooth_to_mdp
+from mdp_core.solvers.metric_pairs import MetricPairs
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
-from mdp_core.solvers.verify import objective
+from mdp_core.solvers.verify import MAX_LOG_RATIO, objective
 
 TRACE_COLUMNS = list(tables.TRACE_COLUMNS["rowgen"])  # trace.parquet's, declared in mdp_core.declarations.tables
 CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
@@ -125,6 +144,7 @@ CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
 # any status but optimal or a limit is a numerical breakdown, retried with the other algorithm, cold.
 ACCEPT = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT})
 RETRIES = highs.SWITCH_ALGORITHM + highs.COLD_NO_PRESOLVE
+FAR_ROWS_MIN, FAR_ROWS_SHARE = 2_000, 10  # rows beyond the edges per round: max(MIN, edge rows' limit / SHARE)
 LOOSE_GAP = 0.05  # a round is loosened only after a relative gap above this (round_tolerance)
 GAP_RATIO = 70.0  # the next round can close only when this gap is within GAP_RATIO x the target (round_tolerance)
 
@@ -174,20 +194,26 @@ class Support:
 class _Rows:
     """The directed edges of the mDP graph, which (edge, output) rows the model holds, over which columns."""
 
-    pairs: pr.Pairs  # (2E,) directed edges: edges as given, then reversed
-    held: np.ndarray  # (|R|,) int64, ascending: e K + k of the (directed edge, output) rows in the model
+    pairs: pr.Pairs  # (2E + F,) directed pairs: edges as given, then reversed, then the F far pairs met so far
+    held: np.ndarray  # (|R|,) int64, ascending: e K + k of the (directed pair, output) rows in the model
     n_records: int
     n_outputs: int
     support: Support
-    edge: list[np.ndarray] = field(default_factory=list)  # per block of added rows: directed edge ids
+    edge: list[np.ndarray] = field(default_factory=list)  # per block of added rows: directed pair ids
     out: list[np.ndarray] = field(default_factory=list)  # ... and their outputs
+    metric: MetricPairs | None = None  # with all_pairs: the scans of every pair of a component in the metric
+    n_edge: int = 0  # directed edges: the first 2E pairs
+    far_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # a N + b of the far pairs, ascending
+    far_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # ... their pair ids
+    far_found: int = 0  # rows beyond the edges chosen so far (violated by a round's LP point)
 
     @classmethod
-    def of(cls, instance: Instance, support: Support | None = None) -> _Rows:
+    def of(cls, instance: Instance, support: Support | None = None, all_pairs: bool = False) -> _Rows:
         p = pr.pairs(instance.edges, instance.distances, instance.epsilon)
         n, k = instance.n_records, instance.n_outputs
         support = support or Support.of(np.ones((n, k), dtype=bool))
-        return cls(p, np.zeros(0, np.int64), n, k, support)
+        metric = MetricPairs.of(instance) if all_pairs else None
+        return cls(p, np.zeros(0, np.int64), n, k, support, metric=metric, n_edge=p.size)
 
     @property
     def count(self) -> int:
@@ -195,8 +221,32 @@ class _Rows:
 
     @property
     def full_count(self) -> int:
-        """The full LP's privacy rows: 2 E K."""
-        return self.pairs.size * self.n_outputs
+        """The full LP's privacy rows: 2 E K, or with all pairs every ordered pair of a component times K."""
+        pairs = self.n_edge if self.metric is None else 2 * self.metric.count()
+        return pairs * self.n_outputs
+
+    def far_ids(self, a: np.ndarray, b: np.ndarray, create: bool = True) -> np.ndarray:
+        """Pair ids of the far pairs (a, b) (records of one component, not an edge), appended to ``pairs``
+        (ratio g from their metric distance) when new and ``create``, else -1 for a pair not met yet."""
+        assert self.metric is not None
+        key = np.asarray(a, np.int64) * self.n_records + np.asarray(b, np.int64)
+        pos = np.searchsorted(self.far_key, key)
+        found = np.zeros(key.shape, dtype=bool)
+        if self.far_key.size:
+            found = (pos < self.far_key.size) & (self.far_key[np.minimum(pos, self.far_key.size - 1)] == key)
+        if create and not found.all():
+            new = np.unique(key[~found])
+            na, nb = new // self.n_records, new % self.n_records
+            extra = pr.pairs(np.column_stack([na, nb]), self.metric.distance(na, nb), self.metric.epsilon, both=False)
+            p = self.pairs
+            ids = np.arange(p.size, p.size + new.size)
+            self.pairs = pr.Pairs(np.r_[p.a, na], np.r_[p.b, nb], np.r_[p.g, extra.g], np.r_[p.capped, extra.capped])
+            order = np.argsort(np.r_[self.far_key, new], kind="stable")
+            self.far_key, self.far_id = np.r_[self.far_key, new][order], np.r_[self.far_id, ids][order]
+            return self.far_ids(a, b, create=False)
+        out = np.full(key.shape, -1, np.int64)
+        out[found] = self.far_id[pos[found]]
+        return out
 
     def is_held(self, ei: np.ndarray, ki: np.ndarray) -> np.ndarray:
         """Whether the model holds the rows (ei, ki) (bool, their shape)."""
@@ -312,9 +362,9 @@ def violated(
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     count = 0
     p = rows.pairs
-    for s in range(0, p.size, step):
+    for s in range(0, rows.n_edge, step):
         control.check("rowgen's search for violated rows")  # a long scan at N = 2,000 (2 E K pairs)
-        sl = slice(s, s + step)
+        sl = slice(s, min(s + step, rows.n_edge))
         deficit = z[p.a[sl]] / p.g[sl, None] - z[p.b[sl]]
         deficit.reshape(-1)[rows.held_in(s, s + deficit.shape[0])] = 0.0
         e, kk = np.nonzero(deficit > min_deficit)
@@ -348,6 +398,58 @@ def _best(ei: np.ndarray, ki: np.ndarray, score: np.ndarray, limit: int) -> tupl
     cutting a stream to its best ``limit`` at any points keeps the same rows as one cut at the end)."""
     keep = np.lexsort((ki, ei, -score))[:limit]
     return ei[keep], ki[keep], score[keep]
+
+
+def _violated_rows(
+    instance: Instance, z: np.ndarray, rows: _Rows, params: RowgenOptions, limit: int, share: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pair ids, outputs): :func:`violated`'s rows (at most ``limit``), then with all pairs :func:`far_violated`'s
+    among the rows that the graph majorant of z breaks too, at most ``far_rows_per_round`` (default
+    max(:data:`FAR_ROWS_MIN`, ``limit`` / :data:`FAR_ROWS_SHARE`); counted in ``rows.far_found``). Why fewer:
+    romeR150 (2 shared cores, gap 1e-2), far rows at the edges' limit (20,000) made round 2's LP 2.3x slower
+    and the solve 44-69 s, at 2,000 it took 26.6 s against the graph-only 27.6 s in the same rounds
+    (bench/HISTORY.md, "Every pair in the metric")."""
+    ei, ki = violated(z, rows, params.min_deficit, limit, share)
+    if rows.metric is None:
+        return ei, ki
+    far_limit = params.far_rows_per_round or max(FAR_ROWS_MIN, limit // FAR_ROWS_SHARE)
+    fe, fk = far_violated(z, rows, params.min_deficit, far_limit, column_majorant(instance, z))
+    rows.far_found += int(fe.size)
+    return np.r_[ei, fe], np.r_[ki, fk]
+
+
+def far_violated(
+    z: np.ndarray, rows: _Rows, min_deficit: float, limit: int, ref: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """With all pairs (``rows.metric``): (pair ids, outputs) of at most ``limit`` rows of pairs of one component
+    that are not edges, outside the model, with deficit z_ak / g - z_bk > ``min_deficit`` (g capped at
+    :data:`mdp_core.solvers.verify.MAX_LOG_RATIO`), largest deficit first, ascending (pair, output); the
+    pairs get ids (:meth:`_Rows.far_ids`). Streamed: :meth:`mdp_core.solvers.metric_pairs.MetricPairs.deficits`
+    expands only the pairs whose log rows differ by more than ln g; candidates are cut to the ``limit`` best
+    (:func:`_best`, the same total order as :func:`violated`, on the key a N + b) as they pass 4 ``limit``.
+    ``ref``: only rows it breaks too (:meth:`mdp_core.solvers.metric_pairs.MetricPairs.deficits`)."""
+    if rows.metric is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    n = rows.n_records
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    count = 0
+    for a, b, kk, deficit in rows.metric.deficits(z, MAX_LOG_RATIO, min_deficit, ref):
+        control.check("rowgen's search for violated rows beyond the edges")
+        ids = rows.far_ids(a, b, create=False)
+        held = np.zeros(ids.shape, dtype=bool)
+        known = ids >= 0
+        held[known] = rows.is_held(ids[known], kk[known])
+        found.append((a[~held] * n + b[~held], kk[~held], deficit[~held]))
+        count += int((~held).sum())
+        if count > 4 * limit:
+            found = [_best(*_joined(found), limit)]
+            count = found[0][0].size
+    key, ki, score = _joined(found)
+    if key.size > limit:
+        key, ki, score = _best(key, ki, score, limit)
+    ei = rows.far_ids(key // n, key % n) if key.size else np.zeros(0, np.int64)
+    order = np.lexsort((ki, ei))
+    return ei[order], ki[order]
 
 
 def price(support: Support, c: np.ndarray, unit_dual: np.ndarray, bound: float, gap_rel: float) -> np.ndarray:
@@ -433,8 +535,9 @@ def new_model(
     n, k = instance.n_records, instance.n_outputs
     c, scale = highs.scale_costs(instance.prior[:, None] * instance.costs)
     c = c.ravel()
-    support = Support.of(support_estimate(instance, params.support_tau)) if params.support_tau > 0 else None
-    rows = _Rows.of(instance, support)
+    metric = MetricPairs.of(instance) if options.all_pairs else None
+    support = Support.of(support_estimate(instance, params.support_tau, metric)) if params.support_tau > 0 else None
+    rows = _Rows.of(instance, support, options.all_pairs)
     h = highs.new_highs(highs.with_options(options, solver=params.lp_solver, presolve=False))
     if params.lp_solver == "ipm":
         tol = ipm_tolerance(params.gap_rel)
@@ -454,7 +557,7 @@ def new_model(
     return h, rows, c, scale
 
 
-def support_estimate(instance: Instance, tau: float) -> np.ndarray:
+def support_estimate(instance: Instance, tau: float, metric: MetricPairs | None = None) -> np.ndarray:
     """(N, K) bool: the pairs where the closure of the nearest-output mechanism reaches ``tau``.
 
     The nearest-output mechanism puts each record's mass on its cheapest output; its closure
@@ -462,9 +565,12 @@ def support_estimate(instance: Instance, tau: float) -> np.ndarray:
     z_ik = exp(-eps D(i, R_k)), R_k the records whose cheapest output is k and D the mDP graph's path
     distance. So (i, k) is kept when D(i, R_k) <= ln(1 / tau) / eps: K multi-source shortest-path
     searches cut off at that distance (scipy.sparse.csgraph.dijkstra with ``limit``), never an N x N
-    distance matrix. Every record keeps its cheapest output (D = 0)."""
+    distance matrix. Every record keeps its cheapest output (D = 0). With ``metric`` (all pairs) the closure
+    is the metric one, D replaced by the metric distance within a component (:func:`_metric_support`)."""
     n, k = instance.n_records, instance.n_outputs
     best = np.argmin(instance.costs, axis=1)
+    if metric is not None:
+        return _metric_support(metric, best, k, np.log(1.0 / tau) / instance.epsilon)
     e = np.asarray(instance.edges, dtype=np.int64).reshape(-1, 2)
     d = np.asarray(instance.distances, dtype=np.float64)
     graph = sp.csr_matrix((np.r_[d, d], (np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]])), shape=(n, n))
@@ -477,9 +583,25 @@ def support_estimate(instance: Instance, tau: float) -> np.ndarray:
     return mask
 
 
-def _closure(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, float]:
-    """The upper bound of one round: the closure of the LP point z (N, K) and its cost."""
-    cz, _ = smooth_to_mdp(instance, np.maximum(z, 0.0))
+def _metric_support(metric: MetricPairs, best: np.ndarray, k: int, cut: float) -> np.ndarray:
+    """:func:`support_estimate` in the metric: (i, k) kept when some record of i's component whose cheapest
+    output is k lies within ``cut`` of i (i itself for its own cheapest output). Slabs of records: O(N^2)."""
+    n = best.size
+    mask = np.zeros((n, k), dtype=bool)
+    mask[np.arange(n), best] = True
+    order = np.argsort(best, kind="stable")
+    outs, starts = np.unique(best[order], return_index=True)
+    for slab in metric.slabs(1):
+        control.check("rowgen's support estimate")
+        near = np.where(slab.same, slab.d, np.inf)[:, order]
+        mask[np.ix_(slab.rows, outs)] |= np.minimum.reduceat(near, starts, axis=1) <= cut
+    return mask
+
+
+def _closure(instance: Instance, z: np.ndarray, metric: MetricPairs | None = None) -> tuple[np.ndarray, float]:
+    """The upper bound of one round: the closure of the LP point z (N, K) and its cost (with ``metric``: the
+    closure over every pair of a component in the metric, :meth:`MetricPairs.majorant`)."""
+    cz, _ = smooth_to_mdp(instance, np.maximum(z, 0.0), metric=metric)
     return cz, objective(instance, cz)
 
 
@@ -494,6 +616,7 @@ def _bounds(
     deadline: float,
     tol: float,
     notify: Callable[[float, float, int], None] | None = None,
+    metric: MetricPairs | None = None,
 ) -> tuple[np.ndarray, float, lagrangian.Ascent | None]:
     """One round's bounds beside the next LP: the closure (the upper bound), then, when it does not
     close the gap with ``lb`` and ``lag`` is set, the Lagrangian bound at the round's row-sum duals
@@ -502,8 +625,9 @@ def _bounds(
     ``deadline``: ``time.perf_counter()``; ``tol``: the round's LP tolerance. With
     ``lagrangian_rows`` the next round waits for this, so the ascent is skipped when the bounds show
     that round cannot close (:func:`out_of_reach`: it is loose and takes no Lagrangian rows).
-    ``notify(bound, upper, evaluations)`` hears each better Lagrangian bound as it is found."""
-    cz, ub = _closure(instance, z)
+    ``notify(bound, upper, evaluations)`` hears each better Lagrangian bound as it is found; ``metric``: the
+    closure over every pair in the metric (all pairs)."""
+    cz, ub = _closure(instance, z, metric)
     target = min(ub, best_ub)
     if lag is None or gap_closed(target, lb, params.gap_abs, params.gap_rel):
         return cz, ub, None
@@ -654,10 +778,10 @@ def _rounds(
             break
         lam = scale * np.asarray(sol.row_dual[:n], dtype=np.float64)
         notify = _lagrangian_progress(progress, options, params, t0, it, lb) if lag is not None else None
-        bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline, tol, notify)
+        bounds = partial(_bounds, instance, z, lag, lam, lb, best_ub, params, deadline, tol, notify, rows.metric)
         upper = control.Background(bounds, name="rowgen-closure")
         share = params.deficit_share if it >= params.share_from_round else 0.0
-        ei, ki = violated(z, rows, params.min_deficit, limit, share)  # while the closure runs
+        ei, ki = _violated_rows(instance, z, rows, params, limit, share)  # while the closure runs
         priced = price(rows.support, c, sol.row_dual[:n], lb / scale, params.gap_rel)
         held = rows.count
         again, more = _continue(ei.size + priced.size, tol, it, params, deadline)
@@ -692,6 +816,7 @@ def _rounds(
     extra: dict[str, Any] = {"rows": held, "full_rows": rows.full_count, "columns": rows.support.count}
     extra |= {"lower_bound": lb, "upper_bound": best_ub, "lp_solver": params.lp_solver}
     extra |= {} if lag is None else {"lagrangian": lag_rounds}
+    extra |= {} if rows.metric is None else {"pairs": "all", "metric_rows_found": rows.far_found}
     return RawSolution(
         best_z, status, lb if np.isfinite(lb) else None, len(trace), extra, pd.DataFrame(trace, columns=TRACE_COLUMNS)
     )

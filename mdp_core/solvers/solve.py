@@ -138,6 +138,11 @@ def solve(
     :data:`ISOLATE_MIN_ROWS` privacy rows and this process may have children.
     """
     params = method_options(method, method_args)
+    if options is not None and options.all_pairs and not _declared(method).all_pairs:
+        takes = sorted(name for name, m in METHODS.items() if m.all_pairs)
+        raise InputError(
+            f"method {method!r} cannot certify every pair in the metric (all_pairs); methods that can: {takes}"
+        )
     if isolate is None:
         isolate = 2 * instance.n_edges * instance.n_outputs >= ISOLATE_MIN_ROWS
     if isolate and isolate_mod.available() and all(_picklable(v) for v in method_args.values()):
@@ -158,7 +163,7 @@ def solve(
     raw = f(instance, options, progress, params)
     if raw.status not in RELEASABLE:
         raise SolverError(f"{method}: solver status {raw.status}")
-    z, cert, rep = certify(instance, raw.z, max_mix=max_mix)
+    z, cert, rep = certify(instance, raw.z, max_mix=max_mix, all_pairs=options.all_pairs)
     obj = objective(instance, z)
     status, extra = Status(raw.status), dict(raw.extra)
     lower = raw.lower_bound if raw.lower_bound is not None and np.isfinite(raw.lower_bound) else None  # -inf: none

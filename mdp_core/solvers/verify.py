@@ -11,6 +11,10 @@ A mechanism Z (N, K) is accepted (:func:`verify`) when
     subtraction is exact by Sterbenz's lemma) when the two entries are within a factor 2, else
     ln z_ik - ln z_jk (then the ratio is >= ln 2 and absolute log errors ~1e-13 are far below the
     tolerance);
+  * with ``all_pairs`` (:attr:`mdp_core.declarations.solver_options.SolverOptions.all_pairs`), the same test for
+    every two records of one component of the mDP graph, d_ij their metric distance (:func:`metric_findings`:
+    slabs of records, a pair expanded over the K outputs only when the Chebyshev distance of its log rows
+    exceeds eps d_ij (1 + tol) - 1e-11, then tested with the accurate log ratio; never an N x N x K array);
   * when the records carry coordinates of the instance's metric (``lat``/``lon`` with haversine,
     ``x0..`` with euclidean), the edge table is the metric's neighbour graph: every pair at metric
     distance <= eta is an edge (recomputed with a KD-tree, :func:`mdp_core.problem.graph.neighbour_edges`) and
@@ -31,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.spatial.distance import cdist
 
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.problem.graph import components, neighbour_edges
@@ -38,6 +43,7 @@ from mdp_core.problem.instance import Instance
 from mdp_core.problem.io import write_mechanism_table
 from mdp_core.problem.metrics import haversine_rows_km
 from mdp_core.runtime.files import file_sha256, write_json
+from mdp_core.solvers.metric_pairs import MetricPairs
 
 ROW_TOL = 1e-9
 RATIO_TOL = 1e-9  # relative tolerance in eps units: ln z_ik - ln z_jk <= eps d_ij (1 + RATIO_TOL)
@@ -52,6 +58,9 @@ MAX_LOG_RATIO = 30.0
 # common row (their prior-weighted mean), since in floating point no mixing weight short of 1 can
 # bring two different rows within a log ratio of ~1e-12 of each other (see :func:`repair`).
 UNIFY_LOG_RATIO = 1e-5
+# A pair beyond the mDP graph's edges is tested exactly (log_ratio) when its plain log difference is within
+# this of the bound: plain logs of entries >= 1e-300 are accurate to ~1e-13 absolute (metric_findings).
+SCAN_SLACK = 1e-11
 
 
 @dataclass
@@ -74,6 +83,8 @@ class Certificate:
     graph_check: str = "skipped: not requested"  # "metric" or "skipped: <why>"
     missing_edges: int = 0  # metric neighbour pairs (d <= eta) absent from the edge table
     distance_mismatches: int = 0  # edges whose stored distance differs from the metric (relative 1e-9)
+    pairs: str = "graph"  # "graph": the mDP graph's edges; "all": every two records of a component, in the metric
+    n_metric_pairs: int = 0  # with pairs "all": undirected pairs of one component beyond the edges, checked too
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -87,9 +98,12 @@ class Certificate:
             if self.graph_check == "metric"
             else f", graph {self.graph_check}"
         )
+        over = f"{self.n_pairs} pairs" + (
+            f" + {self.n_metric_pairs} beyond eta (all pairs)" if self.pairs == "all" else ""
+        )
         return (
             f"{verdict}: eps={self.epsilon:g}, realised eps={self.max_realised_epsilon:.12g}, "
-            f"violations={self.n_violations} ({self.n_infinite} infinite) over {self.n_pairs} pairs, "
+            f"violations={self.n_violations} ({self.n_infinite} infinite) over {over}, "
             f"max abs violation={self.max_abs_violation:.3g}, max row-sum error={self.max_row_sum_error:.3g}, "
             f"negative entries={self.n_negative}{graph}"
             + (f", worst (i, j, k)={self.worst_pair}" if self.worst_pair and self.n_violations else "")
@@ -176,52 +190,141 @@ def graph_findings(instance: Instance) -> GraphFindings:
     return GraphFindings("metric", want[miss], want_d[miss], np.flatnonzero(wrong), metric_d)
 
 
+@dataclass
+class Findings:
+    """What one scan of the privacy rows found (:func:`edge_findings`, :func:`metric_findings`)."""
+
+    n_pairs: int = 0  # undirected pairs scanned
+    max_eps: float = 0.0  # max of ln z_ik - ln z_jk over d_ij
+    max_excess: float = -np.inf  # max of ln z_ik - ln z_jk - eps d_ij
+    max_abs: float = 0.0  # max of z_ik - exp(eps d_ij) z_jk
+    worst_rel: float = -np.inf  # max of (ln z_ik - ln z_jk) / (eps d_ij)
+    worst: tuple[int, int, int] | None = None  # its (i, j, k)
+    n_viol: int = 0  # directed (pair, k) entries beyond the tolerance
+    n_inf: int = 0  # ... with z_ik > 0 = z_jk
+
+    def merge(self, other: Findings) -> Findings:
+        """The findings of both scans together."""
+        first = self if self.worst_rel >= other.worst_rel else other
+        return Findings(
+            self.n_pairs + other.n_pairs,
+            max(self.max_eps, other.max_eps),
+            max(self.max_excess, other.max_excess),
+            max(self.max_abs, other.max_abs),
+            first.worst_rel,
+            first.worst,
+            self.n_viol + other.n_viol,
+            self.n_inf + other.n_inf,
+        )
+
+
+def _scan(found: Findings, a: np.ndarray, b: np.ndarray, d: np.ndarray, z: np.ndarray, eps: float, tol: float) -> None:
+    """Add to ``found`` the directed pairs (a, b) (m,) at distances ``d`` (m,), every output, tested accurately
+    (:func:`log_ratio`; ``z`` (N, K), eps per unit, ``tol`` the relative ratio tolerance)."""
+    zp = np.maximum(z, 0.0)
+    za, zb = zp[a], zp[b]
+    bound = eps * d[:, None]
+    abs_v = z[a] - np.exp(np.minimum(bound, 700.0)) * z[b]  # finite: no inf * 0
+    found.max_abs = max(found.max_abs, float(abs_v.max(initial=0.0)))
+    diff = log_ratio(za, zb)  # +inf where za > 0 = zb
+    found.n_inf += int(np.sum(np.isposinf(diff)))
+    found.n_viol += int(np.sum(diff > bound * (1.0 + tol)))
+    if diff.size == 0:
+        return
+    with np.errstate(divide="ignore", invalid="ignore"):
+        found.max_eps = max(found.max_eps, float(np.max(diff / d[:, None])))
+        found.max_excess = max(found.max_excess, float((diff - bound).max()))
+        rel = diff / bound  # the test: rel <= 1 + ratio_tol
+    idx = int(np.nanargmax(rel)) if not np.all(np.isnan(rel)) else 0
+    if rel.flat[idx] > found.worst_rel:
+        found.worst_rel = float(rel.flat[idx])
+        r, k = divmod(idx, z.shape[1])
+        found.worst = (int(a[r]), int(b[r]), int(k))
+
+
+def edge_findings(instance: Instance, z: np.ndarray, ratio_tol: float = RATIO_TOL) -> Findings:
+    """Every edge of the mDP graph, both directions, every output (chunks of :data:`CHUNK` entries)."""
+    found = Findings(n_pairs=instance.n_edges)
+    for a, b, d in directed_pairs(instance):
+        _scan(found, a, b, d, z, instance.epsilon, ratio_tol)
+    if instance.n_edges == 0:
+        found.max_excess = 0.0
+    return found
+
+
+def _log_rows(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ln Z with zeros as 0, (N,) id of each row's zero pattern): two rows of different patterns are an
+    infinite log ratio on some output (a zero opposite a non-zero)."""
+    positive = z > 0
+    _, pattern = np.unique(positive, axis=0, return_inverse=True)
+    with np.errstate(divide="ignore"):
+        return np.where(positive, np.log(np.where(positive, z, 1.0)), 0.0), pattern.reshape(-1)
+
+
+def metric_findings(
+    instance: Instance,
+    z: np.ndarray,
+    ratio_tol: float = RATIO_TOL,
+    first: bool = False,
+    pairs: MetricPairs | None = None,
+) -> Findings:
+    """Every two records of one component that are not an edge, in the metric (module docstring), both
+    directions, every output. A pair is tested exactly only when the Chebyshev distance of its log rows
+    exceeds eps d (1 + tol) - :data:`SCAN_SLACK` (rows of different zero patterns: always); every other pair
+    holds with a margin above the plain logs' error. ``first``: stop at the first slab with a violation."""
+    z = check_mechanism(instance, z)
+    mp = pairs or MetricPairs.of(instance)
+    eps = instance.epsilon
+    logz, pattern = _log_rows(np.maximum(z, 0.0))
+    found = Findings(n_pairs=mp.count() - instance.n_edges)
+    for slab in mp.slabs(1):
+        cheb = cdist(logz[slab.rows], logz, "chebyshev")
+        cheb[pattern[slab.rows][:, None] != pattern[None, :]] = np.inf
+        far = slab.same & ~slab.edge
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(far & (cheb > 0), cheb / slab.d, 0.0)  # d = 0 < cheb: inf
+        found.max_eps = max(found.max_eps, float(ratio.max(initial=0.0)))
+        ii, jj = np.nonzero(far & (cheb > eps * slab.d * (1.0 + ratio_tol) - SCAN_SLACK))
+        found.max_excess = max(found.max_excess, float(np.where(far, cheb - eps * slab.d, -np.inf).max()))
+        if ii.size:
+            _scan(found, slab.rows[ii], jj, slab.d[ii, jj], z, eps, ratio_tol)
+        if first and found.n_viol:
+            break
+    return found
+
+
 def verify(
-    instance: Instance, z: np.ndarray, row_tol: float = ROW_TOL, ratio_tol: float = RATIO_TOL, check_graph: bool = True
+    instance: Instance,
+    z: np.ndarray,
+    row_tol: float = ROW_TOL,
+    ratio_tol: float = RATIO_TOL,
+    check_graph: bool = True,
+    all_pairs: bool = False,
 ) -> Certificate:
     """Check Z against every constraint of ``instance`` (and, if ``check_graph``, the graph against
-    the metric of the record coordinates); never modifies Z."""
+    the metric of the record coordinates); never modifies Z. ``all_pairs``: every two records of one
+    component in the metric too (:func:`metric_findings`; InputError without coordinates of the metric)."""
     z = check_mechanism(instance, z)
-    eps = instance.epsilon
     n_neg = int(np.sum(z < 0))
     row_err = float(np.max(np.abs(z.sum(axis=1) - 1.0)))
-    max_eps, max_excess, max_abs, worst_rel = 0.0, -np.inf, 0.0, -np.inf
-    worst, n_viol, n_inf = None, 0, 0
-    zp = np.maximum(z, 0.0)
-    for a, b, d in directed_pairs(instance):
-        za, zb = zp[a], zp[b]
-        bound = eps * d[:, None]
-        abs_v = z[a] - np.exp(np.minimum(bound, 700.0)) * z[b]  # finite: no inf * 0
-        max_abs = max(max_abs, float(abs_v.max()))
-        diff = log_ratio(za, zb)  # +inf where za > 0 = zb
-        excess = diff - bound
-        n_inf += int(np.sum(np.isposinf(diff)))
-        n_viol += int(np.sum(diff > bound * (1.0 + ratio_tol)))
-        max_eps = max(max_eps, float(np.max(diff / d[:, None])))
-        max_excess = max(max_excess, float(excess.max()))
-        with np.errstate(invalid="ignore"):
-            rel = diff / bound  # the test: rel <= 1 + ratio_tol
-        idx = int(np.argmax(rel))
-        if rel.flat[idx] > worst_rel:
-            worst_rel = float(rel.flat[idx])
-            r, k = divmod(idx, z.shape[1])
-            worst = (int(a[r]), int(b[r]), int(k))
-    if instance.n_edges == 0:
-        max_excess = 0.0
+    found = edge_findings(instance, z, ratio_tol)
+    far = metric_findings(instance, z, ratio_tol) if all_pairs else None
+    if far is not None:
+        found = found.merge(far)
     g = graph_findings(instance) if check_graph else None
     missing = 0 if g is None else int(g.missing.shape[0])
     mismatched = 0 if g is None else int(g.mismatched.shape[0])
-    passed = n_neg == 0 and row_err <= row_tol and n_viol == 0 and missing == 0 and mismatched == 0
+    passed = n_neg == 0 and row_err <= row_tol and found.n_viol == 0 and missing == 0 and mismatched == 0
     return Certificate(
         passed=passed,
-        epsilon=eps,
-        max_realised_epsilon=max_eps,
-        max_ratio_excess=max_excess,
-        max_abs_violation=max(max_abs, 0.0),
-        worst_pair=worst,
+        epsilon=instance.epsilon,
+        max_realised_epsilon=found.max_eps,
+        max_ratio_excess=found.max_excess,
+        max_abs_violation=max(found.max_abs, 0.0),
+        worst_pair=found.worst,
         n_pairs=instance.n_edges,
-        n_violations=n_viol,
-        n_infinite=n_inf,
+        n_violations=found.n_viol,
+        n_infinite=found.n_inf,
         n_negative=n_neg,
         max_row_sum_error=row_err,
         row_tol=row_tol,
@@ -229,19 +332,25 @@ def verify(
         graph_check="skipped: not requested" if g is None else g.check,
         missing_edges=missing,
         distance_mismatches=mismatched,
+        pairs="all" if all_pairs else "graph",
+        n_metric_pairs=0 if far is None else far.n_pairs,
     )
 
 
-def passes(instance: Instance, z: np.ndarray, row_tol: float = ROW_TOL, ratio_tol: float = RATIO_TOL) -> bool:
-    """``verify(instance, z, row_tol, ratio_tol, check_graph=False).passed``, without the evidence:
-    the same tests, stopping at the first chunk with a violation (a cheap convergence test)."""
+def passes(
+    instance: Instance, z: np.ndarray, row_tol: float = ROW_TOL, ratio_tol: float = RATIO_TOL, all_pairs: bool = False
+) -> bool:
+    """``verify(instance, z, row_tol, ratio_tol, check_graph=False, all_pairs=all_pairs).passed``, without the
+    evidence: the same tests, stopping at the first chunk with a violation (a cheap convergence test)."""
     z = check_mechanism(instance, z)
     if np.any(z < 0) or (z.size and float(np.max(np.abs(z.sum(axis=1) - 1.0))) > row_tol):
         return False
     eps = instance.epsilon
-    return not any(
+    if any(
         np.any(log_ratio(z[a], z[b]) > eps * d[:, None] * (1.0 + ratio_tol)) for a, b, d in directed_pairs(instance)
-    )
+    ):
+        return False
+    return not all_pairs or metric_findings(instance, z, ratio_tol, first=True).n_viol == 0
 
 
 @dataclass
@@ -262,7 +371,7 @@ def near_duplicate_groups(instance: Instance) -> tuple[int, np.ndarray]:
     return components(instance.n_records, instance.edges[tiny])
 
 
-def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def repair(instance: Instance, z: np.ndarray, all_pairs: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Make Z pass :func:`verify` by unifying near-duplicate rows and mixing with the uniform row.
 
     Steps:
@@ -286,6 +395,11 @@ def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ln z'_ik - ln z'_jk <= c_ij <= eps d_ij (1 - RATIO_TOL / 2), also when the cap applies.
     Components share no edge, so mixing each with its own t leaves the others untouched; and t < 1
     always (v <= 1, (g - 1)/K > 0), so the repair exists for every input.
+
+    With ``all_pairs`` step (3)'s t is the maximum over every directed pair (i, j) of one component, d_ij
+    their metric distance (:func:`_metric_need`): the proof above uses nothing of a pair but g > 1, so every
+    pair of C then meets its row. Pairs beyond the edges have eps d_ij > 0 and no near-duplicate group; one
+    whose eps d_ij is tiny needs t near 1, which :func:`certify`'s ``max_mix`` refuses.
 
     Floating point. Every repaired entry carries a relative rounding error of a few ulps (~1e-15 in
     the log ratio). The target c_ij leaves a margin of 1.5 RATIO_TOL eps d_ij to the verifier's bound
@@ -329,10 +443,35 @@ def repair(instance: Instance, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(divide="ignore", invalid="ignore"):  # the masked-out v <= 0 branch may divide by 0
             t = np.where(v > 0, v / (v + np.expm1(c) / k), 0.0).max(axis=1)
         np.maximum.at(need, labels[a], t)
+    if all_pairs:
+        _metric_need(instance, z, labels, need)
     t_c = np.minimum(need, 1.0)
     t_row = t_c[labels][:, None]
     z = np.where(t_row > 0, (1.0 - t_row) * z + t_row / k, z)
     return z, t_c + unify
+
+
+def _metric_need(instance: Instance, z: np.ndarray, labels: np.ndarray, need: np.ndarray) -> None:
+    """Raise ``need`` (per component) to :func:`repair`'s t over the pairs of one component that are not edges
+    (z (N, K) normalised; slabs of :class:`mdp_core.solvers.metric_pairs.MetricPairs`). A pair can have v > 0
+    only when the Chebyshev distance of its log rows exceeds c_ij (zeros: different patterns), so only those
+    are expanded over the outputs."""
+    mp = MetricPairs.of(instance)
+    k = z.shape[1]
+    logz, pattern = _log_rows(z)
+    for slab in mp.slabs(1):
+        c = np.minimum(instance.epsilon * slab.d, MAX_LOG_RATIO) * (1.0 - RATIO_TOL / 2)
+        cheb = cdist(logz[slab.rows], logz, "chebyshev")
+        cheb[pattern[slab.rows][:, None] != pattern[None, :]] = np.inf
+        ii, jj = np.nonzero(slab.same & ~slab.edge & (cheb > c - SCAN_SLACK))
+        step = max(1, CHUNK // max(k, 1))
+        for s in range(0, ii.size, step):
+            i, j = ii[s : s + step], jj[s : s + step]
+            a, cc = slab.rows[i], c[i, j][:, None]
+            v = z[a] - np.exp(cc) * z[j]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = np.where(v > 0, v / (v + np.expm1(cc) / k), 0.0).max(axis=1)
+            np.maximum.at(need, labels[a], t)
 
 
 def objective(instance: Instance, z: np.ndarray) -> float:
@@ -340,18 +479,21 @@ def objective(instance: Instance, z: np.ndarray) -> float:
     return float(np.sum(instance.prior[:, None] * instance.costs * z))
 
 
-def certify(instance: Instance, z: np.ndarray, max_mix: float = 1e-2) -> tuple[np.ndarray, Certificate, RepairReport]:
+def certify(
+    instance: Instance, z: np.ndarray, max_mix: float = 1e-2, all_pairs: bool = False
+) -> tuple[np.ndarray, Certificate, RepairReport]:
     """The release gate: return a Z that passes :func:`verify`, or raise :class:`PrivacyError`.
 
     A Z that already passes is returned unchanged. Otherwise it is repaired (:func:`repair`) and
     verified again. ``max_mix`` bounds the repair size (mixing weight plus near-duplicate
     unification, see :func:`repair`): a solver answer that needs more than that share of uniform
     noise is far from a solution (time limit, numerical failure) and is refused
-    rather than silently degraded.
+    rather than silently degraded. ``all_pairs``: verified and repaired over every two records of one
+    component in the metric (:func:`verify`, :func:`repair`), the certificate then says ``pairs`` "all".
     """
     z = check_mechanism(instance, z)
     before = objective(instance, z)
-    cert = verify(instance, z)
+    cert = verify(instance, z, all_pairs=all_pairs)
     if cert.passed:
         return z, cert, RepairReport(False, 0.0, 0, before, before)
     if cert.missing_edges or cert.distance_mismatches:
@@ -360,13 +502,13 @@ def certify(instance: Instance, z: np.ndarray, max_mix: float = 1e-2) -> tuple[n
             f"({cert.missing_edges} missing neighbour pair(s), {cert.distance_mismatches} wrong distance(s)); "
             "no mechanism for it can be certified"
         )
-    fixed, t_c = repair(instance, z)
+    fixed, t_c = repair(instance, z, all_pairs)
     if t_c.max(initial=0.0) > max_mix:
         raise PrivacyError(
             f"mechanism violates mDP ({cert.summary()}) and repairing it would change rows by {t_c.max():.3g} "
             f"(uniform noise + near-duplicate unification > max_mix={max_mix:g}); refusing to release it"
         )
-    cert2 = verify(instance, fixed)
+    cert2 = verify(instance, fixed, all_pairs=all_pairs)
     if not cert2.passed:
         raise PrivacyError(f"mechanism still violates mDP after repair: {cert2.summary()}")
     report = RepairReport(True, float(t_c.max(initial=0.0)), int(np.sum(t_c > 0)), before, objective(instance, fixed))
@@ -376,9 +518,13 @@ def certify(instance: Instance, z: np.ndarray, max_mix: float = 1e-2) -> tuple[n
 def write_mechanism(instance: Instance, z: np.ndarray, out_dir: str | Path, solve_info: dict) -> dict:
     """Write a mechanism after verifying it; refuses (PrivacyError) to write one that fails.
 
-    ``solve_info`` is written to solve.json together with the certificate and the mechanism hash.
+    ``solve_info`` is written to solve.json together with the certificate and the mechanism hash. The
+    mechanism is verified over every pair of a component in the metric when its solve asked for it
+    (``solve_info["options"]["all_pairs"]``, :class:`mdp_core.declarations.solver_options.SolverOptions`).
     """
-    cert = verify(instance, z)
+    options = solve_info.get("options")
+    every = isinstance(options, dict) and bool(options.get("all_pairs", False))
+    cert = verify(instance, z, all_pairs=every)
     if not cert.passed:
         raise PrivacyError(f"refusing to write an unverified mechanism: {cert.summary()}")
     try:  # check solve.json can be written before writing anything (no mechanism without its solve.json)
