@@ -34,9 +34,10 @@ class Figures:
     graph: GraphFacts
 
     @classmethod
-    def of(cls, inst: Any, radius: float) -> Figures:
-        """The figures of ``inst`` (the instance with its mDP graph's edges) at ``radius``."""
-        graph, _ = GraphFacts.recomputed(inst, radius)
+    def of(cls, inst: Any, radius: float, all_pairs: bool = False) -> Figures:
+        """The figures of ``inst`` (the instance with its mDP graph's edges) at ``radius`` (``all_pairs``: for a
+        mechanism certified over every pair of a component, ``[solve] all_pairs``)."""
+        graph, _ = GraphFacts.recomputed(inst, radius, all_pairs)
         return cls(float(inst.epsilon), float(inst.eta), float(radius), graph)
 
     def as_dict(self) -> dict[str, Any]:
@@ -81,7 +82,13 @@ def settings(cfg: ReleaseFlowConfig, epsilon: float, eta: float) -> Settings:
         max_stretch=p.max_stretch,
         allow_unprotected=p.allow_unprotected,
         population=r.population if r.microdata is not None else None,
+        all_pairs=all_pairs(cfg),
     )
+
+
+def all_pairs(cfg: ReleaseFlowConfig) -> bool:
+    """``[solve] all_pairs``: the mechanism is certified over every pair of a component in the metric (issue 51)."""
+    return bool(cfg.solve.solver_settings().get("all_pairs", False))
 
 
 def universe_has_table(cfg: ReleaseFlowConfig, table_sha256: str) -> bool:
@@ -174,9 +181,9 @@ def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
     ``inst`` may be the instance's :class:`Figures` at the release's radius (an earlier door's, memoised):
     the same plan, without the instance."""
     s = settings(cfg, float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon), inst.eta)
-    figures = inst if isinstance(inst, Figures) else Figures.of(inst, s.radius)
-    if figures.radius != s.radius:
-        raise ValueError(f"the figures are at radius {figures.radius:g}, the release's is {s.radius:g}")
+    figures = inst if isinstance(inst, Figures) else Figures.of(inst, s.radius, s.all_pairs)
+    if figures.radius != s.radius or figures.graph.all_pairs != s.all_pairs:
+        raise ValueError(f"the figures are at radius {figures.radius:g}, the release's is {s.radius:g} (or all_pairs)")
     if cfg.release.microdata is None:
         return Door(plan_privacy(s, figures.graph), figures=figures)
     if isinstance(inst, Figures):
@@ -185,4 +192,13 @@ def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
     return Door(plan_privacy(s, figures.graph, facts), people, loc, figures, rows)
 
 
-__all__ = ["Door", "Figures", "plan_for", "read_secret_table", "sealed_config", "settings", "unsealed_config"]
+__all__ = [
+    "Door",
+    "Figures",
+    "all_pairs",
+    "plan_for",
+    "read_secret_table",
+    "sealed_config",
+    "settings",
+    "unsealed_config",
+]

@@ -45,7 +45,7 @@ from flows.config import (
     release_name,
     store_root,
 )
-from flows.door import Figures, plan_for, unsealed_config
+from flows.door import Figures, all_pairs, plan_for, unsealed_config
 from flows.slot import one_run_at_a_time
 from mdp_core.declarations import contract, dataset_kinds
 from mdp_core.declarations.methods import needs_partition
@@ -107,7 +107,8 @@ SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
     # the release settings; the flow replaces them with release_params (and adds "prior") at the secret draw
     "release": lambda cfg: cfg.release.model_dump(mode="json", exclude_unset=True, exclude={"microdata"}),
     # eta as written, and the protection radius when eta is unset (the graph's eta is then at most the radius)
-    "privacy.eta": lambda cfg: cfg.privacy.graph_params(),
+    # and [solve] all_pairs when set (the stretch is then 1 by certificate: graph.json's protection says so)
+    "privacy.eta": lambda cfg: cfg.privacy.graph_params() | ({"all_pairs": True} if all_pairs(cfg) else {}),
 }
 
 
@@ -333,6 +334,8 @@ def _door(
     public = config.release.microdata is None  # no secret table: the public instance's figures are all it reads
     memo = (dataset, graph, radius, ("flows.door",))  # memoised beside the graph object, keyed by what makes them
     figures = Figures.parse(door_figures(store, *memo)) if public else None
+    if figures is not None and figures.graph.all_pairs != all_pairs(config):  # the graph object differs then
+        figures = None
     door = plan_for(config, figures or instance_with_graph(store, dataset, graph))
     if public and figures is None and door.figures is not None:
         remember_door_figures(store, *memo, door.figures.as_dict())

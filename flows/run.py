@@ -562,9 +562,14 @@ def _print_manifest(manifest: dict) -> None:
         cap = led.get("max_total_epsilon")
         left = f"{led['left']:.4g} left of the cap {cap:g}" if cap is not None else "no cap"
         within = g["epsilon_per_unit"] * g.get("stretch_within_radius", g["stretch"])
+        rate = (  # stretch 1: one rate for every pair (all edges, or every pair certified: issue 51)
+            f"eps {within:.4g} per {unit} in the data's metric for any two records"
+            if g["stretch"] <= 1.0
+            else f"eps {within:.4g} per {unit} in the data's metric for records within {g['protection_radius']:g} "
+            f"{unit} (the protection radius), {g['metric_epsilon_per_unit']:.4g} farther apart"
+        )
         print(
-            f"  guarantee: eps {within:.4g} per {unit} in the data's metric for records within "
-            f"{g['protection_radius']:g} {unit} (the protection radius), {g['metric_epsilon_per_unit']:.4g} farther apart "
+            f"  guarantee: {rate} "
             f"(eps {g['epsilon_per_unit']:g} x stretch {g['stretch']:.4g}) + {g['additive_epsilon']:g} for the counts"
             f"{' and prior' if privacy.get('prior_epsilon') else ''}; {who} {led.get('population')}: charged "
             f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts); at that "

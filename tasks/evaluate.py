@@ -73,6 +73,17 @@ def _solve(inst, method: str, params: dict[str, Any], labels: np.ndarray | None,
         return None
 
 
+def comparison_solver(method: str, solver: dict[str, Any]) -> dict[str, Any]:
+    """``solver`` (``SolverOptions`` settings) for ``method``: with ``all_pairs`` set, a method that cannot
+    certify every pair (:attr:`mdp_core.declarations.methods.Method.all_pairs` False) is solved without it -- it
+    is a comparison, not a release -- rather than refused; every other method, and any settings without
+    ``all_pairs``, unchanged (so their points' cache keys stay)."""
+    from mdp_core.declarations.methods import REGISTRY
+
+    takes = method in REGISTRY and REGISTRY[method].all_pairs
+    return solver | {"all_pairs": False} if solver.get("all_pairs") and not takes else solver
+
+
 def point_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
     """The solves the evaluate stage needs besides the released mechanism, in report order: each
     baseline at eps, then every mechanism at eps * factor. Each is its own cached ``evaluate-point``
@@ -87,7 +98,7 @@ def point_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
             "method": m,
             "factor": float(f),
             "released": m == released,
-            "solver": params.get("solver", {}),
+            "solver": comparison_solver(m, params.get("solver", {})),
             "max_mix": float(params.get("max_mix", MAX_MIX)),
             "method_args": params.get("method_args", {}) if m == released else {},
         }

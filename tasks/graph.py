@@ -1,6 +1,8 @@
 """Stage ``graph``: the mDP graph (neighbour pairs within eta) of the ingested records.
 
-params: {"eta": float | None} (None: the dataset's own eta). Records with coordinates get a KD-tree neighbour search under the dataset's
+params: {"eta": float | None} (None: the dataset's own eta), "protection_radius" when eta is unset, and
+"all_pairs": true with ``[solve] all_pairs`` (the mechanism is certified over every pair of a component in the
+metric: the protection's stretch is then 1 by certificate, not by the graph; issue 51). Records with coordinates get a KD-tree neighbour search under the dataset's
 metric; a dataset without coordinates keeps its own edges with distance <= eta.
 
 graph.json (and the output's meta) also hold ``protection``: :meth:`mdp_core.release.protection.Protection.as_dict`
@@ -34,7 +36,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         keep = inst.distances <= eta
         edges, dist = inst.edges[keep], inst.distances[keep]
     write_table(w.file("edges.parquet"), {"i": edges[:, 0], "j": edges[:, 1], "distance": dist})
-    protection = graph_protection(inst, edges, dist)  # components, sizes, stretch (public records only)
+    every = bool(params.get("all_pairs", False))  # every pair certified in the metric: stretch 1 (issue 51)
+    protection = graph_protection(inst, edges, dist, all_pairs=every)  # components, sizes, stretch (public records)
     stats = {
         "eta": eta,
         "n_records": inst.n_records,
@@ -43,6 +46,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         "n_components": protection.n_components,
         "largest_component": protection.component_sizes[0],
         "protection": protection.as_dict(),
+        "pairs": "all" if every else "graph",
     }
     write_json(w.file("graph.json"), stats)
     w.meta.update(stats)

@@ -238,6 +238,18 @@ def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
     return output_zones(inst, labels)
 
 
+def every_pair(claimed: bool, certificate: Any) -> None:
+    """PrivacyError (nothing charged) when the plan claims every pair certified (``[solve] all_pairs``) but the
+    mechanism's certificate (the solve stage's :meth:`mdp_core.solvers.verify.Certificate.as_dict`) is not over
+    every pair (``pairs`` "all"): the release would state one rate the solve did not certify."""
+    pairs = certificate.get("pairs") if isinstance(certificate, dict) else None
+    if claimed and pairs != "all":
+        raise PrivacyError(
+            f"the release claims every pair certified (all_pairs) but its mechanism's certificate is over "
+            f"{pairs or 'unstated'} pairs; nothing is drawn or charged"
+        )
+
+
 def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: dict) -> None:
     """The release (:mod:`mdp_core.release.make`) with the store's secret draw and the population's ledger:
     plan (certify the mechanism), charge, then draw and measure; write the tables and the provenance."""
@@ -249,9 +261,12 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
-    make.certify(inst, z)  # first: a mechanism that fails its certificate is refused before anything else
     settings = Settings(**params["door"])
-    graph, prot = GraphFacts.recomputed(inst, settings.radius)  # from the instance itself, never a stage's file
+    every_pair(settings.all_pairs, upstream["mechanism"].meta.get("certificate"))
+    # first: a mechanism that fails its certificate (over every pair when the plan claims them) is refused
+    make.certify(inst, z, all_pairs=settings.all_pairs)
+    # from the instance itself, never a stage's file
+    graph, prot = GraphFacts.recomputed(inst, settings.radius, settings.all_pairs)
     privacy = plan_privacy(settings, graph)  # the door's rules again, on what is drawn from
     limits = (settings.max_stretch, settings.allow_unprotected, privacy.max_distance)
     protection = make.published_protection(prot.as_dict(), privacy.radius, *limits)

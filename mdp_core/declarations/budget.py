@@ -202,6 +202,7 @@ class Guarantee:
     with_prior: bool
     stretch_within_radius: float | None = None  # None: the stretch (releases before issue 40)
     max_snap: float | None = None  # people's largest distance to their record (max_distance); None: not stated
+    all_pairs: bool = False  # every pair of a component certified in the metric itself (stretch 1, issue 51)
 
     @property
     def radius_stretch(self) -> float:
@@ -218,6 +219,8 @@ class Guarantee:
         Chatzikokolakis et al. 2013; Bordenabe, Chatzikokolakis and Palamidessi, CCS 2014); the eps-DP counts
         (and DP prior) add ``additive_epsilon`` by sequential composition (Dwork and Roth 2014, Thm 3.16)."""
         unit, prior = self.distance_unit, self.with_prior
+        if self.all_pairs:
+            return self._every_pair() + self._people()
         within = ""
         if self.radius_stretch < self.stretch:
             within = (
@@ -240,6 +243,23 @@ class Guarantee:
                 f"factor includes the certificate's relative tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
             )
             + self._people()
+        )
+
+    def _every_pair(self) -> str:
+        """The statement of a mechanism certified over every two records of one component at their distance in the
+        metric itself (:attr:`mdp_core.declarations.solver_options.SolverOptions.all_pairs`): one rate, no graph
+        stretch (Chatzikokolakis et al. 2013 with the metric d itself)."""
+        unit, prior = self.distance_unit, self.with_prior
+        return (
+            f"eps {self.epsilon_per_unit:g} per {unit} for any two records: for any individual and any two records r, "
+            f"r' in one component of the mDP graph, the probability of every possible release (microdata, "
+            f"counts{', prior' if prior else ''}) changes by at most a factor "
+            f"exp({stated_metric(self.epsilon_per_unit, self.stretch)} * d(r, r') + {self.additive_epsilon:g}), d in "
+            f"{unit} in the data's own metric (every two records of a component certified at their distance d itself, "
+            f"Chatzikokolakis et al. 2013: no graph stretch, stretch {self.stretch:.6g}; composed sequentially with the "
+            f"eps-DP counts{' and prior' if prior else ''}, Dwork and Roth 2014 Thm 3.16); the budget is charged for "
+            f"records up to {self.protection_radius:g} {unit} apart (the factor includes the certificate's relative "
+            f"tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
         )
 
     def _people(self) -> str:

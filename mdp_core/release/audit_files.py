@@ -266,8 +266,9 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
     try:
         inst = read_instance(d / INSTANCE_DIR)
         z = read_mechanism(d / "mechanism.parquet", inst.n_records, inst.n_outputs)
-        cert = verify(inst, z)
-        graph = _graph_protection(inst, _stated_radius(d))
+        every = _claims_every_pair(d)  # verified over every pair when the release's certificate claims them
+        cert = verify(inst, z, all_pairs=every)
+        graph = _graph_protection(inst, _stated_radius(d), every)
     except MdpError as exc:
         return None, [*findings, _first_line(exc)]
     facts: Record = {
@@ -306,16 +307,28 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
     return facts, findings
 
 
-def _graph_protection(inst: Any, radius: float | None = None) -> Record:
+def _graph_protection(inst: Any, radius: float | None = None, all_pairs: bool = False) -> Record:
     """The released instance's mDP graph as the graph stage and the door measure it (the same
     :func:`mdp_core.release.protection.graph_protection` over the same records, edges and distances, with its
     defaults and the stated protection ``radius``): {"component_sizes": largest first, "stretch": worst D_G / d
     within a component (inf: unbounded), "stretch_within": the same over the pairs within the radius}. A stated
-    stretch is compared with these; the file's own figure is never trusted."""
+    stretch is compared with these; the file's own figure is never trusted. ``all_pairs``: the mechanism was
+    verified over every pair of a component in the metric (:func:`_claims_every_pair`): stretch 1 by certificate."""
     from mdp_core.release.protection import graph_protection
 
-    p = graph_protection(inst, inst.edges, inst.distances, radius=radius)
+    p = graph_protection(inst, inst.edges, inst.distances, radius=radius, all_pairs=all_pairs)
     return {"component_sizes": list(p.component_sizes), "stretch": p.stretch, "stretch_within": p.stretch_within}
+
+
+def _claims_every_pair(d: Path) -> bool:
+    """Whether a certificate the release records (manifest.json's ``privacy.certificate``, solve.json's
+    ``certificate``) claims every pair of a component certified in the metric (``pairs`` "all", issue 51): the
+    audit then verifies the mechanism over every such pair, so a claim the mechanism does not meet is a finding
+    (the recorded certificate's fields against the recomputed one), and takes the stretch as 1."""
+    manifest, _ = _load_json(d / "manifest.json")
+    solve, _ = _load_json(d / "solve.json")
+    recorded = (_obj(_obj(manifest).get("privacy")).get("certificate"), _obj(solve).get("certificate"))
+    return any(_obj(c).get("pairs") == "all" for c in recorded)
 
 
 def _stated_radius(d: Path) -> float | None:

@@ -72,6 +72,7 @@ class Settings:
     max_stretch: float = 2.0
     allow_unprotected: bool = False
     population: str | None = None  # the agency's population (None: simulated people)
+    all_pairs: bool = False  # the mechanism is certified over every pair of a component in the metric (issue 51)
 
     def as_params(self) -> dict[str, Any]:
         """The settings as a stage's JSON parameters (``Settings(**params)`` reads them back)."""
@@ -91,33 +92,37 @@ class Settings:
 @dataclass(frozen=True)
 class GraphFacts:
     """Public facts of the mDP graph over the instance's records: component sizes (largest first), the
-    stretch (max over pairs of one component of D_G / d) and the distance unit."""
+    stretch (max over pairs of one component of D_G / d) and the distance unit. ``all_pairs``: the facts of a
+    mechanism certified over every pair of a component in the metric itself (stretch 1 by certificate:
+    :func:`mdp_core.release.protection.graph_protection` with ``all_pairs``), not over the graph's edges."""
 
     n_records: int
     component_sizes: tuple[int, ...]
     stretch: float
     distance_unit: str
     stretch_within: float | None = None  # over the pairs within the protection radius (None: the stretch)
+    all_pairs: bool = False
 
     @property
     def n_components(self) -> int:
         return len(self.component_sizes)
 
     @classmethod
-    def of(cls, protection: Any, n_records: int, unit: str) -> GraphFacts:
+    def of(cls, protection: Any, n_records: int, unit: str, all_pairs: bool = False) -> GraphFacts:
         """From a :class:`mdp_core.release.protection.Protection` (recomputed, not read from a file)."""
         sizes = tuple(int(s) for s in protection.component_sizes)
-        return cls(int(n_records), sizes, float(protection.stretch), unit, float(protection.stretch_within))
+        within = float(protection.stretch_within)
+        return cls(int(n_records), sizes, float(protection.stretch), unit, within, bool(all_pairs))
 
     @classmethod
-    def recomputed(cls, inst: Any, radius: float | None = None) -> tuple[GraphFacts, Any]:
+    def recomputed(cls, inst: Any, radius: float | None = None, all_pairs: bool = False) -> tuple[GraphFacts, Any]:
         """The facts of ``inst``'s own mDP graph (its records, edges and distances), recomputed
-        (:func:`mdp_core.release.protection.graph_protection`, with the stretch within ``radius``), and that
-        Protection."""
+        (:func:`mdp_core.release.protection.graph_protection`, with the stretch within ``radius``; ``all_pairs``:
+        for a mechanism certified over every pair of a component, stretch 1), and that Protection."""
         from mdp_core.release.protection import graph_protection
 
-        prot = graph_protection(inst, inst.edges, inst.distances, radius=radius)
-        return cls.of(prot, inst.n_records, inst.distance_unit), prot
+        prot = graph_protection(inst, inst.edges, inst.distances, radius=radius, all_pairs=all_pairs)
+        return cls.of(prot, inst.n_records, inst.distance_unit, all_pairs), prot
 
     @property
     def radius_stretch(self) -> float:
@@ -198,6 +203,11 @@ def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None
     why: list[str] = []
     why += _settings_rules(s, radius, limit)
     why += _graph_rules(s, graph)
+    if s.all_pairs != graph.all_pairs:  # the stretch must be the one of the pairs the mechanism is certified over
+        why.append(
+            f"the settings {'claim' if s.all_pairs else 'do not claim'} every pair certified (all_pairs) but the mDP "
+            f"graph's facts were computed {'with' if graph.all_pairs else 'without'} it"
+        )
     errors: list[str] = []
     if table is not None:
         why += _table_rules(s, table)
@@ -206,7 +216,8 @@ def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None
     within = min(max(graph.radius_stretch, 1.0), stretch) if math.isfinite(graph.radius_stretch) else stretch
     prior = s.eps_prior is not None
     additive = compose([s.eps_counts, s.eps_prior or 0.0])
-    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), graph.distance_unit, prior, within, limit)
+    unit, every = graph.distance_unit, graph.all_pairs
+    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), unit, prior, within, limit, every)
     spends = [Spend.of("perturb", mechanism_epsilon(s.epsilon, within, radius)), Spend.of("counts", s.eps_counts)]
     if prior:
         spends.append(Spend.of("prior", float(s.eps_prior or 0.0)))

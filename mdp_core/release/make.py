@@ -70,9 +70,10 @@ class Release:
     n_individuals: int
 
 
-def certify(inst: Instance, z: np.ndarray) -> None:
-    """PrivacyError unless ``z`` (N, K) passes its mDP certificate against ``inst`` (exact tolerance)."""
-    cert = verify(inst, z)
+def certify(inst: Instance, z: np.ndarray, all_pairs: bool = False) -> None:
+    """PrivacyError unless ``z`` (N, K) passes its mDP certificate against ``inst`` (exact tolerance;
+    ``all_pairs``: over every two records of a component at their metric distance, issue 51)."""
+    cert = verify(inst, z, all_pairs=all_pairs)
     if not cert.passed:
         raise PrivacyError(
             "the mechanism stored for this release fails its mDP certificate at the moment of drawing "

@@ -778,6 +778,12 @@ def _protection_sentence(c: dict) -> str | None:
         f"so two records of one component are protected at eps x stretch = {_g(g['metric_epsilon_per_unit'])} "
         f"per {unit}, charged up to the protection radius {p['protection_radius']:g} {unit}. "
     )
+    if g["stretch"] <= 1.0:  # every pair at its own distance (all edges, or every pair certified: issue 51)
+        text = (
+            f"- **Protection in the data's metric.** One rate: eps {_g(g['metric_epsilon_per_unit'])} per {unit} for "
+            f"any two records of one component, at their distance in {unit} (stretch 1: no graph stretch), charged "
+            f"up to the protection radius {p['protection_radius']:g} {unit}. "
+        )
     if p["connected"]:
         text += "The graph is connected: every individual is protected from every other record."
     else:

@@ -1,0 +1,145 @@
+"""A release certified over every pair in the metric (``[solve] all_pairs = true``, issue 51), end to end: the
+graph stage, the privacy door and the ledger at stretch 1 (eps x 1 x radius), the provenance's and report's one
+rate, the audit verifying every pair; a mechanism certified on the graph only is refused by the measuring stage
+when the plan claims every pair (nothing charged), and an edited certificate claiming every pair over such a
+mechanism is caught by the audit.
+
+The pipeline runs through the stage tasks' ``.fn`` (real HiGHS, real store, no Prefect server), as
+``tests/conftest.py``'s :func:`run_stages`, on its 4 x 5 grid (lat, lon records: haversine km).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import edit, publish_release
+
+from artifacts.private import PrivateStore
+from artifacts.store import Store
+from flows.approval import unattended
+from flows.cli import main
+from flows.config import parse_config
+from flows.release import _TASKS, prepare, stage_params
+from mdp_core.declarations.budget import this_release
+from mdp_core.declarations.methods import REGISTRY
+from mdp_core.errors import PrivacyError
+from mdp_core.release import audit
+from mdp_core.runtime.files import read_json
+from tasks import evaluate
+
+EPS, ETA = 3.0, 1.2  # per km; the grid's cells are ~1 km apart: the diagonals (~1.41 km) are not edges
+
+
+def config(root: Path, all_pairs: bool = True):
+    """A 4 x 5 grid release (eps = 3 / km, eta = 1.2 km: the graph's stretch is above 1), the exact LP over
+    every pair of a component in the metric, 200 simulated individuals, planar Laplace and constopt (which cannot certify every pair) among the baselines."""
+    return parse_config(
+        {
+            "store": str(root),
+            "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
+            "privacy": {"epsilon": EPS, "eta": ETA},
+            "solve": {"method": "lp", "all_pairs": all_pairs},
+            "release": {"simulate": True, "n_individuals": 200},
+            "evaluate": {"eps_factors": [1.0], "baselines": ["exp", "laplace", "constopt"]},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> dict:
+    """The stages of :func:`config` (the flow's order: :func:`flows.release.prepare`, solve, measure, evaluate),
+    with, first, a measurement of a mechanism certified on the graph only (refused); and the published folder."""
+    root = tmp_path_factory.mktemp("store")
+    cfg, s = config(root), str(root)
+    p = stage_params(cfg)
+
+    def run(stage: str, **upstream):
+        return _TASKS[stage].fn(s, p[stage], **upstream)
+
+    refs, _, plan, approval = prepare(cfg, Store(s), p, run)
+    graph_only = dict(p["solve"], solver={k: v for k, v in p["solve"]["solver"].items() if k != "all_pairs"})
+    sol = _TASKS["solve"].fn(s, graph_only, instance=refs["export"], partition=None)
+    ups = {"instance": refs["export"], "graph": refs["graph"], "partition": refs["partition"]}
+    with pytest.raises(PrivacyError, match="every pair") as refused:
+        run("measure", mechanism=sol, **ups)
+    private = PrivateStore(root)
+    charged_after_refusal = [e for pop in private.populations() for e in private.entries(pop) if e["kind"] == "charge"]
+    refs["solve"] = run("solve", instance=refs["export"], partition=None)
+    refs["measure"] = run("measure", mechanism=refs["solve"], **ups)
+    points = [evaluate.evaluate_point.fn(s, spec, refs["export"], None) for spec in evaluate.point_specs(p["evaluate"])]
+    refs["evaluate"] = run(
+        "evaluate", instance=refs["export"], mechanism=refs["solve"], partition=refs["partition"],
+        measure=refs["measure"], points=points,
+    )  # fmt: skip
+    folder = publish_release(Store(s), refs, cfg=cfg, approval=approval or unattended(plan))
+    return {"refs": refs, "plan": plan, "params": p, "folder": folder, "refused": str(refused.value)} | {
+        "history": charged_after_refusal,
+        "graph_only": sol,
+    }
+
+
+def test_the_option_reaches_the_graph_stage_and_its_cache_key(tmp_path):
+    """all_pairs is a graph stage parameter only when set (the cache keys of other releases stay)."""
+    assert stage_params(config(tmp_path))["graph"]["all_pairs"] is True
+    assert "all_pairs" not in stage_params(config(tmp_path, all_pairs=False))["graph"]
+
+
+def test_one_rate_published_and_charged(release):
+    refs, folder, plan = release["refs"], release["folder"], release["plan"]
+    assert refs["graph"].meta["pairs"] == "all" and refs["graph"].meta["protection"]["stretch"] == 1.0
+    assert refs["solve"].meta["certificate"]["pairs"] == "all" and refs["solve"].meta["certificate"]["passed"]
+    assert release["graph_only"].meta["certificate"]["pairs"] == "graph"
+    prov = read_json(folder / audit.PROVENANCE)
+    g, led = prov["guarantee"], prov["ledger"]
+    assert g["stretch"] == 1.0 and g.get("stretch_within_radius", 1.0) == 1.0
+    assert g["metric_epsilon_per_unit"] == EPS and prov["protection"]["stretch"] == 1.0
+    assert g["statement"].startswith(f"eps {EPS:g} per km for any two records")
+    assert "no graph stretch" in g["statement"] and "farther apart" not in g["statement"]
+    radius = g["protection_radius"]
+    assert led["this_release"] == pytest.approx(this_release(EPS, 1.0, radius, g["additive_epsilon"]))
+    assert plan.guarantee.all_pairs and plan.guarantee.stretch == 1.0
+    report = (folder / "report.md").read_text()
+    assert f"One rate: eps {EPS:g} per km for any two records" in report
+    laplace = read_json(folder / "manifest.json")  # the comparison with planar Laplace at the one rate, eps
+    assert laplace["privacy"]["guarantee"]["metric_epsilon_per_unit"] == EPS
+
+
+def test_a_graph_only_mechanism_is_refused_before_any_charge(release):
+    assert "certificate is over graph pairs" in release["refused"]
+    assert release["history"] == []  # the refused measurement charged nothing (the ledger had no entry)
+
+
+def test_the_comparisons_are_solved_without_all_pairs(release):
+    specs = {s["method"]: s for s in evaluate.point_specs(release["params"]["evaluate"])}
+    assert specs["constopt"]["solver"]["all_pairs"] is False  # a comparison, solved on the graph, not refused
+    for name, spec in specs.items():  # a method that declares it keeps it; the others are solved without
+        assert spec["solver"]["all_pairs"] == REGISTRY[name].all_pairs, name
+    rows = pd.read_parquet(release["folder"] / "evaluation.parquet")
+    assert {"lp", "exp", "constopt"} <= set(rows["method"])
+
+
+def test_the_audit_passes(release):
+    assert audit.audit_release(release["folder"]) == []
+    assert main(["audit", str(release["folder"])]) == 0
+
+
+def test_a_certificate_claiming_every_pair_over_a_graph_only_mechanism_is_caught(released: Path, tmp_path):
+    """conftest's release (eta 2 km on its grid: certified on the graph's edges) with both recorded certificates
+    edited to claim every pair: the audit verifies every pair, and the mechanism fails there."""
+    run = tmp_path / "run"
+    shutil.copytree(released, run)
+    assert audit.audit_release(run) == []
+
+    def claim_all(cert: dict) -> None:
+        assert cert["pairs"] == "graph"
+        cert["pairs"] = "all"
+
+    edit(run, "solve.json", lambda d: claim_all(d["certificate"]))
+    edit(run, "manifest.json", lambda d: claim_all(d["privacy"]["certificate"]))
+    findings = audit.audit_release(run)
+    assert any(f.startswith("mechanism.parquet: fails verification") and "(all pairs)" in f for f in findings)
+    assert any(f.startswith("manifest.json: certificate n_violations=0 but") for f in findings), findings
+    assert main(["audit", str(run)]) == 1
