@@ -257,12 +257,13 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     from mdp_core.problem.io import read_mechanism, write_published
     from mdp_core.release import audit, make
     from mdp_core.release.door import GraphFacts, Settings, plan_privacy
-    from mdp_core.runtime.files import write_json
+    from mdp_core.runtime.files import read_json, write_json
 
     inst = instance_of(store, upstream["instance"])
     z = read_mechanism(store.path(upstream["mechanism"], "mechanism.parquet"), inst.n_records, inst.n_outputs)
     settings = Settings(**params["door"])
-    every_pair(settings.all_pairs, upstream["mechanism"].meta.get("certificate"))
+    if settings.all_pairs:  # the solve's own certificate (solve.json, beside the mechanism) must be over every pair
+        every_pair(True, read_json(store.path(upstream["mechanism"], "solve.json")).get("certificate"))
     # first: a mechanism that fails its certificate (over every pair when the plan claims them) is refused
     make.certify(inst, z, all_pairs=settings.all_pairs)
     # from the instance itself, never a stage's file

@@ -47,8 +47,10 @@ class SolverOptions(Options):
     presolve: bool = option(True, "HiGHS presolve", exposed=False)
     all_pairs: bool = option(
         False,
-        "certify eps against the metric distance of every two records of a component (stretch 1), not only the "
-        "mDP graph's edges within eta (needs record coordinates)",
+        "certify eps against the metric distance of every two records of a component, not only the mDP graph's "
+        "edges within eta: the release then states and is charged at one rate, eps x d(r, r') for any two records "
+        "of a component (stretch 1, no graph stretch: Chatzikokolakis et al. 2013 with the metric itself; "
+        "docs/privacy.md). Needs record coordinates; off by default (its cost at N = 500 is unmeasured)",
     )
 
     def __post_init__(self) -> None:
