@@ -41,8 +41,9 @@ class Figures:
         return cls(float(inst.epsilon), float(inst.eta), float(radius), graph)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON values (:meth:`parse` reads them back: the same figures)."""
-        return {"epsilon": self.epsilon, "eta": self.eta, "radius": self.radius, "graph": asdict(self.graph)}
+        """Plain JSON values (:meth:`parse` reads them back: the same figures); ``all_pairs`` only when set."""
+        graph = {k: v for k, v in asdict(self.graph).items() if k != "all_pairs" or v}
+        return {"epsilon": self.epsilon, "eta": self.eta, "radius": self.radius, "graph": graph}
 
     @classmethod
     def parse(cls, d: Any) -> Figures | None:

@@ -128,7 +128,8 @@ METHOD_REGISTRY = Registry(
     entry_scoped={
         "mdp_core.solvers.solve": frozenset({"REGISTRY", "BASELINES"}),  # METHODS[method], method in BASELINES
         "mdp_core.release.report": frozenset({"REGISTRY"}),  # BOUND_PLOTS.get(the method that ran)
-        "tasks.evaluate": frozenset({"needs_partition"}),  # of the released method, a baseline, the one auto ran
+        # of the released method, a baseline, the one auto ran; REGISTRY[m].all_pairs of each point's method
+        "tasks.evaluate": frozenset({"needs_partition", "REGISTRY"}),
     },
 )
 KIND_REGISTRY = Registry(
