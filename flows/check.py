@@ -196,6 +196,8 @@ def _check_door(rep: Report, cfg: Any, inst: Any, has_table: bool) -> Any:
     rep.reasons.extend(door.plan.reasons)
     g = door.plan.guarantee
     rep.sections["privacy"] |= {"protection_radius": g.protection_radius, "stretch_within_radius": g.radius_stretch}
+    if g.all_pairs:  # every pair certified in the metric ([solve] all_pairs): one rate, stretch 1 (issue 51)
+        rep.sections["privacy"] |= {"stretch": g.stretch, "metric_epsilon": g.epsilon_per_unit * g.stretch}
     return door.plan
 
 

@@ -143,3 +143,17 @@ def test_a_certificate_claiming_every_pair_over_a_graph_only_mechanism_is_caught
     assert any(f.startswith("mechanism.parquet: fails verification") and "(all pairs)" in f for f in findings)
     assert any(f.startswith("manifest.json: certificate n_violations=0 but") for f in findings), findings
     assert main(["audit", str(run)]) == 1
+
+
+def test_check_states_the_one_rate(tmp_path, capsys):
+    """``mdp-release check`` states the door's guarantee: with all_pairs eps over any distance (stretch 1)."""
+    toml = tmp_path / "release.toml"
+    toml.write_text(
+        f'store = "{tmp_path / "store"}"\n[dataset]\nkind = "grid"\n'
+        "params = {rows = 4, cols = 5, n_outputs = 6, seed = 2}\n"
+        f'[privacy]\nepsilon = {EPS}\neta = {ETA}\n[solve]\nmethod = "lp"\nall_pairs = true\n'
+        "[release]\nsimulate = true\nn_individuals = 200\n"
+    )
+    main(["check", "--config", str(toml)])
+    out = capsys.readouterr().out
+    assert f"eps {EPS:g} per km in the data's metric over any distance (eps {EPS:g} x stretch 1;" in out, out
