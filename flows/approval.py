@@ -64,7 +64,7 @@ ENVELOPE_FORMAT = "mdp-release-approval-envelope"
 GUARANTEE_FIGURES = ("epsilon_per_unit", "stretch", "protection_radius", "additive_epsilon", "distance_unit")
 RECEIVED = "Decision received"  # the approval artifact's first words once the run has taken the decision
 DEFAULT_RUNS = 12  # unattended runs an approved envelope admits unless the officer says otherwise (a year, monthly)
-VERSION_SHARE = 0.5  # a version of the population's table: at least this share of its people and of theirs in common
+VERSION_SHARE = 0.8  # a version of the population's table, unattended: this share of its people and of theirs in common
 POLL = 2  # s between the paused run's looks for its decision (and for the resume a stop sends: see _Deadline)
 GRACE = 60  # s: Prefect's own pause deadline is this much later than ours (ours resumes the run first)
 log = logging.getLogger("mdp_release")
@@ -336,7 +336,8 @@ def table_is_version(root: str | Path, people: Any, population: str | None) -> b
     """Whether ``people`` (the sealed table's, :class:`mdp_core.release.similarity.People`) are a version of
     ``population``'s table: at least :data:`VERSION_SHARE` of them among the population's people on record and
     of the population's among them (:meth:`artifacts.private.PrivateStore.own_overlap`; a month's version moves
-    about 1 %). False without people or without a table on record. Read only; the share is never shown."""
+    about 1 %; stricter than the door's 0.5 for one population, since below it a person decides, not the door).
+    False without people or without a table on record. Read only; the share is never shown."""
     if people is None or population is None:
         return False
     from artifacts.private import PrivateStore

@@ -82,6 +82,8 @@ def test_a_next_months_version_is_inside_and_an_unrelated_or_another_populations
     _approve(store, config, _plan("handle-1"))
     month = next_month(first)
     assert table_is_version(store.root, _people(month), POPULATION)
+    assert table_is_version(store.root, _people(next_month(first, share=0.1)), POPULATION)  # 10 % moved: inside
+    assert not table_is_version(store.root, _people(next_month(first, share=0.3)), POPULATION)  # 30 %: a person
     record = wait_for_approval(config, store, _plan("handle-2"), _people(month))
     assert record is not None and record["mode"] == "policy" and "run 1 of 12" in record["note"]
     unrelated = _table(2)
@@ -96,9 +98,9 @@ def test_a_next_months_version_is_inside_and_an_unrelated_or_another_populations
     assert why == f"the table is not recognised as a version of population {POPULATION!r}'s table"
     assert "0." not in why  # the share is never shown
     assert wait_for_approval(config, store, _plan("handle-4"), None) is None  # no people to compare: outside
-    half = np.vstack([first[: N // 3], unrelated[: 2 * N // 3]])  # a third of the population's people
+    half = np.vstack([first[: N // 2], unrelated[: N // 2]])  # half of the population's people, half others
     assert not table_is_version(store.root, _people(half), POPULATION)
-    assert not table_is_version(store.root, _people(first[: N // 3]), POPULATION)  # a third of its people
+    assert not table_is_version(store.root, _people(first[: N // 2]), POPULATION)  # half of its people only
     assert (read_envelope(store.root, release_name(config)) or {})["runs_used"] == 1  # refusals use no run
 
 
