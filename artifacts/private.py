@@ -104,7 +104,7 @@ from mdp_core.errors import InputError, MdpError, PrivacyError
 if TYPE_CHECKING:
     import numpy as np
 
-    from mdp_core.release.similarity import People, Sketch
+    from mdp_core.release.similarity import Overlap, People, Sketch
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -863,6 +863,17 @@ class PrivateStore:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    def own_overlap(self, people: People, population: str) -> Overlap | None:
+        """How much ``people`` have in common with ``population``'s own sketch (the versions of its table on
+        record: :func:`mdp_core.release.similarity.overlap`), None when it has none yet. Read only (a policy
+        release's envelope admits only a version of the population's table: :func:`flows.approval.outside_envelope`)."""
+        from mdp_core.release.similarity import overlap
+
+        if not (self.root / "store.key").is_file():
+            return None
+        own = dict(self._sketches()).get(check_population(population))
+        return None if own is None else overlap(people, self._key(), own)
 
     # ------------------------------------------------------------- the sealed table (the door's snapshot)
     def _keyed(self, purpose: bytes, value: str) -> str:

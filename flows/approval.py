@@ -13,11 +13,16 @@ plan and before its first charge (issue 41).
   manifest (a run nobody was asked about: :func:`unattended`). Rejected, or no decision within
   ``[release] approval_timeout`` seconds: :class:`NotApproved` (a PrivacyError: the run ends Refused),
   nothing measured, nothing charged.
-- ``policy`` (unset, with microdata, in a deployed or scheduled run): a scheduled release runs unattended while it stays inside the envelope a person approved once
-  (``<store>/approvals/<release name>.json``: the same population, the same guarantee figures, a charge at
-  most ``max_charge``, the budget left after it at least ``min_left``), and waits for a person otherwise;
-  approving a policy release's run (re)records its envelope (the form's ``max_charge`` / ``min_left``,
-  prefilled with this plan's charge and 0).
+- ``policy`` (unset, with microdata, in a deployed or scheduled run): a scheduled release runs unattended while
+  it stays inside the envelope a person approved once (``<store>/approvals/<release name>.json``: the same
+  population, the same guarantee figures, a table that is the one approved or a version of the population's
+  table (:func:`table_is_version`), the population's current draw (``--new-draw`` is outside), a charge at
+  most ``max_charge`` and the budget left after it at least ``min_left`` as every view shows them, at most
+  ``max_runs`` unattended runs (each counted under a lock: :func:`take_run`), none after ``until``), and
+  waits for a person otherwise; approving a policy release's run (re)records its envelope (the form's
+  ``max_charge`` / ``min_left`` / ``max_runs`` / ``until``, prefilled with this plan's charge, this plan's
+  charge -- the last release's worth of the budget is never spent unattended --, :data:`DEFAULT_RUNS` and
+  none).
 - ``none`` (unset, with ``simulate = true``, or with microdata in a run an operator starts in a terminal, who
   approves it by starting it after ``mdp-release check``): nobody is asked.
 
@@ -37,6 +42,8 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -56,6 +63,8 @@ APPROVALS = "approvals"  # <store>/approvals/<release name>.json: a policy relea
 ENVELOPE_FORMAT = "mdp-release-approval-envelope"
 GUARANTEE_FIGURES = ("epsilon_per_unit", "stretch", "protection_radius", "additive_epsilon", "distance_unit")
 RECEIVED = "Decision received"  # the approval artifact's first words once the run has taken the decision
+DEFAULT_RUNS = 12  # unattended runs an approved envelope admits unless the officer says otherwise (a year, monthly)
+VERSION_SHARE = 0.8  # a version of the population's table, unattended: this share of its people and of theirs in common
 POLL = 2  # s between the paused run's looks for its decision (and for the resume a stop sends: see _Deadline)
 GRACE = 60  # s: Prefect's own pause deadline is this much later than ours (ours resumes the run first)
 log = logging.getLogger("mdp_release")
@@ -103,10 +112,30 @@ class ApprovalInput(RunInput):
 
 
 class PolicyApprovalInput(ApprovalInput):
-    """A policy release's decision: approving also records the envelope later runs may stay inside."""
+    """A policy release's decision: approving also records the envelope later runs may stay inside (at most
+    ``max_runs`` unattended runs, none after ``until``; ``min_left`` None: this release's charge)."""
 
     max_charge: float = Field(ge=0, description="the envelope: a later run may charge at most this much")
-    min_left: float = Field(0.0, ge=0, description="the envelope: and leave at least this much of the budget")
+    min_left: float | None = Field(
+        None, ge=0, description="the envelope: and leave at least this much of the budget (default: this charge)"
+    )
+    max_runs: int = Field(DEFAULT_RUNS, ge=0, description="the envelope: at most this many unattended runs")
+    until: str = Field("", description="the envelope: no unattended run after this date (YYYY-MM-DD, UTC)")
+
+    @field_validator("until")
+    @classmethod
+    def _until(cls, value: str) -> str:
+        return end_date(value)
+
+
+def end_date(value: str) -> str:
+    """``value`` as an ISO date (YYYY-MM-DD; "" none): ValueError otherwise."""
+    if not value.strip():
+        return ""
+    try:
+        return _dt.date.fromisoformat(value.strip()).isoformat()
+    except ValueError:
+        raise ValueError(f"the envelope's end date must be YYYY-MM-DD, not {value!r}") from None
 
 
 class NotApproved(PrivacyError):
@@ -240,34 +269,110 @@ def read_envelope(root: str | Path, name: str) -> dict[str, Any] | None:
 
 
 def write_envelope(root: str | Path, name: str, plan: PrivacyPlan, answer: PolicyApprovalInput, at: str) -> Path:
-    """Record the envelope a person approved for release ``name`` (owner-only file, written atomically)."""
+    """Record the envelope a person approved for release ``name`` (owner-only file, written atomically under
+    the approvals' lock; no unattended run used yet). ``min_left`` None: this release's charge as shown."""
     from mdp_core.runtime.files import write_json
 
-    folder = Path(root) / APPROVALS
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    floor = answer.min_left if answer.min_left is not None else float(_eps(plan.charge.value))
     record = {
         "format": ENVELOPE_FORMAT,
-        "version": 1,
+        "version": 2,
         "release": name,
         "population": plan.population,
+        "table": plan.table,  # the sealed table's keyed handle it was approved with
         "guarantee": {k: plan.guarantee.record()[k] for k in GUARANTEE_FIGURES},
         "max_charge": float(answer.max_charge),
-        "min_left": float(answer.min_left),
+        "min_left": float(floor),
+        "max_runs": int(answer.max_runs),
+        "runs_used": 0,
+        "until": answer.until or None,
         "by": answer.name,
         "at": at,
         "note": answer.note,
         "plan_sha256": plan_sha256(plan),
     }
-    return write_json(envelope_path(root, name), record)
+    with _locked(root):
+        return write_json(envelope_path(root, name), record)
 
 
-def outside_envelope(envelope: dict[str, Any] | None, plan: PrivacyPlan, view: BudgetView | None) -> list[str]:
-    """Why the plan is outside the approved ``envelope`` (empty: inside): exact arithmetic on the figures as
-    every view shows them (:func:`flows.ledger_cli.epsilon_text`: an envelope of 6.5 admits the charge
-    6.500000005 that reads 6.5); the population's cap is enforced exactly by the ledger."""
+@contextmanager
+def _locked(root: str | Path) -> Iterator[None]:
+    """The approvals' lock (``<store>/approvals/.lock``, the folder made owner-only): one writer of envelopes."""
+    import fcntl
+    import os
+
+    folder = Path(root) / APPROVALS
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def take_run(root: str | Path, name: str, approved_at: Any) -> dict[str, Any] | None:
+    """Count one unattended run against release ``name``'s envelope, under the approvals' lock: the envelope as
+    counted (``runs_used`` one more), or None when its runs were used up meanwhile or it was approved anew
+    (``at`` changed). A run let through counts whether or not it then charges (it may still be refused)."""
+    from mdp_core.runtime.files import write_json
+
+    with _locked(root):
+        envelope = read_envelope(root, name)
+        if envelope is None or envelope.get("at") != approved_at or _runs_left(envelope) <= 0:
+            return None
+        envelope["runs_used"] = int(envelope.get("runs_used", 0)) + 1
+        write_json(envelope_path(root, name), envelope)
+        return envelope
+
+
+def _runs_left(envelope: dict[str, Any]) -> int:
+    """Unattended runs the envelope still admits (an envelope recorded without ``max_runs``: none)."""
+    return int(envelope.get("max_runs", 0)) - int(envelope.get("runs_used", 0))
+
+
+def table_is_version(root: str | Path, people: Any, population: str | None) -> bool:
+    """Whether ``people`` (the sealed table's, :class:`mdp_core.release.similarity.People`) are a version of
+    ``population``'s table: at least :data:`VERSION_SHARE` of them among the population's people on record and
+    of the population's among them (:meth:`artifacts.private.PrivateStore.own_overlap`; a month's version moves
+    about 1 %; stricter than the door's 0.5 for one population, since below it a person decides, not the door).
+    False without people or without a table on record. Read only; the share is never shown."""
+    if people is None or population is None:
+        return False
+    from artifacts.private import PrivateStore
+
+    found = PrivateStore(root).own_overlap(people, population)
+    return found is not None and min(found.new, found.old) >= VERSION_SHARE
+
+
+def outside_envelope(
+    envelope: dict[str, Any] | None,
+    plan: PrivacyPlan,
+    view: BudgetView | None,
+    *,
+    version: bool = False,
+    new_draw: bool = False,
+    today: _dt.date | None = None,
+) -> list[str]:
+    """Why the plan is outside the approved ``envelope`` (empty: inside): a fresh secret draw (``new_draw``);
+    its unattended runs used up, or ``today`` (UTC) after its end date; a table other than the one approved
+    that is not a ``version`` of the population's (:func:`table_is_version`); another population or guarantee;
+    exact arithmetic on the charge and what it leaves as every view shows them
+    (:func:`flows.ledger_cli.epsilon_text`: an envelope of 6.5 admits the charge 6.500000005 that reads 6.5);
+    the population's cap is enforced exactly by the ledger."""
     if envelope is None:
         return ["no envelope has been approved for this release yet"]
-    why = []
+    why = ["a fresh secret draw (--new-draw) is outside every envelope"] if new_draw else []
+    if _runs_left(envelope) <= 0:
+        why.append(
+            f"the envelope's unattended runs are used ({envelope.get('runs_used', 0)} of {envelope.get('max_runs', 0)})"
+        )
+    until = envelope.get("until")
+    if until and (today or _dt.datetime.now(_dt.UTC).date()) > _dt.date.fromisoformat(str(until)):
+        why.append(f"the envelope ended on {until}")
+    if plan.table != envelope.get("table") and not version:
+        why.append(f"the table is not recognised as a version of population {plan.population!r}'s table")
     if envelope.get("population") != plan.population:
         why.append(f"population {plan.population!r}, the envelope's is {envelope.get('population')!r}")
     figures = {k: plan.guarantee.record()[k] for k in GUARANTEE_FIGURES}
@@ -279,16 +384,22 @@ def outside_envelope(envelope: dict[str, Any] | None, plan: PrivacyPlan, view: B
         why.append(f"the charge {_eps(plan.charge.value)} is above the envelope's {_eps(ceiling)}")
     floor = Epsilon.of(float(envelope.get("min_left", 0.0)), "min_left").value
     left = None if view is None else view.left_after
-    if floor > 0 and (left is None or Fraction(_eps(left)) < floor):
+    if floor > 0 and left is None:
+        why.append(f"the population has no cap, the envelope keeps {_eps(floor)} of it left")
+    elif floor > 0 and left is not None and Fraction(_eps(left)) < floor:
         why.append(f"it would leave {_eps(left)} of the budget, the envelope keeps {_eps(floor)}")
     return why
 
 
 # ---------------------------------------------------------------------------------------- the hook
-def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) -> dict[str, Any] | None:
+def wait_for_approval(
+    config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan, people: Any = None, new_draw: bool = False
+) -> dict[str, Any] | None:
     """The officer's approval of the admitted ``plan`` before its first charge (module docstring): the
     approval record {mode, by, at, note, plan_sha256, plan} for the manifest, or None (``approval = none``, or
-    not in a flow run). NotApproved when rejected or not decided in time (nothing measured or charged)."""
+    not in a flow run). NotApproved when rejected or not decided in time (nothing measured or charged).
+    ``people``: the sealed table's (secret, memory only: a policy's table must be a version of the
+    population's); ``new_draw``: the run asks for a fresh secret draw (outside every envelope)."""
     from prefect.context import FlowRunContext
 
     ctx = FlowRunContext.get()
@@ -302,10 +413,9 @@ def wait_for_approval(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) 
     view = budget_view(store.root, plan, config.release.max_total_epsilon) if in_flow or mode == "policy" else None
     why: list[str] = []
     if mode == "policy":
-        envelope = read_envelope(store.root, name)
-        why = outside_envelope(envelope, plan, view)
-        if not why and envelope is not None:
-            return _within_policy(envelope, sha) | {"plan": plan_figures(plan)}
+        within, why = _policy(store.root, name, plan, view, people, new_draw)
+        if within is not None:
+            return _within_policy(within, sha) | {"plan": plan_figures(plan)}
         _logger().info("approval = policy: a person decides: %s", "; ".join(why))
     if ctx is None or ctx.flow_run is None:
         _logger().warning("approval = %s: not a Prefect flow run (the stages called directly): nobody to ask", mode)
@@ -353,11 +463,28 @@ def _say_which_cap(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) -> 
         _logger().warning("cap: %s", note)
 
 
+def _policy(
+    root: str | Path, name: str, plan: PrivacyPlan, view: BudgetView | None, people: Any, new_draw: bool
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """A policy release: (the envelope, counted one run: :func:`take_run`, when the plan is inside it, else
+    None; why it is outside)."""
+    envelope = read_envelope(root, name)
+    same = envelope is not None and plan.table == envelope.get("table")
+    version = same or (envelope is not None and not new_draw and table_is_version(root, people, plan.population))
+    why = outside_envelope(envelope, plan, view, version=version, new_draw=new_draw)
+    if why or envelope is None:
+        return None, why
+    counted = take_run(root, name, envelope.get("at"))
+    return counted, [] if counted is not None else ["the envelope's unattended runs were used meanwhile"]
+
+
 def _within_policy(envelope: dict[str, Any], sha: str) -> dict[str, Any]:
-    """The approval record of a run inside the approved envelope: by whom and when it was approved."""
+    """The approval record of a run inside the approved envelope: by whom and when it was approved, and which
+    of its unattended runs this is."""
     note = (
-        f"unattended, within the envelope approved for plan {str(envelope.get('plan_sha256'))[:12]} (charge at "
-        f"most {envelope.get('max_charge')}, at least {envelope.get('min_left')} left)"
+        f"unattended run {envelope.get('runs_used')} of {envelope.get('max_runs')}, within the envelope approved "
+        f"for plan {str(envelope.get('plan_sha256'))[:12]} (charge at most {envelope.get('max_charge')}, at least "
+        f"{envelope.get('min_left')} left" + (f", until {envelope['until']}" if envelope.get("until") else "") + ")"
     )
     note += f": {envelope['note']}" if envelope.get("note") else ""
     _logger().info("approval = policy: inside the envelope %s approved at %s", envelope.get("by"), envelope.get("at"))
@@ -400,7 +527,8 @@ def _ask(
     create_markdown_artifact(markdown=md, key=f"{name}-approval", description=f"mdp-release {name}: approve the plan")
     operate_ui.at_stage(run_id, "the officer's approval")
     _logger().warning("release %s waits for approval: mdp-release approve %s --by WHO (or --reject)", name, run_id)
-    defaults: dict[str, Any] = {"max_charge": float(_eps(plan.charge.value))} if policy else {}
+    shown = float(_eps(plan.charge.value))
+    defaults: dict[str, Any] = {"max_charge": shown, "min_left": shown, "max_runs": DEFAULT_RUNS} if policy else {}
     form = (PolicyApprovalInput if policy else ApprovalInput).with_initial_data(description=md, plan=sha, **defaults)
     deadline = _Deadline(run_id, timeout)
     try:
@@ -487,10 +615,13 @@ def _now() -> str:
 
 
 # ---------------------------------------------------------------------------------------- the terminal
-def send_decision(run_id: str, approve: bool, by: str, note: str = "", plan: str = "", **envelope: float) -> None:
+def send_decision(
+    run_id: str, approve: bool, by: str, note: str = "", plan: str = "", **envelope: float | int | str
+) -> None:
     """Resume the paused run ``run_id`` with the decision (Prefect's :func:`prefect.flow_runs.resume_flow_run`
     with the input; ``plan``: the sha256 of the plan approved; ``envelope``: a policy release's ``max_charge``
-    / ``min_left``). InputError when the run is not waiting for an approval or the server refuses the input."""
+    / ``min_left`` / ``max_runs`` / ``until``). InputError when the run is not waiting for an approval or the
+    server refuses the input."""
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
     from prefect.flow_runs import resume_flow_run
 

@@ -1,9 +1,12 @@
 """``mdp-release approve``: the officer's decision for a release run waiting for it (:mod:`flows.approval`).
 
   mdp-release approve RUN_ID --by WHO [--note TEXT] [--plan SHA] [--max-charge X] [--min-left Y]
+                       [--max-runs N] [--until YYYY-MM-DD]
       show the paused run's plan (its summary and sha256) and approve it: it measures and releases
       (``--plan``: the plan's sha256, or its first 12+ hex digits, as the officer read it: refused when the
-      run's plan differs; ``--max-charge`` / ``--min-left``: an ``approval = "policy"`` release's envelope)
+      run's plan differs; ``--max-charge`` / ``--min-left`` / ``--max-runs`` / ``--until``: an
+      ``approval = "policy"`` release's envelope, by default this plan's charge, this plan's charge, 12 runs
+      and no end date: :class:`flows.approval.PolicyApprovalInput`)
   mdp-release approve RUN_ID --by WHO --reject [--note TEXT]
       refuse it: the run ends Refused, nothing measured, nothing charged
 
@@ -24,7 +27,7 @@ import argparse
 import os
 import re
 
-from flows.approval import decision_taken, flow_run_uuid, plain_text, send_decision, waiting_run
+from flows.approval import decision_taken, end_date, flow_run_uuid, plain_text, send_decision, waiting_run
 from mdp_core.errors import InputError
 
 TAKE_WITHIN = 60.0  # s: the run polls for its decision every 10 s at most; a busy machine, the rest
@@ -38,7 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reject", action="store_true", help="refuse the release: nothing is measured or charged")
     p.add_argument("--plan", metavar="SHA", help="the plan's sha256 (or its first 12+ hex digits) you approve")
     p.add_argument("--max-charge", type=float, metavar="X", help="approval = policy: later runs charge at most X")
-    p.add_argument("--min-left", type=float, metavar="Y", help="approval = policy: and leave at least Y of the budget")
+    p.add_argument(
+        "--min-left", type=float, metavar="Y", help="approval = policy: and leave at least Y (default: this charge)"
+    )
+    p.add_argument("--max-runs", type=int, metavar="N", help="approval = policy: at most N unattended runs (12)")
+    p.add_argument("--until", metavar="YYYY-MM-DD", help="approval = policy: no unattended run after this date")
 
 
 def approve_from_cli(args: argparse.Namespace) -> int:
@@ -53,9 +60,18 @@ def approve_from_cli(args: argparse.Namespace) -> int:
     plan = (args.plan or "").strip().lower()
     if args.plan is not None and not re.fullmatch(r"[0-9a-f]{12,64}", plan):
         raise InputError("--plan is the plan's sha256 (its first 12 to 64 hex digits), as its summary shows it")
-    if args.reject and (args.max_charge is not None or args.min_left is not None):
-        raise InputError("--max-charge / --min-left describe what is approved: not with --reject")
-    envelope = {k: v for k, v in (("max_charge", args.max_charge), ("min_left", args.min_left)) if v is not None}
+    given = {"max_charge": args.max_charge, "min_left": args.min_left, "max_runs": args.max_runs, "until": args.until}
+    envelope = {k: v for k, v in given.items() if v is not None}
+    if args.reject and envelope:
+        raise InputError(
+            "--max-charge / --min-left / --max-runs / --until describe what is approved: not with --reject"
+        )
+    if args.max_runs is not None and args.max_runs < 0:
+        raise InputError("--max-runs is a number of runs: 0 or more")
+    try:
+        envelope |= {"until": end_date(args.until)} if args.until is not None else {}
+    except ValueError as exc:
+        raise InputError(f"--until: {exc}") from None
     flow_run_uuid(args.run_id)
     prepare_environment()
     from prefect.settings import get_current_settings

@@ -344,7 +344,7 @@ def _door(
     if door.rows is not None:  # sealed: from here on the run reads the snapshot, never the file
         version, handle = PrivateStore(store.root).seal_table(door.rows)
         state.plan = dataclasses.replace(state.plan, table=handle)  # the plan the officer approves covers it
-    state.approval = wait_for_approval(config, store, state.plan)  # [release] approval: a person first
+    state.approval = wait_for_approval(config, store, state.plan, door.people, new_draw)  # a person first
     if version is not None:  # real people: the door (the budget) before anything is measured
         population = cast(str, config.release.population)
         measure.claim_table(store, door.people, population)

@@ -37,6 +37,7 @@ from flows.approval import (
     write_envelope,
 )
 from flows.config import approval_mode, as_config, config_hash, parse_config, to_parameter
+from flows.ledger_cli import epsilon_text
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.release.door import GraphFacts, Settings, plan_privacy
 
@@ -153,8 +154,6 @@ def test_a_plan_inside_the_envelope_runs_unattended_and_each_way_out_is_named(tm
 def test_every_view_shows_the_charge_at_one_precision_and_the_envelope_admits_what_it_shows(tmp_path):
     """Issue 52: approved with ``--max-charge 6.5``, every run paused with "the charge 6.5 is above the envelope's
     6.5" (the exact charge carries the certificate's 1e-9 tolerance) and the form prefilled 6.500000005."""
-    from flows.ledger_cli import epsilon_text
-
     root = tmp_path / "store"
     plan = _plan()
     shown = epsilon_text(plan.charge.value)
@@ -257,6 +256,9 @@ def test_the_decision_is_a_printable_name_and_a_plain_note(name, note):
             ["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--reject", "--max-charge", "3"],
             "not with --reject",
         ),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--until", "31/12/2026"], "YYYY-MM-DD"),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--max-runs", "-1"], "--max-runs"),
+        (["approve", "0190f3a2-0000-7000-8000-000000000000", "--by", "A", "--reject", "--max-runs", "3"], "--reject"),
     ],
 )
 def test_approve_refuses_bad_arguments_before_asking_a_server(args, needle, capsys):
@@ -344,9 +346,13 @@ def test_a_paused_release_measures_only_once_an_officer_approves_then_its_policy
     assert manifest["approval"]["by"] == "A. Officer" and manifest["approval"]["note"] == "minute 12"
     assert manifest["approval"]["mode"] == "policy" and len(manifest["approval"]["plan_sha256"]) == 64
     envelope = read_envelope(store, "appr-yes")
-    assert envelope is not None and envelope["by"] == "A. Officer" and envelope["min_left"] == 0.0
+    assert envelope is not None and envelope["by"] == "A. Officer" and envelope["runs_used"] == 0
+    charge = float(epsilon_text(manifest["approval"]["plan"]["charge"]))
+    assert envelope["min_left"] == charge > 0  # the default: one release's charge stays, never spent unattended
+    assert envelope["table"] == manifest["approval"]["plan"]["table"] is not None and envelope["max_runs"] == 12
     unattended = run_command([MDP, "run", "--config", str(tmp_path / "appr-yes" / "release.toml")], tmp_path, env)
     assert unattended.returncode == 0 and "inside the envelope A. Officer approved" in unattended.stderr
+    assert (read_envelope(store, "appr-yes") or {})["runs_used"] == 1
     assert "waits for approval" not in unattended.stderr
     again = run_command([MDP, "approve", run["id"], "--by", "A. Officer"], tmp_path, env, 120)
     assert again.returncode == 2 and "not waiting for an approval" in again.stderr
