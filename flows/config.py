@@ -370,8 +370,11 @@ class _SolveBase(BaseModel):
         return {n: getattr(self, n) for n in names if getattr(self, n, None) is not None}
 
     def solver_settings(self) -> dict[str, Any]:
-        """The HiGHS settings given or defaulted here (an unset time limit: none), as ``SolverOptions(**...)`` takes."""
-        return self._given(s.name for s in specs(SolverOptions) if s.exposed)
+        """The HiGHS settings given or defaulted here (an unset time limit: none), as ``SolverOptions(**...)`` takes;
+        ``all_pairs`` only when set (off, the solve's parameters -- its cache key -- are those of a release before
+        the option existed)."""
+        given = self._given(s.name for s in specs(SolverOptions) if s.exposed)
+        return {k: v for k, v in given.items() if not (k == "all_pairs" and v is False)}
 
     def solver_options(self) -> SolverOptions:
         return SolverOptions(**self.solver_settings())
