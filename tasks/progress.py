@@ -315,7 +315,12 @@ class ProgressArtifact:
     def tick(self, now: float) -> None:
         """The clock (the heartbeat's thread, twice a second): the bar moves to :func:`within_round` of the
         round's :func:`time_share` (elapsed against the round's expected time), never back, below
-        :data:`CEILING`."""
+        :data:`CEILING`. Nothing once this process is asked to stop: the stopping stage must not wait behind an
+        update the clock sends to a Prefect server that may be gone (its client retries for a minute)."""
+        from mdp_core.runtime.control import PROCESS
+
+        if PROCESS.reason() is not None:
+            return
         with self._lock:
             if self.finished:
                 return
@@ -356,11 +361,18 @@ class ProgressArtifact:
         self.finished = True
 
     def _update(self, percent: float, description: str, final: bool = False) -> None:
-        with self._send:
+        """Send one update (one at a time); the final one waits at most 2 s behind an update in flight (to a
+        server that may be gone) and is then dropped: the stage's end never waits on the bar."""
+        if not self._send.acquire(timeout=2.0 if final else -1):
+            self.finished = True
+            return
+        try:
             if self.finished:
                 return
             self.finished = final
             self._send_update(percent, description)
+        finally:
+            self._send.release()
 
     def _send_update(self, percent: float, description: str) -> None:
         """Send ``percent`` (0-100, never a fraction: Prefect shows 0.9 as 0.9 %) to the artifact."""
