@@ -19,7 +19,7 @@ prior, the measure stage's output), whose folder is 0700 and files 0600 until pu
 published copies (:meth:`Store.publish`) are 0644.
 
 Retention is per release name (:meth:`Store.prune_releases`): a release folder belongs to the name of
-its manifest's config (``name_of``, given by the caller: :func:`flows.config.manifest_release_name`), a failure record to its ``record.json``'s
+its manifest's config (``name_of``, given by the caller: :func:`flows.manifest_read.manifest_release_name`), a failure record to its ``record.json``'s
 ``release``; one release's ``keep_releases`` never touches another's folders. What retention prunes is
 deleted before it returns, microdata included (:func:`delete_now`): no hidden copy stays behind.
 :meth:`Store.usage` and :meth:`Store.prune_objects` are ``mdp-release store`` (flows/store_cli.py).
@@ -593,7 +593,7 @@ class Store:
 
     def releases_by_name(self, name_of: NameOf) -> dict[str, list[Path]]:
         """The release folders (:meth:`releases`, oldest first) grouped by release name: the name of each
-        manifest's config (``name_of``: :func:`flows.config.manifest_release_name` in the pipeline); a folder whose
+        manifest's config (``name_of``: :func:`flows.manifest_read.manifest_release_name` in the pipeline); a folder whose
         manifest names none is under ``"?"``."""
         groups: dict[str, list[Path]] = {}
         for folder in self.releases():

@@ -458,7 +458,8 @@ def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
         return
     import hashlib
 
-    from artifacts.private import PrivateStore, published_heads
+    from artifacts.private import PrivateStore
+    from artifacts.published import published_heads
     from mdp_core.errors import PrivacyError
 
     heads = published_heads(root, r.population)

@@ -698,11 +698,6 @@ def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def is_simulated(cfg: ReleaseFlowConfig) -> bool:
-    """Whether ``cfg`` releases simulated people (``[release] simulate = true``), not an agency's microdata."""
-    return cfg.release.simulate
-
-
 DEFAULT_APPROVAL_TIMEOUT = 3600  # seconds a run waits for the officer's approval (``[release] approval_timeout``)
 
 
@@ -858,88 +853,13 @@ def as_config(value: Any) -> ReleaseFlowConfig:
     return ReleaseFlowConfig.model_validate(value, strict=False)
 
 
-def manifest_draw(path: str | Path) -> str | None:
-    """The public commitment of the secret draw a run manifest's release used (None before draws existed)."""
-    from mdp_core.runtime.files import read_json
-
-    value = (read_json(path).get("privacy") or {}).get("draw_commitment")
-    return value if isinstance(value, str) else None
-
-
-def manifest_config(path: str | Path) -> ReleaseFlowConfig:
-    """The config recorded in a run manifest (to re-run a release): equal to the config that ran.
-
-    A manifest written before ``[release] simulate`` existed records ``n_individuals = 10000`` beside
-    ``microdata`` (the old default, which does not mean simulated people): it is read as that release
-    meant it -- simulated without microdata, the file's people with it (which then need a population)."""
-    from mdp_core.runtime.files import read_json
-
-    m = read_json(path)
-    if m.get("format") != "mdp-release-manifest" or not isinstance(m.get("config"), dict):
-        raise InputError(f"{path}: not an mdp-release run manifest")
-    data = dict(m["config"])
-    version = m.get("version", 1)
-    if version < 2:  # made before a release config's loss defaulted to distance: the loader's own
-        data["dataset"] = _pinned_loss(data.get("dataset"))
-    if version < 3:  # made before a release's gap defaulted to RELEASE_GAP_REL: the gap it was solved to
-        data["solve"] = _pinned_gap(data.get("solve"), version)
-    rel = data.get("release")
-    if isinstance(rel, dict) and "simulate" not in rel:  # written before simulate existed
-        rel = dict(rel)
-        if rel.get("microdata") is None:
-            rel["simulate"] = True
-        else:
-            rel.pop("n_individuals", None)
-        data["release"] = rel
-    return parse_config(data, f"{path}: config")
-
-
 # A release's solve is certified within 1 % of the optimum's expected loss (a proven bound) unless [solve] gap_rel
 # says otherwise (the library's methods default to 1e-6). The guarantee does not depend on it (every mechanism is
 # verified whatever the gap); the time does: Rome N = 500 at 1e-6 took 12 minutes where 1e-3 takes 1-2, and a
 # 2,000-person Rome release (500 records x 500 outputs) needs a fourth row-generation round, 10 more minutes, to
 # go from 0.7 % to 0.1 % (issue 40). Manifest version 3 (version 2: 1e-3; version 1: the method's own default).
 RELEASE_GAP_REL = 1e-2
-_RELEASE_GAP_BEFORE = {2: 1e-3}  # manifest version -> the release gap then (version 1: the method's default)
-
-
-def _pinned_gap(solve: Any, version: int = 1) -> Any:
-    """An older manifest's ``[solve]`` with the gap its release was solved to: an unset ``gap_rel`` was then the
-    release gap of its version (:data:`_RELEASE_GAP_BEFORE`) or, in version 1, the method's own default (1e-6),
-    not :data:`RELEASE_GAP_REL`."""
-    if not isinstance(solve, dict) or solve.get("gap_rel") is not None:
-        return solve
-    method = solve.get("method") or "auto"
-    try:
-        takes = {s.name: s for s in method_option_specs(method)}
-    except (InputError, KeyError):
-        return solve
-    if "gap_rel" not in takes:
-        return solve
-    return solve | {"gap_rel": _RELEASE_GAP_BEFORE.get(version, takes["gap_rel"].default)}
-
-
-def _pinned_loss(dataset: Any) -> Any:
-    """A version-1 manifest's ``[dataset]`` with the loss its release was made with: where a kind's release
-    config now defaults ``loss`` (:data:`mdp_core.declarations.dataset_kinds.RELEASE_DEFAULTS`) and the manifest left it
-    unset, the loader's own default then ("travel"), so a year-old release re-runs to the same bytes."""
-    if not isinstance(dataset, dict):
-        return dataset
-    kind = dataset.get("kind") or DatasetConfig.model_fields["kind"].default
-    params = dataset.get("params")
-    if params is None:  # the kind's default params, as written then (the loader's own loss)
-        return dataset
-    if "loss" in dataset_kinds.RELEASE_DEFAULTS.get(kind, {}) and "loss" not in params:
-        return dataset | {"params": dict(params) | {"loss": "travel"}}
-    return dataset
-
 
 DEFAULT_CONFIG = (
     ReleaseFlowConfig()
 )  # the built-in default release: simulated people (flows.release's default parameter)
-
-
-def manifest_release_name(manifest: dict[str, Any]) -> str | None:
-    """The release name of a run manifest (its config's, :func:`release_name_of`): what the store's
-    retention and usage group releases by (:meth:`artifacts.store.Store.prune_releases`)."""
-    return release_name_of(manifest.get("config"))

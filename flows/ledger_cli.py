@@ -303,7 +303,8 @@ def _population_row(root: Path, priv: Any, pop: str, heads: list[tuple[int, str]
 
 
 def _overview(root: Path, as_json: bool) -> int:
-    from artifacts.private import PrivateStore, published_populations
+    from artifacts.private import PrivateStore
+    from artifacts.published import published_populations
 
     priv = PrivateStore(root)
     published = published_populations(root)
@@ -363,7 +364,8 @@ def _entry_rows(entries: list[dict[str, Any]], paid: list[Paid]) -> list[list[st
 
 
 def _entries(root: Path, population: str, as_json: bool) -> int:
-    from artifacts.private import PrivateStore, published_heads
+    from artifacts.private import PrivateStore
+    from artifacts.published import published_heads
 
     priv = PrivateStore(root)
     view = read_budget_view(root, priv, population)
@@ -398,7 +400,7 @@ def _print_budget(b: Any, as_json: bool, what: str) -> None:
 
 
 def _need_population(args: argparse.Namespace) -> str:
-    from artifacts.private import check_population
+    from artifacts.private_folder import check_population
 
     pop = getattr(args, "population", None)
     if not pop:
@@ -408,7 +410,9 @@ def _need_population(args: argparse.Namespace) -> str:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """Run ``mdp-release ledger``; 0 ok, 2 bad input / refusal / a ledger that does not verify."""
-    from artifacts.private import PrivateStore, check_population, published_heads
+    from artifacts.private import PrivateStore
+    from artifacts.private_folder import check_population
+    from artifacts.published import published_heads
 
     as_json = bool(getattr(args, "json", False))
     action = getattr(args, "ledger_action", None)

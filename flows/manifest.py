@@ -33,7 +33,7 @@ from mdp_core.declarations.contract import SIGNATURE_FILES, is_published, publis
 from mdp_core.runtime.files import file_sha256
 
 MANIFEST_VERSION = 4  # 2 (2026-11-27): a release config's dataset loss defaults to distance (before: the loader's,
-# travel); 3 (2026-11-28): a release's solve gap defaults to 1e-2 (before: 1e-3); flows.config.manifest_config
+# travel); 3 (2026-11-28): a release's solve gap defaults to 1e-2 (before: 1e-3); flows.manifest_read.manifest_config
 # re-runs an older manifest with the loss and the gap it was made with; 4 (2026-11-29): a release's manifest
 # always carries its ``approval`` record (mode "none": nobody was asked), which the audit then requires
 RELEASE_FORMAT = "mdp-release-manifest"  # the release flow's manifests (flows/release.py)

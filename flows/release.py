@@ -29,7 +29,8 @@ from prefect.context import FlowRunContext
 from prefect.states import Cancelled, Failed, State
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
-from artifacts.private import Draw, PrivateStore
+from artifacts.draws import Draw
+from artifacts.private import PrivateStore
 from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui, runner
@@ -41,11 +42,11 @@ from flows.config import (
     as_config,
     config_hash,
     effective_epsilon,
-    manifest_release_name,
     release_name,
     store_root,
 )
 from flows.door import Figures, all_pairs, plan_for, unsealed_config
+from flows.manifest_read import manifest_release_name
 from flows.slot import one_run_at_a_time
 from mdp_core.declarations import contract, dataset_kinds
 from mdp_core.declarations.methods import needs_partition

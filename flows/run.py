@@ -270,8 +270,8 @@ def rerun_config(manifest: str | Path, microdata: str | None = None) -> Any:
     (:data:`flows.manifest.SECRET_TABLE_ROLE`), never by its path, so a microdata release needs it
     (InputError without it). A manifest written before that records a path: used unless ``microdata`` is
     given. The table's bytes are checked later, against the recorded draw (the same version or a refusal)."""
-    from flows.config import manifest_config
     from flows.manifest import SECRET_TABLE_ROLE
+    from flows.manifest_read import manifest_config
     from mdp_core.errors import InputError
 
     cfg = manifest_config(manifest)
@@ -291,8 +291,9 @@ def rerun_config(manifest: str | Path, microdata: str | None = None) -> Any:
 
 
 def run_from_cli(args: argparse.Namespace) -> int:
-    from flows.config import load_config, manifest_draw, store_root
+    from flows.config import load_config, store_root
     from flows.door import sealed_config
+    from flows.manifest_read import manifest_draw
     from mdp_core.errors import InputError
 
     if args.from_manifest and args.config:

@@ -81,9 +81,9 @@ def summary_text(usage: dict[str, Any]) -> str:
 
 
 def store_from_cli(args: argparse.Namespace) -> int:
-    from artifacts.private import unsigned_releases
+    from artifacts.published import unsigned_releases
     from artifacts.store import Store, tree_bytes
-    from flows.config import manifest_release_name
+    from flows.manifest_read import manifest_release_name
 
     store = Store(_root(args))
     pruned: list[Path] = []

@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prefect import task
 
-from artifacts.private import Budget, Draw, PrivateStore
+from artifacts.draws import Draw
+from artifacts.ledger import Budget
+from artifacts.private import PrivateStore
 from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.declarations import contract
 from mdp_core.declarations.budget import compose
@@ -67,7 +69,7 @@ def secret_draw(store: Store, population: str, version: str, new: bool = False, 
     published release), else the version's current draw (made from OS entropy on first use, or anew when
     ``new``). Refuses (LedgerError) when the store's published releases of the population are not all on
     record in its private ledger (a deleted or rolled-back private part)."""
-    from artifacts.private import published_heads
+    from artifacts.published import published_heads
 
     private = PrivateStore(store.root)
     private.check_published(population, published_heads(store.root, population))
@@ -124,7 +126,7 @@ def check_radius(private: PrivateStore, population: str, radius: dict[str, Any])
     """One population, one unit of account: every charge of its budget is at the same protection radius
     (``radius``: {"value", "unit"}), or totals would add eps x stretch x 2 km to eps x stretch x 1 m. The first
     charge fixes it; a release asking for another is refused (BudgetRefused), nothing charged."""
-    from artifacts.private import BudgetRefused
+    from artifacts.ledger import BudgetRefused
 
     for e in reversed(private.entries(population)):
         if e.get("kind") == "new-budget":

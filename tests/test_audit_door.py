@@ -33,7 +33,9 @@ from conftest import (
     run_stages,
 )
 
-from artifacts.private import LedgerError, PrivateStore, published_heads, unsigned_releases
+from artifacts.private import PrivateStore
+from artifacts.private_folder import LedgerError
+from artifacts.published import published_heads, unsigned_releases
 from artifacts.store import Store
 from mdp_core.declarations import budget, contract
 from mdp_core.problem.io import read_instance
@@ -53,14 +55,14 @@ def rerender(run: Path, **changes: object) -> None:
 # ----------------------------------------------------------------------------- 1. the stretch is recomputed
 def forge_stretch(run: Path, stretch: float, **protection: object) -> None:
     """A coherent forgery: ``stretch`` stated in the protection block and the guarantee (its metric epsilon
-    and statement made with the pipeline's own budget.guarantee_record), the charge and total recomputed from
+    and statement made with the pipeline's own budget.Guarantee.record), the charge and total recomputed from
     it (budget.this_release), the manifest's privacy block and the report's claims made to agree; re-signed."""
     prov = read(run, audit.PROVENANCE)
     g, led = prov["guarantee"], prov["ledger"]
     eps, radius, add = g["epsilon_per_unit"], g["protection_radius"], g["additive_epsilon"]
     charge = budget.this_release(eps, stretch, radius, add)
     prov["protection"] |= {"stretch": stretch, **protection}
-    prov["guarantee"] = budget.guarantee_record(eps, stretch, radius, add, g["distance_unit"], prov["eps_prior"] > 0)
+    prov["guarantee"] = budget.Guarantee(eps, stretch, radius, add, g["distance_unit"], prov["eps_prior"] > 0).record()
     prov["ledger"] = led | {"this_release": charge, "total_so_far": led["total_so_far"] - led["this_release"] + charge}
     edit(run, audit.PROVENANCE, lambda p: p.update(prov))
     block = {k: prov[k] for k in ("guarantee", "ledger", "protection")}

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import POPULATION, people_config, people_table, publish_release, run_stages
 
-from artifacts.private import PrivateStore, published_heads, unsigned_releases
+from artifacts.private import PrivateStore
+from artifacts.published import published_heads, unsigned_releases
 from artifacts.store import Store
 from flows.check import render, run_check
 from mdp_core.errors import PrivacyError

@@ -13,7 +13,9 @@ from uuid import uuid4
 
 import pytest
 
-from artifacts.private import BudgetRefused, PrivateStore, published_heads
+from artifacts.ledger import BudgetRefused
+from artifacts.private import PrivateStore
+from artifacts.published import published_heads
 from flows import operate_ui
 from flows.cli import main
 from flows.ledger_cli import budget_epoch, outlook_line, read_budget_view

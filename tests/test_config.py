@@ -68,7 +68,7 @@ def test_toml_file_round_trip(tmp_path):
 def test_a_config_file_must_say_what_it_releases(tmp_path):
     """Forgetting ``microdata`` never publishes simulated people: a file without [release], or with neither
     key, is an error naming both; the built-in default (no --config) and the demo simulate explicitly."""
-    from flows.config import DEFAULT_CONFIG, is_simulated
+    from flows.config import DEFAULT_CONFIG
 
     p = tmp_path / "c.toml"
     p.write_text('name = "rome"\n[privacy]\nepsilon = 5.0\n')
@@ -77,11 +77,13 @@ def test_a_config_file_must_say_what_it_releases(tmp_path):
     p.write_text('name = "rome"\n[release]\neps_counts = 1.0\n')
     with pytest.raises(InputError, match="neither microdata nor simulate"):
         load_config(p)
-    assert is_simulated(load_config(None)) and is_simulated(ReleaseFlowConfig()) and is_simulated(DEFAULT_CONFIG)
+    assert (
+        load_config(None).release.simulate and ReleaseFlowConfig().release.simulate and DEFAULT_CONFIG.release.simulate
+    )
     assert load_config(None).release.simulated_individuals == 10_000
     p.write_text('[release]\nmicrodata = "p.csv"\npopulation = "rome-residents"\n')
     cfg = load_config(p)
-    assert not is_simulated(cfg) and cfg.release.simulated_individuals is None
+    assert not cfg.release.simulate and cfg.release.simulated_individuals is None
     assert cfg.release.population == "rome-residents" and cfg.privacy.max_stretch >= 1
 
 

@@ -25,15 +25,14 @@ from flows.config import (
     ReleaseFlowConfig,
     as_config,
     config_hash,
-    is_simulated,
     load_config,
-    manifest_config,
     parse_config,
     release_name,
     release_name_of,
     store_root,
     to_parameter,
 )
+from flows.manifest_read import manifest_config
 from mdp_core.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,7 +226,7 @@ def test_generated_configs_survive_every_route(data, tmp_path, monkeypatch):
 
 def test_the_built_in_default_survives_every_route(tmp_path):
     cfg = ReleaseFlowConfig()
-    assert to_parameter(cfg) == {} and is_simulated(cfg)
+    assert to_parameter(cfg) == {} and cfg.release.simulate
     assert as_config({}) == cfg == as_config(None) == as_config(cfg.model_dump(mode="json"))
     assert _manifest_route(cfg, tmp_path) == cfg
 
@@ -248,7 +247,7 @@ def test_a_microdata_releases_serve_parameter_is_revalidated_to_the_same_config(
         "store": str(tmp_path / "st"),
         "release": {"population": "rome-residents", "max_total_epsilon": 30.0},
     }
-    assert _served(param) == cfg and not is_simulated(as_config(param))
+    assert _served(param) == cfg and not as_config(param).release.simulate
     # the full dump a manifest / the API keeps: n_individuals is None now, and validation ignores fields_set
     full = cfg.model_dump(mode="json")
     assert full["release"]["n_individuals"] is None and as_config(full) == cfg
@@ -282,7 +281,7 @@ def test_old_manifests_are_read_as_they_meant(tmp_path):
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps({"format": "mdp-release-manifest", "config": old}))
     cfg = manifest_config(path)
-    assert is_simulated(cfg) and cfg.release.simulated_individuals == 10_000
+    assert cfg.release.simulate and cfg.release.simulated_individuals == 10_000
     old["release"]["microdata"] = "/data/people.csv"
     path.write_text(json.dumps({"format": "mdp-release-manifest", "config": old}))
     with pytest.raises(InputError, match="population is required"):

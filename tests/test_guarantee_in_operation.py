@@ -17,7 +17,9 @@ import pandas as pd
 import pytest
 from conftest import run_stages
 
-from artifacts.private import BudgetRefused, LedgerError, PrivateStore
+from artifacts.ledger import BudgetRefused
+from artifacts.private import PrivateStore
+from artifacts.private_folder import LedgerError
 from artifacts.store import Store
 from flows.config import parse_config
 from mdp_core.errors import PrivacyError, SecretTableError

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.private import (
-    BudgetRefused,
-    LedgerError,
-    PrivateStore,
-    published_heads,
-)
+from artifacts.ledger import BudgetRefused
+from artifacts.private import PrivateStore
+from artifacts.private_folder import LedgerError
+from artifacts.published import published_heads
 from flows.cli import main
 from mdp_core.errors import InputError
 

@@ -81,8 +81,9 @@ def test_publish_run_uses_the_given_publisher(tmp_path: Path) -> None:
 def test_a_version_1_manifest_re_runs_with_the_loss_it_was_made_with(tmp_path, version, loss) -> None:
     """Before manifest version 2 a grid or road release config left the loss to the loader (travel); re-running
     such a manifest must give the same bytes, so the loss is pinned. A version-2 manifest is read as written."""
-    from flows.config import manifest_config, parse_config
+    from flows.config import parse_config
     from flows.manifest import public_config
+    from flows.manifest_read import manifest_config
 
     cfg = parse_config(
         {"dataset": {"kind": "grid", "params": {"rows": 3, "cols": 3, "n_outputs": 4}}, "release": {"simulate": True}}
@@ -103,8 +104,9 @@ def test_a_version_1_manifest_re_runs_with_the_loss_it_was_made_with(tmp_path, v
 
 @pytest.mark.parametrize(("version", "gap"), [(1, 1e-6), (2, 1e-3), (3, 1e-2)])
 def test_a_release_solves_to_one_percent_and_an_older_manifest_to_its_own_gap(tmp_path, version, gap):
-    from flows.config import RELEASE_GAP_REL, manifest_config, parse_config
+    from flows.config import RELEASE_GAP_REL, parse_config
     from flows.manifest import public_config
+    from flows.manifest_read import manifest_config
 
     cfg = parse_config({"release": {"simulate": True}})
     assert (

@@ -9,8 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from artifacts.private import LedgerError, PrivateStore, charge_key, check_population, commitment
+from artifacts.draws import commitment
+from artifacts.private import PrivateStore
+from artifacts.private_folder import LedgerError, check_population
 from mdp_core.errors import InputError, PrivacyError
+from tasks.measure import charge_key
 
 V1, V2 = "ab" * 32, "cd" * 32
 
@@ -39,8 +42,8 @@ def test_new_draw_is_independent_and_becomes_current(tmp_path):
     np.testing.assert_array_equal(new.rng("perturb").random(8), new.rng("perturb").random(8))
     assert not np.array_equal(new.rng("a").random(8), new.rng("b").random(8))
     assert new.tag("x") != old.tag("x") and len(new.tag("x")) == 64
-    assert charge_key(new, "counts", {"eps": 1.0}) != charge_key(old, "counts", {"eps": 1.0})
-    assert charge_key(new, "counts", {"eps": 1.0}) == charge_key(new, "counts", {"eps": 1.0})
+    assert charge_key("counts", new, 1.0) != charge_key("counts", old, 1.0)
+    assert charge_key("counts", new, 1.0) == charge_key("counts", new, 1.0)
 
 
 def test_concurrent_first_runs_agree_on_one_draw(tmp_path):

@@ -148,8 +148,8 @@ def test_a_manifest_names_the_table_by_its_role_and_a_rerun_needs_its_path(tmp_p
 
     from artifacts.store import Store
     from flows.cli import main
-    from flows.config import manifest_draw
     from flows.manifest import SECRET_TABLE_ROLE, new_manifest
+    from flows.manifest_read import manifest_draw
     from flows.run import rerun_config
     from mdp_core.release import audit
     from tasks.measure import secret_draw

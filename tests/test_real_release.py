@@ -19,7 +19,8 @@ from conftest import N_PEOPLE, POPULATION, run_stages
 from conftest import people_config as config
 from conftest import people_table as people
 
-from artifacts.private import PrivateStore, commitment
+from artifacts.draws import commitment
+from artifacts.private import PrivateStore
 from artifacts.store import Store
 from mdp_core.errors import InputError
 from mdp_core.problem import microdata
@@ -140,7 +141,7 @@ def test_two_stores_draw_independently(first, secret_table, tmp_path):
 
 
 def test_new_draw_is_recorded_and_the_ledger_limit_refuses(secret_table, tmp_path):
-    from artifacts.private import BudgetRefused
+    from artifacts.ledger import BudgetRefused
 
     probe = run_stages(tmp_path / "probe", config(tmp_path / "probe", secret_table[0]))
     one = read_json(published(tmp_path / "probe", probe)["release_provenance.json"])["ledger"]["this_release"]
@@ -160,7 +161,7 @@ def test_new_draw_is_recorded_and_the_ledger_limit_refuses(secret_table, tmp_pat
 
 
 def test_commitment_checks_and_unknown_draws(tmp_path):
-    from artifacts.private import LedgerError
+    from artifacts.private_folder import LedgerError
 
     priv = PrivateStore(tmp_path)
     draw, made = priv.draw(POPULATION, "ab" * 32)

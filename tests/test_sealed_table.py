@@ -22,7 +22,8 @@ import pandas as pd
 import pytest
 from conftest import MDP, N_PEOPLE, POPULATION, api_post, people_config, people_table, run_command, server_env
 
-from artifacts.private import LedgerError, PrivateStore
+from artifacts.private import PrivateStore
+from artifacts.private_folder import LedgerError
 from artifacts.store import Store
 from flows.release import _TASKS, prepare, stage_params
 from mdp_core.problem import microdata

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from artifacts.store import Store
-from flows.config import manifest_release_name
+from flows.manifest_read import manifest_release_name
 
 
 def _write(store: Store, key: str, payload: bytes):
