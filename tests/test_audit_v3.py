@@ -120,9 +120,9 @@ def to_v3(run: Path) -> None:
         "version": 3,
         "population": population,
         "protection": protection,
-        "guarantee": budget.guarantee_record(
+        "guarantee": budget.Guarantee(
             eps, protection["stretch"], protection["protection_radius"], add, inst["distance_unit"], False
-        ),
+        ).record(),
         "ledger": {
             "population": population,
             "this_release": charge,

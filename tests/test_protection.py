@@ -22,7 +22,6 @@ from mdp_core.release.protection import (
     lower_bound_kind,
     metric_epsilon,
     metric_lower_bounds,
-    snap_stats,
     sparsified_edges,
 )
 from mdp_core.solvers.lp import solve_lp
@@ -181,13 +180,6 @@ def test_bad_input_is_an_input_error():
         metric_epsilon(inst, np.ones((2, 2)))
     with pytest.raises(InputError, match="out of range"):
         graph_protection(inst, np.array([[0, 5]]), np.array([1.0]))
-
-
-def test_snap_stats():
-    assert snap_stats(np.array([0.0, 0.2, 0.4])) == {"mean": pytest.approx(0.2), "max": 0.4}
-    assert snap_stats(np.zeros(0)) == {"mean": 0.0, "max": 0.0}
-    with pytest.raises(InputError, match="1 value"):
-        snap_stats(np.array([0.1, np.nan]))
 
 
 def test_protection_is_frozen():

@@ -297,32 +297,6 @@ class Guarantee:
         return this_release(self.epsilon_per_unit, self.radius_stretch, self.protection_radius, self.additive_epsilon)
 
 
-def guarantee_statement(
-    epsilon_per_unit: float,
-    stretch: float,
-    protection_radius: float,
-    additive_epsilon: float,
-    distance_unit: str,
-    with_prior: bool,
-) -> str:
-    """:meth:`Guarantee.statement` of these figures."""
-    return Guarantee(
-        epsilon_per_unit, stretch, protection_radius, additive_epsilon, distance_unit, with_prior
-    ).statement()
-
-
-def guarantee_record(
-    epsilon_per_unit: float,
-    stretch: float,
-    protection_radius: float,
-    additive_epsilon: float,
-    distance_unit: str,
-    with_prior: bool,
-) -> dict[str, Any]:
-    """:meth:`Guarantee.record` of these figures."""
-    return Guarantee(epsilon_per_unit, stretch, protection_radius, additive_epsilon, distance_unit, with_prior).record()
-
-
 __all__ = [
     "CERTIFIED_RATIO_TOL",
     "ZERO",
@@ -332,8 +306,6 @@ __all__ = [
     "Spend",
     "additive_epsilon",
     "compose",
-    "guarantee_record",
-    "guarantee_statement",
     "mechanism_epsilon",
     "round_up",
     "stated_metric",

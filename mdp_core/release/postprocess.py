@@ -95,12 +95,6 @@ def partial_order(labels: list[np.ndarray]) -> list[tuple[int, int]]:
     return [(a, b) for a in range(len(labels)) for b in range(len(labels)) if a != b and refines(labels[a], labels[b])]
 
 
-def indicator(labels: np.ndarray) -> sp.csr_matrix:
-    """(n_blocks, n) 0/1 matrix: row j sums the elements of block j."""
-    n = labels.shape[0]
-    return sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(int(labels.max()) + 1, n))
-
-
 @dataclass
 class Features:
     """Validated features over a universe of size n. ``labels[0]`` is the singletons."""

@@ -363,15 +363,3 @@ def metric_epsilon(inst: Instance, z: np.ndarray, rows: Any = None, *, assume_co
             ratio = np.where(lr > 0, lr / dl, 0.0)  # lr > 0 = dl: inf
         worst = max(worst, float(ratio.max(initial=0.0)))
     return worst
-
-
-def snap_stats(snap: np.ndarray) -> dict[str, float]:
-    """How far people were moved onto records: {"mean", "max"} of ``snap`` (n,) distances (0.0 when
-    empty). InputError on NaN, infinite or negative values (counts only, never a value, in the message)."""
-    s = np.asarray(snap, dtype=np.float64).reshape(-1)
-    if s.size == 0:
-        return {"mean": 0.0, "max": 0.0}
-    bad = ~np.isfinite(s) | (s < 0)
-    if bad.any():
-        raise InputError(f"snap distances: {int(bad.sum())} value(s) are NaN, infinite or negative")
-    return {"mean": float(s.mean()), "max": float(s.max())}
