@@ -10,53 +10,29 @@ The rule (:func:`choose`) looks only at the instance, the machine's CPU count an
 cluster, so the choice is deterministic for a given instance and machine setting. It is recorded in ``extra["auto"]``
 (``method``, ``reason`` and the features it used), which goes into solve.json and the manifest.
 
-* Dense graphs (mean degree >= ``AutoOptions.dense_degree`` = 40: the papers' eps * eta = 20 settings have 218-517
-  neighbours per record): row generation. It solves the same LP over the rows that bind, a few per
-  cent of them there, and keeps a valid lower bound all along; the full LP (11-52 M rows) does not
-  finish (bench/README.md: syn500, rome500, syn1000).
-* Sparse graphs (grids, binding road instances, text: degree 10-12): HiGHS solves the full LP
-  outright, up to ``AutoOptions.lp_max_rows`` = 8 M privacy rows in the largest component (grid N = 5,000 has 5.9 M:
-  LP 33 s against 85 s for row generation; the LP's memory, 9.7 GB at 5.9 M rows, is what caps it).
-  Above that, row generation.
+* Dense graphs (mean degree >= ``AutoOptions.dense_degree`` = 40: the papers' eps * eta = 20 settings): row
+  generation. It solves the same LP over the rows that bind, a few per cent of them there, and keeps a valid
+  lower bound all along; the full LP does not finish.
+* Sparse graphs (grids, binding road instances, text: degree 10-12): the full LP, up to
+  ``AutoOptions.lp_max_rows`` = 8 M privacy rows in the largest component (its memory is what caps it); above
+  that, row generation.
 * Rowgen holds only the mechanism's support (``support_tau`` = :data:`SUPPORT_TAU`) when the costs are the
-  data's own distance from record to output (:func:`loss_is_metric`): its starting support is made from
-  that metric, and on that loss each round's LP is 2-6x cheaper in CPU with the same rounds (syn500,
-  syn1000, syn2000, Rome N = 500 with the distance loss). On any other loss it is off: on Rome's
-  travel-cost loss its upper bound stalls and it takes 8 rounds where rowgen takes 3 (bench/HISTORY.md,
-  "Support"). On that loss it is picked whatever the degree: on sparse graphs too it certifies in 1-2
-  rounds where the full LP's simplex runs long (gap 1e-2, 2 shared cores, 2026-11-28: grid 20x25 K 100
-  1.7 s against 10.4 s, K 500 5.2 s against 140 s, grid 40x50 5.1 s against 34 s, text500 1.8 s against
-  15.3 s, Rome N = K = 150 at eta 1 km 7.2 s against 284 s; bench/README.md).
-* Benders is never chosen, and column generation only as the distributed path below. Measured on 2
-  cores (bench/README.md, "Which method wins"): Benders beats neither on any class; colgen beats the LP
-  only on small sparse grids (N <= 500, where both take seconds) and loses from N = 1,000 on and on
-  binding road instances.
-* The distributed path: column generation with its pricing LPs on a Dask cluster (``executor="dask"``),
-  when a cluster is configured (``scheduler``, a ``tcp://`` address) *and* the method picked above
-  would not fit in this machine's memory: its estimated peak (:func:`memory_estimate`) exceeds
-  ``memory_limit`` GB (default: 80 % of this machine's physical memory). The estimate is linear in the
-  full LP's privacy rows (:data:`MEMORY_MODEL`), a line above every peak measured here: the full LP
-  9.7 GB at 5.9 M rows (grid N = 5,000: about 1,650 bytes per row); row generation 0.75 GB at 52.5 M
-  rows (Rome N = 1,000), 1.29-1.33 GB at 169 M (synthetic N = 2,000) and 3.6 GB at 1,065 M
-  (synthetic N = 5,000, session 10), so 0.7 GB + 4 bytes per row (it was 16 bytes per row, from the two
-  smaller runs: 17 GB for N = 5,000, which would have sent it to a cluster it does not need). Per row
-  it falls with size: the (2E x K) mask of rows held takes 1 byte a row and the pair arrays 25 bytes a
-  pair (0.25 a row at K = 100), while the LPs it solves grow far more slowly than the full LP. Colgen
-  is the method whose work splits by output: each worker holds the pricing LPs of its outputs (each
-  with only its generated rows, a few times n of them), the client only the master (n x columns,
-  dense). It is picked because it fits, not because it was measured faster: on dense syn1000 its
-  master takes most of the time (gap 0.60 % after 1,200 s on a 2-worker cluster, where rowgen
-  certifies in 306 s), and on dense syn5000 its first master had not finished after 4.5 minutes, with
-  the client at 7.8 GB (bench/README.md, sessions 9 and 10). Without a cluster, or within the budget,
-  the single-machine choice stands.
-* With a cluster, when rowgen is picked and fits: rowgen's row-sum Lagrangian ascent
-  (``lagrangian_steps`` = :data:`LAGRANGIAN_STEPS`) with its K subproblems on that cluster
-  (:func:`delegated`). Measured (bench/README.md, "Row-sum Lagrangian bound" and "The Lagrangian's
-  subproblems on Dask"): the ascent ends the synthetic class a round earlier (syn500 10.6 s against
-  30.5 s, syn1000 154 s against 268 s); on Rome and at syn2000 it saves no round, and its cost there
-  (rome1000 +12 %; syn2000's second LP slower) was its CPU beside the LP on the same 2 cores, which a
-  cluster's workers take off the driver. Without a cluster it stays off. Not measured here: a remote
-  cluster (a ``LocalCluster`` on the driver's own cores brings the contention back).
+  data's own distance from record to output (:func:`loss_is_metric`): its starting support is made from that
+  metric. On that loss it is picked whatever the degree; on any other loss the support is off.
+* Benders is never chosen, and column generation only as the distributed path below.
+* The distributed path: column generation with its pricing LPs on a Dask cluster (``executor="dask"``), when a
+  cluster is configured (``scheduler``, a ``tcp://`` address) *and* the method picked above would not fit in
+  this machine's memory: its estimated peak (:func:`memory_estimate`, linear in the full LP's privacy rows:
+  :data:`MEMORY_MODEL`, a line above every peak measured) exceeds ``memory_limit`` GB (default: 80 % of this
+  machine's physical memory). Colgen is the method whose work splits by output (each worker holds the pricing
+  LPs of its outputs, the client only the master): it is picked because it fits, not because it is faster.
+  Without a cluster, or within the budget, the single-machine choice stands.
+* With a cluster, when rowgen is picked and fits: rowgen's row-sum Lagrangian ascent (``lagrangian_steps`` =
+  :data:`LAGRANGIAN_STEPS`) with its K subproblems on that cluster (:func:`delegated`). Without a cluster it
+  stays off.
+
+The measurements behind each rule: bench/README.md ("Which method wins", "Row-sum Lagrangian bound", "The
+Lagrangian's subproblems on Dask") and bench/HISTORY.md ("Why auto chooses what it does").
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ Pricing for output k with master duals u (n,): m_k = min (c_k - u) . x  s.t.  x 
 (:func:`implied_edges`, e.g. the 2 km edges of the grid) are left out: the cone is unchanged, and
 leaving a row out could only relax pricing. Of the rest each pricing model holds only rows its
 solutions violated (lazily generated, at most n of the most violated per re-solve,
-:class:`PricingWorker`): on the dense syn1000 2,547 of 427,918 rows and 0.1 s, against 1.1 s over
-every row (bench/HISTORY.md). The column x* is made exactly conic by :func:`close` and
+:class:`PricingWorker`; bench/HISTORY.md). The column x* is made exactly conic by :func:`close` and
 enters when its reduced cost per unit mass is below -``tol``.
 
 The K pricing LPs of every component run through :mod:`mdp_core.runtime.executor`, one stateful
@@ -53,10 +52,8 @@ duals. Results are assembled in output order and every worker is deterministic, 
 the trace's objective columns are bit-identical on every backend and process count.
 ``executor="auto"`` keeps everything in this process (serial, one output after another) unless the
 pricing work, K x the nonzeros of the pricing rows summed over components, reaches
-``PROCESS_MIN_WORK`` (and there are 2 CPUs and 2 workers). Measured on the shared 2-core test
-machine (grids 15 x 20 to 50 x 40, K = 100, eps 10 / km; 0.5-3.3 M pricing nonzeros; other jobs
-running): two worker processes were 2-3 s slower than serial every time (start-up ~1.5-2 s, then no
-pricing speed-up on the cores left), so the threshold sits above the largest of them.
+``PROCESS_MIN_WORK`` (and there are 2 CPUs and 2 workers): below it, worker processes cost their start-up and
+speed nothing up (bench/HISTORY.md).
 ``executor="process"`` (persistent worker processes, single-threaded HiGHS) or ``"dask"``
 (``scheduler``: a cluster address) choose explicitly.
 
@@ -111,7 +108,7 @@ and iterate in lockstep, so every trace row bounds the whole instance; isolated 
 their cheapest output. Memory: an (n, n) path-distance (decay) matrix per component, its cone pairs
 (25 bytes per directed pair), and one pricing model per output holding only its generated rows; with
 worker processes (or Dask workers) every process holding an output of a component also holds a copy of
-that component's decay matrix and pairs (n = 5,000 dense: 200 MB and about 270 MB). The master, in the
+that component's decay matrix and pairs. The master, in the
 calling process, is n x (columns) and dense: on dense instances it is what limits the size (bench/HISTORY.md).
 """
 

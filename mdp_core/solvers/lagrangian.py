@@ -43,10 +43,9 @@ rows that had a nonzero dual at its last solve (memory: HiGHS needs about 1-2 KB
 A request can also carry pair ids to hold first. Every worker is deterministic and results are assembled in output order, so the
 bound is bit-identical for any executor and worker count.
 
-Memory per worker process: the shared pairs (25 bytes per directed pair: Rome N = 1,000, 517 k pairs,
-13 MB; N = 5,000 dense, 10.7 M pairs, 270 MB) plus, per output held there, a (2E,) bool mask and its
-HiGHS model: measured about 2-4 KB per held row, with 1-3 N rows held per model (100 models: 0.45 GB at
-N = 500, 0.6-1.4 GB at N = 1,000; bench/HISTORY.md, "Row-sum Lagrangian bound").
+Memory per worker process: the shared pairs (25 bytes per directed pair) plus, per output held there, a (2E,)
+bool mask and its HiGHS model (about 2-4 KB per held row, 1-3 N rows held per model; the measured peaks:
+bench/HISTORY.md, "Row-sum Lagrangian bound").
 """
 
 from __future__ import annotations

@@ -44,11 +44,8 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    subproblem's optimal face; near lam* the subproblems' binding rows are a guess at them, made
    over all of P's rows, where the LP point's violated rows only see the rows it breaks. A guess
    only: the bounds stay those of steps 3-4 whichever rows are held. Before a round that cannot
-   close (loose) the ascent is skipped, as its rows would not be used. Measured (bench/HISTORY.md,
-   "Lagrangian rows"): synthetic N = 2,000 in 2 rounds instead of 3 (606 s against 733 s); Rome
-   N = 1,000 mixed (one seed 4 rounds instead of 5, 489 s against 497-538 s; another still 5, 772 s
-   against 565 s). Each LP that holds the extra rows costs more, so where they save no round they
-   cost time: off by default.
+   close (loose) the ascent is skipped, as its rows would not be used. It saves a round on some instances and
+   costs time where it saves none: off by default (bench/HISTORY.md, "Lagrangian rows").
 5. Stop when UB - LB is within the requested gap, or at the time limit (a round whose LP the limit cut
    gives its lower bound only: :func:`_cut_by_limit`). Otherwise add the violated rows
    z_ak - g_ab z_bk > 0 (g_ab = exp(eps d_ab)) with the largest *deficit* (z_ak / g_ab - z_bk: the
@@ -56,9 +53,8 @@ Algorithm (one HiGHS model, every record and output; connected components need n
    and are not worth a row), at most ``rows_per_round`` of them, and go to 2. With ``deficit_share``
    s > 0 (off by default) the count rises to the number of largest-deficit rows whose deficits sum
    to s of all violated rows' deficit, when that is more, from the rows chosen after round
-   ``share_from_round``'s LP on (:func:`share_count`). Measured in bench/HISTORY.md, "Rows per round
-   and the upper bound": no change on the synthetic class, Rome N = 500's near-miss fourth round
-   saved, Rome N = 1,000 slower (its share is 4-8x the default count). A restricted LP over
+   ``share_from_round``'s LP on (:func:`share_count`; bench/HISTORY.md, "Rows per round and the
+   upper bound"). A restricted LP over
    nonnegative per-output combinations of the rounds' closures cannot beat the best closure (proof
    there), so the upper bound stays the best closure.
 
@@ -89,13 +85,9 @@ enter the minimum with their own cost c_ik (no held row touches them), so the bo
 pairs; it is below the held LP's value by exactly the records whose cheapest outside pair undercuts
 y_i, which is what rule (b) prices in.
 
-A non-uniform prior (issue 51; a DP histogram of the people, a file prior). Tried and not kept: ranking a
-round's violated rows by their deficit times the raised record's weight N p_b (what the lift costs the upper
-bound, not the mass). On romeR300 with a DP-like prior (83-89x between records, gap 1e-2) it raised round 2's
-lower bound (gap 3.18 % against 3.92 %) but round 3 ended the same (1.36 % against 1.33 %). With the rule kept
-the upper bound froze at round 3's closure through rounds 4-5 and thawed at round 6 (0.239 %, 1,027 s;
-bench/HISTORY.md, "A prior that converges"): why is open. Skewed priors reach the LP's optimum at the
-requested gap on the support (tests/test_rowgen.py).
+A non-uniform prior (issue 51; a DP histogram of the people, a file prior): skewed priors reach the LP's optimum
+at the requested gap on the support (tests/test_rowgen.py); what was tried to make them converge faster:
+bench/HISTORY.md, "A prior that converges".
 
 Every pair in the metric (``SolverOptions.all_pairs``, issue 51; :mod:`mdp_core.solvers.metric_pairs`). The
 rows of every two records of one component that are not an edge are found lazily too (:func:`far_violated`:
@@ -109,8 +101,7 @@ all-pairs LP, multipliers 0 elsewhere.
 Memory: the model holds N K columns (|S| with a support) and |R| rows (|R| ~ 0.2-0.5 M at N = 500 dense), and
 this module the held rows' keys (|R| int64, no (2 E, K) mask) and the directed edges (2 E); violation checks
 stream over the 2 E K (edge, output) pairs in chunks, keeping only the batch's best candidates
-(:func:`violated`). Measured peak (syn1000 seed 1, support 1e-5): 785 MB with every violated row kept, 542 MB
-streamed, the same rounds and bounds.
+(:func:`violated`; peaks measured: bench/HISTORY.md).
 """
 
 from __future__ import annotations
