@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from artifacts.private_folder import (
     mkdir_private,
     write_private,
 )
+from mdp_core.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -160,3 +162,26 @@ class Draws(PrivateFolder):
         if not write_private(path, json_bytes({"value": value, "created_at": time.time()}), exclusive=True):
             return self.measurement(draw, name)
         return value
+
+    def move_draws(self, old: str, new: str) -> int:
+        """Move ``old``'s table versions and their draws to the population ``new`` (a ledger rename): the folder
+        ``populations/<old>/versions`` becomes ``new``'s (refused when ``new`` has versions of its own) and every
+        draw record under it names ``new``. Idempotent (a second call finishes an interrupted one). Returns the
+        number of draw records now naming ``new``."""
+        src = self.root / "populations" / check_population(old) / "versions"
+        dst = self.root / "populations" / check_population(new) / "versions"
+        if src.is_dir():
+            if dst.exists():
+                raise InputError(f"population {new!r} already has draws of its own: a rename needs a name of its own")
+            mkdir_private(dst.parent)
+            os.rename(src, dst)
+        n = 0
+        for pointer in sorted(dst.glob("*/*")) if dst.is_dir() else []:
+            if not pointer.name.isdigit():
+                continue
+            path = self.root / "draws" / hex_id(pointer.read_text(encoding="ascii").strip()) / "draw.json"
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            if rec.get("population") != new:
+                write_private(path, json_bytes(rec | {"population": new}))
+            n += 1
+        return n

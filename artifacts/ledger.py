@@ -29,6 +29,11 @@ own ledger. Measurements made outside this store's pipeline are not charged. ``s
 (``mdp-release ledger new-budget``) starts a fresh total on an operator's recorded decision: the
 guarantee then holds per budget, not across budgets.
 
+*A rename* (:meth:`Ledger.rename_ledger`, ``mdp-release ledger rename``) changes nothing of this: the old
+name's chain ends with a ``rename`` entry and refuses every new charge; the new name's chain begins with a
+``renamed-from`` entry that carries the cap, the spend and the current budget's charge keys (and the hash of
+the old chain's last entry), so the budget continues whole under the new name.
+
 Tamper evidence
 ---------------
 The ledger of a population is a hash chain: entry ``n`` holds ``prev`` = the hash of entry ``n - 1``
@@ -80,6 +85,7 @@ from artifacts.private_folder import (
     LedgerError,
     PrivateFolder,
     canonical_json,
+    check_population,
     hex_id,
     json_bytes,
     mkdir_private,
@@ -89,7 +95,7 @@ from mdp_core.declarations import budget as exact
 from mdp_core.errors import InputError, PrivacyError
 
 GENESIS_PREV = "0" * 64
-KINDS = ("genesis", "cap", "lower", "raise", "charge", "new-budget")
+KINDS = ("genesis", "cap", "lower", "raise", "charge", "new-budget", "rename", "renamed-from")
 
 
 class BudgetRefused(PrivacyError):
@@ -212,6 +218,8 @@ class Ledger(PrivateFolder):
         for e in chain:
             if e["kind"] == "new-budget":
                 n = 0
+            elif e["kind"] == "renamed-from":
+                n = len(_carried(e))
             elif e["kind"] == "charge":
                 n += 1
             cap = None if e.get("cap") is None else float(e["cap"])
@@ -232,13 +240,7 @@ class Ledger(PrivateFolder):
     @staticmethod
     def _charged(chain: list[dict[str, Any]]) -> set[str]:
         """Charge keys of the current budget (a key charged before the last new budget is charged again)."""
-        keys: set[str] = set()
-        for e in chain:
-            if e["kind"] == "new-budget":
-                keys = set()
-            elif e["kind"] == "charge":
-                keys.add(str(e["key"]))
-        return keys
+        return {key for key, _ in _current_charges(chain)}
 
     def position(self, population: str, keys: Collection[str]) -> dict[str, Any] | None:
         """Where the latest charge of ``keys`` sits in the population's (verified) ledger, within the current
@@ -246,7 +248,12 @@ class Ledger(PrivateFolder):
         figures however often the release is recomputed. None when none of the keys is charged."""
         chain = self._verified(population)
         start = max((e["seq"] for e in chain if e["kind"] == "new-budget"), default=0)
-        found = [e for e in chain[start:] if e["kind"] == "charge" and e["key"] in keys]
+        found = [
+            e
+            for e in chain[start:]
+            if (e["kind"] == "charge" and e["key"] in keys)
+            or (e["kind"] == "renamed-from" and any(k in keys for k, _ in _carried(e)))
+        ]
         if not found:
             return None
         e = found[-1]
@@ -254,9 +261,10 @@ class Ledger(PrivateFolder):
 
     def history(self, population: str, upto_seq: int) -> list[dict[str, Any]]:
         """The budget's decisions up to entry ``upto_seq`` (the same however often a release is recomputed):
-        every cap set, lowered or raised and every new budget, with its time (UTC), who, why, the cap after it
-        and what the population had been charged before it -- in this budget and across every budget of the
-        store (``spent_all_budgets``). Published in every later release's provenance (issue 39: the people who
+        every cap set, lowered or raised, every new budget and a rename that brought the budget here
+        (``renamed-from``: its spend then carried over), with its time (UTC), who, why, the cap after it and what
+        the population had been charged before it -- in this budget and across every budget of the store
+        (``spent_all_budgets``). Published in every later release's provenance (issue 39: the people who
         sign see the whole history)."""
         chain = self._verified(population)[: int(upto_seq) + 1]
         out: list[dict[str, Any]] = []
@@ -265,7 +273,10 @@ class Ledger(PrivateFolder):
         for e in chain:
             if e["kind"] == "charge":
                 charges.append(float(e["epsilon"]))
-            elif e["kind"] in ("cap", "lower", "raise", "new-budget"):
+            elif e["kind"] == "renamed-from":  # the old name's current budget, carried: charged before the rename
+                charges.extend(eps for _, eps in _carried(e))
+                before = float(e["spent"])
+            if e["kind"] in ("cap", "lower", "raise", "new-budget", "renamed-from"):
                 out.append(
                     {
                         "seq": int(e["seq"]),
@@ -313,7 +324,14 @@ class Ledger(PrivateFolder):
         if not chain and kind != "genesis":
             self._append(population, chain, "genesis", "mdp-release", "ledger created", None)
         state = self._state(population, chain)
-        spent = 0.0 if kind == "new-budget" else float(exact.compose([*_charges(chain), fields.get("epsilon", 0.0)]))
+        if kind != "rename":
+            _refuse_if_renamed(population, chain)
+        if kind == "renamed-from":
+            spent = float(exact.compose([eps for _, eps in fields["detail"]["charges"]]))
+        else:
+            spent = (
+                0.0 if kind == "new-budget" else float(exact.compose([*_charges(chain), fields.get("epsilon", 0.0)]))
+            )
         entry: dict[str, Any] = {
             "seq": len(chain),
             "prev": state.head,
@@ -378,6 +396,8 @@ class Ledger(PrivateFolder):
         cap, _, notes = self.effective_cap(population, state.cap, config_cap)
         charged = self._charged(chain)
         new = {k: _check_epsilon(e, f"planned charge {k[:12]}") for k, e in planned.items() if k not in charged}
+        if new:
+            _refuse_if_renamed(population, chain)
         spent = _charges(chain)
         self.refuse_unless_fits(population, cap, spent, list(new.values()), require_cap)
         left = exact.Budget.of(cap).left(spent)
@@ -446,6 +466,7 @@ class Ledger(PrivateFolder):
             cap, kind, notes = self.effective_cap(population, state.cap, config_cap)
             if key in self._charged(chain):
                 return self._state(population, chain, notes), False
+            _refuse_if_renamed(population, chain)
             self.refuse_unless_fits(population, cap, _charges(chain), [epsilon], require_cap)
             if kind is not None:  # the first cap
                 self._append(population, chain, kind, "config", "first cap, from the config's max_total_epsilon", cap)
@@ -485,6 +506,35 @@ class Ledger(PrivateFolder):
                 return self._state(population, chain)
             self._append(population, chain, kind, by, why, cap)
             return self._state(population, chain)
+
+    def rename_ledger(self, old: str, new: str, by: str, why: str) -> Budget:
+        """Move ``old``'s budget to the name ``new`` (``mdp-release ledger rename``), recorded with ``by``/``why``:
+        ``old``'s chain ends with a ``rename`` entry (``detail.to``; it then refuses every new charge, naming
+        ``new``) and ``new``'s chain begins with a ``renamed-from`` entry (``detail``: the old name, the rename
+        entry's seq and hash, the current budget's charges as (key, epsilon)) carrying the cap and the spend, so the
+        budget continues whole and a measurement already charged is not charged again. Both entries are hashed and
+        MACed like any other. Re-running it after an interruption completes it; InputError when ``old`` has no
+        ledger or ``new`` has one of its own, BudgetRefused when ``old`` was renamed to another name."""
+        by, why = _who(by, why)
+        if check_population(old) == check_population(new):
+            raise InputError(f"population {old!r}: a rename needs a different name")
+        first, second = sorted((old, new))
+        with self._lock(first), self._lock(second):
+            chain, target = self._verified(old), self._verified(new)
+            if not chain:
+                raise InputError(f"population {old!r} has no ledger in this store: nothing to rename")
+            moved = renamed_to(chain)
+            if moved is None:
+                if target:
+                    raise InputError(f"population {new!r} already has a ledger: a rename needs a name of its own")
+                moved = self._append(old, chain, "rename", by, why, self._state(old, chain).cap, detail={"to": new})
+            elif moved["detail"]["to"] != new:
+                _refuse_if_renamed(old, chain)
+            if not any(e["kind"] == "renamed-from" for e in target):
+                charges = [[k, e] for k, e in _current_charges(chain)]
+                detail = {"from": old, "from_seq": moved["seq"], "from_head": _entry_hash(moved), "charges": charges}
+                self._append(new, target, "renamed-from", moved["by"], moved["why"], moved["cap"], detail=detail)
+            return self._state(new, target)
 
     def start_new_budget(
         self, population: str, cap: float, by: str, why: str, acknowledged: Sequence[tuple[int, str]]
@@ -540,15 +590,44 @@ class Ledger(PrivateFolder):
             )
 
 
-def _charges(chain: Sequence[Mapping[str, Any]]) -> list[float]:
-    """The epsilons of the current budget's charges (since the last new-budget entry), in ledger order."""
-    out: list[float] = []
+def _current_charges(chain: Sequence[Mapping[str, Any]]) -> list[tuple[str, float]]:
+    """(key, epsilon) of the current budget's charges (since the last new budget, or the charges a rename carried
+    over), in ledger order."""
+    out: list[tuple[str, float]] = []
     for e in chain:
         if e["kind"] == "new-budget":
             out = []
+        elif e["kind"] == "renamed-from":
+            out = _carried(e)
         elif e["kind"] == "charge":
-            out.append(float(e["epsilon"]))
+            out.append((str(e["key"]), float(e["epsilon"])))
     return out
+
+
+def _charges(chain: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The epsilons of the current budget's charges (:func:`_current_charges`), in ledger order."""
+    return [eps for _, eps in _current_charges(chain)]
+
+
+def _carried(entry: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """The (charge key, epsilon) of the current budget a ``renamed-from`` entry carried over from the old name."""
+    return [(str(k), float(e)) for k, e in entry["detail"]["charges"]]
+
+
+def renamed_to(chain: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The ``rename`` entry of a verified chain (its population was renamed: ``detail.to``), or None."""
+    return next((e for e in chain if e["kind"] == "rename"), None)
+
+
+def _refuse_if_renamed(population: str, chain: Sequence[Mapping[str, Any]]) -> None:
+    """BudgetRefused, naming the new name, when ``population`` was renamed (its chain ends its budget)."""
+    moved = renamed_to(chain)
+    if moved is not None:
+        raise BudgetRefused(
+            f"population {population!r} was renamed to {moved['detail']['to']!r} (ledger entry {moved['seq']}, by "
+            f"{moved['by']}): its budget, draws and table are recorded under that name; set [release] population = "
+            f"{moved['detail']['to']!r}"
+        )
 
 
 def _spent(chain: Sequence[Mapping[str, Any]]) -> exact.Epsilon:

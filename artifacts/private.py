@@ -30,7 +30,7 @@ repaired every time a :class:`PrivateStore` is opened):
 from __future__ import annotations
 
 from artifacts.draws import Draws
-from artifacts.ledger import Ledger
+from artifacts.ledger import Budget, Ledger
 from artifacts.tables import Tables
 
 
@@ -38,6 +38,19 @@ class PrivateStore(Draws, Ledger, Tables):
     """``<store>/private/``: its draws (:class:`artifacts.draws.Draws`), the populations' ledgers
     (:class:`artifacts.ledger.Ledger`) and table ownership (:class:`artifacts.tables.Tables`), over one folder,
     one key and one permission check (:class:`artifacts.private_folder.PrivateFolder`)."""
+
+    def rename(self, old: str, new: str, by: str, why: str) -> Budget:
+        """``mdp-release ledger rename OLD NEW``: the population ``old`` becomes ``new``, recorded in both chains
+        (:meth:`artifacts.ledger.Ledger.rename_ledger`: the budget continues whole under ``new``; ``old`` then
+        refuses every new charge, naming ``new``), then its table versions and draws
+        (:meth:`artifacts.draws.Draws.move_draws`) and its keyed sketch (:meth:`artifacts.tables.Tables.move_sketch`)
+        move to ``new``, so ``new``'s next table is a version of its own and not "another population's". The
+        decision is recorded first; re-running the command after an interruption completes the moves. Returns
+        ``new``'s budget."""
+        budget = self.rename_ledger(old, new, by, why)
+        self.move_draws(old, new)
+        self.move_sketch(old, new)
+        return budget
 
 
 __all__ = ["PrivateStore"]

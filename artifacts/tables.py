@@ -188,3 +188,26 @@ class Tables(PrivateFolder):
                 f"the secret table's handle {handle[:12]} is not in this store's private part ({self.root}): "
                 "start the release with `mdp-release run --config FILE` (or serve / deploy) on this store"
             ) from None
+
+    def move_sketch(self, old: str, new: str) -> bool:
+        """Move ``old``'s keyed sketch to the population ``new`` (a ledger rename; merged into ``new``'s if it has
+        one), under the tables' lock, so that ``new``'s next table is judged its own version and nobody's else.
+        Idempotent. Returns True when a sketch was moved."""
+        check_population(old)
+        check_population(new)
+        folder = mkdir_private(self.root / "tables")
+        fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not (self.root / "store.key").is_file():
+                return False
+            sketches = dict(self._sketches())
+            if old not in sketches:
+                return False
+            merged = sketches[old] if new not in sketches else sketches[new].merged(sketches[old])
+            write_private(self._sketch_path(new), json_bytes({"population": new, "sketch": merged.as_dict()}))
+            self._sketch_path(old).unlink()
+            return True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

@@ -1,5 +1,5 @@
 """``mdp-release ledger``: read and operate the populations' privacy-budget ledgers
-(:mod:`artifacts.private`: the privacy contract, the hash chain, the cap rules).
+(:mod:`artifacts.ledger`: the privacy contract, the hash chain, the cap rules).
 
   mdp-release ledger [--store DIR | --config FILE] [--population P] [--json]
       every population of the store: the releases its current budget has paid for (counted from the
@@ -14,6 +14,9 @@
   mdp-release ledger new-budget --population P --cap X --by WHO --why TEXT
       start a fresh budget (spent 0), acknowledging the published heads found in the store's runs/:
       the explicit, recorded way out of a refusal after a rollback or a lost private/ folder
+  mdp-release ledger rename OLD NEW --by WHO --why TEXT
+      the population OLD is called NEW from now on: its budget (cap, spend, charges), table versions, draws
+      and keyed sketch move to NEW, recorded in both chains; OLD then refuses every new charge, naming NEW
 
 Exit codes: 0 ok; 2 bad input, a refusal, or a ledger that does not verify (one line on stderr).
 """
@@ -45,7 +48,7 @@ def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``ledger`` sub-command's arguments and its actions ``cap`` and ``new-budget``."""
+    """The ``ledger`` sub-command's arguments and its actions ``cap``, ``new-budget`` and ``rename``."""
     _common(p, suppress=False)
     sub = p.add_subparsers(
         dest="ledger_action",
@@ -63,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     n.add_argument("--cap", dest="cap_value", metavar="X", type=float, required=True, help="the new budget's cap")
     n.add_argument("--by", required=True, help="who decides (recorded)")
     n.add_argument("--why", required=True, help="why (recorded)")
+    r = sub.add_parser("rename", help="move a population's budget, draws and table to a new name (recorded)")
+    _common(r, suppress=True)
+    r.add_argument("old", metavar="OLD", help="the population's name now")
+    r.add_argument("new", metavar="NEW", help="its name from now on (a name no population of the store has)")
+    r.add_argument("--by", required=True, help="who decides (recorded)")
+    r.add_argument("--why", required=True, help="why (recorded)")
 
 
 def resolve_store(args: argparse.Namespace) -> Path:
@@ -229,10 +238,11 @@ def forecast(entries: list[dict[str, Any]], paid: list[Paid]) -> dict[str, Any]:
 
 
 def budget_epoch(entries: list[dict[str, Any]]) -> int:
-    """The seq of the entry that opened the current outlook: the last first cap, raise or new budget (-1:
-    none). A low-budget warning is given once per population and epoch: a raise or a new budget re-arms it,
+    """The seq of the entry that opened the current outlook: the last first cap, raise, new budget or rename
+    (-1: none). A low-budget warning is given once per population and epoch: a raise or a new budget re-arms it,
     a lowering does not."""
-    return max((int(e["seq"]) for e in entries if e["kind"] in ("cap", "raise", "new-budget")), default=-1)
+    opening = ("cap", "raise", "new-budget", "renamed-from")
+    return max((int(e["seq"]) for e in entries if e["kind"] in opening), default=-1)
 
 
 @dataclass(frozen=True)
@@ -264,6 +274,9 @@ def budget_view(
     paid = paid_releases(entries, runs)
     published = sum(len(v) for v in runs.values())
     row = {"population": population, "published": published} | budget | forecast(entries, paid)
+    moved = next((e for e in entries if e["kind"] == "rename"), None)
+    if moved is not None:  # its budget lives under the new name: no outlook here
+        row["status"] = f"renamed to {moved['detail']['to']}"
     return BudgetView(population, row | {"epoch": budget_epoch(entries)}, paid, entries)
 
 
@@ -428,6 +441,10 @@ def cmd_ledger(args: argparse.Namespace) -> int:
             heads = published_heads(root, pop)
             b = PrivateStore(root).start_new_budget(pop, args.cap_value, args.by, args.why, heads)
             _print_budget(b, as_json, f"new budget started ({len(heads)} published head(s) acknowledged)")
+            return 0
+        if action == "rename":
+            b = PrivateStore(root).rename(args.old, args.new, args.by, args.why)
+            _print_budget(b, as_json, f"renamed from {args.old}")
             return 0
         if getattr(args, "population", None):
             return _entries(root, check_population(args.population), as_json)
