@@ -11,11 +11,11 @@ Layout under ``<store>/private/``:
                                              the current draw is the highest n), created exclusively
                                              (``os.link``): two concurrent first runs agree on one draw
 
-                                             inspection) when a new budget was started
-  tables/<HMAC(key, pop)>.json               the population's keyed sketch of its people (Bloom filters
-                                             of HMAC tags: :mod:`mdp_core.release.similarity`), merged
-                                             over its versions under ``tables/.lock``: the door's rule 6
-  sealed/<sha256>.parquet                    the secret table as the privacy door read it (canonical rows:
+The commitment is ``sha256("mdp-release draw v1" || secret)``: published, it binds the release to its
+draw without revealing it (the secret is 256 uniform bits); an auditor handed ``draw.json`` checks it.
+Everything the pipeline draws for individuals comes from a numpy Generator seeded with the secret
+(:meth:`Draw.rng`), never from a configured value. A population's rename (:meth:`Draws.move_draws`) moves its
+versions' folder and rewrites each draw record's population; the secret and its commitment stay.
 """
 
 from __future__ import annotations
