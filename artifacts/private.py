@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from artifacts.draws import Draws
 from artifacts.ledger import Budget, Ledger
+from artifacts.published import published_heads
 from artifacts.tables import Tables
 
 
@@ -46,7 +47,9 @@ class PrivateStore(Draws, Ledger, Tables):
         (:meth:`artifacts.draws.Draws.move_draws`) and its keyed sketch (:meth:`artifacts.tables.Tables.move_sketch`)
         move to ``new``, so ``new``'s next table is a version of its own and not "another population's". The
         decision is recorded first; re-running the command after an interruption completes the moves. Returns
-        ``new``'s budget."""
+        ``new``'s budget. LedgerError, nothing moved, when ``old``'s ledger lacks a head its published releases
+        committed to (a rolled-back budget is not carried to a name without published heads)."""
+        self.check_published(old, published_heads(self.store_root, old))
         budget = self.rename_ledger(old, new, by, why)
         self.move_draws(old, new)
         self.move_sketch(old, new)

@@ -16,6 +16,7 @@ import pytest
 
 from artifacts.ledger import BudgetRefused
 from artifacts.private import PrivateStore
+from artifacts.private_folder import LedgerError
 from flows.cli import main
 from mdp_core.errors import InputError
 from mdp_core.release.similarity import People
@@ -163,3 +164,16 @@ def test_at_the_door_the_renamed_population_s_next_table_is_its_own(tmp_path, ca
     assert any(f"population {NEW!r}" in r for r in _rule6(tmp_path, nxt, OTHER))  # still judged by similarity
     other = _write(rome_people(1500, 32), tmp_path / "other.csv")
     assert not _rule6(tmp_path, other, OTHER)  # different people: a population of their own
+
+
+def test_a_rolled_back_ledger_is_not_carried_to_a_new_name(tmp_path):
+    from test_ledger import ledger_dir, publish
+
+    priv = PrivateStore(tmp_path)
+    for i in (1, 2):
+        b, _ = priv.charge(OLD, k(i), 1.0, {}, 5.0, True)
+    publish(tmp_path, "r1", b, pop=OLD)
+    (ledger_dir(tmp_path, OLD) / f"{b.seq:08d}.json").unlink()  # the published last charge rolled back
+    with pytest.raises(LedgerError, match="published ledger head"):
+        priv.rename(OLD, NEW, "x", "y")
+    assert priv.entries(NEW) == [] and priv.entries(OLD)[-1]["kind"] == "charge"  # nothing recorded or moved
