@@ -247,3 +247,45 @@ def test_run_prints_the_error_for_people(released: Path) -> None:
     assert f"{rows[people.RELEASE]['dist_loss_mean']:.4g} km" in line
     assert f"the snap to the record alone {rows[people.SNAP]['dist_loss_mean']:.4g}" in line
     assert people_error_line("| method |\n|---|\n| x |", method, "km") is None
+
+
+@pytest.mark.skipif(not ROME.is_dir(), reason=f"{ROME} is absent (real OSM data; see ../shared/data/README)")
+def test_a_road_s_people_live_along_its_streets_read_again_as_they_were(tmp_path: Path) -> None:
+    """The street model reads the network the instance's provenance names and hashes: every person lies within
+    max_distance of their record and STREET_OFFSET_KM of a street; a network file changed since is refused
+    (InputError: the evaluate stage then writes no people's rows), never silently replaced."""
+    import shutil
+
+    from mdp_core.errors import InputError
+    from mdp_core.problem.datasets.road import road
+
+    for name in ("nodes.csv", "edges.csv"):
+        shutil.copy(ROME / name, tmp_path / name)
+    inst = road(
+        nodes=str(tmp_path / "nodes.csv"),
+        edges=str(tmp_path / "edges.csv"),
+        center=[41.9025, 12.4965],
+        radius_km=0.8,
+        n_records=40,
+        n_outputs=10,
+        eta=1.0,
+        loss="distance",
+    )
+    assert people.along_streets(inst)
+    c = people.cells(inst, 0.4)
+    snap = people.release_values(inst, None, c)["snap"]
+    assert c.record.size > 40 * 20 and c.empty == 0 and float(snap.max()) <= 0.4 + 1e-9
+    streets = people.road_streets(inst)
+    lat0 = math.radians(float(inst.record_points()[:, 0].mean()))
+    km = np.array([111.19492664455873, 111.19492664455873 * math.cos(lat0)])
+    a, b = streets[:, :2] * km, streets[:, 2:] * km
+    x = (people._latlon(c.space[:2000]) * km)[:, None, :]
+    t = np.clip(((x - a) * (b - a)).sum(axis=2) / ((b - a) ** 2).sum(axis=1).clip(1e-12), 0.0, 1.0)
+    nearest = np.linalg.norm(x - (a + t[..., None] * (b - a)), axis=2).min(axis=1)
+    # 20 m from their own street (nearer another one only at a corner)
+    assert float(nearest.max()) <= people.STREET_OFFSET_KM + 1e-3
+    assert float(np.median(nearest)) == pytest.approx(people.STREET_OFFSET_KM, abs=1e-3)
+    with open(tmp_path / "edges.csv", "a", encoding="utf-8") as f:
+        f.write("\n")
+    with pytest.raises(InputError, match="absent or changed"):
+        people.cells(inst, 0.4)
