@@ -232,10 +232,13 @@ def _street_points(streets: np.ndarray, length: np.ndarray, step: float) -> tupl
     return a + t * (b - a), (length / parts)[idx]
 
 
-def _street_cells(instance: Instance, max_distance: float, streets: np.ndarray) -> Cells | None:
+def _street_cells(
+    instance: Instance, max_distance: float, streets: np.ndarray, per_record: int | None = None
+) -> Cells | None:
     """People along the streets in each record's cell: the midpoints of the streets' pieces (weight: the piece's
     length), moved :data:`STREET_OFFSET_KM` to either side of the street (half the weight each), kept within
-    max_distance of their nearest record. None when no street lies within max_distance of a record."""
+    max_distance of their nearest record (``per_record``: about that many points per record, in longer pieces).
+    None when no street lies within max_distance of a record."""
     from mdp_core.release.baseline import on_sphere
 
     rec_space = space_points(instance, instance.record_points())
@@ -248,6 +251,8 @@ def _street_cells(instance: Instance, max_distance: float, streets: np.ndarray) 
         return None
     streets, length = streets[near], length[near]
     step = max(STREET_STEP_KM, float(length.sum()) * 2 * instance.n_outputs / PEOPLE_BUDGET)
+    if per_record is not None:
+        step = max(step, float(length.sum()) * 2 / (per_record * instance.n_records))
     pts, w = _street_points(streets, length, step)
     idx = np.repeat(np.arange(length.size), np.maximum(1, np.ceil(length / step)).astype(np.int64))
     lat = np.radians(pts[:, 0])
@@ -291,7 +296,9 @@ def cells(
         return Cells(space_points(instance, rec), np.arange(n), np.ones(n), 1, 0.0, "the record itself", 0)
     params = instance.provenance.get("parameters") if isinstance(instance.provenance, dict) else None
     if instance.metric == "haversine" and (streets is not None or along_streets(instance)):
-        along = _street_cells(instance, max_distance, road_streets(instance) if streets is None else streets)
+        along = _street_cells(
+            instance, max_distance, road_streets(instance) if streets is None else streets, per_record
+        )
         if along is not None:
             return along
     if kind == "grid" and instance.metric == "euclidean" and rec.shape[1] == 2 and "cell_km" in (params or {}):
