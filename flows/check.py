@@ -410,7 +410,11 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
     if not a:
         return
     rows = 2 * rep.sections["graph"]["n_edges"] * inst.n_outputs
-    kind = cfg.dataset.kind if cfg.dataset.loader_params().get("loss", "distance") == "distance" else None
+    loss = cfg.dataset.loader_params().get("loss", "distance")
+    if loss != "distance":  # the ranges and the runs are for the distance loss: nothing to say of another
+        rep.sections["advice"] = {"kind": cfg.dataset.kind, "loss": loss}
+        return
+    kind = cfg.dataset.kind
     spread = float(inst.prior.max() - inst.prior.min())
     uneven = cfg.release.prior not in ("uniform", "dataset") or spread > 1e-12 * float(inst.prior.max())
     p = advisor.predict(
@@ -636,6 +640,12 @@ def _render_advice(s: dict[str, Any], out: list[str]) -> None:
     if "advice" not in s:
         return
     a, u, pl = s["advice"], s["against_laplace"]["unit"], s["against_laplace"]
+    if "loss" in a:
+        out.append(
+            f"predicted: no prediction of the solve's time or the release's error for loss {a['loss']!r} (the "
+            "advisor's ranges and measured runs are for the distance loss)"
+        )
+        return
     if a["seconds"] is None:
         time = (
             f"predicted: no prediction of the solve's time for dataset kind {a['kind']!r} (the advisor has measured "

@@ -151,3 +151,18 @@ def test_check_says_it_has_no_prediction_for_a_kind_without_runs(tmp_path: Path)
     adv, text = rep.sections["advice"], render(rep)
     assert adv["seconds"] is None and adv["error"] is None and adv["error_low"] <= adv["error_high"]
     assert "no prediction of the solve's time for dataset kind 'synthetic'" in text
+
+
+def test_check_says_it_has_no_prediction_for_another_loss(tmp_path: Path) -> None:
+    """The range (planar Laplace at the records plus the move) and the runs hold for the distance loss only: a grid
+    with the travel loss (LR-Geo's cost) gets neither a time nor an error, said plainly."""
+    from flows.check import render, run_check
+
+    config = tmp_path / "travel.toml"
+    config.write_text(
+        f'store = "{tmp_path / "store"}"\n[dataset]\nkind = "grid"\n[dataset.params]\nrows = 6\ncols = 6\n'
+        'n_outputs = 10\nloss = "travel"\n[privacy]\nepsilon = 10.0\neta = 2.0\n[release]\nsimulate = true\n'
+    )
+    rep = run_check(config)
+    assert rep.sections["advice"] == {"kind": "grid", "loss": "travel"}
+    assert "no prediction of the solve's time or the release's error for loss 'travel'" in render(rep)
