@@ -399,8 +399,9 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
     """The advisor (issues 40, 50, :mod:`mdp_core.release.advisor`): for every kind, the range the release's
     expected error per person must fall in (the floor from the person; planar Laplace remapped at the records,
     which the optimal mechanism cannot lose to beyond its gap, plus the move to the record) and whether planar
-    Laplace at the person does better; for the release class it was measured on (road data, the distance loss)
-    also the solve's predicted time and a point prediction; elsewhere it says it has no time prediction. Over 15
+    Laplace at the person does better; for the kinds it has measured runs of (road and grid, the distance loss;
+    the prior uniform or uneven: a DP histogram, a file) also the solve's predicted time and a point prediction;
+    elsewhere it says it has no prediction. Over 15
     minutes, a proposal of records and outputs for a 10-minute solve (the privacy rows 2 E K grow about as N^3
     when K = N: E as N^2 over one area)."""
     from mdp_core.release import advisor
@@ -409,8 +410,22 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
     if not a:
         return
     rows = 2 * rep.sections["graph"]["n_edges"] * inst.n_outputs
-    measured = cfg.dataset.kind == "road" and cfg.dataset.loader_params().get("loss") == "distance"
-    p = advisor.predict(rows, a["planar_laplace_remap_records"], a["snap"], a["nearest_output"], measured=measured)
+    loss = cfg.dataset.loader_params().get("loss", "distance")
+    if loss != "distance":  # the ranges and the runs are for the distance loss: nothing to say of another
+        rep.sections["advice"] = {"kind": cfg.dataset.kind, "loss": loss}
+        return
+    kind = cfg.dataset.kind
+    spread = float(inst.prior.max() - inst.prior.min())
+    uneven = cfg.release.prior not in ("uniform", "dataset") or spread > 1e-12 * float(inst.prior.max())
+    p = advisor.predict(
+        rows,
+        a["planar_laplace_remap_records"],
+        a["snap"],
+        a["nearest_output"],
+        kind,
+        uneven=uneven,
+        remap_people=a["planar_laplace_remap"],
+    )
     advice: dict[str, Any] = {
         "kind": cfg.dataset.kind,
         "seconds": p.seconds,
@@ -423,7 +438,7 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
         "laplace_better": advisor.laplace_better(p, a["planar_laplace_remap"], a["planar_laplace"]),
     }
     if p.seconds is not None and p.seconds > TOO_LONG_SECONDS:
-        scale = (advisor.rows_within(ADVISED_SECONDS) / rows) ** (1 / 3)
+        scale = (advisor.rows_within(ADVISED_SECONDS, kind=cfg.dataset.kind, uneven=uneven) / rows) ** (1 / 3)
         advice["proposed_records"] = max(2, int(inst.n_records * scale))
         advice["proposed_outputs"] = max(2, int(inst.n_outputs * scale))
     rep.sections["advice"] = advice
@@ -626,16 +641,22 @@ def _render_advice(s: dict[str, Any], out: list[str]) -> None:
     if "advice" not in s:
         return
     a, u, pl = s["advice"], s["against_laplace"]["unit"], s["against_laplace"]
+    if "loss" in a:
+        out.append(
+            f"predicted: no prediction of the solve's time or the release's error for loss {a['loss']!r} (the "
+            "advisor's ranges and measured runs are for the distance loss)"
+        )
+        return
     if a["seconds"] is None:
         time = (
-            f"predicted: no prediction of the solve's time for dataset kind {a['kind']!r} (the advisor's measured "
-            "runs are road releases with the distance loss, bench/release_class.py)"
+            f"predicted: no prediction of the solve's time for dataset kind {a['kind']!r} (the advisor has measured "
+            "runs of road and grid releases with the distance loss only: bench/advisor_runs.py)"
         )
     else:
         time = (
             f"predicted: the solve takes about {a['seconds'] / 60:.3g} min on 2 cores (between "
             f"{a['seconds'] / a['factor'] / 60:.2g} and {a['seconds'] * a['factor'] / 60:.2g} min: a fit of "
-            f"{a['runs']} measured release-class runs, bench/release_class.py)"
+            f"{a['runs']} measured {a['kind']} runs and the machine's load, bench/advisor_runs.py)"
         )
     point = "" if a["error"] is None else f"about {a['error']:.3g} {u}, "
     out.append(

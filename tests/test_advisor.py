@@ -22,11 +22,12 @@ def _run(rows: int, seconds: float, release: float = 0.1, remap: float = 0.2) ->
 
 def test_the_time_fit_recovers_a_power_law_and_states_its_worst_miss() -> None:
     exact = tuple(_run(r, 3e-6 * r**1.5) for r in (10**5, 10**6, 10**7))
-    log_a, b, factor = advisor.time_fit(exact)
-    assert b == pytest.approx(1.5) and math.exp(log_a) == pytest.approx(3e-6) and factor == pytest.approx(1.0)
+    coef, factor = advisor.time_fit(exact)
+    assert coef[1] == pytest.approx(1.5) and math.exp(coef[0]) == pytest.approx(3e-6) and factor == pytest.approx(1.0)
     noisy = (*exact[:2], _run(10**7, 2 * 3e-6 * (10**7) ** 1.5))  # the largest run twice as slow
     p = advisor.predict(10**7, 0.3, points=noisy)
     assert p.seconds is not None and p.runs == 3 and p.seconds / p.factor <= 2 * 3e-6 * 1e7**1.5 <= p.seconds * p.factor
+    assert p.factor == pytest.approx(advisor.time_fit(noisy)[1] * advisor.LOAD_MARGIN)
     assert advisor.rows_within(p.seconds, noisy) == pytest.approx(1e7)
     with pytest.raises(ValueError, match="two measured runs"):
         advisor.time_fit(exact[:1])
@@ -34,31 +35,52 @@ def test_the_time_fit_recovers_a_power_law_and_states_its_worst_miss() -> None:
     assert one.seconds is None and one.error is None and one.error_high == pytest.approx(0.303)
 
 
-def test_the_error_per_person_is_the_fitted_ratio_with_the_snap_inside_the_range_every_release_keeps() -> None:
-    """The ratio release / planar Laplace remapped (at the records) is linear in log R; the point per person combines
-    it with the move to the record; the range is the floor from the person up to planar Laplace at the records
-    (x 1 + gap) plus the move, whatever the fit says (issue 50: the fit missed the Helsinki example by 2x)."""
-    line = (_run(10**5, 1.0, 0.05, 0.1), _run(10**6, 10.0, 0.06, 0.1), _run(10**7, 100.0, 0.07, 0.1))
-    p = advisor.predict(10**8, 0.2, points=line)  # ratio 0.8 on the line at R = 1e8
-    assert (p.error, p.error_low, p.error_high) == pytest.approx((0.16, 0.0, 0.202))
-    q = advisor.predict(10**8, 0.2, snap=0.12, floor=0.1, points=line)
-    assert (q.error, q.error_low, q.error_high) == pytest.approx((0.2, 0.1, 0.322))  # hypot(0.16, 0.12)
+def test_an_uneven_prior_has_its_own_time_factor() -> None:
+    """Issue 50: the Helsinki example (a DP prior) took 8 s where the uniform release class predicted 1.3 s; with
+    runs of both priors the fit has a factor for the uneven one, and each run falls in its own range."""
+    runs = tuple(_run(r, 1e-6 * r) for r in (10**5, 10**6, 10**7)) + tuple(
+        Measured("u", 1, 1, r, 6e-6 * r, 0.1, 0.2, prior="uneven") for r in (10**5, 10**6)
+    )
+    coef, factor = advisor.time_fit(runs)
+    assert math.exp(coef[2]) == pytest.approx(6.0) and factor == pytest.approx(1.0)
+    assert advisor.predict(10**7, 0.3, points=runs, uneven=True).seconds == pytest.approx(60.0)
+    assert advisor.predict(10**7, 0.3, points=runs).seconds == pytest.approx(10.0)
+    assert advisor.rows_within(60.0, runs, uneven=True) == pytest.approx(1e7)
+
+
+def test_the_error_per_person_is_the_kind_s_measured_ratio_inside_the_range_every_release_keeps() -> None:
+    """The point: the kind's median ratio of the release to planar Laplace remapped, both at the person, times this
+    instance's planar Laplace at the person; the range: the floor from the person up to planar Laplace at the
+    records (x 1 + gap) plus the move, whatever the fit says (issue 50: a fit missed the Helsinki example by 2x)."""
+
+    def run(rows: int, ratio: float) -> Measured:
+        return Measured("g", 1, 1, rows, 1.0, 0.1, 0.2, "grid", "uniform", ratio * 0.3, 0.3)
+
+    line = (run(10**5, 0.7), run(10**6, 0.8), run(10**7, 0.95))
+    p = advisor.predict(10**8, 0.2, kind="grid", points=line, remap_people=0.25)
+    assert (p.error, p.error_low, p.error_high) == pytest.approx((0.2, 0.0, 0.202))  # 0.8 x 0.25
+    q = advisor.predict(10**8, 0.2, snap=0.12, floor=0.1, kind="grid", points=line, remap_people=0.4)
+    assert (q.error, q.error_low, q.error_high) == pytest.approx((0.32, 0.1, 0.322))
+    assert advisor.predict(10**8, 0.2, snap=0.12, floor=0.1, kind="grid", points=line, remap_people=0.5).error == 0.322
     # the issue's Helsinki example: 0.141 km from the records, 0.157 per person, planar Laplace 0.184 remapped
     helsinki = advisor.predict(200_000, 0.184, snap=0.05, floor=0.06)
     assert helsinki.error_low <= 0.157 <= helsinki.error_high
-    other = advisor.predict(10**6, 0.2, snap=0.7, floor=0.8, measured=False)  # a grid: no time, no point
+    other = advisor.predict(10**6, 0.2, snap=0.7, floor=0.8, kind="points")  # no runs of points: no time, no point
     assert other.seconds is None and other.error is None and other.error_low <= 0.881 <= other.error_high
+    assert advisor.predict(10**6, 0.2, kind=None).seconds is None  # another loss: nothing measured
     assert "no mechanism on them can match it" in (advisor.laplace_better(other, 1.2, 0.5) or "")
-    assert advisor.laplace_better(q, 0.3, 0.1) is None
-    assert "predicted to do better" in (advisor.laplace_better(q, 0.15, 0.1) or "")
+    assert advisor.laplace_better(q, 0.4, 0.1) is None
+    assert "predicted to do better" in (advisor.laplace_better(q, 0.3, 0.1) or "")
 
 
-def test_the_measurements_are_the_bench_s_release_class_lines() -> None:
-    """MEASURED is bench/release_class.py's output as recorded in bench/README.md (one JSON line each)."""
+def test_the_measurements_are_the_bench_s_lines_and_fall_in_their_own_ranges() -> None:
+    """MEASURED is bench/release_class.py's and bench/advisor_runs.py's output as recorded in bench/README.md (one
+    JSON line each); every measured solve lies within the range its kind's fit states."""
     text = (REPO / "bench" / "README.md").read_text()
     lines = [json.loads(x) for x in text.splitlines() if x.startswith('{"instance": "romeR')]
-    assert len(advisor.MEASURED) >= 3 and len(lines) == len(advisor.MEASURED)
-    for m, line in zip(advisor.MEASURED, lines, strict=True):
+    runs = [json.loads(x) for x in text.splitlines() if x.startswith('{"run": ')]
+    assert len(lines) >= 3 and len(runs) >= 4 and len(lines) + len(runs) == len(advisor.MEASURED)
+    for m, line in zip(advisor.MEASURED, lines, strict=False):
         assert (m.instance, m.n_records, m.n_outputs, m.privacy_rows) == (
             line["instance"],
             line["N"],
@@ -67,6 +89,26 @@ def test_the_measurements_are_the_bench_s_release_class_lines() -> None:
         )
         assert (m.seconds, m.release, m.remap) == (line["seconds"], line["release"], line["planar_laplace_remap"])
         assert m.release < m.remap  # the release class beats planar Laplace remapped to its outputs
+    for m, run in zip(advisor.MEASURED[len(lines) :], runs, strict=True):
+        assert (m.instance, m.kind, m.n_records, m.n_outputs, m.privacy_rows, m.seconds) == (
+            run["run"],
+            run["kind"],
+            run["N"],
+            run["K"],
+            run["privacy_rows"],
+            run["seconds"],
+        )
+        assert m.prior == ("uniform" if run["prior"] == "uniform" else "uneven")
+        assert (m.release, m.remap, m.release_people, m.remap_people) == (
+            run["release_records"],
+            run["remap_records"],
+            run["release_people"],
+            run["remap_people"],
+        )
+    assert advisor.kinds() == {"road", "grid"}
+    for m in advisor.MEASURED:
+        p = advisor.predict(m.privacy_rows, m.remap, kind=m.kind, uneven=m.prior != "uniform")
+        assert p.seconds is not None and p.seconds / p.factor <= m.seconds <= p.seconds * p.factor, m.instance
 
 
 @pytest.mark.skipif(not ROME.is_dir(), reason=f"{ROME} is absent (real OSM data; see ../shared/data/README)")
@@ -86,10 +128,41 @@ def test_check_predicts_a_road_release_and_proposes_a_smaller_one_when_it_is_lon
     a = small.sections["advice"]
     assert a["privacy_rows"] == 2 * small.sections["graph"]["n_edges"] * 150
     p = advisor.predict(a["privacy_rows"], small.sections["against_laplace"]["planar_laplace_remap_records"])
-    assert a["seconds"] == p.seconds and "proposed_records" not in a
+    assert a["seconds"] == pytest.approx(p.seconds) and "proposed_records" not in a
     assert a["error_low"] <= a["error"] <= a["error_high"]
     assert "predicted: the solve takes about" in render(small)
     big = run_check(config(1200))
     b = big.sections["advice"]
     assert b["seconds"] > TOO_LONG_SECONDS and 150 < b["proposed_records"] < 1200
     assert f"proposed: n_records = {b['proposed_records']}" in render(big)
+
+
+def test_check_says_it_has_no_prediction_for_a_kind_without_runs(tmp_path: Path) -> None:
+    """Issue 50: vectors (the synthetic kind) have no measured runs: no time and no point, said plainly; the range
+    every release with the distance loss keeps is still stated."""
+    from flows.check import render, run_check
+
+    config = tmp_path / "vectors.toml"
+    config.write_text(
+        f'store = "{tmp_path / "store"}"\n[dataset]\nkind = "synthetic"\n[dataset.params]\nn_records = 60\n'
+        "n_outputs = 20\ndim = 2\n[privacy]\nepsilon = 5.0\neta = 0.5\n[release]\nsimulate = true\n"
+    )
+    rep = run_check(config)
+    adv, text = rep.sections["advice"], render(rep)
+    assert adv["seconds"] is None and adv["error"] is None and adv["error_low"] <= adv["error_high"]
+    assert "no prediction of the solve's time for dataset kind 'synthetic'" in text
+
+
+def test_check_says_it_has_no_prediction_for_another_loss(tmp_path: Path) -> None:
+    """The range (planar Laplace at the records plus the move) and the runs hold for the distance loss only: a grid
+    with the travel loss (LR-Geo's cost) gets neither a time nor an error, said plainly."""
+    from flows.check import render, run_check
+
+    config = tmp_path / "travel.toml"
+    config.write_text(
+        f'store = "{tmp_path / "store"}"\n[dataset]\nkind = "grid"\n[dataset.params]\nrows = 6\ncols = 6\n'
+        'n_outputs = 10\nloss = "travel"\n[privacy]\nepsilon = 10.0\neta = 2.0\n[release]\nsimulate = true\n'
+    )
+    rep = run_check(config)
+    assert rep.sections["advice"] == {"kind": "grid", "loss": "travel"}
+    assert "no prediction of the solve's time or the release's error for loss 'travel'" in render(rep)

@@ -1,7 +1,9 @@
 """The error a release gives people, snapping included (issue 50, mdp_core/release/people.py), against a direct
 Monte Carlo over people drawn from the release's prior, written here without the module: people uniform over the
-area's bounding box, each snapped to its nearest record by a full distance matrix (no tree), those farther than
-max_distance dropped, then weighted so that each record's cell carries its prior; the error of each person is
+area's bounding box (a grid), or along the road network's streets read from its own CSV files, 20 m to a random
+side of the straight line between the nodes an edge joins (a road release), each snapped to its nearest record
+by a full distance matrix (no tree), those farther than max_distance dropped, then weighted so that each record's
+cell carries its prior; the error of each person is
 summed over the published mechanism's row from the person's own coordinates, and planar Laplace is drawn at the
 person by Andres et al.'s own sampler (the inverse CDF of the radius through Lambert's W). Real releases: a road
 release on real Rome streets (lat/lon, Voronoi cells within max_distance) and the grid release of conftest
@@ -112,6 +114,25 @@ def _check(inst, z, rows, limit: float, box_pts, dist, move, eps) -> dict[str, f
     return direct
 
 
+def _along_streets(m: int) -> np.ndarray:
+    """(m, 2) lat/lon people uniform along central Rome's streets (nodes.csv, edges.csv: each street once, the
+    straight line between its nodes), 20 m to a random side of it."""
+    nodes = pd.read_csv(ROME / "nodes.csv").set_index("osmid")
+    edges = pd.read_csv(ROME / "edges.csv", usecols=["u", "v"])
+    pairs = np.unique(np.sort(edges[["u", "v"]].to_numpy(), axis=1), axis=0)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    a, b = nodes.loc[pairs[:, 0], ["y", "x"]].to_numpy(), nodes.loc[pairs[:, 1], ["y", "x"]].to_numpy()
+    km = np.array([111.19492664455873, 111.19492664455873 * math.cos(math.radians(float(a[:, 0].mean())))])
+    step = (b - a) * km  # (north, east) km
+    length = np.linalg.norm(step, axis=1)
+    rng = np.random.default_rng(11)
+    s = rng.choice(length.size, size=m, p=length / length.sum())
+    t = rng.uniform(size=(m, 1))
+    side = rng.choice([-1.0, 1.0], size=(m, 1)) * people.STREET_OFFSET_KM
+    normal = np.column_stack([step[s, 1], -step[s, 0]]) / length[s, None]  # (north, east) across the street
+    return a[s] + t * (b[s] - a[s]) + side * normal / km
+
+
 @pytest.mark.skipif(not ROME.is_dir(), reason=f"{ROME} is absent (real OSM data; see ../shared/data/README)")
 def test_a_road_release_states_the_error_of_people_drawn_from_its_prior(tmp_path: Path) -> None:
     run = _road_release(tmp_path / "store")
@@ -119,24 +140,19 @@ def test_a_road_release_states_the_error_of_people_drawn_from_its_prior(tmp_path
     limit = float(prov["protection"]["max_distance"])
     g = prov["guarantee"]
     eps = g["epsilon_per_unit"] * g["stretch_within_radius"]
-    rec = inst.record_points()
-    pad_lat = limit / 111.0
-    pad_lon = limit / (111.0 * math.cos(math.radians(float(rec[:, 0].mean()))))
-    rng = np.random.default_rng(11)
-    lo, hi = rec.min(axis=0) - [pad_lat, pad_lon], rec.max(axis=0) + [pad_lat, pad_lon]
-    box = rng.uniform(lo, hi, size=(400_000, 2))  # lat/lon: uniform in area to 1e-4 over a few km
 
     def move(p: np.ndarray, noise: np.ndarray) -> np.ndarray:  # km east, north in the local plane
         ky, kx = 111.19492664455873, 111.19492664455873 * np.cos(np.radians(p[:, 0]))
         return np.column_stack([p[:, 0] + noise[:, 1] / ky, p[:, 1] + noise[:, 0] / kx])
 
-    direct = _check(inst, z, rows, limit, box, haversine_km, move, eps)
+    direct = _check(inst, z, rows, limit, _along_streets(400_000), haversine_km, move, eps)
     method = read_json(run / "solve.json")["method"]
     assert direct["snap"] > 0.05 and rows[people.RELEASE]["dist_loss_mean"] > rows[method]["dist_loss_mean"]
     page = (run / "report.md").read_text().split("# Appendix")[0]
     assert f"lies on average {rows[people.RELEASE]['dist_loss_mean']:.4g} km from where the person is" in page
     assert f"the move to the nearest record alone averages {rows[people.SNAP]['dist_loss_mean']:.4g} km" in page
     assert "people spread as the public prior" in page
+    assert f"the streets nearer to it than to any other record, {people.STREET_OFFSET_KM * 1000:g} m to either" in page
     # the guarantee for people's coordinates: the records' factor at d + 2 x max_distance
     assert f"(d(p, p') + 2 x {limit:g})" in g["statement"]
     assert "Between two places a person could be, add twice the largest move to a record (0.4 km)" in page
@@ -231,3 +247,45 @@ def test_run_prints_the_error_for_people(released: Path) -> None:
     assert f"{rows[people.RELEASE]['dist_loss_mean']:.4g} km" in line
     assert f"the snap to the record alone {rows[people.SNAP]['dist_loss_mean']:.4g}" in line
     assert people_error_line("| method |\n|---|\n| x |", method, "km") is None
+
+
+@pytest.mark.skipif(not ROME.is_dir(), reason=f"{ROME} is absent (real OSM data; see ../shared/data/README)")
+def test_a_road_s_people_live_along_its_streets_read_again_as_they_were(tmp_path: Path) -> None:
+    """The street model reads the network the instance's provenance names and hashes: every person lies within
+    max_distance of their record and STREET_OFFSET_KM of a street; a network file changed since is refused
+    (InputError: the evaluate stage then writes no people's rows), never silently replaced."""
+    import shutil
+
+    from mdp_core.errors import InputError
+    from mdp_core.problem.datasets.road import road
+
+    for name in ("nodes.csv", "edges.csv"):
+        shutil.copy(ROME / name, tmp_path / name)
+    inst = road(
+        nodes=str(tmp_path / "nodes.csv"),
+        edges=str(tmp_path / "edges.csv"),
+        center=[41.9025, 12.4965],
+        radius_km=0.8,
+        n_records=40,
+        n_outputs=10,
+        eta=1.0,
+        loss="distance",
+    )
+    assert people.along_streets(inst)
+    c = people.cells(inst, 0.4)
+    snap = people.release_values(inst, None, c)["snap"]
+    assert c.record.size > 40 * 20 and c.empty == 0 and float(snap.max()) <= 0.4 + 1e-9
+    streets = people.road_streets(inst)
+    lat0 = math.radians(float(inst.record_points()[:, 0].mean()))
+    km = np.array([111.19492664455873, 111.19492664455873 * math.cos(lat0)])
+    a, b = streets[:, :2] * km, streets[:, 2:] * km
+    x = (people._latlon(c.space[:2000]) * km)[:, None, :]
+    t = np.clip(((x - a) * (b - a)).sum(axis=2) / ((b - a) ** 2).sum(axis=1).clip(1e-12), 0.0, 1.0)
+    nearest = np.linalg.norm(x - (a + t[..., None] * (b - a)), axis=2).min(axis=1)
+    # 20 m from their own street (nearer another one only at a corner)
+    assert float(nearest.max()) <= people.STREET_OFFSET_KM + 1e-3
+    assert float(np.median(nearest)) == pytest.approx(people.STREET_OFFSET_KM, abs=1e-3)
+    with open(tmp_path / "edges.csv", "a", encoding="utf-8") as f:
+        f.write("\n")
+    with pytest.raises(InputError, match="absent or changed"):
+        people.cells(inst, 0.4)

@@ -10,15 +10,23 @@ be snapped to record i:
 * ``grid``: the grid cell (the square of side ``cell_km`` around the cell centre), within ``max_distance`` of
   its centre;
 * ``text``: the record itself (people are named by their word: no snapping);
-* every other kind (road nodes, the agency's points, vectors): the points nearer to record i than to any other
-  record (its Voronoi cell) and within ``max_distance`` of it (the release refuses anyone farther).
+* ``road``: the streets of its road network (public: the files the instance's provenance names, read again,
+  :func:`road_streets`) nearer to record i than to any other record and within ``max_distance`` of it, people
+  uniform along them, :data:`STREET_OFFSET_KM` to either side of the centre line (people live on streets, not
+  in the blocks, parks and river between them: over the cells' area the figure overstated the true people's
+  error by 12-27 %, bench/README.md, "People along the streets");
+* every other kind (the agency's points, vectors; a road without streets near its records): the points nearer
+  to record i than to any other record (its Voronoi cell) and within ``max_distance`` of it (the release
+  refuses anyone farther): no public geometry says better where people are.
 
 Each cell is sampled by a fixed public seed (:data:`PEOPLE_SEED`; no privacy randomness, nothing about a
 person): a grid cell uniformly; a Voronoi cell by drawing uniform points in the ball of radius ``max_distance``
 around every record (lat/lon: the tangent disc, mapped onto the sphere as planar Laplace is), each landing in
 the cell of its nearest record with the weight 1 / (the number of records within ``max_distance`` of it): the
 balls' mixture density is proportional to that number, so the weighted points of each cell are uniform in it.
-A cell no point lands in (a sliver) is represented by its record.
+A cell no point lands in (a sliver) is represented by its record. Streets are integrated, not sampled: each
+street is cut into pieces of :data:`STREET_STEP_KM` (longer on a map too large for :data:`PEOPLE_BUDGET`), each
+piece's midpoint standing for its length.
 
 Per person (x in cell i, every figure in the metric, km for geo data, and averaged over x in the cell, then
 with the prior over cells):
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -50,6 +59,8 @@ PEOPLE_BUDGET = 1 << 25  # person-to-output distances evaluated in all (the per-
 PEOPLE_MIN, PEOPLE_MAX = 16, 256  # sampled people per record: at least, at most
 RELEASE, SNAP = "release_per_person", "snap_to_record"  # the rows evaluation.parquet gains
 _CHUNK = 1 << 22  # distances per block
+STREET_STEP_KM = 0.01  # people along the streets: one point per piece of at most this length (more on a large map)
+STREET_OFFSET_KM = 0.02  # ... on either side of the street's centre line (a building's front, not the roadway)
 
 
 @dataclass(frozen=True)
@@ -162,10 +173,118 @@ def _fill(
     return Cells(pts, owner.astype(np.int64), weight, s, float(max_snap), shape, int(empty.size))
 
 
-def cells(instance: Instance, max_distance: float, per_record: int | None = None, seed: int = PEOPLE_SEED) -> Cells:
+def along_streets(instance: Instance) -> bool:
+    """Whether the instance's people live along its road network's streets: a road dataset (lat/lon records)."""
+    prov = instance.provenance if isinstance(instance.provenance, dict) else {}
+    return prov.get("dataset") == "road" and instance.metric == "haversine"
+
+
+def _tables_graph(paths: list[str]) -> Any:
+    """The road graph of an osmnx nodes and edges table pair, in either order (the provenance keeps no order)."""
+    from mdp_core.problem.datasets.road import road_graph
+
+    try:
+        return road_graph(nodes=paths[0], edges=paths[-1])
+    except InputError:
+        return road_graph(nodes=paths[-1], edges=paths[0])
+
+
+def road_streets(instance: Instance) -> np.ndarray:
+    """(S, 4) the streets of a road instance's network, as straight segments between the graph's nodes, each
+    once whatever its direction: lat1, lon1, lat2, lon2 degrees. Public data: the network its provenance's
+    ``source`` names, read again (each file checked against the sha256 recorded there; a download is asked
+    again, from osmnx's cache when it has it). InputError when the network cannot be read as it was."""
+    from mdp_core.problem.datasets.road import road_graph
+    from mdp_core.runtime.files import file_sha256
+
+    src = instance.provenance.get("source") or {}
+    files = dict(src.get("files") or {})
+    for path, digest in files.items():
+        try:
+            same = file_sha256(path) == digest
+        except OSError:
+            same = False
+        if not same:
+            raise InputError(f"the road network's file {path} is absent or changed since the instance was built")
+    paths, kind, network = list(files), src.get("kind"), src.get("network_type", "driving")
+    if kind == "osmnx_tables" and paths:
+        g = _tables_graph(paths)
+    elif kind == "osm_xml" and paths:
+        g = road_graph(osm=paths[0])
+    elif kind == "osm_pbf" and paths:
+        g = road_graph(pbf=paths[0], network_type=network)
+    elif kind == "osmnx_download":
+        g = road_graph(bbox=src.get("bbox"), network_type=network)
+    else:
+        raise InputError(f"the road network's source {kind!r} is not one the people's streets can be read from")
+    pairs = np.unique(np.column_stack([np.minimum(g.u, g.v), np.maximum(g.u, g.v)]), axis=0)
+    a, b = pairs[:, 0], pairs[:, 1]
+    return np.column_stack([g.lat[a], g.lon[a], g.lat[b], g.lon[b]])
+
+
+def _street_points(streets: np.ndarray, length: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
+    """(M, 2) lat/lon midpoints of the streets cut into pieces of at most ``step`` km, and (M,) their lengths."""
+    parts = np.maximum(1, np.ceil(length / step)).astype(np.int64)
+    idx = np.repeat(np.arange(parts.size), parts)
+    j = np.arange(idx.size) - np.repeat(np.cumsum(parts) - parts, parts)
+    t = ((j + 0.5) / parts[idx])[:, None]
+    a, b = streets[idx, :2], streets[idx, 2:]
+    return a + t * (b - a), (length / parts)[idx]
+
+
+def _street_cells(
+    instance: Instance, max_distance: float, streets: np.ndarray, per_record: int | None = None
+) -> Cells | None:
+    """People along the streets in each record's cell: the midpoints of the streets' pieces (weight: the piece's
+    length), moved :data:`STREET_OFFSET_KM` to either side of the street (half the weight each), kept within
+    max_distance of their nearest record (``per_record``: about that many points per record, in longer pieces).
+    None when no street lies within max_distance of a record."""
+    from mdp_core.release.baseline import on_sphere
+
+    rec_space = space_points(instance, instance.record_points())
+    tree = cKDTree(rec_space)
+    streets = np.asarray(streets, dtype=np.float64).reshape(-1, 4)
+    length = _row_distance(instance, space_points(instance, streets[:, :2]), space_points(instance, streets[:, 2:]))
+    mid, _ = tree.query(space_points(instance, 0.5 * (streets[:, :2] + streets[:, 2:])))
+    near = (length > 0) & (mid <= max_distance + 0.5 * length + STREET_OFFSET_KM)
+    if not near.any():
+        return None
+    streets, length = streets[near], length[near]
+    step = max(STREET_STEP_KM, float(length.sum()) * 2 * instance.n_outputs / PEOPLE_BUDGET)
+    if per_record is not None:
+        step = max(step, float(length.sum()) * 2 / (per_record * instance.n_records))
+    pts, w = _street_points(streets, length, step)
+    idx = np.repeat(np.arange(length.size), np.maximum(1, np.ceil(length / step)).astype(np.int64))
+    lat = np.radians(pts[:, 0])
+    along = np.column_stack(  # (east, north) of the street's direction, km up to a common factor
+        [(streets[idx, 3] - streets[idx, 1]) * np.cos(lat), streets[idx, 2] - streets[idx, 0]]
+    )
+    normal = np.column_stack([-along[:, 1], along[:, 0]]) / np.linalg.norm(along, axis=1, keepdims=True)
+    sides = STREET_OFFSET_KM * np.stack([normal, -normal], axis=1)  # (M, 2 sides, 2)
+    space = on_sphere(pts, sides).reshape(-1, 3)
+    weight = np.repeat(0.5 * w, 2)
+    _, owner = tree.query(space)
+    keep = _row_distance(instance, space, rec_space[owner]) <= max_distance
+    shape = (
+        f"the streets of the road network ({STREET_OFFSET_KM * 1000:g} m to either side of their centre line) "
+        f"nearer to the record than to any other, within max_distance {max_distance:g} {instance.distance_unit}"
+    )
+    per = max(1, int(keep.sum()) // max(instance.n_records, 1))
+    return _fill(space[keep], owner[keep].astype(np.int64), weight[keep], rec_space, per, max_distance, shape)
+
+
+def cells(
+    instance: Instance,
+    max_distance: float,
+    per_record: int | None = None,
+    seed: int = PEOPLE_SEED,
+    streets: np.ndarray | None = None,
+) -> Cells:
     """People sampled in every record's cell of the released area (module docstring), ``per_record`` drawn per
     record (default :func:`per_record_samples`), with the fixed public ``seed``. ``max_distance`` [dist]: the
-    release's bound on a person's distance to their record (unset in a config: eta)."""
+    release's bound on a person's distance to their record (unset in a config: eta). ``streets`` (S, 4) lat/lon
+    segments: people live along them rather than over the cells' area (default for a road instance: its network's
+    streets, :func:`road_streets`)."""
     if not (math.isfinite(max_distance) and max_distance >= 0):
         raise InputError(f"max_distance must be a finite number >= 0, got {max_distance}")
     rec = instance.record_points()  # InputError without coordinates
@@ -176,6 +295,12 @@ def cells(instance: Instance, max_distance: float, per_record: int | None = None
         n = rec.shape[0]
         return Cells(space_points(instance, rec), np.arange(n), np.ones(n), 1, 0.0, "the record itself", 0)
     params = instance.provenance.get("parameters") if isinstance(instance.provenance, dict) else None
+    if instance.metric == "haversine" and (streets is not None or along_streets(instance)):
+        along = _street_cells(
+            instance, max_distance, road_streets(instance) if streets is None else streets, per_record
+        )
+        if along is not None:
+            return along
     if kind == "grid" and instance.metric == "euclidean" and rec.shape[1] == 2 and "cell_km" in (params or {}):
         return _grid_cells(instance, max_distance, s, rng)
     return _voronoi_cells(instance, max_distance, s, rng)

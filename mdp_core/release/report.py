@@ -824,7 +824,8 @@ def _people_error_sentence(c: dict) -> str:
         "the record"
         if not a["snap"]
         else (
-            "its grid cell, or the places nearer to it than to any other record"
+            "its grid cell; on a road network, the streets nearer to it than to any other record, 20 m to either "
+            "side; else the places nearer to it than to any other record"
             + (f" within {_g(limit, '.3g')} {unit}" if limit is not None else "")
         )
     )
