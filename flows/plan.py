@@ -35,6 +35,8 @@ from mdp_core.declarations import contract, dataset_kinds
 from mdp_core.release.door import Settings
 from mdp_core.runtime.files import file_sha256
 
+SECRET_TABLE = "secret-table"  # what a run's title hashes in place of the secret table's path or sealed tag
+
 
 @dataclass(frozen=True)
 class PrivacyTerms:
@@ -219,7 +221,12 @@ def all_pairs(cfg: ReleaseFlowConfig) -> bool:
 
 
 def run_title(config: ReleaseFlowConfig) -> str:
-    """The flow run's name: ``<release name>-<hash8 of the config>``, e.g. grid-eps10-benders-1a2b3c4d."""
+    """The flow run's name: ``<release name>-<hash8 of the config>``, e.g. grid-eps10-benders-1a2b3c4d; the secret
+    table hashed as its role, not its path: the flow run's parameter holds it sealed (``private-path:<tag>``,
+    :func:`flows.door.sealed_config`), the run's process holds the path, and both name one title."""
+    if config.release.microdata is not None:
+        release = config.release.model_copy(update={"microdata": SECRET_TABLE})
+        config = config.model_copy(update={"release": release})
     return f"{release_name(config)}-{config_hash(config)[:8]}"
 
 

@@ -49,7 +49,7 @@ import pytest
 
 from flows.config import as_config, parse_config, to_parameter
 from flows.door import plan_for, sealed_config, unsealed_config
-from flows.plan import RunPlan, plan_run
+from flows.plan import RunPlan, plan_run, run_title
 from mdp_core.problem.datasets import grid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,6 +130,7 @@ def test_the_run_plans_what_check_plans(tmp_path: Path) -> None:
         assert "people.csv" not in str(parameter)
         run = plan_run(unsealed_config(as_config(parameter)))
         assert isinstance(run, RunPlan) and run == checked
+        assert run_title(as_config(parameter)) == run.title  # the flow run's name (its parameter's) is the plan's
 
 
 def test_the_door_decides_on_the_plan(tmp_path: Path) -> None:
