@@ -166,7 +166,23 @@ def plan_run(config: ReleaseFlowConfig) -> RunPlan:
         timeout=r.approval_timeout or DEFAULT_APPROVAL_TIMEOUT,
         max_total_epsilon=r.max_total_epsilon,
     )
-    secret, measure = _release_terms(config)
+    # the config's part of what every stage given the secret draw takes, and of the measuring stage's own
+    # parameters (flows.release.release_params: key order kept, they are in the stages' cache keys)
+    secret = {
+        "max_distance": r.max_distance,
+        "max_total_epsilon": r.max_total_epsilon,
+        "require_cap": r.microdata is not None,  # real people: a population's first release sets its cap
+        "release_key": release_key(config),
+    }
+    measure = {
+        "n_individuals": r.simulated_individuals,
+        "eps_counts": r.eps_counts,
+        "eps_prior": r.eps_prior,
+        "prior_source": r.prior_source,
+        "protection_radius": p.protection_radius,
+        "max_stretch": p.max_stretch,
+        "allow_unprotected": p.allow_unprotected,
+    }
     params = stage_params(config)
     return RunPlan(
         release_name=name,
@@ -191,28 +207,6 @@ def plan_run(config: ReleaseFlowConfig) -> RunPlan:
         keep_releases=run.keep_releases,
         config_json=config.model_dump(mode="json"),
     )
-
-
-def _release_terms(cfg: ReleaseFlowConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The config's part of what every stage given the secret draw takes, and of the measuring stage's own
-    parameters (:func:`flows.release.release_params`: key order kept, they are in the stages' cache keys)."""
-    r, p = cfg.release, cfg.privacy
-    secret = {
-        "max_distance": r.max_distance,
-        "max_total_epsilon": r.max_total_epsilon,
-        "require_cap": r.microdata is not None,  # real people: a population's first release sets its cap
-        "release_key": release_key(cfg),
-    }
-    measure = {
-        "n_individuals": r.simulated_individuals,
-        "eps_counts": r.eps_counts,
-        "eps_prior": r.eps_prior,
-        "prior_source": r.prior_source,
-        "protection_radius": p.protection_radius,
-        "max_stretch": p.max_stretch,
-        "allow_unprotected": p.allow_unprotected,
-    }
-    return secret, measure
 
 
 def all_pairs(cfg: ReleaseFlowConfig) -> bool:

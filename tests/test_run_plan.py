@@ -3,7 +3,8 @@
 Where the config still goes, following ``release_flow``'s ``config`` (the functions it is handed to; the
 config models' own methods in ``flows/config.py`` -- ``solver_settings``, ``graph_params``, ... -- not counted):
 
-1. ``flows.release.release_flow`` (the flow's parameter; ``_flow_run_name`` reads the same parameter)
+1. ``flows.release.release_flow`` (the flow's parameter; ``_flow_run_name`` reads the same parameter, for
+   ``run_title``; the failure hooks read it for the release's name and store: ``flows.operate_ui.failure_target``)
 2. ``flows.config.as_config``
 3. ``flows.door.unsealed_config`` (the secret table's ``private-path:<tag>`` resolved in the run's store)
 4. ``flows.plan.plan_run``
@@ -26,8 +27,8 @@ config models' own methods in ``flows/config.py`` -- ``solver_settings``, ``grap
 21. ``flows.plan._evaluate_section``
 22. ``flows.plan.SECTION_PARAMS`` (its two lambdas: ``release``, ``privacy.eta``)
 23. ``flows.plan.all_pairs``
-24. ``flows.plan.public_prior_params`` and ``flows.plan.release_key`` (through ``_release_terms``)
-25. ``flows.plan._release_terms``
+24. ``flows.plan.public_prior_params``
+25. ``flows.plan.release_key``
 
 Below that, everything takes the plan or its fields: the stage loop (``run_stages``, ``_door``, ``_secret``,
 ``_side_runs``, ``stage_task``, ``_run_manifest``: ``flows/release.py``), the door (``flows/door.py``:
