@@ -4,8 +4,9 @@ without Prefect, a store or a solve.
 It validates the config (:func:`flows.config.load_config`), builds the dataset's instance directly (the
 ingest stage's :func:`mdp_core.problem.datasets.registry.load`, then the graph stage's neighbour search at the
 configured eta), and, with ``[release] microdata``, reads the secret table (:func:`mdp_core.problem.microdata.
-read_table`), maps each person to a record as the release will (:func:`mdp_core.problem.microdata.locate`) and
-reports:
+read_table`), maps each person to a record as the release will (:func:`mdp_core.problem.microdata.locate`), decides
+at the run's own privacy door on the run's own plan (:func:`flows.plan.plan_run`, what ``mdp-release run`` computes
+first: check and run agree by construction) and reports:
 
 * the file: rows, format, delimiter, recognised columns, kind of key, bad rows (row numbers);
 * people farther than ``max_distance`` from every record (count and row numbers, the first 10);
