@@ -53,7 +53,7 @@ from uuid import UUID
 from prefect.input import RunInput
 from pydantic import Field, ValidationError, field_validator
 
-from flows.config import DEFAULT_APPROVAL_TIMEOUT, ReleaseFlowConfig, approval_mode, release_name
+from flows.plan import Approval
 from mdp_core.declarations.budget import Budget, Epsilon, round_up
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.release.door import PrivacyPlan
@@ -393,9 +393,10 @@ def outside_envelope(
 
 # ---------------------------------------------------------------------------------------- the hook
 def wait_for_approval(
-    config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan, people: Any = None, new_draw: bool = False
+    approval: Approval, store: Any, plan: PrivacyPlan, people: Any = None, new_draw: bool = False
 ) -> dict[str, Any] | None:
-    """The officer's approval of the admitted ``plan`` before its first charge (module docstring): the
+    """The officer's approval (``approval``: the run plan's, :attr:`flows.plan.RunPlan.approval`) of the
+    admitted ``plan`` before its first charge (module docstring): the
     approval record {mode, by, at, note, plan_sha256, plan} for the manifest, or None (``approval = none``, or
     not in a flow run). NotApproved when rejected or not decided in time (nothing measured or charged).
     ``people``: the sealed table's (secret, memory only: a policy's table must be a version of the
@@ -405,12 +406,12 @@ def wait_for_approval(
     ctx = FlowRunContext.get()
     in_flow = ctx is not None and ctx.flow_run is not None
     flow_run = ctx.flow_run if ctx is not None else None
-    mode = approval_mode(config, deployed=getattr(flow_run, "deployment_id", None) is not None)
-    _say_which_cap(config, store, plan)
+    mode = approval.mode(deployed=getattr(flow_run, "deployment_id", None) is not None)
+    _say_which_cap(approval, store, plan)
     if mode == "none":
         return None
-    name, sha = release_name(config), plan_sha256(plan)
-    view = budget_view(store.root, plan, config.release.max_total_epsilon) if in_flow or mode == "policy" else None
+    name, sha = approval.release, plan_sha256(plan)
+    view = budget_view(store.root, plan, approval.max_total_epsilon) if in_flow or mode == "policy" else None
     why: list[str] = []
     if mode == "policy":
         within, why = _policy(store.root, name, plan, view, people, new_draw)
@@ -420,7 +421,7 @@ def wait_for_approval(
     if ctx is None or ctx.flow_run is None:
         _logger().warning("approval = %s: not a Prefect flow run (the stages called directly): nobody to ask", mode)
         return None
-    answer = _ask(config, str(ctx.flow_run.id), plan, view, sha, policy=mode == "policy", reasons=why)
+    answer = _ask(approval, str(ctx.flow_run.id), plan, view, sha, policy=mode == "policy", reasons=why)
     at = _now()
     if isinstance(answer, PolicyApprovalInput):
         write_envelope(store.root, name, plan, answer, at)
@@ -450,10 +451,10 @@ def unattended(plan: PrivacyPlan | None) -> dict[str, Any]:
     }
 
 
-def _say_which_cap(config: ReleaseFlowConfig, store: Any, plan: PrivacyPlan) -> None:
+def _say_which_cap(approval: Approval, store: Any, plan: PrivacyPlan) -> None:
     """A warning in the run's log when the config's ``max_total_epsilon`` differs from the population's stored
     cap: the stored one applies (:meth:`artifacts.private.PrivateStore.effective_cap`). Read only."""
-    config_cap = config.release.max_total_epsilon
+    config_cap = approval.max_total_epsilon
     if plan.population is None or config_cap is None:
         return
     from artifacts.private import PrivateStore
@@ -498,7 +499,7 @@ def _within_policy(envelope: dict[str, Any], sha: str) -> dict[str, Any]:
 
 
 def _ask(
-    config: ReleaseFlowConfig,
+    approval: Approval,
     run_id: str,
     plan: PrivacyPlan,
     view: BudgetView | None,
@@ -516,8 +517,7 @@ def _ask(
     from flows import operate_ui
     from mdp_core.runtime import control
 
-    name = release_name(config)
-    timeout = config.release.approval_timeout or DEFAULT_APPROVAL_TIMEOUT
+    name, timeout = approval.release, approval.timeout
     how = (
         (f"**Why you are asked:** {'; '.join(reasons)}.\n\n" if reasons else "")
         + f"**To decide** (within {timeout} s, else the run ends Refused): *Resume* on the run's page, or "

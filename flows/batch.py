@@ -14,7 +14,8 @@ from prefect.states import Cancelled
 
 from flows import operate_ui
 from flows.config import ReleaseFlowConfig, StageName, as_config, release_name, release_name_of
-from flows.release import release_flow, run_stamp, run_tags
+from flows.plan import run_tags
+from flows.release import release_flow, run_stamp
 from mdp_core.errors import Interrupted, StageTimeout
 
 

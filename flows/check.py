@@ -4,8 +4,9 @@ without Prefect, a store or a solve.
 It validates the config (:func:`flows.config.load_config`), builds the dataset's instance directly (the
 ingest stage's :func:`mdp_core.problem.datasets.registry.load`, then the graph stage's neighbour search at the
 configured eta), and, with ``[release] microdata``, reads the secret table (:func:`mdp_core.problem.microdata.
-read_table`), maps each person to a record as the release will (:func:`mdp_core.problem.microdata.locate`) and
-reports:
+read_table`), maps each person to a record as the release will (:func:`mdp_core.problem.microdata.locate`), decides
+at the run's own privacy door on the run's own plan (:func:`flows.plan.plan_run`, what ``mdp-release run`` computes
+first: check and run agree by construction) and reports:
 
 * the file: rows, format, delimiter, recognised columns, kind of key, bad rows (row numbers);
 * people farther than ``max_distance`` from every record (count and row numbers, the first 10);
@@ -40,10 +41,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdp_core.declarations.solver_options import MAX_MIX
 from mdp_core.errors import InputError
+
+if TYPE_CHECKING:
+    from flows.plan import RunPlan
 
 SECRET_NOTE = (
     "snap-distance statistics are aggregates of the secret table: shown on this terminal only, never "
@@ -169,9 +173,10 @@ def run_check(config: str | Path) -> Report:
         # max_distance defaults to eta: one eta must both connect the records and cover every person
         suggested["eta_if_max_distance_unset"] = max(suggested["eta"], suggested["max_distance"])
     rep.sections["suggested"] = suggested
-    plan = _check_door(rep, cfg, inst, table is not None)
-    if plan is not None:
-        _check_budget(rep, cfg, plan)
+    run = _run_plan(rep, cfg)
+    plan = _check_door(rep, run, inst, table is not None) if run is not None else None
+    if run is not None and plan is not None:
+        _check_budget(rep, run, plan)
         _against_laplace(rep, inst, plan)
         _advise(rep, cfg, inst)
         _after_solve(rep, cfg, inst)
@@ -181,15 +186,27 @@ def run_check(config: str | Path) -> Report:
     return rep
 
 
-def _check_door(rep: Report, cfg: Any, inst: Any, has_table: bool) -> Any:
-    """The privacy door's verdict (:func:`flows.door.plan_for`, the run's own): its refusals are the check's;
-    returns the plan, or None when the secret table could not be read (already a reason)."""
+def _run_plan(rep: Report, cfg: Any) -> RunPlan | None:
+    """The run's plan of ``cfg`` (:func:`flows.plan.plan_run`, what ``mdp-release run`` computes first: the door
+    and the budget below decide on it), or None when it cannot be made (a reason: the store root, a file)."""
+    from flows.plan import plan_run
+
+    try:
+        return plan_run(cfg)
+    except (InputError, OSError) as exc:
+        rep.reasons.append(str(exc))
+        return None
+
+
+def _check_door(rep: Report, run: RunPlan, inst: Any, has_table: bool) -> Any:
+    """The privacy door's verdict (:func:`flows.door.plan_for` of the run's plan, the run's own): its refusals are
+    the check's; returns the plan, or None when the secret table could not be read (already a reason)."""
     from flows.door import plan_for
 
-    if cfg.release.microdata is not None and not has_table:
+    if run.privacy.microdata is not None and not has_table:
         return None
     try:
-        door = plan_for(cfg, inst)
+        door = plan_for(run, inst)
     except InputError as exc:
         rep.reasons.append(str(exc))
         return None
@@ -455,21 +472,14 @@ def _after_solve(rep: Report, cfg: Any, inst: Any) -> None:
     rep.sections["after_solve"] = risks | {"warnings": risk_lines(risks, inst.distance_unit)}
 
 
-def _check_budget(rep: Report, cfg: Any, plan: Any) -> None:
-    """The population's budget in the config's store (read only; nothing is created): what the release
+def _check_budget(rep: Report, run: RunPlan, plan: Any) -> None:
+    """The population's budget in the run plan's store (read only; nothing is created): what the release
     would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
-    from flows.config import store_root
-
-    r = cfg.release
+    r, root = run.privacy, run.store_root
     charge = float(plan.charge)
     budget: dict[str, Any] = {"population": r.population, "charge": charge}
     rep.sections["budget"] = budget
-    if r.microdata is None:
-        return
-    try:
-        root = store_root(cfg)
-    except InputError as exc:
-        rep.reasons.append(str(exc))
+    if r.microdata is None or r.population is None:  # simulated people (a table has its population)
         return
     import hashlib
 

@@ -1,7 +1,7 @@
-"""The config resolved into the privacy door's inputs, once, for every route: ``mdp-release check`` and the
-run (before its first charge) call :func:`plan_for`; the stage that measures the secret table calls
+"""The run plan (:class:`flows.plan.RunPlan`) resolved into the privacy door's inputs, once, for every route:
+``mdp-release check`` and the run (before its first charge) call :func:`plan_for`; the stage that measures the secret table calls
 :func:`mdp_core.release.door.plan_privacy` with the same settings (:meth:`~mdp_core.release.door.Settings.as_params`). The rules
-themselves live in :mod:`mdp_core.release.door` (pure); this module only reads: the config, the public
+themselves live in :mod:`mdp_core.release.door` (pure); this module only reads: the plan, the public
 instance and its mDP graph (the stretch recomputed here, never read from a stage's file), the secret
 table (validated: counts only leave this module, and its people in memory for the population's sketch)
 and, read only, which other population of the store shares most of its people (the private sketches).
@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flows.config import ReleaseFlowConfig, store_root
+from flows.plan import RunPlan
 from mdp_core.errors import InputError, SecretTableError
-from mdp_core.release.door import GraphFacts, PrivacyPlan, Settings, TableFacts, plan_privacy
+from mdp_core.release.door import GraphFacts, PrivacyPlan, TableFacts, plan_privacy
 
 if TYPE_CHECKING:
     from mdp_core.release.similarity import People
@@ -70,34 +71,12 @@ class Door:
     rows: Any = None  # the secret table's sealed rows (secret, in memory: the run seals them in private/)
 
 
-def settings(cfg: ReleaseFlowConfig, epsilon: float, eta: float) -> Settings:
-    """The door's :class:`Settings` of ``cfg`` (``epsilon``, ``eta``: the instance's, after the config's)."""
-    r, p = cfg.release, cfg.privacy
-    return Settings(
-        epsilon=float(epsilon),
-        eta=float(eta),
-        protection_radius=p.protection_radius,
-        max_distance=r.max_distance,
-        eps_counts=r.eps_counts,
-        eps_prior=r.eps_prior if r.prior_source == "dp" else None,
-        max_stretch=p.max_stretch,
-        allow_unprotected=p.allow_unprotected,
-        population=r.population if r.microdata is not None else None,
-        all_pairs=all_pairs(cfg),
-    )
-
-
-def all_pairs(cfg: ReleaseFlowConfig) -> bool:
-    """``[solve] all_pairs``: the mechanism is certified over every pair of a component in the metric (issue 51)."""
-    return bool(cfg.solve.solver_settings().get("all_pairs", False))
-
-
-def universe_has_table(cfg: ReleaseFlowConfig, table_sha256: str) -> bool:
-    """Whether the secret table's bytes (``table_sha256``: their sha256) are one of the dataset's input files."""
-    from mdp_core.declarations import dataset_kinds
+def universe_has_table(inputs: tuple[str, ...], table_sha256: str) -> bool:
+    """Whether the secret table's bytes (``table_sha256``: their sha256) are one of the dataset's input files
+    (``inputs``: :attr:`flows.plan.RunPlan.dataset_inputs`)."""
     from mdp_core.problem.microdata import sha256_regular
 
-    for path in dataset_kinds.input_files(cfg.dataset.kind, cfg.dataset.params):
+    for path in inputs:
         try:
             if sha256_regular(path, "dataset input") == table_sha256:
                 return True
@@ -116,16 +95,15 @@ def similar_population(root: Path, people: People, population: str | None) -> tu
     return PrivateStore(root).similar_population(people, population)
 
 
-def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[TableFacts, People, Any, Any]:
+def read_secret_table(plan: RunPlan, inst: Any, limit: float) -> tuple[TableFacts, People, Any, Any]:
     """Read the secret table ONCE and validate it against ``inst``: (its facts for the door, its people, the
     located people, its sealed rows -- :func:`mdp_core.problem.microdata.sealed_rows`, what the run seals and
     every later step reads). A SecretTableError (no value, no path in its message) when the file cannot be
     read at all."""
-    from mdp_core.declarations import dataset_kinds
     from mdp_core.problem import microdata
     from mdp_core.release.door import table_facts, table_people, universe_facts
 
-    table, file_sha = microdata.read_secret(str(cfg.release.microdata))
+    table, file_sha = microdata.read_secret(str(plan.privacy.microdata))
     try:
         rows = microdata.sealed_rows(table.frame, inst)
     except SecretTableError:
@@ -134,14 +112,13 @@ def read_secret_table(cfg: ReleaseFlowConfig, inst: Any, limit: float) -> tuple[
         raise SecretTableError(str(exc)) from None
     loc = microdata.locate(rows, inst)
     people = table_people(rows, inst, loc)
-    user_universe = dataset_kinds.user_universe(cfg.dataset.kind, cfg.dataset.params)
     facts = table_facts(
         loc,
         inst.n_records,
         limit,
-        universe_bytes=universe_has_table(cfg, file_sha),
-        other=similar_population(store_root(cfg), people, cfg.release.population),
-        universe=universe_facts(people, inst) if user_universe else None,
+        universe_bytes=universe_has_table(plan.dataset_inputs, file_sha),
+        other=similar_population(plan.store_root, people, plan.privacy.population),
+        universe=universe_facts(people, inst) if plan.user_universe else None,
     )
     return facts, people, loc, rows
 
@@ -176,30 +153,29 @@ def unsealed_config(cfg: ReleaseFlowConfig) -> ReleaseFlowConfig:
     return cfg.model_copy(update={"release": cfg.release.model_copy(update={"microdata": real})})
 
 
-def plan_for(cfg: ReleaseFlowConfig, inst: Any) -> Door:
-    """The door for ``cfg`` over ``inst`` (the instance with the mDP graph's edges at the release's eta):
+def plan_for(plan: RunPlan, inst: Any) -> Door:
+    """The door for the run ``plan`` over ``inst`` (the instance with the mDP graph's edges at the release's eta):
     the plan, with the secret table read and validated when the release has one. Without a secret table
     ``inst`` may be the instance's :class:`Figures` at the release's radius (an earlier door's, memoised):
     the same plan, without the instance."""
-    s = settings(cfg, float(cfg.privacy.epsilon if cfg.privacy.epsilon is not None else inst.epsilon), inst.eta)
+    p = plan.privacy
+    s = p.settings(float(p.epsilon if p.epsilon is not None else inst.epsilon), inst.eta)
     figures = inst if isinstance(inst, Figures) else Figures.of(inst, s.radius, s.all_pairs)
     if figures.radius != s.radius or figures.graph.all_pairs != s.all_pairs:
         raise ValueError(f"the figures are at radius {figures.radius:g}, the release's is {s.radius:g} (or all_pairs)")
-    if cfg.release.microdata is None:
+    if p.microdata is None:
         return Door(plan_privacy(s, figures.graph), figures=figures)
     if isinstance(inst, Figures):
         raise ValueError("a secret table is read against the instance itself, not its figures")
-    facts, people, loc, rows = read_secret_table(cfg, inst, s.distance_limit)
+    facts, people, loc, rows = read_secret_table(plan, inst, s.distance_limit)
     return Door(plan_privacy(s, figures.graph, facts), people, loc, figures, rows)
 
 
 __all__ = [
     "Door",
     "Figures",
-    "all_pairs",
     "plan_for",
     "read_secret_table",
     "sealed_config",
-    "settings",
     "unsealed_config",
 ]

@@ -75,10 +75,11 @@ def stage_entry(ref: ArtifactRef, run_id: str, t0: float, started: float | None 
     }
 
 
-def public_config(config: BaseModel) -> dict[str, Any]:
-    """The config as a manifest publishes it: its JSON dump with ``release.microdata`` (the secret table's
-    path, which may say whose table it is) replaced by :data:`SECRET_TABLE_ROLE`; everything else as run."""
-    data = config.model_dump(mode="json")
+def public_config(config: BaseModel | dict[str, Any]) -> dict[str, Any]:
+    """The config (or its JSON dump) as a manifest publishes it: its JSON dump with ``release.microdata`` (the
+    secret table's path, which may say whose table it is) replaced by :data:`SECRET_TABLE_ROLE`; everything
+    else as run."""
+    data = dict(config) if isinstance(config, dict) else config.model_dump(mode="json")
     release = data.get("release")
     if isinstance(release, dict) and release.get("microdata") is not None:
         data["release"] = release | {"microdata": SECRET_TABLE_ROLE}
@@ -90,7 +91,7 @@ def new_manifest(
     name: str,
     run_id: str,
     created_at: _dt.datetime,
-    config: BaseModel,
+    config: BaseModel | dict[str, Any],
     stages: dict[str, dict[str, Any]],
     code_versions: dict[str, str],
     fields: dict[str, Any] | None = None,

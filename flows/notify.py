@@ -9,7 +9,7 @@ budget runs low.
   service's incoming-webhook URL): the UI and the API show it masked;
 * an *automation* (:class:`prefect.automations.Automation`) whose :class:`~prefect.automations.EventTrigger`
   fires on the event ``prefect.flow-run.<State>`` of a flow run of the flow ``mdp-release`` that carries
-  the tag ``release:NAME`` (:func:`flows.release.run_tags`; ``--release '*'``: any release), for each
+  the tag ``release:NAME`` (:func:`flows.plan.run_tags`; ``--release '*'``: any release), for each
   state of ``--states`` (default Failed, Refused, Crashed, Cancelled, TimedOut; ``--no-cancel-alerts``
   leaves Cancelled out), and on the low-budget event of a population that such a run finds low
   (``BudgetLow``: :func:`flows.operate_ui.announce_budget`, sent once per population and budget and

@@ -102,7 +102,7 @@ def _deployment(args: argparse.Namespace, route: str) -> dict[str, Any]:
     deployments, never one overwriting the other."""
     from flows.config import load_config, release_name, to_parameter
     from flows.door import sealed_config
-    from flows.release import run_tags
+    from flows.plan import run_tags
 
     if args.interval is not None and not args.interval > 0:
         raise InputError(f"--interval must be > 0, got {args.interval:g}")
@@ -142,7 +142,8 @@ def serve_from_cli(args: argparse.Namespace) -> int:
     from prefect.runner import Runner
 
     from flows.config import as_config
-    from flows.release import release_flow, run_title
+    from flows.plan import run_title
+    from flows.release import release_flow
 
     # What flow.serve does (a Runner with this one flow), with its shutdown done here: on Ctrl-C / SIGTERM
     # the runner stops (its schedule paused) and the deployment's runs still scheduled are deleted. One process
@@ -221,7 +222,7 @@ WATCH_EVERY = 3.0  # s between two looks at the deployment's runs
 
 def scheduled_run_name(title: str, run: Any) -> str:
     """``<release name>-<config hash8>-<scheduled UTC time>-<id4>``: the name a run of the release gets when it
-    starts (:func:`flows.release.run_title`), with the time it is scheduled for."""
+    starts (:func:`flows.plan.run_title`), with the time it is scheduled for."""
     import datetime as dt
 
     when = run.expected_start_time.astimezone(dt.UTC) if run.expected_start_time else dt.datetime.now(dt.UTC)

@@ -27,6 +27,7 @@ from prefect import Flow, flow, get_run_logger, tags
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.states import Cancelled, Failed, State
+from pydantic import BaseModel
 
 import flows  # noqa: F401  (binds the project packages, quiet Prefect defaults)
 from artifacts.draws import Draw
@@ -35,26 +36,26 @@ from artifacts.store import ArtifactRef, Store
 from flows import manifest as mf
 from flows import operate_ui, runner
 from flows.approval import unattended, wait_for_approval
-from flows.config import (
-    DEFAULT_CONFIG,
-    ReleaseFlowConfig,
-    StageName,
-    as_config,
-    config_hash,
-    effective_epsilon,
-    release_name,
-    store_root,
-)
-from flows.door import Figures, all_pairs, plan_for, unsealed_config
+from flows.config import DEFAULT_CONFIG, ReleaseFlowConfig, StageName, as_config
+from flows.door import Figures, plan_for, unsealed_config
 from flows.manifest_read import manifest_release_name
+from flows.plan import (
+    RunPlan,
+    as_plan,
+    instance_stage,
+    plan_run,
+    run_title,
+    stage_params,  # noqa: F401  (the tests' fixtures take it from here)
+    stage_plan,  # noqa: F401  (the tests take it from here)
+)
 from flows.slot import one_run_at_a_time
-from mdp_core.declarations import contract, dataset_kinds
+from mdp_core.declarations import contract
 from mdp_core.declarations.methods import needs_partition
 from mdp_core.errors import Interrupted, PrivacyError, StageTimeout
 from mdp_core.release import audit, signing
 from mdp_core.release.door import PrivacyPlan, Settings
 from mdp_core.runtime import control
-from mdp_core.runtime.files import file_sha256, read_json
+from mdp_core.runtime.files import read_json
 from tasks import evaluate, measure
 from tasks import publish as publish_task
 from tasks.cache import cached, package_versions, stage_code_version
@@ -76,131 +77,26 @@ SOLVE_SUMMARY = contract.MANIFEST_SOLVE_KEYS  # the manifest's solve summary: th
 PACKAGES = ("mdp-release", "prefect", "numpy", "scipy", "highspy", "pandas", "pyarrow", "osmnx", "gensim", "pydantic")
 
 
-def _solve_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
-    """[solve]: the method, HiGHS's and the repair's settings, the options of the chosen method set in [solve]."""
-    s = cfg.solve
-    return {"method": s.method, "solver": s.solver_settings(), **s.repair_settings(), "method_args": s.method_args()}
-
-
-def _evaluate_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
-    """[evaluate], and the solve it compares against (its own solves run with [solve]'s settings)."""
-    s = cfg.solve
-    return cfg.evaluate.model_dump() | {
-        "method": s.method,
-        "method_args": s.method_args(),
-        "solver": s.solver_settings(),
-        **s.repair_settings(),
-    }
-
-
-def _dataset_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
-    """[dataset], and the content hash of each input file its parameters name."""
-    inputs = {str(p): file_sha256(p) for p in dataset_kinds.input_files(cfg.dataset.kind, cfg.dataset.params)}
-    return {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs}
-
-
-# How a config section becomes a stage's parameters (:attr:`mdp_core.declarations.contract.Stage.params`); any other
-# section: its ``model_dump()``; ``"section.key"``: ``{key: value}``.
-SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
-    "dataset": _dataset_section,
-    "solve": _solve_section,
-    "evaluate": _evaluate_section,
-    # the release settings; the flow replaces them with release_params (and adds "prior") at the secret draw
-    "release": lambda cfg: cfg.release.model_dump(mode="json", exclude_unset=True, exclude={"microdata"}),
-    # eta as written, and the protection radius when eta is unset (the graph's eta is then at most the radius)
-    # and [solve] all_pairs when set (the stretch is then 1 by certificate: graph.json's protection says so)
-    "privacy.eta": lambda cfg: cfg.privacy.graph_params() | ({"all_pairs": True} if all_pairs(cfg) else {}),
-}
-
-
-def section_params(cfg: ReleaseFlowConfig, section: str) -> dict[str, Any]:
-    """The parameters a stage takes from config ``section`` (its declared ``params``: :data:`SECTION_PARAMS`)."""
-    build = SECTION_PARAMS.get(section)
-    if build is not None:
-        return build(cfg)
-    name, _, key = section.partition(".")
-    if key:
-        return {key: getattr(getattr(cfg, name), key)}
-    return cast(dict[str, Any], getattr(cfg, name).model_dump())
-
-
-def stage_params(cfg: ReleaseFlowConfig) -> dict[str, dict[str, Any]]:
-    """Each cached stage's own parameters (what goes into its cache key besides upstream hashes), from the config
-    section it declares (:attr:`mdp_core.declarations.contract.Stage.params`); a stage declaring none: ``{}``, but a
-    stage that reads the secret table has its parameters set at the draw (:func:`release_params`), except a prior
-    that reads nothing secret (:func:`public_prior_params`)."""
-    params = {
-        st.name: section_params(cfg, st.params) if st.params else {}
-        for st in contract.STAGES
-        if st.cached and (st.params or not st.reads_secret)
-    }
-    if (prior := public_prior_params(cfg)) is not None:  # simulated people are drawn after it runs
-        params["prior"] = prior
-    return params
-
-
-def release_params(
-    cfg: ReleaseFlowConfig, draw: Draw, door: Settings, table: str | None = None
-) -> dict[str, dict[str, Any]]:
+def release_params(plan: RunPlan, draw: Draw, door: Settings, table: str | None = None) -> dict[str, dict[str, Any]]:
     """The ``prior`` (when not the dataset's) and ``measure`` stages' parameters: the release settings
     (``door``: the privacy door's, which the measuring stage plans with again), the population, the draw's
     public commitment and ``table``, the sealed table's keyed handle
     (:meth:`artifacts.private.PrivateStore.table_handle`: never its path or hash; None for simulated people),
-    and what the ledger needs (the cap the config asks for, whether the population must have one)."""
-    r, p = cfg.release, cfg.privacy
+    and what the ledger needs (the cap the config asks for, whether the population must have one): the plan's
+    :attr:`~flows.plan.RunPlan.secret_params` and :attr:`~flows.plan.RunPlan.measure_params`."""
     secret = {
         "table": table,  # the sealed table's keyed handle (None: simulated people); never its path or hash
         "population": draw.population,
         "draw": draw.commitment,
-        "max_distance": r.max_distance,
-        "max_total_epsilon": r.max_total_epsilon,
-        "require_cap": r.microdata is not None,  # real people: a population's first release sets its cap
-        "release_key": release_key(cfg),
+        **plan.secret_params,
     }
-    out: dict[str, dict[str, Any]] = {
-        "measure": secret
-        | {
-            "n_individuals": cfg.release.simulated_individuals,
-            "eps_counts": r.eps_counts,
-            "eps_prior": r.eps_prior,
-            "prior_source": r.prior_source,
-            "protection_radius": p.protection_radius,
-            "max_stretch": p.max_stretch,
-            "allow_unprotected": p.allow_unprotected,
-            "door": door.as_params(),  # the door's settings: the stage plans with them again
-        }
-    }
-    if r.prior_source == "dp":
-        out["prior"] = secret | {"source": "dp", "eps_prior": r.eps_prior}
-    elif (public := public_prior_params(cfg)) is not None:
-        out["prior"] = public
+    door_params = {"door": door.as_params()}  # the door's settings: the stage plans with them again
+    out: dict[str, dict[str, Any]] = {"measure": secret | plan.measure_params | door_params}
+    if plan.prior_source == "dp":
+        out["prior"] = secret | {"source": "dp", "eps_prior": plan.privacy.eps_prior}
+    elif plan.public_prior is not None:
+        out["prior"] = dict(plan.public_prior)
     return out
-
-
-def public_prior_params(cfg: ReleaseFlowConfig) -> dict[str, Any] | None:
-    """The ``prior`` stage's parameters when the prior reads nothing secret (``uniform`` or a public file):
-    known before any draw, so the stage can run before the simulated people are drawn. None otherwise."""
-    r = cfg.release
-    if r.prior_source == "file":
-        from mdp_core.problem.microdata import sha256_regular  # numpy / pandas: only for a prior file
-
-        return {"source": "file", "file": r.prior, "file_sha256": sha256_regular(r.prior, "prior")}
-    if r.prior_source == "uniform":
-        return {"source": "uniform"}
-    return None
-
-
-def release_key(cfg: ReleaseFlowConfig) -> str:
-    """What identifies a release of a draw for the budget's early check: the config without the parts that
-    cannot change what is measured (run, name, store, evaluate, who approves, where the secret table was read
-    from: the sealed table is the draw's)."""
-    import hashlib
-    import json
-
-    exclude: dict[str, Any] = {"run": True, "name": True, "store": True, "evaluate": True}
-    exclude["release"] = {"approval", "approval_timeout", "microdata"}
-    data = cfg.model_dump(mode="json", exclude=exclude)
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: dict[str, Any]) -> dict[str, Any]:
@@ -227,29 +123,6 @@ def release_fields(inst_meta: dict[str, Any], solve_info: dict[str, Any], prov: 
     return {"privacy": privacy, "solve": solve}
 
 
-def stage_plan(config: ReleaseFlowConfig) -> list[str]:
-    """The steps of a run, in order, from the declarations (:data:`mdp_core.declarations.contract.STAGES`): each cached
-    stage that runs for ``config`` (:meth:`~mdp_core.declarations.contract.Stage.runs`); ``"door"`` before the first
-    stage that reads the secret table (the privacy door, the officer's approval, for real people the draw and
-    the budget's early check); ``"draw"`` after the stage whose output defines the simulated table (the
-    ``instance`` the secret-reading stages read: the draw of simulated people); then ``"points"`` (the
-    side runs, :data:`~mdp_core.declarations.contract.SIDE_RUNS`: the evaluate stage's own solves, started on the task
-    runner beside the stages that follow and collected for the stage that reads them)."""
-    door = next(st.name for st in contract.STAGES if st.reads_secret)
-    instance = _instance()
-    steps: list[str] = []
-    for st in contract.STAGES:
-        if not st.cached:
-            continue
-        if st.name == door:
-            steps.append("door")
-        if st.runs(config):
-            steps.append(st.name)
-        if st.name == instance:
-            steps += ["draw", "points"]
-    return steps
-
-
 @dataclass
 class StageRun:
     """What the stage loop (:func:`run_stages`) has made so far: {stage: output}, the draw, the door's admitted
@@ -262,7 +135,7 @@ class StageRun:
 
 
 def run_stages(
-    config: ReleaseFlowConfig,
+    plan: RunPlan | BaseModel,
     store: Store,
     params: dict[str, dict[str, Any]],
     run: Any,
@@ -273,24 +146,27 @@ def run_stages(
     until: str | None = None,
     side: Any = None,
 ) -> StageRun:
-    """Run the steps of :func:`stage_plan` through ``until`` (a step name; None: all): each stage through
-    ``run(stage, **upstream)`` (the flow: a cached Prefect task; tests: its ``.fn``) with the keyword arguments
-    its declaration reads (:meth:`~mdp_core.declarations.contract.Stage.upstream`), the door (:func:`_door`) and the
-    draw at their steps; ``params`` (from :func:`stage_params`) gains the release's parameters at the draw.
+    """Run the plan's steps (:attr:`flows.plan.RunPlan.steps`: :func:`flows.plan.stage_plan`) through ``until`` (a
+    step name; None: all): each stage through ``run(stage, **upstream)`` (the flow: a cached Prefect task; tests:
+    its ``.fn``) with the keyword arguments its declaration reads (:meth:`flows.plan.RunPlan.upstream`), the door
+    (:func:`_door`) and the draw at their steps; ``params`` (the plan's :meth:`~flows.plan.RunPlan.params`) gains
+    the release's parameters at the draw.
     ``side(refs, stack)`` starts the side runs, entering its task runner into ``stack`` (closed once their
     outputs are collected, before the stage that reads them), and returns what collects them (None: no side
-    runs, their readers get [])."""
+    runs, their readers get []). ``plan``: the run's (:func:`flows.plan.plan_run`); a config is planned here
+    (:func:`flows.plan.as_plan`: the tests' shared fixtures pass one)."""
+    plan = as_plan(plan)
     state = StageRun()
     collect: Any = lambda: []  # noqa: E731
     with contextlib.ExitStack() as stack:
-        for step in stage_plan(config):
+        for step in plan.steps:
             if step == "door":
-                _door(config, store, params, note, new_draw, draw, state)
+                _door(plan, store, params, note, new_draw, draw, state)
             elif step == "draw":
                 if state.draw is None:  # simulated individuals: the table is defined by the instance and n
-                    n = config.release.simulated_individuals
-                    table = measure.simulated_table({"instance": state.refs[_instance()].content_hash, "n": n})
-                    state.draw = _secret(config, store, params, note, new_draw, draw, state, *table)
+                    n = plan.simulated_individuals
+                    table = measure.simulated_table({"instance": state.refs[instance_stage()].content_hash, "n": n})
+                    state.draw = _secret(plan, store, params, note, new_draw, draw, state, *table)
             elif step == "points":
                 collect = side(state.refs, stack) if side is not None else collect
             else:
@@ -299,19 +175,14 @@ def run_stages(
                 if any(s in contract.SIDE_RUNS for s in st.inputs.values()):
                     outputs |= dict.fromkeys(contract.SIDE_RUNS, collect())
                     stack.close()  # collected: the side runs' task runner shut down before the stage starts
-                state.refs[step] = run(step, **st.upstream(config, outputs))
+                state.refs[step] = run(step, **plan.upstream(step, outputs))
             if step == until:
                 break
     return state
 
 
-def _instance() -> str:
-    """The stage whose output the secret-reading stages read as ``instance`` (export)."""
-    return next(st.inputs["instance"] for st in contract.STAGES if st.reads_secret and "instance" in st.inputs)
-
-
 def _door(
-    config: ReleaseFlowConfig,
+    plan: RunPlan,
     store: Store,
     params: dict[str, dict[str, Any]],
     note: Any,
@@ -331,13 +202,13 @@ def _door(
     memoised beside the graph object (:func:`tasks.common.door_figures`): a re-run's door loads no instance."""
     note("the privacy door")
     reads = next(st for st in contract.STAGES if st.reads_secret).inputs  # the door sees what that stage reads
-    dataset, graph, radius = state.refs[reads["dataset"]], state.refs[reads["graph"]], config.privacy.protection_radius
-    public = config.release.microdata is None  # no secret table: the public instance's figures are all it reads
+    dataset, graph, radius = state.refs[reads["dataset"]], state.refs[reads["graph"]], plan.privacy.protection_radius
+    public = plan.privacy.microdata is None  # no secret table: the public instance's figures are all it reads
     memo = (dataset, graph, radius, ("flows.door",))  # memoised beside the graph object, keyed by what makes them
     figures = Figures.parse(door_figures(store, *memo)) if public else None
-    if figures is not None and figures.graph.all_pairs != all_pairs(config):  # the graph object differs then
+    if figures is not None and figures.graph.all_pairs != plan.privacy.all_pairs:  # the graph object differs then
         figures = None
-    door = plan_for(config, figures or instance_with_graph(store, dataset, graph))
+    door = plan_for(plan, figures or instance_with_graph(store, dataset, graph))
     if public and figures is None and door.figures is not None:
         remember_door_figures(store, *memo, door.figures.as_dict())
     state.plan = door.plan.admit()  # refused: PrivacyError, nothing measured, nothing charged
@@ -345,17 +216,17 @@ def _door(
     if door.rows is not None:  # sealed: from here on the run reads the snapshot, never the file
         version, handle = PrivateStore(store.root).seal_table(door.rows)
         state.plan = dataclasses.replace(state.plan, table=handle)  # the plan the officer approves covers it
-    state.approval = wait_for_approval(config, store, state.plan, door.people, new_draw)  # a person first
+    state.approval = wait_for_approval(plan.approval, store, state.plan, door.people, new_draw)  # a person first
     if version is not None:  # real people: the door (the budget) before anything is measured
-        population = cast(str, config.release.population)
+        population = cast(str, plan.privacy.population)
         measure.claim_table(store, door.people, population)
-        state.draw = _secret(config, store, params, note, new_draw, draw, state, population, version)
+        state.draw = _secret(plan, store, params, note, new_draw, draw, state, population, version)
         measure.precheck_release(store, state.draw, params["measure"], state.plan.charges())
     signing.signing_key(store.root)  # a refused or lost signing key is refused now, before the first charge
 
 
 def _secret(
-    config: ReleaseFlowConfig,
+    run_plan: RunPlan,
     store: Store,
     params: dict[str, dict[str, Any]],
     note: Any,
@@ -370,7 +241,7 @@ def _secret(
     plan = cast(PrivacyPlan, state.plan)
     note("measure (the secret draw)")
     d = measure.secret_draw(store, population, version, new_draw, draw)
-    params.update(release_params(config, d, plan.settings, plan.table))
+    params.update(release_params(run_plan, d, plan.settings, plan.table))
     radius = {"value": plan.radius, "unit": plan.guarantee.distance_unit}
     for st in contract.STAGES:  # each stage that reads the secret table and is given the draw (prior, measure)
         if st.reads_secret and "draw" in params.get(st.name, {}):
@@ -379,7 +250,7 @@ def _secret(
 
 
 def prepare(
-    config: ReleaseFlowConfig,
+    plan: RunPlan | BaseModel,
     store: Store,
     params: dict[str, dict[str, Any]],
     run: Any,
@@ -392,11 +263,11 @@ def prepare(
     then prior (a DP prior is charged before it is measured), partition and export; simulated people are drawn
     once the instance is known. Returns ({stage: output}, the draw, the door's admitted plan, the officer's
     approval record or None)."""
-    state = run_stages(config, store, params, run, note, new_draw, draw, until="draw")
+    state = run_stages(plan, store, params, run, note, new_draw, draw, until="draw")
     return state.refs, cast(Draw, state.draw), cast(PrivacyPlan, state.plan), state.approval
 
 
-def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: bool = False) -> Any:
+def stage_task(stage: str, plan: RunPlan, store: Store, refresh: bool = False) -> Any:
     """The Prefect task the flow runs for ``stage`` -- each of ``STAGE_NAMES`` (``publish``: the
     publication, never cached) or ``evaluate_point`` (the evaluate stage's own solves) -- with the
     config's options: its ``[run.timeouts]`` entry (evaluate_point: evaluate's) and retries where they
@@ -408,23 +279,8 @@ def stage_task(stage: str, config: ReleaseFlowConfig, store: Store, refresh: boo
         task = cached(evaluate.evaluate_point, "evaluate_point", store, refresh)
     else:
         task = cached(task_at(contract.stage(stage).task), stage, store, refresh)
-    return task.with_options(**runner.task_options("evaluate" if stage == "evaluate_point" else stage, config))
-
-
-def run_title(config: ReleaseFlowConfig) -> str:
-    """The flow run's name: ``<release name>-<hash8 of the config>``, e.g. grid-eps10-benders-1a2b3c4d."""
-    return f"{release_name(config)}-{config_hash(config)[:8]}"
-
-
-def run_tags(config: ReleaseFlowConfig) -> list[str]:
-    value = effective_epsilon(config)
-    eps = "auto" if value is None else f"{value:g}"
-    return [
-        f"dataset:{config.dataset.kind}",
-        f"method:{config.solve.method}",
-        f"release:{release_name(config)}",
-        f"eps:{eps}",
-    ]
+    timeout = plan.timeouts.get("evaluate" if stage == "evaluate_point" else stage)
+    return task.with_options(**runner.task_options(stage, timeout))
 
 
 def run_stamp() -> str:
@@ -519,7 +375,8 @@ def release_flow(
         restore = None
     try:
         with one_run_at_a_time(ctx):  # served / deployed: one run at a time, approval pause included (issue 52)
-            return _release(unsealed_config(as_config(config)), refresh_from, new_draw, draw)
+            plan = plan_run(unsealed_config(as_config(config)))  # the run's plan: all it takes from the config
+            return _release(plan, refresh_from, new_draw, draw)
     except Interrupted as exc:
         if isinstance(exc, StageTimeout):  # a stage over its [run] timeouts limit: TimedOut (Failed), as before
             raise
@@ -559,7 +416,7 @@ def _refused(ctx: FlowRunContext | None, exc: PrivacyError) -> State[Any]:
     return state
 
 
-def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool, draw: str | None) -> dict[str, Any]:
+def _release(plan: RunPlan, refresh_from: str | None, new_draw: bool, draw: str | None) -> dict[str, Any]:
     """The body of :func:`release_flow`: the stages as declared (:func:`run_stages`), the manifest
     (:func:`_run_manifest`), the publication through the door, then retention."""
     refresh_from = None if refresh_from is None else contract.stage_name(refresh_from)
@@ -567,13 +424,13 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         raise ValueError(f"refresh_from must be one of {list(contract.STAGE_NAMES)}, got {refresh_from!r}")
     names = tuple(st.name for st in contract.STAGES if st.cached)  # the cached stages in run order
     first_refresh = names.index(refresh_from) if refresh_from in names else len(names)
-    store = Store(store_root(config))
+    store = Store(plan.store_root)
     store.clean_debris()  # temp / trash folders a killed run left behind (kill -9): gone before this run starts
     ctx = FlowRunContext.get()
     run_id = mf.flow_run_id()
-    rname = release_name(config)
-    operate_ui.tag_flow_run(ctx, run_tags(config))
-    params = stage_params(config)
+    rname = plan.release_name
+    operate_ui.tag_flow_run(ctx, list(plan.tags))
+    params = plan.params()
     entries: dict[str, dict[str, Any]] = {}
     flow_started = time.time()  # cache_hit: produced by another run that finished before this one began
 
@@ -581,8 +438,8 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         control.check(stage)  # stopped (Cancel, SIGTERM): no further stage starts
         operate_ui.at_stage(run_id, stage)
         t0 = time.perf_counter()
-        task = stage_task(stage, config, store, stage in names[first_refresh:])
-        with tags(*run_tags(config)):
+        task = stage_task(stage, plan, store, stage in names[first_refresh:])
+        with tags(*plan.tags):
             ref = stage_output(stage, task(str(store.root), params[stage], **upstream))  # stopped: Interrupted
         entries[stage] = mf.stage_entry(ref, run_id, t0, flow_started)
         return ref
@@ -591,10 +448,10 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         operate_ui.at_stage(run_id, what)
 
     def side(refs: dict[str, ArtifactRef], stack: contextlib.ExitStack) -> Callable[[], list[ArtifactRef]]:
-        return _side_runs(config, store, params, refs, stack, "evaluate" in names[first_refresh:])
+        return _side_runs(plan, store, params, refs, stack, "evaluate" in names[first_refresh:])
 
     spent_before = operate_ui.ledger_snapshot(store.root)  # this run's spend = the ledger after minus before
-    state = run_stages(config, store, params, run, note, new_draw, draw, side=side)  # the door and the draw included
+    state = run_stages(plan, store, params, run, note, new_draw, draw, side=side)  # the door and the draw included
     refs = state.refs
     evaluate.publish_report(str(store.root), refs["evaluate"], key=rname)
     fields = {
@@ -603,28 +460,28 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
         "package_versions": package_versions(PACKAGES),
         "approval": state.approval or unattended(state.plan),  # the officer's (flows/approval.py), or nobody's
     }
-    manifest = _run_manifest(config, store, refs, run_id, entries, fields, params)
+    manifest = _run_manifest(plan, store, refs, run_id, entries, fields, params)
     control.check("publish")  # a stop requested meanwhile: nothing is published
     operate_ui.at_stage(run_id, "publish")
     # The door: staged, re-verified from the exact bytes (mdp_core.release.audit), published only if it checks out;
     # the exact bytes of a release already published from this config: nothing new (mf.publish_run). What is
     # published: the outputs the publish stage reads (its declaration), each file from the stage the contract names.
-    published = publish_task.released_files(**contract.stage("publish").upstream(config, refs))
+    published = publish_task.released_files(**plan.upstream("publish", refs))
     manifest = mf.publish_run(
         store,
         manifest,
         published,
-        publish=lambda name, files, m: stage_task("publish", config, store)(str(store.root), name, files, m),
+        publish=lambda name, files, m: stage_task("publish", plan, store)(str(store.root), name, files, m),
     )
     run_dir = manifest["run_dir"]
     operate_ui.at_stage(run_id, f"after publication ({run_dir} is published)")
     operate_ui.after_release(store, Path(run_dir), manifest, rname, spent_before)  # runs/latest, UI artifact
-    if config.run.keep_releases is not None:  # this release name's folders only (other releases: untouched)
-        pruned = store.prune_releases(config.run.keep_releases, rname, manifest_release_name)
+    if plan.keep_releases is not None:  # this release name's folders only (other releases: untouched)
+        pruned = store.prune_releases(plan.keep_releases, rname, manifest_release_name)
         if pruned:
             get_run_logger().info(
                 "retention (keep_releases = %d): deleted %d older folder(s) of %s, microdata included: %s",
-                config.run.keep_releases,
+                plan.keep_releases,
                 len(pruned),
                 rname,
                 ", ".join(p.name for p in pruned),
@@ -633,7 +490,7 @@ def _release(config: ReleaseFlowConfig, refresh_from: str | None, new_draw: bool
 
 
 def _side_runs(
-    config: ReleaseFlowConfig,
+    plan: RunPlan,
     store: Store,
     params: dict[str, dict[str, Any]],
     refs: dict[str, ArtifactRef],
@@ -645,11 +502,11 @@ def _side_runs(
     entered into ``stack`` by :func:`run_stages` so they run beside the stages that follow (``refresh``:
     recompute them). Returns what waits for their outputs."""
     part, inst = refs["partition"], refs["export"]
-    point_task = stage_task("evaluate_point", config, store, refresh)
-    remote = config.run.dask_address if config.run.task_runner == "dask" else None  # its workers' logs: here too
-    pool = stack.enter_context(runner.task_runner(config.run))
+    point_task = stage_task("evaluate_point", plan, store, refresh)
+    remote = plan.runner.dask_address if plan.runner.task_runner == "dask" else None  # its workers' logs: here too
+    pool = stack.enter_context(runner.task_runner(plan.runner))
     stack.enter_context(runner.dask_logs_in_terminal(remote))
-    stack.enter_context(tags(*run_tags(config)))
+    stack.enter_context(tags(*plan.tags))
     futures = [
         pool.submit(
             point_task,
@@ -666,7 +523,7 @@ def _side_runs(
 
 
 def _run_manifest(
-    config: ReleaseFlowConfig,
+    plan: RunPlan,
     store: Store,
     refs: dict[str, ArtifactRef],
     run_id: str,
@@ -688,5 +545,12 @@ def _run_manifest(
         if st.cached
     }
     return mf.new_manifest(
-        "mdp-release-manifest", mf.run_name(finished, run_id), run_id, finished, config, entries, code_versions, fields
+        "mdp-release-manifest",
+        mf.run_name(finished, run_id),
+        run_id,
+        finished,
+        plan.config_json,
+        entries,
+        code_versions,
+        fields,
     )

@@ -440,7 +440,8 @@ def _run_flows(args: argparse.Namespace, cfgs: list[Any], refresh_from: Any, dra
         return 0
     from prefect import tags
 
-    from flows.release import release_flow, run_tags
+    from flows.plan import run_tags
+    from flows.release import release_flow
 
     # The run is created with its release's tags (as a deployment's runs are): the server attaches a run's tags
     # to its state events from its first state on, so `mdp-release notify --release NAME` hears this run fail.

@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flows.plan import Runner
 
 # Errors a second attempt can cure: network and file-system hiccups (a dataset download, a busy
 # disk). Solver failures, refused repairs and bad input are deterministic: no retries for those.
@@ -28,17 +31,18 @@ def _retry_transient(task: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
-def task_options(stage: str, config: Any) -> dict[str, Any]:
-    """``with_options`` of a stage task: its timeout from ``[run.timeouts]``; retries on transient errors
-    only, and only where a retry can help (``RETRIES``)."""
-    opts: dict[str, Any] = {"timeout_seconds": getattr(config.run.timeouts, stage, None)}
+def task_options(stage: str, timeout: float | None) -> dict[str, Any]:
+    """``with_options`` of a stage task: its ``timeout`` (s; None: no limit: its ``[run.timeouts]`` entry,
+    :attr:`flows.plan.RunPlan.timeouts`); retries on transient errors only, and only where a retry can help
+    (``RETRIES``)."""
+    opts: dict[str, Any] = {"timeout_seconds": timeout}
     if RETRIES.get(stage):
         opts |= {"retries": RETRIES[stage], "retry_delay_seconds": 5, "retry_condition_fn": _retry_transient}
     return opts
 
 
-def task_runner(run_cfg: Any) -> Any:
-    """The task runner of ``[run]``: Prefect's thread pool, or prefect-dask's DaskTaskRunner (a local
+def task_runner(run_cfg: Runner) -> Any:
+    """The task runner of ``[run]`` (:attr:`flows.plan.RunPlan.runner`): Prefect's thread pool, or prefect-dask's DaskTaskRunner (a local
     Dask cluster of ``max_workers`` single-threaded worker processes, or the scheduler at
     ``dask_address``)."""
     if run_cfg.task_runner == "dask":

@@ -38,10 +38,16 @@ from flows.approval import (
 )
 from flows.config import approval_mode, as_config, config_hash, parse_config, to_parameter
 from flows.ledger_cli import epsilon_text
+from flows.plan import plan_run
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.release.door import GraphFacts, Settings, plan_privacy
 
 GRID = {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}}
+
+
+def _approval(root: Path, **release):
+    """The run plan's approval terms of :func:`_config` (flows.plan.RunPlan.approval)."""
+    return plan_run(_config(root, **release)).approval
 
 
 def _config(root: Path, **release):
@@ -173,23 +179,23 @@ def test_the_hook_outside_a_flow_run_asks_nobody_but_a_policy_still_applies(tmp_
     a policy release inside its envelope gets the envelope's approval record."""
     store = Store(tmp_path / "store")
     plan = _plan()
-    assert wait_for_approval(_config(tmp_path, approval="none"), store, plan) is None
+    assert wait_for_approval(_approval(tmp_path, approval="none"), store, plan) is None
     seen: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("mdp_release").addHandler(handler)  # Prefect's logging set-up replaces pytest's capture
     try:
-        assert wait_for_approval(_config(tmp_path, approval="required"), store, plan) is None
+        assert wait_for_approval(_approval(tmp_path, approval="required"), store, plan) is None
     finally:
         logging.getLogger("mdp_release").removeHandler(handler)
     assert any("nobody to ask" in m for m in seen)
     policy = _config(tmp_path, approval="policy")
-    assert wait_for_approval(policy, store, plan) is None  # no envelope yet: a person would be asked
+    assert wait_for_approval(plan_run(policy).approval, store, plan) is None  # no envelope yet: a person would be asked
     from flows.config import release_name
 
     answer = PolicyApprovalInput(approve=True, name="A. Officer", note="", max_charge=50.0)
     write_envelope(store.root, release_name(policy), plan, answer, "2026-01-01T00:00:00+00:00")
-    record = wait_for_approval(policy, store, plan)
+    record = wait_for_approval(plan_run(policy).approval, store, plan)
     assert record is not None and record["mode"] == "policy" and record["by"] == "A. Officer"
     assert record["plan_sha256"] == plan_sha256(plan) and record["plan"] == plan_figures(plan)
     assert set(record) == {"mode", "by", "at", "note", "plan_sha256", "plan"}
@@ -205,7 +211,7 @@ def test_a_run_says_which_cap_it_uses_when_its_config_disagrees_with_the_ledger(
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("mdp_release").addHandler(handler)
     try:
-        assert wait_for_approval(_config(tmp_path, approval="none", max_total_epsilon=27.0), store, _plan()) is None
+        assert wait_for_approval(_approval(tmp_path, approval="none", max_total_epsilon=27.0), store, _plan()) is None
     finally:
         logging.getLogger("mdp_release").removeHandler(handler)
     said = [m for m in seen if m.startswith("cap: ")]

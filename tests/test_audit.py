@@ -19,7 +19,7 @@ from conftest import resign
 
 from artifacts.store import Store
 from flows.cli import main
-from flows.door import settings
+from flows.plan import plan_run
 from flows.release import release_params
 from mdp_core.errors import PrivacyError
 from mdp_core.problem.io import _long, read_instance, write_instance, write_table
@@ -35,8 +35,9 @@ def measure_params(store: Store, refs: dict) -> dict:
         {"instance": refs["export"].content_hash, "n": cfg.release.simulated_individuals}
     )
     inst = read_instance(store.root / refs["export"].path)
-    door = settings(cfg, inst.epsilon, inst.eta)
-    return release_params(cfg, measure.secret_draw(store, population, version), door)["measure"]
+    plan = plan_run(cfg)
+    door = plan.privacy.settings(inst.epsilon, inst.eta)
+    return release_params(plan, measure.secret_draw(store, population, version), door)["measure"]
 
 
 @pytest.fixture(scope="module")

@@ -217,6 +217,7 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
     import time
 
     from flows import manifest as mf
+    from flows.plan import plan_run
     from flows.release import PACKAGES, _run_manifest, stage_params
     from tasks import publish as publish_task
     from tasks.cache import package_versions
@@ -227,7 +228,7 @@ def test_a_manifest_as_the_flow_writes_it_passes_the_door(tmp_path):
     entries = {stage: mf.stage_entry(ref, "flow-run-1", t0, started) for stage, ref in refs.items()}
     fields = {"started_at": started, "refresh_from": None, "package_versions": package_versions(PACKAGES)}
     fields["approval"] = APPROVALS[refs["measure"].key]  # the run's approval record (nobody asked: mode none)
-    manifest = _run_manifest(cfg, store, refs, "flow-run-1", entries, fields, stage_params(cfg))
+    manifest = _run_manifest(plan_run(cfg), store, refs, "flow-run-1", entries, fields, stage_params(cfg))
     released = publish_task.released_files(refs["solve"], refs["measure"], refs["evaluate"], refs["export"])
     manifest["released_files"] = {name: ref.files[src] for name, (ref, src) in released.items()}
     folder = Path(publish_task.publish.fn(str(store.root), manifest["run_name"], released, manifest))

@@ -168,16 +168,20 @@ def test_every_stage_timeout_is_applied_to_the_task_the_flow_runs(tmp_path):
     the publication included) carries that timeout; the evaluate stage's own solves take evaluate's."""
     from artifacts.store import Store
     from flows.config import STAGE_NAMES, TimeoutsConfig
+    from flows.plan import plan_run
     from flows.release import stage_task
 
     assert tuple(TimeoutsConfig.model_fields) == STAGE_NAMES
     limits = {stage: 10.0 + i for i, stage in enumerate(STAGE_NAMES)}
     cfg = parse_config({"run": {"timeouts": limits}})
     store = Store(tmp_path / "store")
-    assert {s: stage_task(s, cfg, store).timeout_seconds for s in STAGE_NAMES} == limits
-    assert stage_task("evaluate_point", cfg, store).timeout_seconds == limits["evaluate"]
-    assert stage_task("publish", load_config(None), store).timeout_seconds is None  # unset: no limit
-    assert stage_task("ingest", cfg, store).retries == 2 and stage_task("solve", cfg, store).retries == 0
+    assert {s: stage_task(s, plan_run(cfg), store).timeout_seconds for s in STAGE_NAMES} == limits
+    assert stage_task("evaluate_point", plan_run(cfg), store).timeout_seconds == limits["evaluate"]
+    assert stage_task("publish", plan_run(load_config(None)), store).timeout_seconds is None  # unset: no limit
+    assert (
+        stage_task("ingest", plan_run(cfg), store).retries == 2
+        and stage_task("solve", plan_run(cfg), store).retries == 0
+    )
 
 
 def test_a_former_stage_name_still_works_in_a_config_and_on_the_command_line():

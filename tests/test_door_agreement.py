@@ -1,4 +1,5 @@
-"""Issue 39: ``mdp-release check`` and the run's door agree, verdict and charges, on generated configs.
+"""Issue 39: ``mdp-release check`` and the run's door agree, verdict and charges, on generated configs; issue 53:
+they decide on the same run plan (:func:`flows.plan.plan_run`).
 
 The run goes through :func:`flows.release.prepare` with the stage tasks' ``.fn`` (real ingest and graph stages,
 real private store) and stops at the first stage after the door; ``check`` builds the instance its own way
@@ -83,8 +84,9 @@ def _config(root: Path, table: Path, c: dict) -> dict:
     }
 
 
-def _run_door(cfg) -> tuple[bool, float | None, str]:
-    """(past the door, its plan's charge, the refusal) of the run's own route."""
+def _run_door(cfg, run_plans: list) -> tuple[bool, float | None, str]:
+    """(past the door, its plan's charge, the refusal) of the run's own route; ``run_plans`` gets the run plan
+    its door decided on (flows.plan.RunPlan)."""
     s = str(cfg.store)
     p = stage_params(cfg)
     plans = []
@@ -99,6 +101,7 @@ def _run_door(cfg) -> tuple[bool, float | None, str]:
     original = release.plan_for
 
     def spy(config, inst):
+        run_plans.append(config)
         door = original(config, inst)
         plans.append(door.plan)
         return door
@@ -113,6 +116,24 @@ def _run_door(cfg) -> tuple[bool, float | None, str]:
     finally:
         release.plan_for = original
     raise AssertionError("prepare ran every stage")
+
+
+def _check(path: Path) -> tuple:
+    """``mdp-release check``'s report, and the run plans its door decided on (flows.door.plan_for's)."""
+    import flows.door as door
+
+    seen: list = []
+    original = door.plan_for
+
+    def spy(plan, inst):
+        seen.append(plan)
+        return original(plan, inst)
+
+    door.plan_for = spy
+    try:
+        return run_check(path), seen
+    finally:
+        door.plan_for = original
 
 
 @pytest.mark.slow
@@ -130,8 +151,11 @@ def test_check_and_run_agree(c: dict) -> None:
                 return  # an invalid config is refused before either route starts
             path = folder / f"release-{round_}.toml"
             path.write_text(_toml(data))
-            rep = run_check(path)
-            accepted, charge, why = _run_door(cfg)
+            rep, checked = _check(path)
+            run_plans: list = []
+            accepted, charge, why = _run_door(cfg, run_plans)
+            if checked and run_plans:  # both reached the door: on one plan (flows.plan.plan_run), field for field
+                assert checked[-1] == run_plans[-1], c
             assert rep.accepted == accepted, (c, rep.reasons, why)
             if charge is not None and "budget" in rep.sections:
                 assert rep.sections["budget"]["charge"] == charge, (c, rep.sections["budget"], charge)

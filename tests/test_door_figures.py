@@ -22,6 +22,7 @@ import flows.release as release
 from artifacts.store import Store
 from flows.config import parse_config
 from flows.door import Figures, plan_for
+from flows.plan import plan_run
 from flows.release import _TASKS, run_stages, stage_params
 from mdp_core.errors import PrivacyError
 from mdp_core.problem.datasets import grid
@@ -82,7 +83,7 @@ def _direct(cfg) -> Any:
     """plan_for over the instance, as the door decided before the memo: the plan or its refusal."""
     store = Store(cfg.store)
     refs = {s: Store(cfg.store).load_ref(s, k) for s, k in _keys(store).items()}
-    door = plan_for(cfg, instance_with_graph(store, refs["ingest"], refs["graph"]))
+    door = plan_for(plan_run(cfg), instance_with_graph(store, refs["ingest"], refs["graph"]))
     try:
         return door.plan.admit()
     except PrivacyError as exc:

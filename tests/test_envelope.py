@@ -33,6 +33,7 @@ from flows.approval import (
 )
 from flows.config import parse_config, release_name
 from flows.ledger_cli import epsilon_text
+from flows.plan import plan_run
 from mdp_core.release.door import GraphFacts, Settings, plan_privacy
 from mdp_core.release.similarity import People
 
@@ -84,11 +85,13 @@ def test_a_next_months_version_is_inside_and_an_unrelated_or_another_populations
     assert table_is_version(store.root, _people(month), POPULATION)
     assert table_is_version(store.root, _people(next_month(first, share=0.1)), POPULATION)  # 10 % moved: inside
     assert not table_is_version(store.root, _people(next_month(first, share=0.3)), POPULATION)  # 30 %: a person
-    record = wait_for_approval(config, store, _plan("handle-2"), _people(month))
+    record = wait_for_approval(plan_run(config).approval, store, _plan("handle-2"), _people(month))
     assert record is not None and record["mode"] == "policy" and "run 1 of 12" in record["note"]
     unrelated = _table(2)
     assert not table_is_version(store.root, _people(unrelated), POPULATION)
-    assert wait_for_approval(config, store, _plan("handle-3"), _people(unrelated)) is None  # a person decides
+    assert (
+        wait_for_approval(plan_run(config).approval, store, _plan("handle-3"), _people(unrelated)) is None
+    )  # a person decides
     others = _table(3)
     assert PrivateStore(store.root).claim_table(_people(others), "others") is None
     assert not table_is_version(store.root, _people(others), POPULATION)
@@ -97,7 +100,9 @@ def test_a_next_months_version_is_inside_and_an_unrelated_or_another_populations
     (why,) = outside_envelope(envelope, _plan("handle-4"), view, version=False)
     assert why == f"the table is not recognised as a version of population {POPULATION!r}'s table"
     assert "0." not in why  # the share is never shown
-    assert wait_for_approval(config, store, _plan("handle-4"), None) is None  # no people to compare: outside
+    assert (
+        wait_for_approval(plan_run(config).approval, store, _plan("handle-4"), None) is None
+    )  # no people to compare: outside
     half = np.vstack([first[: N // 2], unrelated[: N // 2]])  # half of the population's people, half others
     assert not table_is_version(store.root, _people(half), POPULATION)
     assert not table_is_version(store.root, _people(first[: N // 2]), POPULATION)  # half of its people only
@@ -114,23 +119,23 @@ def test_a_new_draw_is_outside_even_with_the_approved_table(tmp_path):
     assert outside_envelope(envelope, _plan(), view, new_draw=True) == [
         "a fresh secret draw (--new-draw) is outside every envelope"
     ]
-    assert wait_for_approval(config, store, _plan(), people, new_draw=True) is None
-    assert wait_for_approval(config, store, _plan(), people) is not None
+    assert wait_for_approval(plan_run(config).approval, store, _plan(), people, new_draw=True) is None
+    assert wait_for_approval(plan_run(config).approval, store, _plan(), people) is not None
 
 
 def test_the_unattended_runs_are_counted_and_a_new_approval_counts_afresh(tmp_path):
     store, config = Store(tmp_path / "store"), _config(tmp_path)
     _approve(store, config, _plan(), max_runs=2)
-    notes = [(wait_for_approval(config, store, _plan()) or {}).get("note", "") for _ in range(2)]
+    notes = [(wait_for_approval(plan_run(config).approval, store, _plan()) or {}).get("note", "") for _ in range(2)]
     assert "run 1 of 2" in notes[0] and "run 2 of 2" in notes[1]
-    assert wait_for_approval(config, store, _plan()) is None  # used up: a person decides
+    assert wait_for_approval(plan_run(config).approval, store, _plan()) is None  # used up: a person decides
     envelope = read_envelope(store.root, release_name(config))
     assert envelope is not None and envelope["runs_used"] == 2
     (why,) = outside_envelope(envelope, _plan(), budget_view(store.root, _plan(), 100.0))
     assert why == "the envelope's unattended runs are used (2 of 2)"
     _approve(store, config, _plan())  # a person approved again: the default number of runs, none used
     assert (read_envelope(store.root, release_name(config)) or {})["max_runs"] == DEFAULT_RUNS
-    assert wait_for_approval(config, store, _plan()) is not None
+    assert wait_for_approval(plan_run(config).approval, store, _plan()) is not None
     assert (read_envelope(store.root, release_name(config)) or {})["runs_used"] == 1
     old = dict(envelope, max_runs=None, runs_used=None)  # an envelope of the format before: bounds no runs
     old.pop("max_runs"), old.pop("runs_used")
@@ -146,7 +151,7 @@ def test_an_envelope_past_its_end_date_is_outside(tmp_path):
     (why,) = outside_envelope(envelope, _plan(), view, today=dt.date(2027, 1, 1))
     assert why == "the envelope ended on 2026-12-31"
     _approve(store, config, _plan(), until="2000-01-01")
-    assert wait_for_approval(config, store, _plan()) is None
+    assert wait_for_approval(plan_run(config).approval, store, _plan()) is None
     with pytest.raises(ValidationError, match="YYYY-MM-DD"):
         PolicyApprovalInput(approve=True, name="A", max_charge=1.0, until="31/12/2026")
 

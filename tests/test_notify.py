@@ -210,7 +210,8 @@ RUN = """
 import sys
 from prefect import tags
 from flows.config import load_config
-from flows.release import release_flow, run_tags
+from flows.plan import run_tags
+from flows.release import release_flow
 cfg = load_config(sys.argv[1])
 try:
     with tags(*run_tags(cfg)):

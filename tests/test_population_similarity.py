@@ -82,11 +82,12 @@ def _claim(tmp_path: Path, table: Path, population: str):
     """The claim a run makes at its door (after the approval): the table's people recorded for ``population``."""
     from flows.config import load_config
     from flows.door import read_secret_table
+    from flows.plan import plan_run
     from mdp_core.problem.datasets.road import road
 
     cfg = load_config(_config(tmp_path, table, population))
     inst = road(**cfg.dataset.loader_params())
-    _, people, _, _ = read_secret_table(cfg, inst, 0.3)
+    _, people, _, _ = read_secret_table(plan_run(cfg), inst, 0.3)
     return PrivateStore(tmp_path / "store").claim_table(people, population)
 
 

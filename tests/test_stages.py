@@ -16,6 +16,7 @@ from prefect import task
 from artifacts.store import ArtifactRef, Store
 from flows import release
 from flows.config import parse_config
+from flows.plan import plan_run
 from mdp_core.declarations import contract
 from tasks import evaluate
 from tasks import publish as publish_task
@@ -109,7 +110,7 @@ def test_an_added_stage_runs_in_its_declared_place(tmp_path, monkeypatch) -> Non
     assert seen["approve"] == {"instance": state.refs["export"]} and state.refs["approve"] == state.refs["export"]
     assert set(state.refs) == {st.name for st in stages if st.cached and st.runs(cfg)}
     assert state.draw is not None and "draw" in params["measure"]
-    assert release.stage_task("approve", cfg, Store(s)).name == "approve"
+    assert release.stage_task("approve", plan_run(cfg), Store(s)).name == "approve"
 
 
 def test_simulated_people_with_a_public_prior_run_the_prior_stage_before_the_draw(tmp_path) -> None:

@@ -75,7 +75,7 @@ class Stage:
     takes, ``"keyword=stage"`` separated by spaces (``"partition"``: keyword and stage alike; a
     :data:`SIDE_RUNS` name: those runs' outputs, a list); ``params``, the config section its parameters come
     from (``"partition"``: the section, ``"privacy.eta"``: ``{"eta": ...}`` of it; ``""``: none; sections
-    shaped by ``flows.release.SECTION_PARAMS``); ``when``, the configs it runs for (None: every config; a
+    shaped by ``flows.plan.SECTION_PARAMS``); ``when``, the configs it runs for (None: every config; a
     stage that does not run gives None to its readers); ``reads_when``, reads given only for the configs
     where their predicate holds (else None)."""
 
