@@ -16,8 +16,9 @@ from flows import operate_ui, slot
 from flows.cli import main
 
 
-def test_a_cancelled_task_run_is_logged_at_warning_other_ends_unchanged(monkeypatch):
-    monkeypatch.setenv("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")  # no flow run here: not for the API
+def test_a_cancelled_task_run_is_logged_at_warning_other_ends_unchanged():
+    from prefect.settings import PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW, temporary_settings
+
     operate_ui.cancels_at_warning()
     operate_ui.cancels_at_warning()  # once per process
     logger = logging.getLogger("prefect.task_runs")
@@ -30,9 +31,10 @@ def test_a_cancelled_task_run_is_logged_at_warning_other_ends_unchanged(monkeypa
 
     keep = Keep()
     logger.addHandler(keep)
-    try:
-        logger.error("Finished in state Cancelled('solve stopped: SIGTERM received, during lp solve')")
-        logger.error("Finished in state Failed('solve: TimeoutError')")
+    try:  # no flow run here: nothing for the API
+        with temporary_settings({PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW: "ignore"}):
+            logger.error("Finished in state Cancelled('solve stopped: SIGTERM received, during lp solve')")
+            logger.error("Finished in state Failed('solve: TimeoutError')")
     finally:
         logger.removeHandler(keep)
     assert [(r.levelname, str(r.msg).split("(")[0]) for r in seen] == [

@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import OTHER_KEY, claims_of, edit, findings, read, resign
 from test_audit_approval import approved, edit_approval
 
@@ -113,3 +114,58 @@ def test_an_edited_reordered_or_foreign_approvals_record_is_a_finding(run):
     path.write_text(good)
     edit(run, "manifest.json", lambda m: m.update(note_added=None) or m.pop("note_added"))  # re-signed manifest
     findings(run, "not the approvals of this release")  # the record names the manifest's bytes it was made for
+
+
+def _paused(server, name: str, within: float = 300) -> dict:
+    """The paused (waiting for its officer) flow run of release ``name``."""
+    import time
+
+    from conftest import api_post
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within:
+        filt = {"flow_runs": {"tags": {"all_": [f"release:{name}"]}, "state": {"type": {"any_": ["PAUSED"]}}}}
+        runs = api_post(server, "/flow_runs/filter", filt)
+        if runs:
+            return runs[0]
+        time.sleep(1)
+    raise AssertionError(f"release {name} never paused")
+
+
+@pytest.mark.flow
+@pytest.mark.slow
+def test_an_unchanged_plan_approved_twice_publishes_once_and_records_both(prefect_server, tmp_path):
+    """``approval = "required"`` run twice on the same table: each run pauses, the officer approves each; the second
+    publishes nothing new (the same content), and its approval is appended to the release's approvals.json."""
+    import subprocess
+
+    from conftest import MDP, run_command, server_env
+    from test_approval import _start
+
+    proc, store = _start(prefect_server, tmp_path, "appr-twice", extra='approval = "required"')
+    env = server_env(prefect_server, tmp_path)
+    first = _paused(prefect_server, "appr-twice")
+    ok = run_command([MDP, "approve", first["id"], "--by", "A. Officer", "--note", "minute 12"], tmp_path, env, 120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert proc.communicate(timeout=600) and proc.returncode == 0
+    cfg = tmp_path / "appr-twice" / "release.toml"
+    again = subprocess.Popen(
+        [MDP, "run", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    second = _paused(prefect_server, "appr-twice")
+    assert second["id"] != first["id"]
+    ok = run_command([MDP, "approve", second["id"], "--by", "B. Officer", "--note", "minute 13"], tmp_path, env, 120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    (folder,) = [p.parent for p in store.glob("runs/2*/manifest.json")]  # one release, one folder
+    assert "Approved by **A. Officer**" in (folder / "report.md").read_text().split("# Appendix")[0]
+    (entry,) = read(folder, approvals_log.APPROVALS_FILE)["approvals"]
+    assert (entry["by"], entry["note"], entry["flow_run_id"]) == ("B. Officer", "minute 13", second["id"])
+    assert entry["plan_sha256"] == read(folder, "manifest.json")["approval"]["plan_sha256"]
+    assert audit.audit_release(folder) == []
