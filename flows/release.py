@@ -544,7 +544,10 @@ def _cancelled(ctx: FlowRunContext | None, exc: Interrupted) -> State[Any]:
     (SIGTERM, Ctrl-C) and from Cancelling (Cancel from Prefect), and runs no hook for it: Prefect's
     ``on_cancellation`` hooks run on *Cancelling*, which a run cancelled from outside never proposes."""
     run_id = ctx.flow_run.id if ctx is not None and ctx.flow_run is not None else None
-    state: State[Any] = Cancelled(message=operate_ui.stop_words(run_id, str(exc)), data=exc)  # UI Cancel: says so
+    words = operate_ui.stop_words(run_id, str(exc))  # the runner's SIGTERM of a run cancelled in the UI: says so
+    if words != str(exc):
+        exc = type(exc)(words, exc.stage, exc.reason, exc.state)
+    state: State[Any] = Cancelled(message=words, data=exc)
     if ctx is not None and ctx.flow_run is not None:
         operate_ui.record_failure(ctx.flow_run, state, "cancelled")
     return state
