@@ -592,21 +592,26 @@ def stop_words(flow_run_id: Any, message: str) -> str:
     """A stopped run's message as the operator reads it: a run whose process got SIGTERM because the run was
     cancelled from Prefect (its state on the server Cancelling or Cancelled: the runner or worker signals the
     process of a run cancelled in the UI) says :data:`CANCEL_WORDS`, not "SIGTERM received"; otherwise
-    ``message`` as it is. One read of the run, no retries, 3 s at most (a stop with the server gone)."""
+    ``message`` as it is. One read of the run through Prefect's REST API (``GET /flow_runs/{id}``), no retries,
+    1 s at most: with the server gone it answers at once (the client's own retries took 1.7 s then, and a stop
+    with the server gone has 3 s to write its record)."""
     if "SIGTERM received" not in message or flow_run_id is None:
         return message
     try:
-        from prefect.client.orchestration import get_client
-        from prefect.client.schemas.objects import StateType
-        from prefect.settings import PREFECT_API_REQUEST_TIMEOUT, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+        import httpx
+        from prefect.settings import PREFECT_API_KEY, PREFECT_API_URL
 
-        with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0, PREFECT_API_REQUEST_TIMEOUT: 3.0}):
-            with get_client(sync_client=True) as client:
-                state = client.read_flow_run(flow_run_id).state_type
+        key = PREFECT_API_KEY.value()
+        reply = httpx.get(
+            f"{str(PREFECT_API_URL.value()).rstrip('/')}/flow_runs/{flow_run_id}",
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            timeout=1.0,
+        )
+        state = reply.raise_for_status().json().get("state_type")
     except Exception as exc:  # noqa: BLE001 -- only words: the server may be gone
         log.debug("stop words of %s: %s", flow_run_id, exc)
         return message
-    if state in (StateType.CANCELLING, StateType.CANCELLED):
+    if state in ("CANCELLING", "CANCELLED"):
         return message.replace("SIGTERM received", CANCEL_WORDS)
     return message
 
