@@ -208,8 +208,10 @@ def _eps(x: Fraction | float | None) -> str:
 
 
 def _cell(text: Any) -> str:
-    """Free text (who, why) as one table cell."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Free text (who, why) as one table cell, shown literally (never markup, a link or a cell break)."""
+    from mdp_core.release.report_approval import markdown_text
+
+    return markdown_text(text)
 
 
 def summary_markdown(name: str, plan: PrivacyPlan, view: BudgetView | None, sha: str, how: str) -> str:

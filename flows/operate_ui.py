@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from flows.ledger_cli import epsilon_text  # the one rule of every view
+from mdp_core.release.report_approval import PERSON as DECIDED  # the modes in which a person decided
+from mdp_core.release.report_approval import markdown_text  # typed text (names, notes) shown literally
 
 log = logging.getLogger("mdp_release")
 
@@ -184,14 +186,16 @@ def _spend_rows(spend: RunSpend | None, privacy: dict[str, Any]) -> list[tuple[s
 
 def approval_text(approval: dict[str, Any] | None) -> str:
     """The officer's approval of a release (the manifest's ``approval`` block, :mod:`flows.approval`) in one
-    table cell: who, when, the mode, the plan's sha256 and the note; "none asked" without one."""
-    if not approval:
-        return "none asked (`approval = none`: the operator who started the run)"
-    note = " ".join(str(approval.get("note") or "").split()).replace("|", "\\|")
-    who = " ".join(str(approval.get("by") or "?").split()).replace("|", "\\|")
-    return f"**{who}**, {approval.get('at')} ({approval.get('mode')}), plan sha256 `{approval.get('plan_sha256')}`" + (
-        f": {note}" if note else ""
-    )
+    table cell: who, when, the mode, the plan's sha256 and the note, the typed text shown literally
+    (:func:`mdp_core.release.report_approval.markdown_text`: never markup, a link or a cell break); "none asked"
+    without a person's decision."""
+    sha = f"plan sha256 `{approval.get('plan_sha256')}`" if approval and approval.get("plan_sha256") else ""
+    if not approval or approval.get("mode") not in DECIDED:
+        return "none asked (`approval = none`: the operator who started the run)" + (f", {sha}" if sha else "")
+    note = markdown_text(approval.get("note") or "")
+    who = markdown_text(approval.get("by") or "?")
+    at = markdown_text(approval.get("at"))
+    return f"**{who}**, {at} UTC (`{approval.get('mode')}`), {sha}" + (f"; note: {note}" if note else "; no note")
 
 
 def release_markdown(run_dir: Path, manifest: dict[str, Any], name: str, spend: RunSpend | None = None) -> str:
@@ -278,7 +282,8 @@ def after_release(
     if population:
         publish_budget(root, population, name)
     key = f"{name}-release"
-    if manifest.get("same_as") and (spend is None or not spend.spent):
+    later = bool(manifest.get("same_as")) and later_approval(root, run_dir, manifest)
+    if manifest.get("same_as") and not later and (spend is None or not spend.spent):
         try:
             latest = latest_artifact(key)
         except Exception:
@@ -300,6 +305,28 @@ def after_release(
     except Exception as exc:
         log.warning("could not publish the release artifact: %s", exc)
         return False
+
+
+def later_approval(root: Path, run_dir: Path, manifest: dict[str, Any]) -> bool:
+    """A run that published nothing new (the same content as ``run_dir``) but whose plan a person approved again:
+    the decision is appended to ``run_dir``'s approvals.json, signed with the store's key
+    (:func:`mdp_core.release.approvals_log.append_approval`), and said in the run's log; returns whether it was."""
+    from mdp_core.release import approvals_log, signing
+
+    approval = manifest.get("approval") or {}
+    if approval.get("mode") not in DECIDED:
+        return False
+    run_id = str(manifest.get("flow_run_id"))
+    if not approvals_log.append_approval(run_dir, approval, run_id, signing.signing_key(root)):
+        return False
+    _run_log().info(
+        "nothing new published: the approval by %s at %s of the same plan is recorded in %s/%s",
+        approval.get("by"),
+        approval.get("at"),
+        run_dir.name,
+        approvals_log.APPROVALS_FILE,
+    )
+    return True
 
 
 # ----------------------------------------------------------------------------- the population's budget
@@ -537,6 +564,56 @@ def announce_budget(view: Any, release: str, flow_run: Any = None) -> bool:
 
 
 _STAGES: dict[str, str] = {}  # flow run id -> the stage it is at (this process's runs)
+
+
+# ----------------------------------------------------------------------------- a stop in words
+CANCEL_WORDS = "cancelled from Prefect (Cancel in the UI, or `prefect flow-run cancel`)"
+
+
+class _CancelledIsNotAnError(logging.Filter):
+    """Prefect's task engine logs a task run's end in any state but Completed at ERROR ("Finished in state
+    Cancelled(...)"): a stage stopped on request is a cancel, logged at WARNING (the run's log in the UI, the
+    terminal)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith("Finished in state Cancelled"):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def cancels_at_warning() -> None:
+    """Install :class:`_CancelledIsNotAnError` on Prefect's task-run logger (once per process)."""
+    logger = logging.getLogger("prefect.task_runs")
+    if not any(isinstance(f, _CancelledIsNotAnError) for f in logger.filters):
+        logger.addFilter(_CancelledIsNotAnError())
+
+
+def stop_words(flow_run_id: Any, message: str) -> str:
+    """A stopped run's message as the operator reads it: a run whose process got SIGTERM because the run was
+    cancelled from Prefect (its state on the server Cancelling or Cancelled: the runner or worker signals the
+    process of a run cancelled in the UI) says :data:`CANCEL_WORDS`, not "SIGTERM received"; otherwise
+    ``message`` as it is. One read of the run through Prefect's REST API (``GET /flow_runs/{id}``), no retries,
+    1 s at most: with the server gone it answers at once (the client's own retries took 1.7 s then, and a stop
+    with the server gone has 3 s to write its record)."""
+    if "SIGTERM received" not in message or flow_run_id is None:
+        return message
+    try:
+        import httpx
+        from prefect.settings import PREFECT_API_KEY, PREFECT_API_URL
+
+        key = PREFECT_API_KEY.value()
+        reply = httpx.get(
+            f"{str(PREFECT_API_URL.value()).rstrip('/')}/flow_runs/{flow_run_id}",
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            timeout=1.0,
+        )
+        state = reply.raise_for_status().json().get("state_type")
+    except Exception as exc:  # noqa: BLE001 -- only words: the server may be gone
+        log.debug("stop words of %s: %s", flow_run_id, exc)
+        return message
+    if state in ("CANCELLING", "CANCELLED"):
+        return message.replace("SIGTERM received", CANCEL_WORDS)
+    return message
 
 
 def at_stage(run_id: str, stage: str) -> None:

@@ -54,6 +54,7 @@ from mdp_core.declarations.methods import needs_partition
 from mdp_core.errors import Interrupted, PrivacyError, StageTimeout
 from mdp_core.release import audit, signing
 from mdp_core.release.door import PrivacyPlan, Settings
+from mdp_core.release.report_approval import approval_claim
 from mdp_core.runtime import control
 from mdp_core.runtime.files import read_json
 from tasks import evaluate, measure
@@ -217,6 +218,8 @@ def _door(
         version, handle = PrivateStore(store.root).seal_table(door.rows)
         state.plan = dataclasses.replace(state.plan, table=handle)  # the plan the officer approves covers it
     state.approval = wait_for_approval(plan.approval, store, state.plan, door.people, new_draw)  # a person first
+    shown = approval_claim(state.approval or unattended(state.plan))  # report.md states it (issue 52)
+    params.setdefault("evaluate", {})["approval"] = shown
     if version is not None:  # real people: the door (the budget) before anything is measured
         population = cast(str, plan.privacy.population)
         measure.claim_table(store, door.people, population)
@@ -364,6 +367,7 @@ def release_flow(
     """
     ctx = FlowRunContext.get()
     control.clear_stop()  # a stop requested for an earlier run of this process is not this run's
+    operate_ui.cancels_at_warning()  # a stage stopped on request: logged at WARNING, not ERROR (issue 52)
     stop_watching = None
     if ctx is not None and ctx.flow_run is not None:  # with the run's heartbeat when `mdp-release run` sends it
         stop_watching = watch_cancellation(
@@ -397,7 +401,11 @@ def _cancelled(ctx: FlowRunContext | None, exc: Interrupted) -> State[Any]:
     a runner's own ``on_cancellation`` hook finds it written). Prefect accepts Cancelled from Running
     (SIGTERM, Ctrl-C) and from Cancelling (Cancel from Prefect), and runs no hook for it: Prefect's
     ``on_cancellation`` hooks run on *Cancelling*, which a run cancelled from outside never proposes."""
-    state: State[Any] = Cancelled(message=str(exc), data=exc)
+    run_id = ctx.flow_run.id if ctx is not None and ctx.flow_run is not None else None
+    words = operate_ui.stop_words(run_id, str(exc))  # the runner's SIGTERM of a run cancelled in the UI: says so
+    if words != str(exc):
+        exc = type(exc)(words, exc.stage, exc.reason, exc.state)
+    state: State[Any] = Cancelled(message=words, data=exc)
     if ctx is not None and ctx.flow_run is not None:
         operate_ui.record_failure(ctx.flow_run, state, "cancelled")
     return state

@@ -127,7 +127,7 @@ METHOD_REGISTRY = Registry(
     named_by={"solve": ("method",), "evaluate_point": ("method",), "evaluate": ("method", "baselines")},
     entry_scoped={
         "mdp_core.solvers.solve": frozenset({"REGISTRY", "BASELINES"}),  # METHODS[method], method in BASELINES
-        "mdp_core.release.report": frozenset({"REGISTRY"}),  # BOUND_PLOTS.get(the method that ran)
+        "mdp_core.release.report_plots": frozenset({"REGISTRY"}),  # BOUND_PLOTS.get(the method that ran)
         # of the released method, a baseline, the one auto ran; REGISTRY[m].all_pairs of each point's method
         "tasks.evaluate": frozenset({"needs_partition", "REGISTRY"}),
     },

@@ -227,7 +227,7 @@ def _compute(
         )
         figures.append(("Partition of the mDP graph", "partition.png"))
     if post is not None:  # a release: report.md is a function of its claims (the audit regenerates it)
-        claims = _release_claims(store, post, inst, info, rows[0], w)
+        claims = _release_claims(store, post, inst, info, rows[0], w) | _approval(params)
         shown = {p.name for p in w.dir.glob("*.png")}
         md = report.render_report(claims, report.evaluation_markdown(w.file("evaluation.parquet")), shown)
     else:
@@ -238,6 +238,12 @@ def _compute(
 
     atomic_write(w.file("report.md"), _write_report)
     w.meta.update({"methods": list(table["method"])})
+
+
+def _approval(params: dict[str, Any]) -> dict[str, Any]:
+    """The officer's approval the report states (the flow's ``params["approval"]``:
+    :func:`mdp_core.release.report_approval.approval_claim` of the manifest's record, issue 52); {} without one."""
+    return {} if params.get("approval") is None else {"approval": params["approval"]}
 
 
 def _against_laplace(

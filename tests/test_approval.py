@@ -339,6 +339,7 @@ def test_a_paused_release_measures_only_once_an_officer_approves_then_its_policy
     assert PrivateStore(store).budget("appr-yes-people").n_charges == 0  # nothing charged while it waits
     (art,) = api_post(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["appr-yes-approval"]}}})
     assert "Plan sha256" in art["data"] and "waits for your approval" in art["data"]
+    assert "**Why you are asked:** no envelope has been approved for this release yet." in art["data"]  # issue 52
     assert not re.search(r"\b337\b", art["data"])  # public figures only
     env = server_env(prefect_server, tmp_path)
     ok = run_command([MDP, "approve", run["id"], "--by", "A. Officer", "--note", "minute 12"], tmp_path, env, 120)

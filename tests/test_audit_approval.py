@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import edit, findings, read
+from conftest import claims_of, edit, edit_report, findings, read
 
 from mdp_core.release import audit
 from mdp_core.release.audit_approval import printable
@@ -26,9 +26,23 @@ def only_approval(run: Path, *needles: str) -> list[str]:
     return out
 
 
+def edit_approval(run: Path, change) -> None:
+    """Apply ``change`` to the manifest (:func:`conftest.edit`), then restate its approval record in report.md
+    (the claim re-rendered, issue 52): the report agrees with the manifest, so only the approval's own check sees
+    the edit."""
+    from mdp_core.release.report import evaluation_markdown, render_report
+    from mdp_core.release.report_approval import approval_claim
+
+    edit(run, "manifest.json", change)
+    c = claims_of(run) | {"approval": approval_claim(read(run, "manifest.json").get("approval"))}
+    shown = frozenset(p.name for p in run.glob("*.png"))
+    edit_report(run, lambda _: render_report(c, evaluation_markdown(run / "evaluation.parquet"), shown))
+
+
 def approved(m: dict, by: str = "A. Officer", note: str = "minute 12") -> None:
     """Turn the release's record into a person's approval of the same plan under ``approval = required``
-    (what flows.approval.wait_for_approval records): a coherent record, which audits clean."""
+    (what flows.approval.wait_for_approval records): a coherent record, which audits clean (with its report
+    restating it: :func:`edit_approval`)."""
     m["config"]["release"]["approval"] = "required"
     m["approval"] |= {"mode": "required", "by": by, "at": "2026-11-29T02:30:00+00:00", "note": note}
 
@@ -43,12 +57,12 @@ def test_the_release_records_its_unattended_approval_and_audits_clean(released):
 
 
 def test_a_coherent_approval_audits_clean(run):
-    edit(run, "manifest.json", approved)
+    edit_approval(run, approved)
     assert audit.audit_release(run) == []
 
 
 def test_removed_approval_is_a_finding(run):
-    edit(run, "manifest.json", lambda m: m.pop("approval"))
+    edit_approval(run, lambda m: m.pop("approval"))
     only_approval(run, f"{WHERE}: missing")
 
 
@@ -58,7 +72,7 @@ def test_removed_approval_of_an_older_manifest_that_required_one_is_a_finding(ru
         m["version"] = 3
         m.pop("approval")
 
-    edit(run, "manifest.json", older)
+    edit_approval(run, older)
     only_approval(run, "missing, but the config requires approval = required")
 
 
@@ -67,7 +81,7 @@ def test_invented_approval_with_a_fake_plan_hash_is_a_finding(run):
         approved(m)
         m["approval"]["plan_sha256"] = "ab" * 32
 
-    edit(run, "manifest.json", invent)
+    edit_approval(run, invent)
     only_approval(run, "plan_sha256")
 
 
@@ -82,15 +96,15 @@ def test_approval_of_another_plan_is_a_finding_even_with_its_own_hash(run):
         plan["settings"]["epsilon"] = plan["settings"]["epsilon"] / 2
         m["approval"]["plan_sha256"] = figures_sha256(plan)
 
-    edit(run, "manifest.json", other_plan)
+    edit_approval(run, other_plan)
     out = only_approval(run, f"{WHERE} plan: charge", f"{WHERE} plan: charges", f"{WHERE} plan: settings epsilon")
     assert not any("plan_sha256" in f for f in out)
 
 
 def test_mode_other_than_the_configured_one_is_a_finding(run):
-    edit(run, "manifest.json", lambda m: approved(m) or m["approval"].update(mode="policy"))
+    edit_approval(run, lambda m: approved(m) or m["approval"].update(mode="policy"))
     only_approval(run, "mode policy but the config sets approval = required")
-    edit(run, "manifest.json", lambda m: m["approval"].update(mode="rubber-stamp"))
+    edit_approval(run, lambda m: m["approval"].update(mode="rubber-stamp"))
     only_approval(run, "mode rubber-stamp is not one of")
 
 
@@ -107,26 +121,26 @@ def test_mode_other_than_the_configured_one_is_a_finding(run):
     ],
 )
 def test_a_name_that_is_not_printable_and_non_blank_is_a_finding(run, by, why):
-    edit(run, "manifest.json", lambda m: approved(m, by=by))
+    edit_approval(run, lambda m: approved(m, by=by))
     only_approval(run, f"{WHERE}: by is not a printable, non-blank name")
 
 
 def test_edited_name_of_the_wrong_type_or_for_nobody_is_a_finding(run):
-    edit(run, "manifest.json", lambda m: approved(m) or m["approval"].update(by=["A. Officer"]))
+    edit_approval(run, lambda m: approved(m) or m["approval"].update(by=["A. Officer"]))
     only_approval(run, f"{WHERE}: by is not a printable")
 
     def nobody_asked(m: dict) -> None:
         m["config"]["release"].pop("approval")
         m["approval"].update(mode="none", by="A. Officer", note="", at=None)
 
-    edit(run, "manifest.json", nobody_asked)
+    edit_approval(run, nobody_asked)
     only_approval(run, "mode none (nobody asked) but by is given")
 
 
 def test_a_note_with_control_characters_is_a_finding_plain_text_is_not(run):
-    edit(run, "manifest.json", lambda m: approved(m, note="ticket 12\nsee the minutes of 2026-11-28"))
+    edit_approval(run, lambda m: approved(m, note="ticket 12\nsee the minutes of 2026-11-28"))
     assert audit.audit_release(run) == []
-    edit(run, "manifest.json", lambda m: m["approval"].update(note="ok\x07\u200b"))
+    edit_approval(run, lambda m: m["approval"].update(note="ok\x07\u200b"))
     only_approval(run, f"{WHERE}: note is not plain text")
 
 

@@ -213,6 +213,8 @@ def test_cancel_of_a_served_run_ends_it_and_its_solve_task_cancelled(prefect_ser
                 serve.wait()
     text = log.read_text(errors="replace")
     assert "An error was encountered while running hook" not in text, text[-3000:]
+    reason = _record(tmp_path / "store")["reason"]  # a cancel from Prefect reads as one (issue 52), never SIGTERM
+    assert "SIGTERM received" not in reason and "cancelled" in reason.split("solve stopped: ")[1], reason
     task = _solve_task_run(prefect_server, run_id)
     assert task["state"]["type"] == "CANCELLED", (task["state"], text[-3000:])
     assert "Traceback" not in task["state"]["message"], task["state"]["message"]

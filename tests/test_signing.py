@@ -152,6 +152,7 @@ def forge_eps_counts(run: Path, new: float) -> None:
         guarantee=prov["guarantee"],
         ledger=prov["ledger"],
         count_noise_scale=float(scale.loc[scale["level"] == "output", "noise_scale"].iloc[0]),
+        approval=claims["approval"] | {"plan_sha256": read(run, "manifest.json")["approval"]["plan_sha256"]},
     )
     pngs = frozenset(p.name for p in run.glob("*.png"))
     md = report.render_report(claims, report.evaluation_markdown(run / "evaluation.parquet"), pngs)

@@ -20,7 +20,7 @@ from conftest import api_post
 
 from artifacts.private import PrivateStore
 from flows import operate_ui
-from mdp_core.release import report
+from mdp_core.release import report, report_plots
 from mdp_core.runtime import control
 from tasks import progress
 from tasks.progress import CEILING, Heartbeat, ProgressArtifact, lp_share, round_slot, within_round
@@ -174,7 +174,7 @@ def _capture(monkeypatch) -> list:
         Path(path).write_bytes(b"png")
         return path
 
-    monkeypatch.setattr(report, "_save", save)
+    monkeypatch.setattr(report_plots, "_save", save)
     return figs
 
 

@@ -432,7 +432,13 @@ PUBLISHED: tuple[PublishedFile, ...] = (
     EVALUATION,
     UTILITY,
     COUNT_ERROR,
-    PublishedFile("report.md", "evaluate", True, volatile=SECONDS, doc="the officer's page (claims: report_version 3)"),
+    PublishedFile(
+        "report.md",
+        "evaluate",
+        True,
+        volatile=SECONDS | {"approval"},  # a later approval of the same plan: approvals.json (issue 52)
+        doc="the officer's page (claims: report_version 3; the officer's approval)",
+    ),
     PublishedFile(
         f"{INSTANCE_DIR}/records.parquet",
         "export",

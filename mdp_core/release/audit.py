@@ -89,7 +89,7 @@ from pathlib import Path
 from mdp_core.declarations import contract
 from mdp_core.declarations.budget import additive_epsilon
 from mdp_core.errors import MdpError, PrivacyError
-from mdp_core.release.audit_approval import check_approval
+from mdp_core.release.audit_approval import check_approval, check_approvals_file
 from mdp_core.release.audit_bounds import (
     _check_certificates,
     _check_evaluation,
@@ -139,7 +139,10 @@ from mdp_core.runtime.files import file_sha256
 def signed_claims(facts: Record, solve: dict, prov: dict) -> Record:
     """The value of every report claim (:data:`CLAIM_KEYS`) from the recomputed and checked records: the
     instance, the certificate and loss recomputed from the Parquet bytes, the counts' facts, solve.json
-    (checked by step 4), the provenance (step 5) and the released method's evaluation row (step 7)."""
+    (checked by step 4), the provenance (step 5), the released method's evaluation row (step 7) and the manifest's
+    approval record (``facts["approval"]``, checked by step 10)."""
+    from mdp_core.release.report_approval import approval_claim
+
     inst, cert = facts["instance"], facts["certificate"]
     micro = facts.get("microdata.parquet") or {}
     agg = facts.get("aggregates.parquet") or {}
@@ -185,6 +188,7 @@ def signed_claims(facts: Record, solve: dict, prov: dict) -> Record:
         "dist_loss_mean": row.get("dist_loss_mean"),
         "adversary_error": row.get("adversary_error"),
         "expected_loss": row.get("expected_loss"),
+        "approval": approval_claim(facts.get("approval")),
     }
 
 
@@ -342,8 +346,8 @@ def _check_claims(d: Path, manifest: dict, actual: dict[str, str], facts: Record
     findings += _check_privacy(manifest, prov, inst)
     findings += _check_config(manifest, prov, solve, inst)
     findings += _check_evaluation(facts, solve, prov)
-    findings += _check_report(d, actual, facts, solve, prov, signed)
-    findings += check_approval(manifest, prov, facts)
+    findings += _check_report(d, actual, facts | {"approval": manifest.get("approval")}, solve, prov, signed)
+    findings += check_approval(manifest, prov, facts) + check_approvals_file(d, manifest)
     return findings + _check_declared_keys(d, manifest)
 
 

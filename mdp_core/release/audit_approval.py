@@ -18,12 +18,20 @@ that asked for it and the release it approved.
   approval of another plan, or an edited figure is a finding.
 
 A record re-signed with the agency's key passes the signature (step 0); only these checks can catch it.
+
+**Later approvals** (issue 52, :mod:`mdp_core.release.approvals_log`): a release folder's ``approvals.json``, when
+there is one, is this release's (its ``manifest_sha256``, its folder name), signed by the key beside the manifest,
+and holds only people's decisions (mode required or policy, a printable name, an ISO 8601 time, a plain-text note)
+of the plan the manifest approved (the same ``plan_sha256``), oldest first (:func:`check_approvals_file`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 from mdp_core.declarations.budget import round_up
@@ -147,4 +155,54 @@ def check_plan_figures(plan: dict, prov: dict, facts: Record) -> list[str]:
     return findings
 
 
-__all__ = ["ALWAYS_RECORDED", "MODES", "check_approval", "check_plan_figures", "printable"]
+def check_approvals_file(d: Path, manifest: dict) -> list[str]:
+    """Findings of the release folder ``d``'s approvals.json (none without the file; module docstring)."""
+    from mdp_core.release import approvals_log as log
+
+    where = log.APPROVALS_FILE
+    if not (d / where).exists():
+        return []
+    try:
+        record = json.loads((d / where).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return [f"{where}: unreadable ({type(exc).__name__})"]
+    if not isinstance(record, dict) or record.get("format") != log.FORMAT or record.get("version") != log.VERSION:
+        return [f"{where}: not a {log.FORMAT} record of version {log.VERSION}"]
+    keys = {"format", "version", "release", "manifest_sha256", "approvals", *log.SIGNATURE_KEYS}
+    findings = [f"{where}: key {k} is not an approvals key" for k in sorted(set(record) - keys)]
+    findings += [f"{where}: missing key {k}" for k in sorted(keys - set(record))]
+    if (problem := log.signature_problem(d, record)) is not None:
+        findings.append(f"{where}: {problem}")
+    try:
+        mine = hashlib.sha256((d / "manifest.json").read_bytes()).hexdigest()
+    except OSError:
+        mine = None
+    if record.get("manifest_sha256") != mine or record.get("release") != d.name:
+        findings.append(f"{where}: not the approvals of this release (its manifest_sha256 or folder name differs)")
+    entries = record.get("approvals")
+    if not isinstance(entries, list) or not entries:
+        return findings + [f"{where}: approvals is not a non-empty list"]
+    plan = _obj(manifest.get("approval")).get("plan_sha256")
+    for i, e in enumerate(entries):
+        findings += _check_later(f"{where} approvals[{i}]", e, plan)
+    times = [str(_obj(e).get("at")) for e in entries]
+    if times != sorted(times):
+        findings.append(f"{where}: approvals are not oldest first (an entry was inserted or reordered)")
+    return findings
+
+
+def _check_later(where: str, entry: object, plan: object) -> list[str]:
+    """One later approval: exactly its keys, a person's decision (:func:`_check_person`) of the manifest's plan."""
+    from mdp_core.release.approvals_log import ENTRY_KEYS
+
+    if not isinstance(entry, dict) or set(entry) != set(ENTRY_KEYS):
+        return [f"{where}: not an approval with exactly the keys {list(ENTRY_KEYS)}"]
+    if entry.get("mode") not in PERSON:
+        return [f"{where}: mode {_show(entry.get('mode'))} is not a person's decision"]
+    findings = [f.replace(WHERE, where) for f in _check_person(entry)]
+    if entry.get("plan_sha256") != plan:
+        findings.append(f"{where}: plan_sha256 {_show(entry.get('plan_sha256'))} is not the plan the manifest approved")
+    return findings
+
+
+__all__ = ["ALWAYS_RECORDED", "MODES", "check_approval", "check_approvals_file", "check_plan_figures", "printable"]

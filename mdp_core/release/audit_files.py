@@ -12,6 +12,7 @@ from typing import Any
 from mdp_core.declarations import contract
 from mdp_core.errors import MdpError
 from mdp_core.release import audit_coherence as coherence
+from mdp_core.release.approvals_log import APPROVALS_FILE
 from mdp_core.release.audit_common import (
     _LISTED,
     COLUMNS,
@@ -64,7 +65,8 @@ def _check_folder(d: Path, listed: dict) -> list[str]:
     ]
     for p in sorted(d.rglob("*")):
         name = p.relative_to(d).as_posix()
-        if (p.is_file() or p.is_symlink()) and name not in ("manifest.json", *SIGNATURE_FILES) and name not in listed:
+        beside = ("manifest.json", *SIGNATURE_FILES, APPROVALS_FILE)  # approvals.json: audit_approval checks it
+        if (p.is_file() or p.is_symlink()) and name not in beside and name not in listed:
             findings.append(f"{name}: in the release folder but not listed in the manifest")
     return findings
 
