@@ -19,6 +19,7 @@ Tiers (issue 31), marked here from what a test uses, never by hand-kept lists of
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -257,9 +258,10 @@ def publish_release(
     return Path(publish_task.publish.fn(str(store.root), run_name, released, manifest))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def released(tmp_path_factory) -> Path:
-    """The published release folder of :func:`release_config` (one per test module: do not edit it)."""
+    """The published release folder of :func:`release_config`, one for the whole session (a dozen modules read
+    it): never edit it or its store (:func:`run` is a copy to tamper with)."""
     return publish_release(*build_release(tmp_path_factory.mktemp("store")))
 
 
@@ -648,7 +650,6 @@ OPS_SIGNS: dict[str, re.Pattern[str]] = {
 # them explicitly: {node id prefix: seconds}. Remove an entry once its module carries ``@pytest.mark.slow``.
 MEASURED_SLOW: dict[str, float] = {
     "test_docs.py::test_every_shell_command_works_as_written[README.md]": 155.0,
-    "test_docs.py::test_every_shell_command_works_as_written[docs/reproduce.md]": 46.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/methods.md]": 20.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/datasets.md]": 9.0,
     "test_rowgen.py::test_lagrangian_steps_keep_the_bound_valid_and_save_rounds": 14.7,  # [serial]; [process] 6.2
@@ -709,7 +710,9 @@ def _reached(func: Callable, seen: dict[int, object]) -> None:
             _reached(value, seen)
 
 
+@functools.cache
 def _source_of(obj: object) -> str:
+    """The source of a function or class (a string constant: itself), read once per session."""
     if isinstance(obj, str):
         return obj
     try:
