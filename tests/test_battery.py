@@ -2,7 +2,8 @@
 (:data:`mdp_core.declarations.methods.REGISTRY`) on every declared dataset kind
 (:data:`mdp_core.declarations.dataset_kinds.KINDS`) makes a small release through the flow's own stage loop
 (``conftest.run_stages``: real loaders, real HiGHS, simulated people), published through the publishing task's
-door and audited clean; its mechanism is verified again from the published bytes. A method or a kind is tested
+door and audited clean; its mechanism is verified again from the published bytes, and its files, columns and
+keys are the declared ones (``tests/test_contract.py``'s checks). A method or a kind is tested
 here by being declared: no list of either in this module.
 
 Tiny instances: each kind's own loader with its size parameters shrunk (:data:`SIZES`, by parameter name), and
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import test_contract as declared_files
 from conftest import publish_release, run_stages
 
 from artifacts.store import Store
@@ -101,3 +103,7 @@ def test_every_method_releases_every_kind(kind: str, method: str, store_of) -> N
     z = read_mechanism(folder / contract.MECHANISM.path, inst.n_records, inst.n_outputs)
     assert verify(inst, z).passed
     assert audit.audit_release(folder) == []
+    # every file, Parquet column (with its Arrow type) and JSON key is the one the contract declares
+    declared_files.test_every_file_of_a_release_is_declared(folder)
+    declared_files.test_parquet_columns_and_arrow_types_are_the_declared_ones(folder)
+    declared_files.test_json_keys_are_the_declared_ones(folder)
