@@ -27,7 +27,7 @@ plan and before its first charge (issue 41).
   approves it by starting it after ``mdp-release check``): nobody is asked.
 
 The approval is the flow's gate: only a Prefect flow run can wait for a person. The stages called directly
-(:func:`flows.release.prepare` outside a flow run, as the tests do) and the library
+(:func:`flows.release.run_stages` outside a flow run, as the tests do) and the library
 (:mod:`mdp_core.release.make`) have nobody to ask and do not wait (a warning says so). Prefect's open-source
 server has no user accounts: whoever can reach its API can approve, and ``by`` is the name they give.
 Everything shown or recorded here is public (the plan's figures, the published budget history): never a

@@ -252,24 +252,6 @@ def _secret(
     return d
 
 
-def prepare(
-    plan: RunPlan | BaseModel,
-    store: Store,
-    params: dict[str, dict[str, Any]],
-    run: Any,
-    note: Any = lambda what: None,
-    new_draw: bool = False,
-    draw: str | None = None,
-) -> tuple[dict[str, ArtifactRef], Draw, PrivacyPlan, dict[str, Any] | None]:
-    """The steps of :func:`run_stages` up to the secret draw, in the order that keeps the door shut until the
-    budget accepts: ingest, graph, then the privacy door (before the first stage that reads the secret table),
-    then prior (a DP prior is charged before it is measured), partition and export; simulated people are drawn
-    once the instance is known. Returns ({stage: output}, the draw, the door's admitted plan, the officer's
-    approval record or None)."""
-    state = run_stages(plan, store, params, run, note, new_draw, draw, until="draw")
-    return state.refs, cast(Draw, state.draw), cast(PrivacyPlan, state.plan), state.approval
-
-
 def stage_task(stage: str, plan: RunPlan, store: Store, refresh: bool = False) -> Any:
     """The Prefect task the flow runs for ``stage`` -- each of ``STAGE_NAMES`` (``publish``: the
     publication, never cached) or ``evaluate_point`` (the evaluate stage's own solves) -- with the

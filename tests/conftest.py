@@ -19,6 +19,7 @@ Tiers (issue 31), marked here from what a test uses, never by hand-kept lists of
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -139,43 +140,57 @@ def prefect_server(tmp_path_factory):
 APPROVALS: dict[str, dict] = {}
 
 
-def run_stages(root, cfg) -> dict:
-    """Every stage of the release pipeline of config ``cfg`` through ``task.fn`` (no Prefect server) into the
-    store at ``root``, in the flow's own order (:func:`flows.release.prepare` up to the draw): {stage: ArtifactRef}."""
+def stage_loop(
+    root,
+    cfg,
+    params: dict | None = None,
+    *,
+    until: str | None = None,
+    before: Callable[[str, dict], object] | None = None,
+):
+    """The flow's own stage loop (:func:`flows.release.run_stages`: the door, the draw, every stage that runs for
+    ``cfg`` in its declared place) into the store at ``root``, each stage through its task's ``.fn`` (no Prefect
+    server) and the side runs (:data:`mdp_core.declarations.contract.SIDE_RUNS`) through
+    ``tasks.evaluate.evaluate_point.fn`` with the arguments the flow's side runs give it, through step ``until``
+    (None: every step). ``params``: {stage: parameters} (default :func:`flows.release.stage_params`; the loop adds
+    the draw's). ``before(stage, upstream)`` runs before each stage with the keyword arguments its task is given
+    (a test's edit or probe between two stages). Returns the loop's :class:`flows.release.StageRun`."""
     from artifacts.store import Store
-    from flows.approval import unattended
-    from flows.release import _TASKS, prepare, stage_params
+    from flows import release
+    from mdp_core.declarations import contract
+    from mdp_core.declarations.methods import needs_partition
     from tasks import evaluate
 
     s = str(root)
-    p = stage_params(cfg)
+    params = release.stage_params(cfg) if params is None else params
 
-    def run(stage: str, **upstream):
-        return _TASKS[stage].fn(s, p[stage], **upstream)
+    def run(stage: str, **upstream):  # the declared task: a stage added to contract.STAGES runs too
+        if before is not None:
+            before(stage, upstream)
+        return release.task_at(contract.stage(stage).task).fn(s, params[stage], **upstream)
 
-    refs, _, plan, approval = prepare(cfg, Store(s), p, run)
-    refs["solve"] = run("solve", instance=refs["export"], partition=None)
-    refs["measure"] = run(
-        "measure",
-        instance=refs["export"],
-        mechanism=refs["solve"],
-        graph=refs["graph"],
-        partition=refs["partition"],
-    )
-    APPROVALS[refs["measure"].key] = approval or unattended(plan)  # the manifest's record (publish_release)
-    points = [  # the evaluate stage's own solves, as the flow runs them (evaluate-point task runs)
-        evaluate.evaluate_point.fn(s, spec, refs["export"], refs["partition"] if spec["method"] == "benders" else None)
-        for spec in evaluate.point_specs(p["evaluate"])
-    ]
-    refs["evaluate"] = run(
-        "evaluate",
-        instance=refs["export"],
-        mechanism=refs["solve"],
-        partition=refs["partition"],
-        measure=refs["measure"],
-        points=points,
-    )
-    return refs
+    def side(refs: dict, stack) -> Callable[[], list]:  # flows.release._side_runs, run when collected
+        def points() -> list:
+            part = refs["partition"]
+            return [
+                evaluate.evaluate_point.fn(s, spec, refs["export"], part if needs_partition(spec["method"]) else None)
+                for spec in evaluate.point_specs(params["evaluate"])
+            ]
+
+        return points
+
+    return release.run_stages(cfg, Store(s), params, run, side=side, until=until)
+
+
+def run_stages(root, cfg) -> dict:
+    """Every stage of the release pipeline of config ``cfg`` through :func:`stage_loop` (the flow's own loop, the
+    tasks' ``.fn``, no Prefect server) into the store at ``root``: {stage: ArtifactRef}. The approval record the
+    flow would write into the manifest is kept in :data:`APPROVALS` (:func:`publish_release` reads it)."""
+    from flows.approval import unattended
+
+    state = stage_loop(root, cfg)
+    APPROVALS[state.refs["measure"].key] = state.approval or unattended(state.plan)
+    return state.refs
 
 
 # ----------------------------------------------------------------------------- a released release
@@ -225,17 +240,17 @@ def publish_release(
     folder. ``cfg``: the config the stages ran with (default :func:`release_config`); ``approval``: the run's
     approval record (default: the one :func:`run_stages` kept for the measurement)."""
     from flows.manifest import MANIFEST_VERSION
+    from mdp_core.declarations import contract
     from tasks import publish as publish_task
 
     sol, post = sol or refs["solve"], post or refs["measure"]
-    released = publish_task.released_files(sol, post, refs["evaluate"], refs["export"])
+    outputs = refs | {"solve": sol, "measure": post}
+    released = publish_task.released_files(**contract.stage("publish").upstream(cfg, outputs))  # as the flow's
     manifest = {
         "format": "mdp-release-manifest",
         "version": MANIFEST_VERSION,
         "run_name": run_name,
-        "stages": {
-            s: {"artifact": r.path, "files": r.files} for s, r in (refs | {"solve": sol, "measure": post}).items()
-        },
+        "stages": {s: {"artifact": r.path, "files": r.files} for s, r in outputs.items()},
         **manifest_fields(store, refs, sol, post, cfg),
         "approval": approval or APPROVALS.get(post.key) or APPROVALS[refs["measure"].key],
         "released_files": {name: ref.files[src] for name, (ref, src) in released.items()},
@@ -243,9 +258,10 @@ def publish_release(
     return Path(publish_task.publish.fn(str(store.root), run_name, released, manifest))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def released(tmp_path_factory) -> Path:
-    """The published release folder of :func:`release_config` (one per test module: do not edit it)."""
+    """The published release folder of :func:`release_config`, one for the whole session (a dozen modules read
+    it): never edit it or its store (:func:`run` is a copy to tamper with)."""
     return publish_release(*build_release(tmp_path_factory.mktemp("store")))
 
 
@@ -354,22 +370,49 @@ def people_table(path: Path, seed: int = 7, n: int = N_PEOPLE):
     return df
 
 
+PEOPLE_GRID = {  # the public universe of the people of people_table: its 5 x 6 grid, eps = 2 / km, eta = 1.5 km
+    "dataset": {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}},
+    "privacy": {"epsilon": 2.0, "eta": 1.5},
+}
+
+
 def people_config(root: Path, table: Path, **release):
-    """A 5 x 6 grid release (eps = 2 / km, eta = 1.5 km) of the agency's table ``table``; ``release``: more
-    ``[release]`` settings."""
+    """A release of :data:`PEOPLE_GRID` of the agency's table ``table`` (2 subsets, counts at eps 1, the
+    exponential mechanism compared); ``release``: more ``[release]`` settings."""
     from flows.config import parse_config
 
     return parse_config(
         {
             "store": str(root),
-            "dataset": {"kind": "grid", "params": {"rows": 5, "cols": 6, "n_outputs": 30, "seed": 0}},
-            "privacy": {"epsilon": 2.0, "eta": 1.5},
+            **PEOPLE_GRID,
             "partition": {"subsets": 2},
             "release": {"microdata": str(table), "population": POPULATION, "eps_counts": 1.0}
             | {"max_total_epsilon": 1000.0}
             | release,
             "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 2},
         }
+    )
+
+
+def to_toml(data: dict, prefix: str = "") -> str:
+    """``data`` as a TOML document: its scalars and lists (JSON's spelling, TOML's too for numbers, strings,
+    booleans and their lists; None left out), then each dict as a ``[table]``."""
+    lines = [f"{k} = {json.dumps(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None]
+    out = "\n".join(lines) + "\n"
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out += f"\n[{prefix}{k}]\n" + to_toml(v, f"{prefix}{k}.")
+    return out
+
+
+def people_toml(name: str, store: Path, table: Path | str = "people.csv", counts_seeds: int = 1, **release) -> str:
+    """The config file of ``mdp-release run`` for release ``name`` of :data:`PEOPLE_GRID` of the agency's table
+    ``table`` (relative: to the folder the command runs in), the exact LP, the counts at eps 1 and no baseline;
+    ``release``: more ``[release]`` settings (its population ``<name>-people`` and a cap of 1000 unless given)."""
+    release = {"microdata": str(table), "population": f"{name}-people", "max_total_epsilon": 1000.0} | release
+    return to_toml(
+        {"name": name, "store": str(store), **PEOPLE_GRID, "solve": {"method": "lp"}, "release": release}
+        | {"evaluate": {"baselines": [], "counts_eps": [1.0], "counts_seeds": counts_seeds}}
     )
 
 
@@ -607,7 +650,6 @@ OPS_SIGNS: dict[str, re.Pattern[str]] = {
 # them explicitly: {node id prefix: seconds}. Remove an entry once its module carries ``@pytest.mark.slow``.
 MEASURED_SLOW: dict[str, float] = {
     "test_docs.py::test_every_shell_command_works_as_written[README.md]": 155.0,
-    "test_docs.py::test_every_shell_command_works_as_written[docs/reproduce.md]": 46.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/methods.md]": 20.0,
     "test_docs.py::test_every_shell_command_works_as_written[docs/datasets.md]": 9.0,
     "test_rowgen.py::test_lagrangian_steps_keep_the_bound_valid_and_save_rounds": 14.7,  # [serial]; [process] 6.2
@@ -640,6 +682,10 @@ MEASURED_SLOW: dict[str, float] = {
     "test_benders.py::test_process_executor_matches_serial": 3.9,
     "test_guarantee_in_operation.py::test_versions_of_a_table_spend_from_one_population_budget": 3.3,
     "test_guarantee_in_operation.py::test_the_cap_is_kept_whatever_a_later_config_says": 3.1,
+    # and at load 5 once those were (fast tier 281 s there, 162 s of CPU, 1,358 tests)
+    "test_people_error.py::test_a_road_release_states_the_error_of_people_drawn_from_its_prior": 13.1,
+    "test_people_error.py::test_cells_are_uniform_in_the_voronoi_cells_within_max_distance": 9.0,
+    "test_audit_coherence.py::test_histogram_test_false_alarm_rate_on_200_honest_releases_and_its_power": 4.3,
 }
 
 
@@ -668,7 +714,9 @@ def _reached(func: Callable, seen: dict[int, object]) -> None:
             _reached(value, seen)
 
 
+@functools.cache
 def _source_of(obj: object) -> str:
+    """The source of a function or class (a string constant: itself), read once per session."""
     if isinstance(obj, str):
         return obj
     try:

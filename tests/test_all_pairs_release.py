@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import edit, publish_release
+from conftest import edit, publish_release, stage_loop
 
 from artifacts.private import PrivateStore
 from artifacts.store import Store
 from flows.approval import unattended
 from flows.cli import main
 from flows.config import parse_config
-from flows.release import _TASKS, prepare, stage_params
+from flows.release import _TASKS, stage_params
 from mdp_core.declarations.budget import this_release
 from mdp_core.declarations.methods import REGISTRY
 from mdp_core.errors import PrivacyError
@@ -50,35 +50,28 @@ def config(root: Path, all_pairs: bool = True):
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> dict:
-    """The stages of :func:`config` (the flow's order: :func:`flows.release.prepare`, solve, measure, evaluate),
-    with, first, a measurement of a mechanism certified on the graph only (refused); and the published folder."""
+    """The stages of :func:`config` through the flow's own loop (``conftest.stage_loop``), with, just before its
+    measurement, a measurement of a mechanism certified on the graph only (refused); and the published folder."""
     root = tmp_path_factory.mktemp("store")
     cfg, s = config(root), str(root)
-    p = stage_params(cfg)
+    probe: dict = {}
 
-    def run(stage: str, **upstream):
-        return _TASKS[stage].fn(s, p[stage], **upstream)
+    def before(stage: str, upstream: dict) -> None:
+        if stage != "measure":
+            return
+        solve = params["solve"]
+        graph_only = dict(solve, solver={k: v for k, v in solve["solver"].items() if k != "all_pairs"})
+        probe["graph_only"] = sol = _TASKS["solve"].fn(s, graph_only, instance=upstream["instance"], partition=None)
+        with pytest.raises(PrivacyError, match="every pair") as refused:
+            _TASKS["measure"].fn(s, params["measure"], **(upstream | {"mechanism": sol}))
+        probe["refused"] = str(refused.value)
+        private = PrivateStore(root)
+        probe["history"] = [e for pop in private.populations() for e in private.entries(pop) if e["kind"] == "charge"]
 
-    refs, _, plan, approval = prepare(cfg, Store(s), p, run)
-    graph_only = dict(p["solve"], solver={k: v for k, v in p["solve"]["solver"].items() if k != "all_pairs"})
-    sol = _TASKS["solve"].fn(s, graph_only, instance=refs["export"], partition=None)
-    ups = {"instance": refs["export"], "graph": refs["graph"], "partition": refs["partition"]}
-    with pytest.raises(PrivacyError, match="every pair") as refused:
-        run("measure", mechanism=sol, **ups)
-    private = PrivateStore(root)
-    charged_after_refusal = [e for pop in private.populations() for e in private.entries(pop) if e["kind"] == "charge"]
-    refs["solve"] = run("solve", instance=refs["export"], partition=None)
-    refs["measure"] = run("measure", mechanism=refs["solve"], **ups)
-    points = [evaluate.evaluate_point.fn(s, spec, refs["export"], None) for spec in evaluate.point_specs(p["evaluate"])]
-    refs["evaluate"] = run(
-        "evaluate", instance=refs["export"], mechanism=refs["solve"], partition=refs["partition"],
-        measure=refs["measure"], points=points,
-    )  # fmt: skip
-    folder = publish_release(Store(s), refs, cfg=cfg, approval=approval or unattended(plan))
-    return {"refs": refs, "plan": plan, "params": p, "folder": folder, "refused": str(refused.value)} | {
-        "history": charged_after_refusal,
-        "graph_only": sol,
-    }
+    params = stage_params(cfg)  # the loop adds the draw's (the measurement's) to them
+    state = stage_loop(root, cfg, params, before=before)
+    folder = publish_release(Store(s), state.refs, cfg=cfg, approval=state.approval or unattended(state.plan))
+    return {"refs": state.refs, "plan": state.plan, "params": params, "folder": folder} | probe
 
 
 def test_the_option_reaches_the_graph_stage_and_its_cache_key(tmp_path):

@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import MDP, POPULATION, api_post, people_table, run_command, server_env
+from conftest import MDP, POPULATION, api_post, people_table, people_toml, run_command, server_env
 
 from artifacts.private import PrivateStore
 from artifacts.store import Store
@@ -276,37 +276,15 @@ def test_approve_refuses_bad_arguments_before_asking_a_server(args, needle, caps
 
 
 # ------------------------------------------------------------------------------------------------ a real server
-CONFIG = """
-name = "{name}"
-store = "{store}"
-[dataset]
-kind = "grid"
-params = {{ rows = 5, cols = 6, n_outputs = 30, seed = 0 }}
-[privacy]
-epsilon = 2.0
-eta = 1.5
-[solve]
-method = "lp"
-[release]
-microdata = "people.csv"
-population = "{population}"
-max_total_epsilon = {cap}
-{extra}
-[evaluate]
-baselines = []
-counts_eps = [1.0]
-counts_seeds = 1
-"""
-
-
-def _start(server, tmp_path: Path, name: str, cap: float = 100.0, extra: str = "") -> tuple[subprocess.Popen, Path]:
-    """``mdp-release run`` of a fresh microdata release ``name`` (its own store) in the background."""
+def _start(server, tmp_path: Path, name: str, cap: float = 100.0, **release) -> tuple[subprocess.Popen, Path]:
+    """``mdp-release run`` of a fresh microdata release ``name`` (its own store) in the background; ``release``:
+    more ``[release]`` settings."""
     folder = tmp_path / name
     folder.mkdir()
     people_table(folder / "people.csv", n=337)  # a count of the secret table: never in what the officer sees
     cfg = folder / "release.toml"
     store = folder / "store"
-    cfg.write_text(CONFIG.format(name=name, store=store, population=f"{name}-people", cap=cap, extra=extra))
+    cfg.write_text(people_toml(name, store, max_total_epsilon=cap, **release))
     env = server_env(server, tmp_path)
     args = [MDP, "run", "--config", str(cfg)]
     return subprocess.Popen(args, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), store
@@ -334,7 +312,7 @@ def test_a_paused_release_measures_only_once_an_officer_approves_then_its_policy
     """``approval = "policy"`` with no envelope yet: the run pauses after the door with the officer's summary,
     nothing charged; ``mdp-release approve`` resumes it: it charges, publishes and records the envelope. The
     next run stays inside it and runs unattended; a decision for a run that no longer waits is an error."""
-    proc, store = _start(prefect_server, tmp_path, "appr-yes", extra='approval = "policy"')
+    proc, store = _start(prefect_server, tmp_path, "appr-yes", approval="policy")
     run = _paused_run(prefect_server, "appr-yes")
     assert PrivateStore(store).budget("appr-yes-people").n_charges == 0  # nothing charged while it waits
     (art,) = api_post(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": ["appr-yes-approval"]}}})
@@ -368,10 +346,8 @@ def test_a_paused_release_measures_only_once_an_officer_approves_then_its_policy
 def test_a_rejected_or_timed_out_release_ends_refused_and_charges_nothing(prefect_server, tmp_path):
     """Rejected (``mdp-release approve --reject``), or no decision within ``approval_timeout``: the run ends
     in the state named Refused; one error line, no traceback."""
-    timed, timed_store = _start(
-        prefect_server, tmp_path, "appr-late", extra='approval = "required"\napproval_timeout = 3'
-    )
-    no, no_store = _start(prefect_server, tmp_path, "appr-no", extra='approval = "required"')
+    timed, timed_store = _start(prefect_server, tmp_path, "appr-late", approval="required", approval_timeout=3)
+    no, no_store = _start(prefect_server, tmp_path, "appr-no", approval="required")
     run = _paused_run(prefect_server, "appr-no")
     env = server_env(prefect_server, tmp_path)
     reject = [MDP, "approve", run["id"], "--by", "B. Officer", "--reject", "--note", "not this week"]
@@ -396,7 +372,7 @@ def test_a_rejected_or_timed_out_release_ends_refused_and_charges_nothing(prefec
 def test_a_release_the_budget_refuses_ends_refused_with_one_line(prefect_server, tmp_path):
     """A PrivacyError (here BudgetRefused: a cap below this release's charge) is a verdict: Refused, no
     traceback on the terminal, the failure record says refused; nothing measured or charged."""
-    proc, store = _start(prefect_server, tmp_path, "appr-cap", cap=0.5, extra='approval = "none"')
+    proc, store = _start(prefect_server, tmp_path, "appr-cap", cap=0.5, approval="none")
     _, err = proc.communicate(timeout=300)
     lines = [ln for ln in err.splitlines() if ln.startswith("mdp-release: error:")]
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]

@@ -18,8 +18,8 @@ import pytest
 
 from artifacts.store import Store
 from flows.config import parse_config
-from flows.release import stage_params
-from mdp_core.declarations import dataset_kinds, methods
+from flows.release import stage_params, task_at
+from mdp_core.declarations import contract, dataset_kinds, methods
 from mdp_core.problem.datasets import registry
 from mdp_core.problem.io import read_instance, read_mechanism
 from mdp_core.solvers import solve as solve_mod
@@ -28,8 +28,9 @@ from tasks.cache import code_modules, forget_code_versions, stage_key
 
 PKG = "mdp_cache_plugin42"
 KIND, METHOD = "tiny42", "lp42"
-MODULES = {s: f"tasks.{s}" for s in ("ingest", "graph", "prior", "partition", "export", "solve", "measure")}
-MODULES |= {"evaluate": "tasks.evaluate", "evaluate_point": "tasks.evaluate"}
+# each cached stage's module, as the flow names it in the manifest's code versions (flows.release._run_manifest)
+MODULES = {st.name: task_at(st.task).fn.__module__ for st in contract.STAGES if st.cached}
+MODULES |= {"evaluate_point": evaluate.evaluate_point.fn.__module__}
 
 HELPER = "SIGMA = 1.0\n"
 LOADER = '''

@@ -6,8 +6,8 @@ generators the checklist names (its ``python docs/gen_config.py ...`` commands, 
 affected path in a fresh interpreter on the copy (``PYTHONPATH`` and working folder the copy, every module
 imported from it): the entry itself (a solve, a load, a table written and read back), the copy's tests of the
 generated documents and of the declarations' listings, and a small release through the flow's stage loop
-(``flows.release.run_stages``, each stage's task ``.fn``) published through the publishing task's door
-(``conftest.publish_release``: signed, audited from the exact bytes) and audited clean.
+(``conftest.run_stages``: ``flows.release.run_stages``, each stage's task ``.fn``) published through the publishing
+task's door (``conftest.publish_release``: signed, audited from the exact bytes) and audited clean.
 
 "Add a stage" is repeated by ``tests/test_stages.py::test_an_added_stage_runs_in_its_declared_place`` (a
 declared stage and its task run by ``run_stages`` in their declared place): checked here to exist only.
@@ -128,12 +128,8 @@ ROOT = Path.cwd()
 sys.path.insert(0, str(ROOT / "tests"))
 import conftest, test_docs, test_registry
 from artifacts.store import Store
-from flows import release as flow
-from flows.approval import unattended
 from flows.config import parse_config
-from mdp_core.declarations import contract
 from mdp_core.release import audit
-from tasks import evaluate
 
 
 def from_copy():
@@ -163,28 +159,12 @@ SMALL = {  # a 3 x 3 grid, simulated people, no baseline, one eps: every stage i
 
 
 def release(**sections):
-    """A release of SMALL with ``sections`` replaced: every stage through flows.release.run_stages (the tasks'
-    .fn), published by the publishing task (its door audits the staged folder), audited again: the folder."""
+    """A release of SMALL with ``sections`` replaced: every stage through the flow's own loop with the tasks' .fn
+    (conftest.run_stages), published by the publishing task (its door audits the staged folder), audited
+    again: the folder."""
     store = tempfile.mkdtemp(dir=ROOT.parent)
     cfg = parse_config(SMALL | sections | {"store": store})
-    params = flow.stage_params(cfg)
-
-    def run(stage, **upstream):
-        return flow.task_at(contract.stage(stage).task).fn(store, params[stage], **upstream)
-
-    # the stages by what they write: the instance, the mechanism, the people's measurement
-    writes = ("instance/instance.json", "mechanism.parquet", contract.PROVENANCE)
-    instance, solved, measured = (contract.published(f).stage for f in writes)
-
-    def side(refs, stack):
-        specs = evaluate.point_specs(params["evaluate"])
-        return lambda: [evaluate.evaluate_point.fn(store, p, refs[instance], None) for p in specs]
-
-    state = flow.run_stages(cfg, Store(store), params, run, side=side)
-    refs, approval = state.refs, state.approval or unattended(state.plan)  # the manifest's record, as the flow's
-    folder = conftest.publish_release(
-        Store(store), refs, sol=refs[solved], post=refs[measured], cfg=cfg, approval=approval
-    )
+    folder = conftest.publish_release(Store(store), conftest.run_stages(store, cfg), cfg=cfg)
     findings = audit.audit_release(folder)
     assert not findings, findings
     return folder

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from flows.config import RELEASE_GAP_REL, ReleaseFlowConfig, load_config, parse_config
+from mdp_core.declarations import contract
 from mdp_core.errors import InputError
 
 
@@ -133,17 +134,7 @@ def test_stage_enum_names_and_run_section():
     from flows.config import STAGE_NAMES, config_hash, release_name
     from flows.release import release_flow
 
-    assert STAGE_NAMES == (
-        "ingest",
-        "graph",
-        "prior",
-        "partition",
-        "export",
-        "solve",
-        "measure",
-        "evaluate",
-        "publish",
-    )
+    assert STAGE_NAMES == contract.STAGE_NAMES  # the declared stages, in run order
     # the run form shows refresh_from as a drop-down of the stage names (a JSON-schema enum)
     schema = release_flow.parameters.model_dump()["properties"]["refresh_from"]
     assert list(STAGE_NAMES) in [a.get("enum") for a in schema.get("anyOf", [schema])]
@@ -188,7 +179,6 @@ def test_a_former_stage_name_still_works_in_a_config_and_on_the_command_line():
     """``postprocess`` was renamed ``measure`` (contract.FORMER_STAGE_NAMES): a config's ``[run.timeouts]`` and
     ``--refresh-from`` written with the former name mean the stage under its new one."""
     from flows.cli import build_parser
-    from mdp_core.declarations import contract
 
     for old, new in contract.FORMER_STAGE_NAMES.items():
         cfg = parse_config({"run": {"timeouts": {old: 42}}})

@@ -16,7 +16,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import build_release as build
 from conftest import publish_release as publish
 from conftest import release_config as config
 from conftest import run_stages
@@ -24,17 +23,16 @@ from test_audit import set_listed_hash
 
 from artifacts.store import Store
 from flows.config import STAGE_NAMES, TimeoutsConfig, parse_config
-from flows.release import _TASKS, SOLVE_SUMMARY, STAGES
+from flows.release import _TASKS, SOLVE_SUMMARY
 from mdp_core.declarations import contract
 from mdp_core.release import audit
 from mdp_core.release.audit_files import _stage_of
 
 
 @pytest.fixture(scope="module")
-def lp_release(tmp_path_factory) -> Path:
-    """A published release of test_audit's small grid, solved by lp (no trace)."""
-    store, refs = build(tmp_path_factory.mktemp("store-lp"))
-    return publish(store, refs)
+def lp_release(released: Path) -> Path:
+    """The session's published release (conftest.release_config), solved by lp (no trace)."""
+    return released
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +132,7 @@ def test_declarations_are_consistent() -> None:
 def test_stages_are_read_from_the_contract() -> None:
     assert STAGE_NAMES == contract.STAGE_NAMES
     assert tuple(TimeoutsConfig.model_fields) == contract.STAGE_NAMES
-    assert STAGES == contract.CACHED_STAGES == tuple(_TASKS)
+    assert contract.CACHED_STAGES == tuple(_TASKS)
     assert contract.STAGE_NAMES[-1] == "publish" and not contract.stage("publish").cached
     assert {s.name for s in contract.STAGES if s.reads_secret} == {"prior", "measure"}
     assert SOLVE_SUMMARY == contract.MANIFEST_SOLVE_KEYS

@@ -33,12 +33,17 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 250
 QUIET = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg"}
 QUIET |= {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
-# Documents whose commands run a Prefect flow (the release, the papers' experiments): 20-60 s each.
-SLOW = {"README.md", "reproduce.md"}
+# Documents whose commands run a Prefect flow (the release): 20-60 s.
+SLOW = {"README.md"}
 
 # Commands another test runs: command -> (that file, a string in it that shows it).
 ELSEWHERE: dict[str, tuple[str, str]] = {
     "mdp-release server stop": ("tests/test_operate.py", '"mdp-release server stop"'),
+    # docs/reproduce.md: the quick experiments, run twice in one process (the second reuses every stage)
+    "mdp-release reproduce --quick --out scratch/reproduce-out": (
+        "tests/test_reproduce.py",
+        'QUICK = "mdp-release reproduce --quick --out scratch/reproduce-out"',
+    ),
     "python docs/gen_config.py > docs/configuration.md": (
         "tests/test_docs.py",
         "def test_configuration_reference_is_generated",

@@ -1,9 +1,9 @@
 """Issue 39: ``mdp-release check`` and the run's door agree, verdict and charges, on generated configs; issue 53:
 they decide on the same run plan (:func:`flows.plan.plan_run`).
 
-The run goes through :func:`flows.release.prepare` with the stage tasks' ``.fn`` (real ingest and graph stages,
-real private store) and stops at the first stage after the door; ``check`` builds the instance its own way
-(the dataset loader and a neighbour search, no store). Both must reach the same verdict and the same charge.
+The run goes through the flow's own loop (:func:`flows.release.run_stages`) with the stage tasks' ``.fn`` (real
+ingest and graph stages, real private store) and stops at the first stage after the door; ``check`` builds the
+instance its own way (the dataset loader and a neighbour search, no store). Both must reach the same verdict and the same charge.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import to_toml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from artifacts.store import Store
 from flows.check import run_check
 from flows.config import parse_config
-from flows.release import _TASKS, prepare, stage_params
+from flows.release import _TASKS, run_stages, stage_params, stage_plan
 from mdp_core.errors import InputError, PrivacyError
 from mdp_core.problem.datasets import grid
 
@@ -39,17 +40,6 @@ def _people(folder: Path) -> Path:
     path = folder / "people.csv"
     pd.DataFrame({"lat": pts[:, 0], "lon": pts[:, 1]}).to_csv(path, index=False)
     return path
-
-
-def _toml(data: dict, prefix: str = "") -> str:
-    import json
-
-    lines = [f"{k} = {json.dumps(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None]
-    out = "\n".join(lines) + "\n"
-    for k, v in data.items():
-        if isinstance(v, dict):
-            out += f"\n[{prefix}{k}]\n" + _toml(v, f"{prefix}{k}.")
-    return out
 
 
 configs = st.fixed_dictionaries(
@@ -90,9 +80,10 @@ def _run_door(cfg, run_plans: list) -> tuple[bool, float | None, str]:
     s = str(cfg.store)
     p = stage_params(cfg)
     plans = []
+    steps = stage_plan(cfg)
 
     def run(stage: str, **upstream):
-        if stage not in ("ingest", "graph"):
+        if steps.index(stage) > steps.index("door"):
             raise _Stop
         return _TASKS[stage].fn(s, p[stage], **upstream)
 
@@ -108,14 +99,14 @@ def _run_door(cfg, run_plans: list) -> tuple[bool, float | None, str]:
 
     release.plan_for = spy
     try:
-        prepare(cfg, Store(s), p, run)
+        run_stages(cfg, Store(s), p, run, until="draw")
     except _Stop:
         return True, float(plans[-1].charge), ""
     except (PrivacyError, InputError) as exc:
         return False, float(plans[-1].charge) if plans else None, str(exc)
     finally:
         release.plan_for = original
-    raise AssertionError("prepare ran every stage")
+    raise AssertionError("the loop ran every stage up to the draw")
 
 
 def _check(path: Path) -> tuple:
@@ -150,7 +141,7 @@ def test_check_and_run_agree(c: dict) -> None:
             except InputError:
                 return  # an invalid config is refused before either route starts
             path = folder / f"release-{round_}.toml"
-            path.write_text(_toml(data))
+            path.write_text(to_toml(data))
             rep, checked = _check(path)
             run_plans: list = []
             accepted, charge, why = _run_door(cfg, run_plans)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_stages
+from conftest import run_stages, to_toml
 
 from artifacts.ledger import BudgetRefused
 from artifacts.private import PrivateStore
@@ -340,21 +340,8 @@ def _check(tmp_path: Path, cfg) -> object:
     from flows.check import run_check
 
     path = tmp_path / f"check-{abs(hash(cfg.model_dump_json())) % 10**8}.toml"
-    path.write_text(_toml(cfg.model_dump(mode="json", exclude_none=True, exclude={"run", "evaluate", "solve"})))
+    path.write_text(to_toml(cfg.model_dump(mode="json", exclude_none=True, exclude={"run", "evaluate", "solve"})))
     return run_check(path)
-
-
-def _toml(data: dict, prefix: str = "") -> str:
-    lines, tables = [], []
-    for k, v in data.items():
-        if isinstance(v, dict):
-            tables.append((k, v))
-        elif v is not None:
-            lines.append(f"{k} = {json.dumps(v)}")
-    out = "\n".join(lines) + "\n"
-    for k, v in tables:
-        out += f"\n[{prefix}{k}]\n" + _toml(v, f"{prefix}{k}.")
-    return out
 
 
 def test_the_secret_table_is_not_the_public_universe(table, tmp_path):

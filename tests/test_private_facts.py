@@ -29,6 +29,7 @@ from conftest import (
     api_post,
     people_config,
     people_table,
+    people_toml,
     publish_release,
     run_command,
     run_stages,
@@ -180,28 +181,6 @@ def test_a_manifest_names_the_table_by_its_role_and_a_rerun_needs_its_path(tmp_p
 
 
 # ----------------------------------------------------------------------------- 4. the UI artifact (and 1, in Prefect)
-FLOW_CONFIG = """
-name = "leaky"
-store = "{store}"
-[dataset]
-kind = "grid"
-params = {{ rows = 5, cols = 6, n_outputs = 30, seed = 0 }}
-[privacy]
-epsilon = 2.0
-eta = 1.5
-[solve]
-method = "lp"
-[release]
-microdata = "{table}"
-population = "{population}"
-max_total_epsilon = 1000.0
-[evaluate]
-baselines = []
-counts_eps = [1.0]
-counts_seeds = 2
-"""
-
-
 @pytest.mark.filterwarnings("ignore:Artifact creation outside of a flow or task run:FutureWarning")
 def test_a_failed_run_in_prefect_names_no_row_and_its_artifact_is_markdown(prefect_server, tmp_path, far_table):
     """A real run of the table on the session's Prefect server: the command's error, the flow run's and task
@@ -216,7 +195,7 @@ def test_a_failed_run_in_prefect_names_no_row_and_its_artifact_is_markdown(prefe
 
     store = tmp_path / "store"
     cfg = tmp_path / "leaky.toml"
-    cfg.write_text(FLOW_CONFIG.format(store=store, table=far_table, population=POPULATION))
+    cfg.write_text(people_toml("leaky", store, far_table, counts_seeds=2, population=POPULATION))
     env = server_env(prefect_server, tmp_path)
     proc = run_command([sys.executable, "-m", "flows.cli", "run", "--config", str(cfg)], tmp_path, env, 600)
     assert proc.returncode in (1, 2), proc.stderr[-3000:]

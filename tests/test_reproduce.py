@@ -468,10 +468,16 @@ def test_stages_cache_in_the_store(tmp_path: Path, specs) -> None:
     assert any(line.endswith("(cbdp.png)") for line in md.splitlines())
 
 
+# docs/reproduce.md's command, run here as written (tests/test_docs.py: ELSEWHERE) in one process, twice
+QUICK = "mdp-release reproduce --quick --out scratch/reproduce-out"
+
+
 @pytest.mark.slow
 def test_quick_flow_end_to_end(tmp_path: Path) -> None:
-    """``reproduce_from_cli`` (what ``mdp-release reproduce --quick`` runs) in a fresh process with Prefect's
-    ephemeral server: report, tables, PNGs and manifest in --out; a second run reuses every stage."""
+    """docs/reproduce.md's ``mdp-release reproduce --quick`` (its command line, ``flows.cli.main``) in a fresh
+    process with Prefect's ephemeral server, twice: report, tables, PNGs and manifest in --out; the second run
+    reuses every stage."""
+    assert QUICK in (REPO / "docs" / "reproduce.md").read_text()
     env = os.environ | {
         "PREFECT_HOME": str(tmp_path / "prefect"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -479,15 +485,11 @@ def test_quick_flow_end_to_end(tmp_path: Path) -> None:
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
         "MPLBACKEND": "Agg",
     }
-    code = (
-        "import argparse; from flows.reproduce.flow import reproduce_from_cli; "
-        f"a = argparse.Namespace(quick=True, store={str(tmp_path / 'store')!r}, out={str(tmp_path / 'out')!r}, "
-        "seed=0, data_dir=None, refresh=False); "
-        "raise SystemExit(reproduce_from_cli(a) or reproduce_from_cli(a))"
-    )
+    args = QUICK.replace("scratch/", f"{tmp_path}/").split()[1:] + ["--store", str(tmp_path / "store")]
+    code = f"from flows.cli import main; raise SystemExit(main({args!r}) or main({args!r}))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = tmp_path / "out"
+    out = tmp_path / "reproduce-out"
     for name in (
         "reproduce_report.md",
         "comparison.parquet",

@@ -2,7 +2,7 @@
 ``<store>/private/sealed/``; every later step reads the snapshot, never the file; nothing of the table -- its
 path, its values -- leaves ``private/`` (docs/privacy.md, "The sealed table").
 
-Real runs, no mocks: the stage tasks' own functions in the flow's own order (:func:`flows.release.prepare`), and
+Real runs, no mocks: the stage tasks' own functions in the flow's own loop (``conftest.stage_loop``), and
 ``mdp-release run`` / ``approve`` against the session's Prefect server, whose database is scanned.
 """
 
@@ -20,12 +20,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import MDP, N_PEOPLE, POPULATION, api_post, people_config, people_table, run_command, server_env
+from conftest import (
+    MDP,
+    N_PEOPLE,
+    POPULATION,
+    api_post,
+    people_config,
+    people_table,
+    people_toml,
+    run_command,
+    server_env,
+    stage_loop,
+)
 
 from artifacts.private import PrivateStore
 from artifacts.private_folder import LedgerError
 from artifacts.store import Store
-from flows.release import _TASKS, prepare, stage_params
+from flows.release import stage_params, stage_plan
+from mdp_core.declarations import contract
 from mdp_core.problem import microdata
 from mdp_core.problem.datasets import grid
 from mdp_core.release.door import table_people
@@ -47,23 +59,25 @@ def people_of(frame: pd.DataFrame):
 
 
 def run_swapping(root: Path, cfg, table: Path, swap_with: Path) -> tuple[dict, dict, object]:
-    """The release of ``cfg`` with the stage tasks' functions in the flow's order, the file ``table`` replaced by
-    ``swap_with``'s bytes after the door (between the draw and the solve / measure stages): ({stage: ref},
-    {stage: params}, the door's plan)."""
-    s, p = str(root), stage_params(cfg)
+    """The release of ``cfg`` through the flow's own loop (``conftest.stage_loop``) up to the measurement, the
+    file ``table`` replaced by ``swap_with``'s bytes after the door (before the first stage after the draw):
+    ({stage: ref}, {stage: params}, the door's plan)."""
 
-    def run(stage: str, **upstream):
-        return _TASKS[stage].fn(s, p[stage], **upstream)
+    steps = stage_plan(cfg)
+    after_draw = [s for s in steps[steps.index("draw") + 1 :] if s in contract.STAGE_NAMES]
+    swapped: list[str] = []
 
-    refs, _draw, plan, _ = prepare(cfg, Store(s), p, run)
-    tmp = table.with_name(table.name + ".swap")
-    tmp.write_bytes(swap_with.read_bytes())
-    os.replace(tmp, table)  # atomically: what a hostile step or a careless copy would do
-    refs["solve"] = run("solve", instance=refs["export"], partition=None)
-    refs["measure"] = run(
-        "measure", instance=refs["export"], mechanism=refs["solve"], graph=refs["graph"], partition=refs["partition"]
-    )
-    return refs, p, plan
+    def before(stage: str, upstream: dict) -> None:
+        if stage in after_draw and not swapped:
+            tmp = table.with_name(table.name + ".swap")
+            tmp.write_bytes(swap_with.read_bytes())
+            os.replace(tmp, table)  # atomically: what a hostile step or a careless copy would do
+            swapped.append(stage)
+
+    params = stage_params(cfg)
+    state = stage_loop(root, cfg, params, until="measure", before=before)
+    assert swapped, "no stage ran after the draw"
+    return state.refs, params, state.plan
 
 
 def test_a_table_swapped_after_the_door_changes_nothing_and_is_not_charged_to_a_second_population(tmp_path):
@@ -136,27 +150,6 @@ def test_the_snapshot_is_owner_only_content_addressed_keyed_and_checked(tmp_path
 # ----------------------------------------------------------------------------- Prefect, the store, failure records
 SECRET_ID = "RESIDENT-PLANTED-7Q3Z"  # a resident id planted in the secret table's extra column
 SECRET_AGE = "98765432"  # an age no file of a release would hold
-CONFIG = """
-name = "{name}"
-store = "{store}"
-[dataset]
-kind = "grid"
-params = {{ rows = 5, cols = 6, n_outputs = 30, seed = 0 }}
-[privacy]
-epsilon = 2.0
-eta = 1.5
-[solve]
-method = "lp"
-[release]
-microdata = "{table}"
-population = "{name}-people"
-max_total_epsilon = 1000.0
-approval = "{approval}"
-[evaluate]
-baselines = []
-counts_eps = [1.0]
-counts_seeds = 1
-"""
 
 
 def planted_table(path: Path, n: int = 120) -> tuple[float, float]:
@@ -224,7 +217,7 @@ def test_no_path_or_value_of_the_table_reaches_prefect_the_store_or_a_failure_re
     table = tmp_path / "agency-secret-q7zx.csv"
     lat, lon = planted_table(table)
     cfg = tmp_path / "sealed.toml"
-    cfg.write_text(CONFIG.format(name="sealed", store=store, table=table, approval="required"))
+    cfg.write_text(people_toml("sealed", store, table, approval="required"))
     args = [MDP, "run", "--config", str(cfg)]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = _paused(prefect_server, "sealed")
@@ -245,7 +238,7 @@ def test_no_path_or_value_of_the_table_reaches_prefect_the_store_or_a_failure_re
     with broken.open("a") as fh:
         fh.write(f"{SECRET_ID},{SECRET_AGE},{lat:.12f},{lon:.12f},extra\n")  # a malformed row: a parser error
     cfg_broken = tmp_path / "broken.toml"
-    cfg_broken.write_text(CONFIG.format(name="broken", store=store, table=broken, approval="none"))
+    cfg_broken.write_text(people_toml("broken", store, broken, approval="none"))
     failed = run_command([MDP, "run", "--config", str(cfg_broken)], tmp_path, env, 600)
     assert failed.returncode != 0
     (record,) = store.glob("runs/*-failed")

@@ -28,6 +28,7 @@ from conftest import (
     api_post,
     operate_env,
     people_table,
+    people_toml,
     run_command,
     runs_of,
     start_logged,
@@ -40,28 +41,7 @@ from flows.slot import SKIPPED, slot_name
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 LEASE = 60  # s: the shortest lease Prefect's API grants
-CONFIG = """
-name = "{name}"
-store = "{store}"
-[dataset]
-kind = "grid"
-params = {{ rows = 5, cols = 6, n_outputs = 30, seed = 0 }}
-[privacy]
-epsilon = 2.0
-eta = 1.5
-[solve]
-method = "lp"
-[release]
-microdata = "people.csv"
-population = "{name}-people"
-max_total_epsilon = 100.0
-approval = "required"
-approval_timeout = 900
-[evaluate]
-baselines = []
-counts_eps = [1.0]
-counts_seeds = 1
-"""
+RELEASE = {"max_total_epsilon": 100.0, "approval": "required", "approval_timeout": 900}  # conftest.people_toml's
 
 
 def _wait(what: str, within: float, probe, log: Path, proc) -> object:
@@ -84,7 +64,7 @@ def test_a_served_run_waits_past_its_lease_for_the_officer_then_publishes_charge
     people_table(tmp_path / "people.csv", n=250)
     cfg = tmp_path / "release.toml"
     store = tmp_path / "store"
-    cfg.write_text(CONFIG.format(name=name, store=store))
+    cfg.write_text(people_toml(name, store, **RELEASE))
     env = operate_env(prefect_server, tmp_path) | {
         "PREFECT_SERVER_CONCURRENCY_INITIAL_DEPLOYMENT_LEASE_DURATION": str(LEASE)
     }
@@ -176,7 +156,7 @@ def test_approving_a_run_killed_while_it_waited_says_so_and_marks_it_crashed(pre
 
     people_table(tmp_path / "people.csv", n=250)
     cfg = tmp_path / "release.toml"
-    cfg.write_text(CONFIG.format(name="killed-wait", store=tmp_path / "store"))
+    cfg.write_text(people_toml("killed-wait", tmp_path / "store", **RELEASE))
     env = server_env(prefect_server, tmp_path)
     proc = subprocess.Popen(
         [MDP, "run", "--config", str(cfg)], cwd=tmp_path, env=env, start_new_session=True, stderr=subprocess.DEVNULL

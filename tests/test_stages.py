@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import release_config, run_stages
 from prefect import task
 
 from artifacts.store import ArtifactRef, Store
@@ -33,7 +34,7 @@ CALLS: list[str] = []
 @task(name="approve")
 def approve(store: str, params: dict[str, Any], instance: ArtifactRef) -> ArtifactRef:
     """A no-op stage: hands the instance on (what an officer's check of it would read)."""
-    CALLS.append(f"approve eps={params['epsilon']}")
+    CALLS.append(f"approve {params}")
     return instance
 
 
@@ -68,24 +69,36 @@ def test_the_plan_follows_the_declaration() -> None:
     before = contract.CACHED_STAGES[: contract.CACHED_STAGES.index(first_secret)]
     assert plan[: plan.index("door")] == [s for s in before if s in ran]  # before it, whether or not it runs
     assert plan[plan.index("draw") - 1] == contract.stage("measure").inputs["instance"]
-    assert release.stage_params(cfg).keys() == {s.name for s in contract.STAGES if s.cached and s.params}
+    params = release.stage_params(
+        cfg
+    )  # before the loop: every stage that reads nothing secret (the others: at the draw)
+    assert {s for s in ran if not contract.stage(s).reads_secret} <= params.keys()
+    assert not any("draw" in params.get(s, {}) for s in ran)
 
 
-def test_an_added_stage_runs_in_its_declared_place(tmp_path, monkeypatch) -> None:
-    """The add-a-stage checklist: a declaration (here in a copy of STAGES) and a task; the flow's loop runs it
-    after the stages it reads, gives it its config section's parameters, and the stages after it run as before."""
+def added_stage(monkeypatch, section: str = "privacy.epsilon") -> tuple[contract.Stage, ...]:
+    """The add-a-stage checklist's declaration, in a copy of STAGES put in its place: ``approve`` (task
+    :func:`approve`, reading the instance, parameters from ``section``), declared before ``solve``."""
     new = contract.Stage("approve", "a no-op check of the instance", task=f"{__name__}:approve")
-    new = dataclasses.replace(new, reads="instance=export", params="privacy.epsilon")
+    new = dataclasses.replace(new, reads="instance=export", params=section)
     at = contract.STAGE_NAMES.index("solve")
     stages = (*contract.STAGES[:at], new, *contract.STAGES[at:])
     contract.check_stages(stages)
     monkeypatch.setattr(contract, "STAGES", stages)
     CALLS.clear()
+    return stages
 
+
+@pytest.mark.parametrize(("section", "given"), [("privacy.epsilon", {"epsilon": 3.0}), ("", {})])
+def test_an_added_stage_runs_in_its_declared_place(tmp_path, monkeypatch, section, given) -> None:
+    """The add-a-stage checklist: a declaration (here in a copy of STAGES) and a task; the flow's loop runs it
+    after the stages it reads, gives it its config section's parameters (none declared: ``{}``), and the stages
+    after it run as before."""
+    stages = added_stage(monkeypatch, section)
     cfg = parse_config({**SMALL, "store": str(tmp_path)})
     s = str(tmp_path)
     params = release.stage_params(cfg)
-    assert params["approve"] == {"epsilon": 3.0}
+    assert params["approve"] == given
     seen: dict[str, dict[str, Any]] = {}
 
     def run(stage: str, **upstream: Any) -> ArtifactRef:
@@ -103,10 +116,11 @@ def test_an_added_stage_runs_in_its_declared_place(tmp_path, monkeypatch) -> Non
     assert (
         CALLS
         == expected[: expected.index("approve")]
-        + ["approve", "approve eps=3.0"]
+        + ["approve", f"approve {given}"]
         + expected[expected.index("approve") + 1 :]
     )
-    assert CALLS.index("approve") == CALLS.index("export") + 2  # export, the side runs started, then approve
+    at = [st.name for st in stages].index("approve")  # between its declared neighbours, whatever runs between them
+    assert CALLS.index(stages[at - 1].name) < CALLS.index("approve") < CALLS.index(stages[at + 1].name)
     assert seen["approve"] == {"instance": state.refs["export"]} and state.refs["approve"] == state.refs["export"]
     assert set(state.refs) == {st.name for st in stages if st.cached and st.runs(cfg)}
     assert state.draw is not None and "draw" in params["measure"]
@@ -127,3 +141,15 @@ def test_simulated_people_with_a_public_prior_run_the_prior_stage_before_the_dra
     state = release.run_stages(cfg, Store(s), params, run, until="draw")
     assert "prior" in state.refs and state.draw is not None
     assert params["prior"] == {"source": "uniform"}  # the draw leaves a public prior's parameters as they were
+
+
+def test_the_shared_fixtures_run_every_declared_stage_an_added_one_included(tmp_path, monkeypatch) -> None:
+    """``conftest.run_stages`` -- behind the shared ``released`` fixture and every test that builds a release
+    without a server -- is the flow's own loop: its outputs are exactly the declared cached stages that run for
+    the config, a stage added by the checklist included."""
+    stages = added_stage(monkeypatch)
+    root = tmp_path / "store"
+    cfg = release_config(root)
+    refs = run_stages(root, cfg)
+    assert set(refs) == {st.name for st in stages if st.cached and st.runs(cfg)}
+    assert CALLS == [f"approve {release.stage_params(cfg)['approve']}"] and refs["approve"] == refs["export"]

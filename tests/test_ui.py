@@ -17,12 +17,13 @@ import pytest
 from cdp import Browser, find_chromium
 from conftest import QUIET, api_post
 
+from flows.config import ReleaseFlowConfig
 from mdp_core.declarations import contract
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 CHROMIUM = find_chromium()
-STAGES = [s for s in contract.STAGE_NAMES if s != "prior"]  # the default config has no prior stage
+STAGES = [st.name for st in contract.STAGES if st.runs(ReleaseFlowConfig())]  # CONFIG's: the default's stages
 
 CONFIG = """
 name = "ui-check"
