@@ -63,8 +63,6 @@ from tasks.cache import cached, package_versions, stage_code_version
 from tasks.common import door_figures, instance_with_graph, remember_door_figures, stage_output
 from tasks.progress import own_heartbeat, watch_cancellation
 
-STAGES = contract.CACHED_STAGES  # the cached stages in run order (mdp_core.declarations.contract.STAGES; then publish)
-
 
 @functools.cache
 def task_at(path: str) -> Any:
