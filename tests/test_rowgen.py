@@ -549,3 +549,17 @@ def test_a_light_records_spike_is_cut_not_spread_and_the_closure_stays_verified(
     assert ub < objective(inst, plain) - 1e-6
     uniform = inst.replace(prior=np.full(inst.n_records, 1.0 / inst.n_records))
     assert np.array_equal(rowgen._closure(uniform, z)[0], smooth_to_mdp(uniform, z)[0])  # one closure, as before
+
+
+def test_a_support_whose_held_rows_are_infeasible_grows_to_every_pair():
+    """Found by the support's property test: at tau 0.5 record 2's two pairs must hold 0.68 + 0.33 of its mass
+    for the rows of its neighbours' only pairs (records 3 and 5), so the LP on S is infeasible."""
+    pts = [[0.853742, 0.05707], [0.251081, 0.654027], [0.577727, 0.562606]]
+    pts += [[0.54325, 0.373169], [0.979433, 0.644686], [0.032683, 0.471864]]
+    prior = np.array([0.58887246, 0.02930619, 0.17061519, 0.0685363, 0.0796522, 0.06301766])
+    costs = np.array([[5.59950691, 3.6048364], [5.17995622, 0.82704132], [1.20576891, 8.74304618]])
+    costs = np.r_[costs, [[1.38608938, 1.69925253], [4.13243217, 2.179987], [8.93822338, 6.06937555]]]
+    outs = np.array([2, 3])
+    inst = from_points(np.array(pts), "euclidean", 1.5, 2.0, costs, prior=prior / prior.sum(), output_record_ids=outs)
+    assert not rowgen.support_estimate(inst, 0.5).all()
+    check_against_lp(inst, support_tau=0.5)

@@ -790,19 +790,36 @@ def method(
 
 
 def _solve_lp(
-    h: Any, rows: _Rows, params: RowgenOptions, deadline: float, it: int, tol: float | None = None
+    h: Any,
+    rows: _Rows,
+    params: RowgenOptions,
+    deadline: float,
+    it: int,
+    tol: float | None = None,
+    *,
+    c: np.ndarray | None = None,
 ) -> highs.LpSolution:
     """Round ``it``'s LP over the rows the model holds now (cold interior point, or warm simplex);
-    ``tol``: the interior point's relative gap tolerance (default :func:`ipm_tolerance`)."""
+    ``tol``: the interior point's relative gap tolerance (default :func:`ipm_tolerance`).
+
+    With a support the held rows can be infeasible with every pair outside S at 0 (a coarse S: a record
+    whose only pair is pinned by its neighbours' rows to more mass than they can give). Then, given ``c``
+    ((N K,) scaled costs), every pair joins S and the LP is solved again: the uniform mechanism satisfies
+    every row, so the model is feasible again, and the bound and closure are as before (module docstring)."""
     highs.set_time_limit(h, deadline - time.perf_counter())
     if params.lp_solver == "ipm":
         tol = ipm_tolerance(params.gap_rel) if tol is None else tol
         highs.set_options(h, ipm_optimality_tolerance=tol, optimality_tolerance=tol)
         highs.clear_solver(h)
     what = f"rowgen round {it} LP ({rows.count} rows)"
-    return highs.run_robust(
+    sol = highs.run_robust(
         h, RETRIES, want_duals=True, accept=ACCEPT, solver=params.lp_solver, deadline=deadline, what=what
     )
+    if sol.status != Status.INFEASIBLE or rows.support.full or c is None:
+        return sol
+    none = np.zeros(0, np.int64)
+    _add(h, rows, none, none, rows.n_records, rows.n_outputs, np.flatnonzero(rows.support.col.ravel() < 0), c)
+    return _solve_lp(h, rows, params, deadline, it, tol, c=c)
 
 
 def _rounds(
@@ -826,7 +843,7 @@ def _rounds(
     trace: list[dict] = []
     status = Status.TIME_LIMIT
 
-    solve_lp = partial(_solve_lp, h, rows, params, deadline)
+    solve_lp = partial(_solve_lp, h, rows, params, deadline, c=c)
     it, held = 1, rows.count
     tol = ipm_tolerance(params.gap_rel)
     sol = solve_lp(1, tol) if deadline > time.perf_counter() else None
