@@ -423,7 +423,7 @@ def test_add_a_published_column(copy: Path) -> None:
     touch(
         copy,
         checklist,
-        "mdp_core/release/report.py",
+        "mdp_core/release/report_plots.py",
         '    utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)\n',
         '    utility = pd.DataFrame(sweep).sort_values(["method", "epsilon"], kind="stable").reset_index(drop=True)\n'
         '    utility["label"] = [f"{m} at {f:g} x eps" for m, f in zip(utility["method"], utility["factor"])]\n',

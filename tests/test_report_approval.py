@@ -142,7 +142,7 @@ def test_an_unchanged_plan_approved_twice_publishes_once_and_records_both(prefec
     from conftest import MDP, run_command, server_env
     from test_approval import _start
 
-    proc, store = _start(prefect_server, tmp_path, "appr-twice", extra='approval = "required"')
+    proc, store = _start(prefect_server, tmp_path, "appr-twice", approval="required")
     env = server_env(prefect_server, tmp_path)
     first = _paused(prefect_server, "appr-twice")
     ok = run_command([MDP, "approve", first["id"], "--by", "A. Officer", "--note", "minute 12"], tmp_path, env, 120)

@@ -7,6 +7,8 @@ Every lower bound is checked against certified mechanisms only (a valid bound is
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,14 +16,15 @@ from hypothesis import strategies as st
 
 from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.errors import InputError
-from mdp_core.problem.datasets import grid, synthetic
+from mdp_core.problem.datasets import grid, registry, synthetic
 from mdp_core.problem.datasets.common import from_points
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import euclidean
 from mdp_core.solvers import auto, rowgen
+from mdp_core.solvers.mechanisms import smooth_to_mdp
 from mdp_core.solvers.result import Status
 from mdp_core.solvers.solve import solve
-from mdp_core.solvers.verify import verify
+from mdp_core.solvers.verify import objective, verify
 
 
 def slack(x: float) -> float:
@@ -503,3 +506,60 @@ def test_a_skewed_prior_converges_on_the_support_to_the_lp_optimum(inst, gap):
     inst = skewed(inst)
     assert inst.prior.max() / inst.prior.min() > 20
     check_against_lp(inst, support_tau=1e-5, gap_rel=gap)
+
+
+ROME = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "rome_center"
+
+
+@pytest.mark.skipif(not (ROME / "nodes.csv").is_file(), reason="shared Rome data absent")
+def test_a_clustered_prior_on_the_release_class_reaches_the_exact_lp():
+    """Rome road nodes, the release's distance loss, eta 1 km, eps 10 / km, a DP-histogram-like prior."""
+    params = dict(nodes=str(ROME / "nodes.csv"), edges=str(ROME / "edges.csv"), n_records=60, n_outputs=30)
+    inst = skewed(registry.load("road", params | dict(eta=1.0, epsilon=10.0, loss="distance")))
+    assert inst.prior.max() / inst.prior.min() > 20
+    check_against_lp(inst, support_tau=1e-5, gap_rel=1e-3)
+
+
+def test_row_caps_are_the_largest_entries_that_break_no_row():
+    inst = grid(4, 5, n_outputs=6, epsilon=2.0)
+    z = np.random.default_rng(1).dirichlet(np.ones(6), size=inst.n_records)
+    want = np.full(z.shape, np.inf)
+    for (a, b), d in zip(inst.edges, inst.distances, strict=True):  # brute force, both directions
+        want[a] = np.minimum(want[a], np.exp(inst.epsilon * d) * z[b])
+        want[b] = np.minimum(want[b], np.exp(inst.epsilon * d) * z[a])
+    for chunk in (6, 60, 1 << 22):  # one head a block, several, all
+        assert np.allclose(rowgen.row_caps(inst, z, chunk=chunk), want, rtol=1e-12)
+
+
+def test_a_light_records_spike_is_cut_not_spread_and_the_closure_stays_verified():
+    """The closure of an LP point raises every neighbour up to a spike; at a light record lowering the spike
+    is cheaper (issue 51). The round's upper bound is then the cheaper closure, verified."""
+    inst = skewed(grid(6, 8, n_outputs=12, epsilon=2.0))
+    z = solve(inst, "lp").z.copy()
+    light = int(np.argmin(inst.prior))
+    far = int(np.argmax(inst.costs[light]))
+    z[light] *= 0.7
+    z[light, far] += 0.3  # mass where no neighbour has any: every row from it to them breaks
+    low = rowgen.lowered(inst, z)
+    assert np.all(low <= z) and np.all(low.sum(axis=1) > 0)
+    assert low[light, far] < z[light, far]
+    plain, _ = smooth_to_mdp(inst, z)
+    cz, ub = rowgen._closure(inst, z)
+    assert verify(inst, cz).passed and ub == pytest.approx(objective(inst, cz))
+    assert ub < objective(inst, plain) - 1e-6
+    uniform = inst.replace(prior=np.full(inst.n_records, 1.0 / inst.n_records))
+    assert np.array_equal(rowgen._closure(uniform, z)[0], smooth_to_mdp(uniform, z)[0])  # one closure, as before
+
+
+def test_a_support_whose_held_rows_are_infeasible_grows_to_every_pair():
+    """Found by the support's property test: at tau 0.5 record 2's two pairs must hold 0.68 + 0.33 of its mass
+    for the rows of its neighbours' only pairs (records 3 and 5), so the LP on S is infeasible."""
+    pts = [[0.853742, 0.05707], [0.251081, 0.654027], [0.577727, 0.562606]]
+    pts += [[0.54325, 0.373169], [0.979433, 0.644686], [0.032683, 0.471864]]
+    prior = np.array([0.58887246, 0.02930619, 0.17061519, 0.0685363, 0.0796522, 0.06301766])
+    costs = np.array([[5.59950691, 3.6048364], [5.17995622, 0.82704132], [1.20576891, 8.74304618]])
+    costs = np.r_[costs, [[1.38608938, 1.69925253], [4.13243217, 2.179987], [8.93822338, 6.06937555]]]
+    outs = np.array([2, 3])
+    inst = from_points(np.array(pts), "euclidean", 1.5, 2.0, costs, prior=prior / prior.sum(), output_record_ids=outs)
+    assert not rowgen.support_estimate(inst, 0.5).all()
+    check_against_lp(inst, support_tau=0.5)

@@ -32,7 +32,7 @@ def test_the_runs_list_filtered_by_the_refused_tag_finds_the_refused_release(pre
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.states import Completed
 
-    proc, _ = _start(prefect_server, tmp_path, "ui-refused", cap=0.5, extra='approval = "none"')
+    proc, _ = _start(prefect_server, tmp_path, "ui-refused", cap=0.5, approval="none")
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 1 and "refused" in err, err[-3000:]
     (run,) = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["release:ui-refused"]}}})

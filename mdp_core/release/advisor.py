@@ -269,8 +269,9 @@ def time_fit(points: tuple[Measured, ...] = MEASURED) -> tuple[np.ndarray, float
 
 
 def _seconds(coef: np.ndarray, privacy_rows: float, uneven: bool) -> float:
-    """The fitted seconds at R = ``privacy_rows`` (the prior's term when the fit has one)."""
-    log_t = coef[0] + coef[1] * math.log(privacy_rows) + (coef[2] if coef.size > 2 and uneven else 0.0)
+    """The fitted seconds at R = ``privacy_rows`` (the prior's term when the fit has one); an instance with no
+    privacy row (no two records within eta) is fitted at R = 1."""
+    log_t = coef[0] + coef[1] * math.log(max(privacy_rows, 1)) + (coef[2] if coef.size > 2 and uneven else 0.0)
     return math.exp(float(log_t))
 
 

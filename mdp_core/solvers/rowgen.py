@@ -86,8 +86,11 @@ pairs; it is below the held LP's value by exactly the records whose cheapest out
 y_i, which is what rule (b) prices in.
 
 A non-uniform prior (issue 51; a DP histogram of the people, a file prior): skewed priors reach the LP's optimum
-at the requested gap on the support (tests/test_rowgen.py); what was tried to make them converge faster:
-bench/HISTORY.md, "A prior that converges".
+at the requested gap on the support (tests/test_rowgen.py). The upper bound froze because a record of little
+prior mass costs the LP almost nothing wherever its mass goes, and the closure then pays for that spike at its
+neighbours' weights: each round's upper bound is therefore the cheaper verified closure of the LP point and of
+:func:`lowered` (the spikes that cost more to spread than to cut, lowered to what their neighbours allow;
+:func:`row_caps`). Measurements: bench/HISTORY.md, "Why the upper bound froze under a DP prior".
 
 Every pair in the metric (``SolverOptions.all_pairs``, issue 51; :mod:`mdp_core.solvers.metric_pairs`). The
 rows of every two records of one component that are not an edge are found lazily too (:func:`far_violated`:
@@ -124,10 +127,10 @@ from mdp_core.problem.instance import Instance
 from mdp_core.runtime import control
 from mdp_core.solvers import highs, lagrangian
 from mdp_core.solvers import privacy_rows as pr
-from mdp_core.solvers.mechanisms import column_majorant, smooth_to_mdp
+from mdp_core.solvers.mechanisms import _majorant, column_majorant, smooth_to_mdp
 from mdp_core.solvers.metric_pairs import MetricPairs
 from mdp_core.solvers.result import RawSolution, Status, gap_closed
-from mdp_core.solvers.verify import MAX_LOG_RATIO, objective
+from mdp_core.solvers.verify import MAX_LOG_RATIO, objective, passes
 
 TRACE_COLUMNS = list(tables.TRACE_COLUMNS["rowgen"])  # trace.parquet's, declared in mdp_core.declarations.tables
 CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
@@ -591,9 +594,74 @@ def _metric_support(metric: MetricPairs, best: np.ndarray, k: int, cut: float) -
 
 def _closure(instance: Instance, z: np.ndarray, metric: MetricPairs | None = None) -> tuple[np.ndarray, float]:
     """The upper bound of one round: the closure of the LP point z (N, K) and its cost (with ``metric``: the
-    closure over every pair of a component in the metric, :meth:`MetricPairs.majorant`)."""
-    cz, _ = smooth_to_mdp(instance, np.maximum(z, 0.0), metric=metric)
-    return cz, objective(instance, cz)
+    closure over every pair of a component in the metric, :meth:`MetricPairs.majorant`). With a non-uniform
+    prior also the closure of :func:`lowered` z, and the cheaper of the two that passes
+    :func:`mdp_core.solvers.verify.passes` (the closure of z is kept when neither does: ``certify`` decides).
+
+    Why (issue 51): a record of small prior mass is cheap for the LP, which puts its mass where the rows it
+    holds allow, in rows it does not hold; the closure then raises every neighbour's entry up to that spike
+    at their own, larger, weights. Measured on romeR300 with a DP-like prior (bench/HISTORY.md, "A prior
+    that converges"): 88 % of round 3's closure excess came from one entry of the lightest record."""
+    z = np.maximum(z, 0.0)
+    cz, _ = smooth_to_mdp(instance, z, metric=metric)
+    ub = objective(instance, cz)
+    if np.ptp(instance.prior) <= 1e-12 * float(instance.prior.max()):
+        return cz, ub
+    low, _ = smooth_to_mdp(instance, lowered(instance, z, metric), metric=metric)
+    every = metric is not None
+    if passes(instance, low, all_pairs=every) and (
+        objective(instance, low) < ub or not passes(instance, cz, all_pairs=every)
+    ):
+        return low, objective(instance, low)
+    return cz, ub
+
+
+def row_caps(instance: Instance, z: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+    """(N, K): min over the mDP graph's neighbours b of a of exp(eps d_ab) z_bk, the largest z_ak that breaks
+    no row (a, b) of output k (inf for a record without edges). Streams the directed edges grouped by head in
+    blocks of about ``chunk`` (edge, output) entries."""
+    cap = np.full(z.shape, np.inf)
+    if instance.n_edges == 0:
+        return cap
+    e, d = np.asarray(instance.edges, np.int64), np.asarray(instance.distances, np.float64)
+    a, b, g = np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]], np.exp(instance.epsilon * np.r_[d, d])
+    order = np.argsort(a, kind="stable")
+    a, b, g = a[order], b[order], g[order]
+    step = max(1, chunk // max(z.shape[1], 1))
+    lo = 0
+    while lo < a.size:
+        hi = min(lo + step, a.size)
+        hi = int(np.searchsorted(a, a[hi - 1], side="right"))  # whole heads in one block
+        heads, starts = np.unique(a[lo:hi], return_index=True)
+        cap[heads] = np.minimum.reduceat(g[lo:hi, None] * z[b[lo:hi]], starts, axis=0)
+        lo = hi
+    return cap
+
+
+def lowered(instance: Instance, z: np.ndarray, metric: MetricPairs | None = None) -> np.ndarray:
+    """z (N, K) >= 0 with the entries lowered to their :func:`row_caps` where that pays: where the cost the
+    closure spends raising entries from that entry (its root's raises, :func:`column_majorant`'s paths,
+    weighted p_j c_jk) exceeds what lowering it adds to its own record's cost (p_i times the change of the
+    row's mean cost once the row is renormalised). Each entry is judged alone; a row that would lose all
+    its mass keeps z's. Rows are not renormalised here. The result is only a point to close: the upper bound
+    is its closure, verified, kept when cheaper (:func:`_closure`)."""
+    n, k = z.shape
+    m, src = _majorant(instance, z, roots=True) if metric is None else metric.majorant(z, roots=True)
+    assert src is not None
+    weighted = instance.prior[:, None] * instance.costs
+    key = (src * k + np.arange(k)[None, :]).ravel()
+    raise_cost = np.bincount(key, weights=(weighted * (m - z)).ravel(), minlength=n * k).reshape(n, k)
+    cut = np.minimum(z, row_caps(instance, z))
+    drop = z - cut
+    mass = z.sum(axis=1, keepdims=True)
+    spent = (instance.costs * z).sum(axis=1, keepdims=True)
+    left = mass - drop
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = np.where(left > 0, (spent - drop * instance.costs) / left - spent / mass, np.inf)
+    out = np.where((drop > 0) & (raise_cost > instance.prior[:, None] * change), cut, z)
+    empty = out.sum(axis=1) <= 0
+    out[empty] = z[empty]
+    return out
 
 
 def _bounds(
@@ -716,19 +784,36 @@ def method(
 
 
 def _solve_lp(
-    h: Any, rows: _Rows, params: RowgenOptions, deadline: float, it: int, tol: float | None = None
+    h: Any,
+    rows: _Rows,
+    params: RowgenOptions,
+    deadline: float,
+    it: int,
+    tol: float | None = None,
+    *,
+    c: np.ndarray | None = None,
 ) -> highs.LpSolution:
     """Round ``it``'s LP over the rows the model holds now (cold interior point, or warm simplex);
-    ``tol``: the interior point's relative gap tolerance (default :func:`ipm_tolerance`)."""
+    ``tol``: the interior point's relative gap tolerance (default :func:`ipm_tolerance`).
+
+    With a support the held rows can be infeasible with every pair outside S at 0 (a coarse S: a record
+    whose only pair is pinned by its neighbours' rows to more mass than they can give). Then, given ``c``
+    ((N K,) scaled costs), every pair joins S and the LP is solved again: the uniform mechanism satisfies
+    every row, so the model is feasible again, and the bound and closure are as before (module docstring)."""
     highs.set_time_limit(h, deadline - time.perf_counter())
     if params.lp_solver == "ipm":
         tol = ipm_tolerance(params.gap_rel) if tol is None else tol
         highs.set_options(h, ipm_optimality_tolerance=tol, optimality_tolerance=tol)
         highs.clear_solver(h)
     what = f"rowgen round {it} LP ({rows.count} rows)"
-    return highs.run_robust(
+    sol = highs.run_robust(
         h, RETRIES, want_duals=True, accept=ACCEPT, solver=params.lp_solver, deadline=deadline, what=what
     )
+    if sol.status != Status.INFEASIBLE or rows.support.full or c is None:
+        return sol
+    none = np.zeros(0, np.int64)
+    _add(h, rows, none, none, rows.n_records, rows.n_outputs, np.flatnonzero(rows.support.col.ravel() < 0), c)
+    return _solve_lp(h, rows, params, deadline, it, tol, c=c)
 
 
 def _rounds(
@@ -752,7 +837,7 @@ def _rounds(
     trace: list[dict] = []
     status = Status.TIME_LIMIT
 
-    solve_lp = partial(_solve_lp, h, rows, params, deadline)
+    solve_lp = partial(_solve_lp, h, rows, params, deadline, c=c)
     it, held = 1, rows.count
     tol = ipm_tolerance(params.gap_rel)
     sol = solve_lp(1, tol) if deadline > time.perf_counter() else None
