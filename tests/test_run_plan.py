@@ -35,8 +35,8 @@ Below that, everything takes the plan or its fields: the stage loop (``run_stage
 ``plan_for``, ``read_secret_table``), the officer's approval (``flows/approval.py``: ``plan.approval``), the task
 runner (``flows/runner.py``: ``plan.timeouts``, ``plan.runner``), the manifest (``plan.config_json``), retention
 (``plan.keep_releases``) and ``mdp-release check``'s door and budget (``flows/check.py``). Two routes hand a
-config in on purpose: ``flows.release.run_stages`` / ``prepare`` plan a config they are given
-(:func:`flows.plan.as_plan`: the tests' shared fixtures call them with one), and the batch flow
+config in on purpose: ``flows.release.run_stages`` plans a config it is given
+(:func:`flows.plan.as_plan`: the tests' shared fixtures call it with one), and the batch flow
 (``flows.batch.batch_flow``, a flow entry point) tags its run with every release's ``run_tags``.
 """
 
