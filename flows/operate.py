@@ -68,7 +68,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         help="flow runs at the same time (default 1); a tick that comes due while they run is skipped "
-        "(Cancelled: 'Deployment concurrency limit reached.'), not queued to run late",
+        "(Cancelled: 'skipped: another run of this deployment holds its slot ...'), not queued to run late",
     )
 
 

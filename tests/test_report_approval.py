@@ -89,6 +89,9 @@ def test_a_later_approval_of_the_same_plan_is_appended_signed_and_audited(releas
     assert [e["by"] for e in record["approvals"]] == ["B. Officer"] and record["approvals"][0]["plan_sha256"] == plan
     assert (folder / approvals_log.APPROVALS_FILE).stat().st_mode & 0o777 == 0o644
     assert audit.audit_release(folder) == []
+    alias = store / "runs" / "alias"  # as the README audits it: through runs/latest, a link to the folder
+    alias.symlink_to(folder.name)
+    assert audit.audit_release(alias) == []
 
 
 def test_an_edited_reordered_or_foreign_approvals_record_is_a_finding(run):

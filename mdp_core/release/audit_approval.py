@@ -177,7 +177,7 @@ def check_approvals_file(d: Path, manifest: dict) -> list[str]:
         mine = hashlib.sha256((d / "manifest.json").read_bytes()).hexdigest()
     except OSError:
         mine = None
-    if record.get("manifest_sha256") != mine or record.get("release") != d.name:
+    if record.get("manifest_sha256") != mine or record.get("release") != d.resolve().name:  # runs/latest: its target
         findings.append(f"{where}: not the approvals of this release (its manifest_sha256 or folder name differs)")
     entries = record.get("approvals")
     if not isinstance(entries, list) or not entries:
