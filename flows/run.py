@@ -168,8 +168,14 @@ def server_from_cli(args: argparse.Namespace) -> int:
         print("stopped" if stop_server() else "no server started by mdp-release")
         return 0
     found = os.environ.get("PREFECT_API_URL") or saved_server()
-    print(f"server: {found}" if found else "no server: runs use Prefect's ephemeral mode (slower start-up)")
-    return 0 if found else 1
+    if not found:
+        print("no server: runs use Prefect's ephemeral mode (slower start-up)")
+        return 1
+    if not healthy(found):  # e.g. PREFECT_API_URL still exported after `server stop`
+        print(f"no server answers at {found} (PREFECT_API_URL or the server mdp-release started)")
+        return 1
+    print(f"server: {found}")
+    return 0
 
 
 # ----------------------------------------------------------------------------- run

@@ -375,6 +375,15 @@ def test_server_command_reuses_a_running_server_and_reports_status(prefect_serve
     assert second.returncode == 2 and "already running at " + prefect_server["url"] in second.stderr, second.stderr
     assert cli("stop").returncode == 0
     assert cli("status").returncode == 1
+    gone = subprocess.run(  # an exported PREFECT_API_URL at which nothing answers is no server
+        [sys.executable, "-m", "flows.cli", "server", "status"],
+        env=env | {"PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gone.returncode == 1 and "no server answers" in gone.stdout, gone.stdout
     with urllib.request.urlopen(prefect_server["url"] + "/health", timeout=30) as r:
         assert r.status == 200  # still running
 
