@@ -96,22 +96,26 @@ def similar_population(root: Path, people: People, population: str | None) -> tu
 
 
 def read_secret_table(plan: RunPlan, inst: Any, limit: float) -> tuple[TableFacts, People, Any, Any]:
-    """Read the secret table ONCE and validate it against ``inst``: (its facts for the door, its people, the
-    located people, its sealed rows -- :func:`mdp_core.problem.microdata.sealed_rows`, what the run seals and
-    every later step reads). A SecretTableError (no value, no path in its message) when the file cannot be
+    """Read the secret table ONCE and validate it against ``inst`` (the ingested instance, with its user file's
+    ids): (its facts for the door, its people, the located people, its sealed rows --
+    :func:`mdp_core.problem.microdata.sealed_rows`, a key of the user's file resolved into generated record ids
+    by :func:`mdp_core.release.door.resolved_rows`: what the run seals and every later step reads against the
+    published instance). A SecretTableError (no value, no path in its message) when the file cannot be
     read at all."""
+    from mdp_core.declarations.dataset_kinds import published_instance
     from mdp_core.problem import microdata
-    from mdp_core.release.door import table_facts, table_people, universe_facts
+    from mdp_core.release.door import resolved_rows, table_facts, table_people, universe_facts
 
     table, file_sha = microdata.read_secret(str(plan.privacy.microdata))
-    try:
-        rows = microdata.sealed_rows(table.frame, inst)
+    try:  # keyed by the user's file ids (osmid): resolved here into the generated record ids, never published
+        rows = resolved_rows(microdata.sealed_rows(table.frame, inst), inst)
     except SecretTableError:
         raise
     except InputError as exc:  # the columns do not fit the instance: a problem of the secret table
         raise SecretTableError(str(exc)) from None
-    loc = microdata.locate(rows, inst)
-    people = table_people(rows, inst, loc)
+    public = published_instance(inst)  # what the measure stage maps the sealed rows against
+    loc = microdata.locate(rows, public)
+    people = table_people(rows, public, loc)
     facts = table_facts(
         loc,
         inst.n_records,

@@ -152,13 +152,25 @@ class Kind:
       (:data:`BASE_RECORD_COLUMNS`, coordinates ``lat, lon`` or ``x0..``). They are published with the
       public instance, so each must describe the public universe of records, never an individual
       (the release audit allows exactly :func:`public_record_columns`);
+    * ``file_columns``: the records.parquet columns the loader copies from a user's universe file besides the
+      records' coordinates: its ids (road ``osmid``; the grid's ``road_osmid``, each cell's nearest road node)
+      and the coordinates of the file's points the records are built from when they are not the records'
+      own (the grid's ``road_lat``, ``road_lon``). They stay in the store's ingest object, where the door
+      resolves a table's ``record`` key through them and tests the universe on them, and are **never
+      published**: the export stage, whose records.parquet is the published one, drops them
+      (:func:`published_instance`); published record ids are generated (``record_id`` 0..N-1), so a secret
+      table keyed by the file's ids cannot be joined to a release (issue 49);
     * ``record_key``: the column a microdata ``record`` column is matched against
-      (:mod:`mdp_core.problem.microdata`), or None (record ids);
+      (:mod:`mdp_core.problem.microdata`), or None (record ids); a file column is resolved at the door into
+      the generated record ids (:func:`mdp_core.release.door.resolved_rows`);
     * ``universe_files``: the parameters naming a file the user gives that the records (or what they are
       snapped to) are read from (a points table, road nodes, the grid's road nodes); when a release sets
       one, the privacy door tests the universe against the secret table's people, statistically
       (:mod:`mdp_core.release.universe`; :mod:`mdp_core.release.door`, rule 5). Every such kind declares
       them here: no kind name is tested anywhere else;
+    * ``universe_points``: the (lat, lon) ``file_columns`` the universe test compares the people with, when
+      the records' own coordinates are not the file's points (the grid: its cell centres are not, its
+      snapped road nodes are); empty: the records' coordinates;
     * ``release_defaults``: ``(parameter, value)`` pairs a release config uses where it leaves the parameter
       unset, instead of the loader's default (``loss = "distance"``: a release optimises what its analyst
       measures, issue 40; the loader's own default keeps the papers' instances). The ingest stage loads a
@@ -172,8 +184,10 @@ class Kind:
     loader: str
     file_parameters: tuple[str, ...] = ()
     public_columns: frozenset[str] = frozenset()
+    file_columns: frozenset[str] = frozenset()
     record_key: str | None = None
     universe_files: tuple[str, ...] = ()
+    universe_points: tuple[str, ...] = ()
     release_defaults: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
@@ -184,8 +198,12 @@ class Kind:
         unknown = sorted(set(self.universe_files) - set(self.file_parameters))
         if unknown:
             raise TypeError(f"dataset kind {self.name!r}: universe files {unknown} are not file parameters")
-        if self.record_key is not None and self.record_key not in self.public_columns:
-            raise TypeError(f"dataset kind {self.name!r}: record key {self.record_key!r} is not a public column")
+        if self.record_key is not None and self.record_key not in self.public_columns | self.file_columns:
+            raise TypeError(f"dataset kind {self.name!r}: record key {self.record_key!r} is not a record column")
+        if self.file_columns & self.public_columns or (self.file_columns and not self.universe_files):
+            raise TypeError(f"dataset kind {self.name!r}: file columns are those of a universe file, never public")
+        if not set(self.universe_points) <= self.file_columns or len(self.universe_points) not in (0, 2):
+            raise TypeError(f"dataset kind {self.name!r}: universe points must be two (lat, lon) file columns")
         if ":" not in self.loader:
             raise TypeError(f"dataset kind {self.name!r}: loader {self.loader!r} is not 'module:function'")
         unknown = sorted({n for n, _ in self.release_defaults} - fields)
@@ -203,8 +221,11 @@ DECLARED: dict[str, Kind] = {
             f"{_LOADERS}.grid:grid",
             file_parameters=("road_nodes", "road_edges", "road_osm", "road_pbf"),
             universe_files=("road_nodes", "road_osm", "road_pbf"),
-            # cell centre (degrees) and index; with a road graph, each cell's snapped node and snap distance
-            public_columns=frozenset({"lat", "lon", "row", "col", "road_osmid", "snap_km"}),
+            # cell centre (degrees) and index; with a road graph, each cell's snap distance (published) and its
+            # snapped node (the file's id and coordinates: never published)
+            public_columns=frozenset({"lat", "lon", "row", "col", "snap_km"}),
+            file_columns=frozenset({"road_osmid", "road_lat", "road_lon"}),
+            universe_points=("road_lat", "road_lon"),
             release_defaults=(("loss", "distance"),),
         ),
         Kind("synthetic", SyntheticParams, f"{_LOADERS}.synthetic:synthetic"),
@@ -214,7 +235,7 @@ DECLARED: dict[str, Kind] = {
             f"{_LOADERS}.road:road",
             file_parameters=("nodes", "edges", "osm", "pbf"),
             universe_files=("nodes", "osm", "pbf"),
-            public_columns=frozenset({"osmid"}),
+            file_columns=frozenset({"osmid"}),  # the road file's node ids: a table may be keyed by them
             record_key="osmid",
             release_defaults=(("loss", "distance"),),
         ),
@@ -245,6 +266,18 @@ def user_universe(kind: str, params: dict[str, Any] | None) -> bool:
     return any((params or {}).get(n) is not None for n in DECLARED[kind].universe_files)
 
 
+# the columns of a user's universe file an ingested instance may carry and a published one never does
+FILE_COLUMNS: frozenset[str] = frozenset().union(*(k.file_columns for k in DECLARED.values()))
+
+
+def published_instance(inst: Any) -> Any:
+    """``inst`` (an :class:`~mdp_core.problem.instance.Instance`) without its :data:`FILE_COLUMNS`: what the
+    export stage writes, so what ``instance/records.parquet`` publishes (the same object when it has none)."""
+    records = inst.records
+    drop = [] if records is None else [c for c in records.columns if c in FILE_COLUMNS]
+    return inst.replace(records=records.drop(columns=drop)) if drop else inst
+
+
 PARAMETERS: dict[str, type[Options]] = {k.name: k.params for k in DECLARED.values()}
 LOADER_PATHS: dict[str, str] = {k.name: k.loader for k in DECLARED.values()}
 FILE_PARAMETERS: dict[str, tuple[str, ...]] = {k.name: k.file_parameters for k in DECLARED.values()}
@@ -258,7 +291,8 @@ COORDINATE_COLUMN = r"x\d+"
 
 def public_record_columns() -> frozenset[str]:
     """Every column a published records.parquet may have: :data:`BASE_RECORD_COLUMNS` and every kind's
-    ``public_columns`` (Euclidean coordinates ``x0..``, matching :data:`COORDINATE_COLUMN`, besides)."""
+    ``public_columns`` (Euclidean coordinates ``x0..``, matching :data:`COORDINATE_COLUMN`, besides; never a
+    kind's ``file_columns``)."""
     return BASE_RECORD_COLUMNS.union(*(k.public_columns for k in DECLARED.values()))
 
 

@@ -483,7 +483,7 @@ def sealed_rows(df: pd.DataFrame, inst: Instance) -> pd.DataFrame:
     if cols == ["record"]:
         keys = df["record"]
         text = keys.astype(str).str.strip().astype(object).where(keys.notna(), None)
-        out = pd.DataFrame({"record": text.to_numpy(dtype=object)})
+        out = pd.DataFrame({"record": pd.Series(text.to_numpy(dtype=object), dtype=object)})  # None stays None
         order = np.argsort(np.asarray([("" if v is None else "\x01" + v) for v in out["record"]]), kind="stable")
     else:
         pts = np.column_stack([pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64) for c in cols]) + 0.0

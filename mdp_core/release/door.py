@@ -384,16 +384,48 @@ def table_people(frame: Any, inst: Any, located: Any) -> People:
     return People(pts, at, geo)
 
 
+def resolved_rows(rows: Any, inst: Any) -> Any:
+    """The sealed rows of a table keyed by a user's file ids (``record`` matched against ``inst``'s
+    :attr:`~mdp_core.declarations.dataset_kinds.Kind.file_columns` key, the road file's ``osmid``) with each key
+    replaced by the generated record id it names (text; a key naming no record: missing, counted unreadable),
+    canonical again (:func:`mdp_core.problem.microdata.sealed_rows`) over the published instance, which has no
+    such column: what the run seals and every later step maps against the published instance. Any other rows:
+    unchanged. Secret in, secret out (memory only)."""
+    from mdp_core.declarations.dataset_kinds import FILE_COLUMNS, published_instance
+    from mdp_core.problem.microdata import KEY_COLUMNS, sealed_rows
+
+    recs = inst.records
+    col = next((c for c in KEY_COLUMNS if c in FILE_COLUMNS and recs is not None and c in recs.columns), None)
+    if col is None or list(rows.columns) != ["record"]:
+        return rows
+    import numpy as np
+    import pandas as pd
+
+    keys = rows["record"]
+    pos = np.asarray(pd.Index(recs[col].astype(str)).get_indexer(keys.astype(str)), dtype=np.int64)
+    bad = keys.isna().to_numpy() | (pos < 0)
+    ids = [None if b else str(i) for b, i in zip(bad, pos, strict=True)]
+    return sealed_rows(pd.DataFrame({"record": pd.Series(ids, dtype=object)}), published_instance(inst))
+
+
 def universe_facts(people: People, inst: Any) -> UniverseTest | None:
-    """The universe test of ``inst``'s records against ``people`` (None for a table keyed by record: its
-    people are their records, nothing to test)."""
+    """The universe test of ``people`` against the points of the user's file ``inst``'s records come from: its
+    kind's :attr:`~mdp_core.declarations.dataset_kinds.Kind.universe_points` when ``inst`` carries them (the
+    grid's snapped road nodes, not its cell centres), else the records' coordinates. None for a table keyed
+    by record (its people are their records, nothing to test)."""
     if people.points is None:
         return None
     import numpy as np
 
+    from mdp_core.declarations.dataset_kinds import DECLARED
     from mdp_core.release.universe import universe_test
 
     recs = inst.records
+    names = set() if recs is None else set(recs.columns)
+    points = [list(k.universe_points) for k in DECLARED.values() if k.universe_points]
+    at = next((cols for cols in points if set(cols) <= names), None)
+    if at is not None:
+        return universe_test(people.points, recs[at].to_numpy(dtype=np.float64), True)
     coords = recs[["lat", "lon"]].to_numpy(dtype=np.float64) if people.geo else np.asarray(inst.record_points())
     return universe_test(people.points, coords, people.geo)
 
@@ -425,6 +457,7 @@ __all__ = [
     "deterministic_rows",
     "plan_privacy",
     "refuse_deterministic",
+    "resolved_rows",
     "table_facts",
     "table_people",
     "universe_facts",

@@ -113,7 +113,8 @@ def _destination_distances(
     if road is None:
         return euclidean(xy, xy[dest]), {}
     node, snap = road.nearest(latlon)
-    snapped = {"road_osmid": road.osmid[node], "snap_km": snap}
+    # the snapped node's id and coordinates are the road file's: kept for the door, never published (file_columns)
+    snapped = {"road_osmid": road.osmid[node], "road_lat": road.lat[node], "road_lon": road.lon[node], "snap_km": snap}
     if not paths:
         return None, snapped
     return road.km_to(node[dest])[:, node].T, snapped  # (N, T) street km from cell i's node to cell t's node
@@ -142,7 +143,8 @@ def grid(
     ``prior``: "uniform" or "random" (seeded Dirichlet(1) weights).
     ``road_nodes`` + ``road_edges`` (osmnx export), ``road_osm`` (OSM XML) or ``road_pbf``: a street
     graph for the LR-Geo road-path cost (see the module docstring); records then carry
-    ``road_osmid`` (nearest node of the largest strongly connected component) and ``snap_km``.
+    ``road_osmid``, ``road_lat``, ``road_lon`` (nearest node of the largest strongly connected component: the
+    road file's, never published) and ``snap_km``.
     ``anchor_lat``, ``anchor_lon``: the grid's south-west corner in degrees (default: the Rome box's
     SW corner, or the south-west corner of the road graph's LSCC when a road graph is given).
     ``loss``: "travel" (default: the destination cost) or "distance" (Euclidean centre distance), see the
