@@ -159,3 +159,42 @@ def test_the_sketch_is_private_and_names_nothing(first):
 
 def test_the_threshold_is_a_majority():
     assert SAME_SHARE == 0.5
+
+
+# ------------------------------------------------------------------------------------------ versions over time
+def test_a_folded_filter_is_the_filter_at_the_smaller_size():
+    from mdp_core.release.similarity import _bloom, _fold
+
+    tags = [i.to_bytes(4, "little") for i in range(500)]
+    big, small = _bloom(b"k" * 32, b"cell", tags, 1 << 13), _bloom(b"k" * 32, b"cell", tags, 1 << 11)
+    assert _fold(big, 1 << 11).tobytes() == small
+
+
+def _people(points: np.ndarray, records: np.ndarray) -> People:
+    from scipy.spatial import cKDTree
+
+    return People(points, records[cKDTree(records).query(points)[1]], True)
+
+
+def test_monthly_versions_stay_one_population_for_two_years(tmp_path):
+    """24 unattended monthly versions, each moving 1 % of the people, the first with 100 more than the rest (so
+    its filters are twice as large): each is a version of the population's table, and its overlap with the
+    sketch stays that of one month's change. The sketch kept the first version's larger filters and dropped
+    every later one, so the overlap fell about 1 % a month (0.94 by month 6) and month 24's table, 79 % the
+    first one's people, was no longer recognised (a person asked every month from then on)."""
+    from flows.approval import VERSION_SHARE, table_is_version
+
+    rng = np.random.default_rng(49)
+    box = ([41.88, 12.47], [41.92, 12.52])
+    records = rng.uniform(*box, size=(400, 2))
+    table = rng.uniform(*box, size=(2800, 2))
+    store = PrivateStore(tmp_path)
+    assert store.claim_table(_people(table, records), FIRST) is None
+    for month in range(1, 25):
+        leave = 28 + (100 if month == 1 else 0)
+        table = np.vstack([table[rng.permutation(len(table))[leave:]], rng.uniform(*box, size=(28, 2))])
+        people = _people(table, records)
+        found = store.own_overlap(people, FIRST)
+        assert found is not None and min(found.new, found.old) >= 0.95, (month, found)
+        assert table_is_version(tmp_path, people, FIRST) and VERSION_SHARE == 0.8
+        assert store.claim_table(people, FIRST) is None

@@ -21,6 +21,12 @@ population's are in it (> :data:`SAME_SHARE_RECORDS`, 0.9: the population padded
 records alone either share above 0.9 (two independent populations over the same records share a part of
 their histograms by chance). A month's version of a table moves about 1 % of its people: far above both.
 
+A population's sketch is the union of its versions' (:meth:`Sketch.merged`: filters of any two power-of-two
+sizes, folded onto the smaller), counted as its latest version's people, so a version is compared with every
+person on record, not with the first table: the shares of a monthly version stay those of one month's change
+(docs/privacy.md, rule 6, "Versions over time"); a union more than :data:`MAX_FILL` set starts again from the
+latest version.
+
 Why Bloom filters and not a MinHash or bottom-k sample: the question is containment with a tolerance (is
 each new person within a cell of one of theirs?), which needs a membership test of every cell around each
 new person; a sample of the other population's tags answers only for the sampled ones. Filters of at least
@@ -48,6 +54,7 @@ SAME_SHARE = 0.5  # the same population: most of one table's people found in the
 SAME_SHARE_RECORDS = 0.9  # the same, when only the records they locate to can be compared (a table by key)
 BITS_PER_TAG = 24
 HASHES = 12
+MAX_FILL = 0.5  # a population's merged filters at most half set: a false match per lookup <= 0.5 ** 12 = 2.4e-4
 KM_PER_DEG = 6371.0088 * math.pi / 180.0
 
 
@@ -142,18 +149,39 @@ class Sketch:
     @classmethod
     def parse(cls, d: dict[str, Any]) -> Sketch:
         return cls(
-            int(d["n_people"]), base64.b64decode(d["cells"]), base64.b64decode(d["records"]), bool(d["has_cells"])
+            int(d["n_people"]),
+            base64.b64decode(d["cells"]),
+            base64.b64decode(d["records"]),
+            bool(d["has_cells"]),
+            int(d.get("n_cells", 0)),
         )
 
     def merged(self, other: Sketch) -> Sketch:
-        """The union of two sketches of one population (its versions): filters of one size (a power of two
-        bytes, so versions of about one size share it) OR-ed; else the one with the larger filters."""
-        if len(self.cells) != len(other.cells) or len(self.records) != len(other.records):
-            return other if len(other.records) >= len(self.records) else self
-        cells = (np.frombuffer(self.cells, np.uint8) | np.frombuffer(other.cells, np.uint8)).tobytes()
-        recs = (np.frombuffer(self.records, np.uint8) | np.frombuffer(other.records, np.uint8)).tobytes()
-        n = max(self.n_people, other.n_people)
-        return Sketch(n, cells, recs, self.has_cells or other.has_cells, max(self.n_cells, other.n_cells))
+        """The population's sketch once ``other`` (its latest version) is added to this one (its versions so far):
+        the union of the filters, at the smaller of the two sizes (a filter of a power of two bits folds exactly
+        onto a smaller one, :func:`_fold`), counted as ``other``'s people and cells (the latest version is the
+        one a new table's ``old`` share is measured against); ``other`` alone when the union would set more than
+        :data:`MAX_FILL` of its bits (a false match per lookup above MAX_FILL ** HASHES: the versions outgrew
+        the filter; the population then starts again from its latest version)."""
+        nbytes = min(len(self.records), len(other.records))
+        cells = _fold(self.cells, nbytes) | _fold(other.cells, nbytes)
+        recs = _fold(self.records, nbytes) | _fold(other.records, nbytes)
+        if max(_fill(cells), _fill(recs)) > MAX_FILL:
+            return other
+        has_cells = self.has_cells or other.has_cells
+        return Sketch(other.n_people, cells.tobytes(), recs.tobytes(), has_cells, other.n_cells)
+
+
+def _fold(bits: bytes, nbytes: int) -> np.ndarray:
+    """A Bloom filter of ``len(bits)`` bytes (a power of two) as the filter of ``nbytes`` bytes (a smaller or
+    equal power of two) of the same tags: its positions are taken modulo its size in bits, and p mod 2m mod m =
+    p mod m, so OR-ing its ``nbytes`` slices is exact (no tag lost; the fill, hence false matches, grow)."""
+    return np.bitwise_or.reduce(np.frombuffer(bits, np.uint8).reshape(-1, nbytes), axis=0)
+
+
+def _fill(bits: np.ndarray) -> float:
+    """The share of a filter's bits that are set."""
+    return float(np.unpackbits(bits).mean()) if bits.size else 0.0
 
 
 def _bloom(key: bytes, label: bytes, tags: list[bytes], nbytes: int) -> bytes:
@@ -234,4 +262,14 @@ def overlap(people: People, key: bytes, other: Sketch) -> Overlap:
     return Overlap(found / n, min(1.0, len(hit) / of), by_cells)
 
 
-__all__ = ["CELL_KM", "SAME_SHARE", "SAME_SHARE_RECORDS", "Overlap", "People", "Sketch", "overlap", "sketch"]
+__all__ = [
+    "CELL_KM",
+    "MAX_FILL",
+    "SAME_SHARE",
+    "SAME_SHARE_RECORDS",
+    "Overlap",
+    "People",
+    "Sketch",
+    "overlap",
+    "sketch",
+]
