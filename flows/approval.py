@@ -55,7 +55,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from flows.plan import Approval
 from mdp_core.declarations.budget import Budget, Epsilon, round_up
-from mdp_core.errors import InputError, PrivacyError
+from mdp_core.errors import InputError, Interrupted, PrivacyError
 from mdp_core.release.door import PrivacyPlan
 from mdp_core.release.plan_hash import figures_sha256
 
@@ -517,7 +517,6 @@ def _ask(
     from prefect.flow_runs import pause_flow_run
 
     from flows import operate_ui
-    from mdp_core.runtime import control
 
     name, timeout = approval.release, approval.timeout
     how = (
@@ -536,7 +535,7 @@ def _ask(
     try:
         answer = pause_flow_run(wait_for_input=form, timeout=timeout + GRACE, poll_interval=POLL, key="approval")
     except FlowPauseTimeout:
-        control.check("the officer's approval")  # cancelled meanwhile: Interrupted, the run ends Cancelled
+        _stopped_while_waiting()  # cancelled meanwhile: Interrupted, the run ends Cancelled
         raise NotApproved(_refusal(name, f"nobody decided within {timeout} s")) from None
     except ValidationError as exc:  # the UI's form lets any string through: the decision is not a valid one
         why = "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in exc.errors())
@@ -544,7 +543,7 @@ def _ask(
     finally:
         deadline.cancel()
     if deadline.fired == "stop":
-        control.check("the officer's approval")  # Interrupted: the run ends Cancelled, nothing measured
+        _stopped_while_waiting()  # Interrupted: the run ends Cancelled, nothing measured
     if deadline.fired:
         raise NotApproved(_refusal(name, f"nobody decided within {timeout} s"))
     received = f"{'approved' if answer.approve else 'rejected'} by {answer.name} at {_now()}"
@@ -555,6 +554,27 @@ def _ask(
     if answer.plan.strip().lower() != sha:
         raise NotApproved(_refusal(name, f"{answer.name} approved plan {answer.plan[:12]!r}, this run's is {sha[:12]}"))
     return answer
+
+
+def _stopped_while_waiting() -> None:
+    """Raise :class:`~mdp_core.errors.Interrupted` when this process was asked to stop while the run waited for its
+    officer (SIGTERM from ``serve`` stopping or a worker, Ctrl-C, a Cancel from Prefect), in words that say so:
+    ``stopped while waiting for the officer's approval: SIGTERM received; nothing was measured, nothing was
+    charged`` -- nothing was solving (the generic stop read "solve stopped: ..., during the officer's approval").
+    A deadline keeps its :class:`~mdp_core.errors.StageTimeout`."""
+    from mdp_core.runtime import control
+
+    token = control.current()
+    reason = token.reason()
+    if reason is None:
+        return
+    if token.timed_out():
+        token.check("the officer's approval")
+    raise Interrupted(
+        f"stopped while waiting for the officer's approval: {reason}; nothing was measured, nothing was charged",
+        stage="the officer's approval",
+        reason=reason,
+    )
 
 
 def _refusal(name: str, why: str) -> str:

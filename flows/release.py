@@ -17,6 +17,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import importlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -348,6 +349,7 @@ def release_flow(
     ctx = FlowRunContext.get()
     control.clear_stop()  # a stop requested for an earlier run of this process is not this run's
     operate_ui.cancels_at_warning()  # a stage stopped on request: logged at WARNING, not ERROR (issue 52)
+    _ends_are_not_crashes()  # a skipped tick, a stop, a refusal: no engine traceback under a worker (issue 52)
     stop_watching = None
     if ctx is not None and ctx.flow_run is not None:  # with the run's heartbeat when `mdp-release run` sends it
         stop_watching = watch_cancellation(
@@ -389,6 +391,29 @@ def _cancelled(ctx: FlowRunContext | None, exc: Interrupted) -> State[Any]:
     if ctx is not None and ctx.flow_run is not None:
         operate_ui.record_failure(ctx.flow_run, state, "cancelled")
     return state
+
+
+class _EndNotCrash(logging.Filter):
+    """Drops the ERROR record with a traceback that Prefect's engine writes when a deployed run ends Cancelled or
+    Refused (``prefect.engine`` and ``flow_engine.run_flow``, the entry of a served or worker-run process, ask for
+    the flow's result, which raises a Cancelled or Failed state's exception: "Engine execution exited with
+    unexpected exception ... Skipped"). The run's end is said already, in one line: Prefect's INFO "Finished in
+    state Cancelled('skipped: ...')" and, for a refusal, ``refused: ...``. Only the exceptions
+    :func:`release_flow` made its final state (:func:`_cancelled`, :func:`_refused`); a stage timeout (TimedOut)
+    and every other error keep their traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.levelno >= logging.ERROR and record.exc_info else None
+        ended = isinstance(exc, (Interrupted, PrivacyError)) and not isinstance(exc, StageTimeout)
+        return not ended
+
+
+def _ends_are_not_crashes() -> None:
+    """Install :class:`_EndNotCrash` on Prefect's flow-run and engine loggers (once per process)."""
+    for name in ("prefect.flow_runs", "prefect.engine"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _EndNotCrash) for f in logger.filters):
+            logger.addFilter(_EndNotCrash())
 
 
 def _refused(ctx: FlowRunContext | None, exc: PrivacyError) -> State[Any]:

@@ -15,15 +15,21 @@ JSON (sorted keys, no whitespace) of every key but the two signature fields. Onl
 ``required`` or ``policy``) of the plan the manifest approved (the same ``plan_sha256``) is recorded, once per
 decision (a decision's ``by`` and ``at`` already in the manifest or the file is not appended again: a policy run
 inside the envelope the manifest's approval recorded adds nothing). :func:`mdp_core.release.audit_approval.
-check_approvals_file` checks the file. Everything in it is public: names and notes a person typed to be published.
+check_approvals_file` checks the file. Everything in it is public: names and notes a person typed to be published. One writer at a time:
+an append holds an exclusive ``flock`` of the release folder itself (:func:`_locked`: no lock file beside the
+published ones), so two runs approved at once both land, neither overwrites the other's, each in its place by
+decision time (``at``: a run decided first may publish second).
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +58,35 @@ def append_approval(folder: str | Path, approval: dict[str, Any], flow_run_id: s
     signed with ``key`` (the store's Ed25519 private key), when it is a person's decision of the plan the folder's
     manifest approved and not recorded yet; returns whether it was appended. PrivacyError when the existing file
     is not this release's or its signature does not verify (nothing is written)."""
-    from mdp_core.release import signing
-    from mdp_core.runtime.files import atomic_write
-
     d = Path(folder)
     data = (d / "manifest.json").read_bytes()
     manifest = json.loads(data)
     first = manifest.get("approval") if isinstance(manifest.get("approval"), dict) else {}
     if approval.get("mode") not in PERSON or approval.get("plan_sha256") != first.get("plan_sha256"):
         return False
+    with _locked(d):  # read, verify, append and write as one: a concurrent append waits
+        return _append(d, data, first, approval, flow_run_id, key)
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """The release ``folder`` under an exclusive ``flock`` of its own directory (the ledger's lock pattern,
+    ``artifacts.ledger``, without a lock file: the folder's files are published): one writer of approvals.json."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _append(d: Path, data: bytes, first: dict[str, Any], approval: dict[str, Any], flow_run_id: str, key: Any) -> bool:
+    """:func:`append_approval`'s read-modify-write, under :func:`_locked` (``data``: the manifest's bytes,
+    ``first``: its approval)."""
+    from mdp_core.release import signing
+    from mdp_core.runtime.files import atomic_write
+
     record = read_approvals(d) or {
         "format": FORMAT,
         "version": VERSION,
@@ -77,7 +103,8 @@ def append_approval(folder: str | Path, approval: dict[str, Any], flow_run_id: s
         return False
     entry = {k: approval.get(k) for k in ENTRY_KEYS[:-1]} | {"flow_run_id": str(flow_run_id)}
     record = {k: v for k, v in record.items() if k not in SIGNATURE_KEYS}
-    record["approvals"] = [*record["approvals"], entry]
+    # oldest first (what the audit checks), by decision time: two runs decided at once may publish in either order
+    record["approvals"] = sorted([*record["approvals"], entry], key=lambda e: str(e.get("at")))
     record["key_fingerprint"] = signing.fingerprint(key.public_key())
     record["signature"] = base64.b64encode(key.sign(canonical(record))).decode("ascii")
     text = json.dumps(record, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
