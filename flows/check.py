@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -434,6 +435,8 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
     kind = cfg.dataset.kind
     spread = float(inst.prior.max() - inst.prior.min())
     uneven = cfg.release.prior not in ("uniform", "dataset") or spread > 1e-12 * float(inst.prior.max())
+    rate = a["metric_epsilon"] * rep.sections["graph"]["eta"]  # eps x eta: the fits' regressor
+    load = os.getloadavg()[0]  # the solve's time scales with the machine's load (advisor.load_share)
     p = advisor.predict(
         rows,
         a["planar_laplace_remap_records"],
@@ -442,6 +445,8 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
         kind,
         uneven=uneven,
         remap_people=a["planar_laplace_remap"],
+        rate=rate,
+        load=load,
     )
     advice: dict[str, Any] = {
         "kind": cfg.dataset.kind,
@@ -450,12 +455,15 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
         "error": p.error,
         "error_low": p.error_low,
         "error_high": p.error_high,
+        "error_min": p.error_min,
+        "error_max": p.error_max,
         "runs": p.runs,
+        "load": load,
         "privacy_rows": rows,
         "laplace_better": advisor.laplace_better(p, a["planar_laplace_remap"], a["planar_laplace"]),
     }
     if p.seconds is not None and p.seconds > TOO_LONG_SECONDS:
-        scale = (advisor.rows_within(ADVISED_SECONDS, kind=cfg.dataset.kind, uneven=uneven) / rows) ** (1 / 3)
+        scale = (advisor.rows_within(ADVISED_SECONDS, kind=kind, uneven=uneven, rate=rate, load=load) / rows) ** (1 / 3)
         advice["proposed_records"] = max(2, int(inst.n_records * scale))
         advice["proposed_outputs"] = max(2, int(inst.n_outputs * scale))
     rep.sections["advice"] = advice
@@ -648,6 +656,8 @@ def _render_laplace(s: dict[str, Any], out: list[str]) -> None:
 
 def _render_advice(s: dict[str, Any], out: list[str]) -> None:
     """Append the advisor's prediction (and proposal) when it made one."""
+    from mdp_core.release import advisor
+
     if "advice" not in s:
         return
     a, u, pl = s["advice"], s["against_laplace"]["unit"], s["against_laplace"]
@@ -660,15 +670,19 @@ def _render_advice(s: dict[str, Any], out: list[str]) -> None:
     if a["seconds"] is None:
         time = (
             f"predicted: no prediction of the solve's time for dataset kind {a['kind']!r} (the advisor has measured "
-            "runs of road and grid releases with the distance loss only: bench/advisor_runs.py)"
+            f"runs of {' and '.join(sorted(advisor.kinds()))} releases with the distance loss only: bench/advisor_runs.py)"
         )
     else:
         time = (
-            f"predicted: the solve takes about {a['seconds'] / 60:.3g} min on 2 cores (between "
+            f"predicted: the solve takes about {a['seconds'] / 60:.3g} min on 2 cores at load {a['load']:.3g} (between "
             f"{a['seconds'] / a['factor'] / 60:.2g} and {a['seconds'] * a['factor'] / 60:.2g} min: a fit of "
             f"{a['runs']} measured {a['kind']} runs and the machine's load, bench/advisor_runs.py)"
         )
-    point = "" if a["error"] is None else f"about {a['error']:.3g} {u}, "
+    point = (
+        ""
+        if a["error"] is None
+        else f"about {a['error']:.3g} {u} ({a['error_min']:.3g}-{a['error_max']:.3g}: a fit of the runs), "
+    )
     out.append(
         f"{time}; the release's expected error per person {point}between {a['error_low']:.3g} and "
         f"{a['error_high']:.3g} {u} (the floor from the person; planar Laplace remapped at the records plus the move "

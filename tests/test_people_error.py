@@ -186,15 +186,15 @@ def test_the_grid_release_states_the_error_of_people_in_its_grid_cells(released:
 
 
 def test_cells_are_uniform_in_the_voronoi_cells_within_max_distance() -> None:
-    """The balls' mixture weighted by 1 / (records covering the point) is uniform in each cell: each cell's mean
-    snap against a brute force over uniform points of the plane."""
+    """The balls' mixture weighted by 1 / (records covering the point) is uniform in each cell, cut to the records'
+    bounding box: each cell's mean snap against a brute force over uniform points of that box."""
     from mdp_core.problem.datasets.synthetic import synthetic
 
     inst = synthetic(n_records=80, n_outputs=10, dim=2, sigma=1.0, eta=0.5, epsilon=5.0)
     c = people.cells(inst, 0.3)
     mean, se2 = people.cell_means(c, people.release_values(inst, None, c)["snap"], inst.n_records)
     rec = inst.record_points()
-    x = np.random.default_rng(3).uniform(rec.min(axis=0) - 0.3, rec.max(axis=0) + 0.3, size=(1_000_000, 2))
+    x = np.random.default_rng(3).uniform(rec.min(axis=0), rec.max(axis=0), size=(1_000_000, 2))
     d = np.sqrt(((x[:, None, :] - rec[None, :, :]) ** 2).sum(axis=2))
     j, dj = d.argmin(axis=1), d.min(axis=1)
     keep = dj <= 0.3
