@@ -256,3 +256,15 @@ def test_no_path_or_value_of_the_table_reaches_prefect_the_store_or_a_failure_re
     home = Path(prefect_server["home"])
     assert (home / "prefect.db").is_file()  # the server's database, scanned with everything beside it
     assert found_in(home, find) == []  # the database, its WAL, stored results, logs
+
+
+def test_a_grid_table_given_in_the_grids_own_km_is_read_in_that_space():
+    """A grid's records carry x0, x1 (km) and lat, lon: a table that gives x0, x1 is read in km (it raised
+    KeyError 'lat' before), and its people and their records are in the same space."""
+    inst = grid(5, 6, n_outputs=30, seed=0)
+    pts = inst.record_points()[[0, 7, 29]] + 0.05
+    people = people_of(pd.DataFrame({"x0": pts[:, 0], "x1": pts[:, 1]}))
+    assert not people.geo
+    assert people.points is not None and people.points.shape == (3, 2)
+    assert np.allclose(people.points, pts)
+    assert np.allclose(people.records, inst.record_points()[[0, 7, 29]])

@@ -365,7 +365,10 @@ def table_people(frame: Any, inst: Any, located: Any) -> People:
     from mdp_core.release.similarity import People
 
     recs = inst.records
-    geo = recs is not None and {"lat", "lon"} <= set(recs.columns)
+    by = str(located.by)
+    # in the space the people were located in: lat/lon, or the instance's own x0.. (a grid's km) when the
+    # table gave those (a grid's records carry both)
+    geo = recs is not None and {"lat", "lon"} <= set(recs.columns) and not by.startswith("x")
     if geo:
         coords = recs[["lat", "lon"]].to_numpy(dtype=np.float64)
     elif inst.coordinate_columns():
@@ -375,7 +378,7 @@ def table_people(frame: Any, inst: Any, located: Any) -> People:
     ids = np.asarray(located.record_ids, dtype=np.int64)
     at = np.full((ids.size, coords.shape[1]), np.nan)
     at[ids >= 0] = coords[ids[ids >= 0]]
-    if str(located.by).startswith("record"):
+    if by.startswith("record"):
         return People(None, at, geo)
     cols = ["lat", "lon"] if geo else inst.coordinate_columns()
     df = canonical_frame(frame)
