@@ -31,6 +31,20 @@ from flows.approval import decision_taken, end_date, flow_run_uuid, plain_text, 
 from mdp_core.errors import InputError
 
 TAKE_WITHIN = 60.0  # s: the run polls for its decision every 10 s at most; a busy machine, the rest
+WAIT_VARIABLE = "MDP_RELEASE_APPROVE_WAIT"  # seconds instead of TAKE_WITHIN (at least 10: the run's poll)
+
+
+def take_within() -> float:
+    """How long ``approve`` waits for the run to take its decision (s): ``$MDP_RELEASE_APPROVE_WAIT`` when set
+    (a number >= 10: a shorter wait could set a live run Crashed before its next poll), else :data:`TAKE_WITHIN`."""
+    raw = os.environ.get(WAIT_VARIABLE, "").strip()
+    try:
+        wait = float(raw) if raw else TAKE_WITHIN
+    except ValueError:
+        wait = float("nan")
+    if not 10.0 <= wait < float("inf"):
+        raise InputError(f"{WAIT_VARIABLE}={raw!r}: seconds, at least 10 (unset: {TAKE_WITHIN:g})")
+    return wait
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,6 +87,7 @@ def approve_from_cli(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(f"--until: {exc}") from None
     flow_run_uuid(args.run_id)
+    within = take_within()
     prepare_environment()
     from prefect.settings import get_current_settings
 
@@ -87,9 +102,9 @@ def approve_from_cli(args: argparse.Namespace) -> int:
     if plan and not waiting.sha.startswith(plan):
         raise InputError(f"--plan {plan[:12]}... is not this run's plan ({waiting.sha}): nothing was sent")
     send_decision(args.run_id, not args.reject, by, note, plan=waiting.sha, **envelope)
-    if not decision_taken(args.run_id, TAKE_WITHIN):
+    if not decision_taken(args.run_id, within):
         raise InputError(
-            f"flow run {args.run_id} did not take the decision within {TAKE_WITHIN:g} s: its process is gone "
+            f"flow run {args.run_id} did not take the decision within {within:g} s: its process is gone "
             "(killed while it waited); it is now Crashed, nothing was measured or charged"
         )
     verdict = (

@@ -16,6 +16,7 @@ from conftest import MDP, PREFECT, first_completed, operate_env, start_logged
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "flows" / "examples" / "helsinki-release.toml"
+INTERVAL = "15"  # s between two ticks: a deployment's first tick comes one interval after it is made
 TIMED = ("solve.json", "report.md", "evaluation.parquet")  # wall-clock timings inside
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
@@ -38,7 +39,7 @@ def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server,
     serve_cfg = _example(conf, "hel-serve", "stores/serve")
     worker_cfg = _example(conf, "hel-worker", "stores/worker")
     deployed = subprocess.run(
-        [MDP, "deploy", "--pool", "hel-pool", "--interval", "30", "--config", str(worker_cfg)],
+        [MDP, "deploy", "--pool", "hel-pool", "--interval", INTERVAL, "--config", str(worker_cfg)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -48,7 +49,7 @@ def test_helsinki_microdata_by_serve_by_worker_and_from_manifest(prefect_server,
     assert deployed.returncode == 0, deployed.stderr[-3000:]
     procs = {
         "hel-serve-serve": start_logged(
-            [MDP, "serve", "--interval", "30", "--config", str(serve_cfg)], tmp_path, env, tmp_path / "serve.log"
+            [MDP, "serve", "--interval", INTERVAL, "--config", str(serve_cfg)], tmp_path, env, tmp_path / "serve.log"
         ),
         "hel-worker-hel-pool": start_logged(
             [PREFECT, "worker", "start", "--pool", "hel-pool"], tmp_path, env, tmp_path / "worker.log"

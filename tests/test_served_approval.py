@@ -7,7 +7,8 @@ it started), and the next tick started and paused beside it. Now the run holds a
 global concurrency limit with a lease of its own (``flows.slot.one_run_at_a_time``), renewed while it waits.
 
 The lease is Prefect's ``PREFECT_SERVER_CONCURRENCY_INITIAL_DEPLOYMENT_LEASE_DURATION`` (the API's floor,
-60 s, here): the run waits longer than that, the ticks due meanwhile are skipped and say so, the officer's
+60 s, here): the run waits longer than that, the ticks due meanwhile are skipped and say so (one that starts
+after an unrenewed lease would have been revoked, by the server's repossessor, proves the renewal), the officer's
 ``mdp-release approve`` then lets it measure and publish, charged once; SIGTERM to ``serve`` with a run
 waiting ends both within seconds, the waiting run Cancelled, nothing charged.
 """
@@ -19,11 +20,13 @@ import re
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from conftest import (
     MDP,
+    REPOSSESSOR_SECONDS,
     STOP_WITHIN,
     api_post,
     operate_env,
@@ -41,6 +44,7 @@ from flows.slot import SKIPPED, slot_name
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 LEASE = 60  # s: the shortest lease Prefect's API grants
+SLACK = 5  # s: the repossessor's own latency (it schedules each revocation as a task), on a loaded machine
 RELEASE = {"max_total_epsilon": 100.0, "approval": "required", "approval_timeout": 900}  # conftest.people_toml's
 
 
@@ -53,6 +57,11 @@ def _wait(what: str, within: float, probe, log: Path, proc) -> object:
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         time.sleep(2)
     raise AssertionError(f"{what} within {within} s: {log.read_text(errors='replace')[-3000:]}")
+
+
+def _at(stamp: str) -> float:
+    """The server's ISO 8601 timestamp ``stamp`` in POSIX seconds."""
+    return datetime.fromisoformat(stamp).timestamp()
 
 
 def _bad(runs: list[dict]) -> list[dict]:
@@ -88,7 +97,8 @@ def test_a_served_run_waits_past_its_lease_for_the_officer_then_publishes_charge
         assert (slot["limit"], slot["active_slots"]) == (1, 1)
         assert PrivateStore(store).budget(f"{name}-people").n_charges == 0  # nothing charged while it waits
 
-        t_pause = time.monotonic()
+        # the run took its slot before its door, so before it paused: unrenewed, its lease was revoked by then
+        expired = _at(first["state"]["timestamp"]) + LEASE + REPOSSESSOR_SECONDS + SLACK
 
         def waited_and_skipped() -> list[dict]:
             runs = runs_of(prefect_server, dep)
@@ -98,10 +108,10 @@ def test_a_served_run_waits_past_its_lease_for_the_officer_then_publishes_charge
             (now,) = [r for r in runs if r["id"] == first["id"]]
             assert now["state_type"] == "PAUSED", now["state"]  # still waiting, not killed
             skipped = [r for r in runs if r["state_type"] == "CANCELLED" and r["state"]["message"].startswith(SKIPPED)]
-            return skipped if time.monotonic() - t_pause > LEASE + 15 else []
+            return [r for r in skipped if r["start_time"] and _at(r["start_time"]) > expired]  # the slot still held
 
         skipped = _wait(
-            "a skipped tick while the run waits past its lease", LEASE + 180, waited_and_skipped, log, serve
+            "a tick skipped after the run's lease would have expired", LEASE + 180, waited_and_skipped, log, serve
         )
         assert first["name"] in skipped[0]["state"]["message"]  # it names the run holding the slot
         (art,) = api_post(prefect_server, "/artifacts/filter", {"artifacts": {"key": {"any_": [f"{name}-approval"]}}})
@@ -175,11 +185,25 @@ def test_approving_a_run_killed_while_it_waited_says_so_and_marks_it_crashed(pre
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     run = runs[0]
-    answer = run_command([MDP, "approve", run["id"], "--by", "A. Officer"], tmp_path, env, 180)
+    # a short wait for the run to take the decision (flows.approve_cli.take_within; default 60 s): it never will
+    quick = env | {"MDP_RELEASE_APPROVE_WAIT": "10"}
+    answer = run_command([MDP, "approve", run["id"], "--by", "A. Officer"], tmp_path, quick, 180)
     assert answer.returncode == 2 and "approved" not in answer.stdout.splitlines()[-1], answer.stdout
-    assert "did not take the decision" in answer.stderr and "now Crashed" in answer.stderr, answer.stderr[-2000:]
+    assert "did not take the decision within 10 s" in answer.stderr and "now Crashed" in answer.stderr, answer.stderr
     (final,) = api_post(prefect_server, "/flow_runs/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})
     assert final["state_type"] == "CRASHED" and "did not take the officer's decision" in final["state"]["message"]
     again = run_command([MDP, "approve", run["id"], "--by", "A. Officer"], tmp_path, env, 120)
     assert again.returncode == 2 and "is not waiting for an approval: it is Crashed" in again.stderr, again.stderr
     assert PrivateStore(tmp_path / "store").budget("killed-wait-people").n_charges == 0
+
+
+@pytest.mark.parametrize("wait", ["5", "soon", "inf", "nan"])
+def test_a_bad_approve_wait_is_refused_before_anything_is_sent(wait, monkeypatch, capsys):
+    """``MDP_RELEASE_APPROVE_WAIT`` (flows.approve_cli.take_within): seconds, at least the run's 10 s poll; anything
+    else is an error (exit 2, one line) before the server is asked (none runs here) or a decision sent."""
+    from flows.cli import main
+
+    monkeypatch.setenv("MDP_RELEASE_APPROVE_WAIT", wait)
+    assert main(["approve", "9b2d1c3e-0000-4000-8000-000000000000", "--by", "A. Officer"]) == 2
+    err = capsys.readouterr().err
+    assert f"MDP_RELEASE_APPROVE_WAIT={wait!r}: seconds, at least 10 (unset: 60)" in err, err

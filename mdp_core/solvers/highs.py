@@ -144,10 +144,6 @@ def scale_costs(weighted: np.ndarray) -> tuple[np.ndarray, float]:
     return weighted / s, s
 
 
-def is_highs_inf(v: float) -> bool:
-    return bool(v >= highspy.kHighsInf)
-
-
 # ------------------------------------------------------------------------------- objects, models
 _last_threads: list[int] = []
 
@@ -280,12 +276,6 @@ def add_rows(h: highspy.Highs, a: sp.csr_matrix, lower: np.ndarray, upper: np.nd
         a.data.astype(np.float64),
     )
     _checked(status, f"addRows ({a.shape[0]} rows)")
-
-
-def add_vars(h: highspy.Highs, lower: np.ndarray, upper: np.ndarray) -> None:
-    """Append columns with bounds ``lower`` <= x <= ``upper`` ((m,) each), cost 0 and no matrix entries."""
-    lower = np.asarray(lower, np.float64)
-    _checked(h.addVars(int(lower.size), lower, np.asarray(upper, np.float64)), f"addVars ({lower.size} columns)")
 
 
 def add_cols(h: highspy.Highs, cost: np.ndarray, cols: sp.csc_matrix) -> None:
