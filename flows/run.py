@@ -35,7 +35,10 @@ QUIET_ENV = {
 
 
 # ----------------------------------------------------------------------------- server
-def healthy(url: str, timeout: float = 1.0) -> bool:
+def healthy(url: str, timeout: float = 5.0) -> bool:
+    """Whether the Prefect API at ``url`` answers its ``/health`` with 200 within ``timeout`` s. A port where nothing
+    listens is refused at once; the timeout is for a server that is up but busy (at 1 s, a loaded machine's
+    server read as down, and ``server start`` then tried a second server on its port)."""
     import urllib.request  # here: a run against a server it is given (PREFECT_API_URL) never asks (20 ms)
 
     try:
