@@ -259,6 +259,16 @@ def _dataset_section(cfg: ReleaseFlowConfig) -> dict[str, Any]:
     return {"kind": cfg.dataset.kind, "params": cfg.dataset.params, "inputs": inputs}
 
 
+def _file_columns(cfg: ReleaseFlowConfig) -> dict[str, Any]:
+    """``{"drop_columns": [...]}``: the kind's :attr:`~mdp_core.declarations.dataset_kinds.Kind.file_columns`
+    (sorted), or ``{}`` for a kind that has none (its export key as before)."""
+    from mdp_core.declarations.dataset_kinds import DECLARED
+
+    kind = DECLARED.get(cfg.dataset.kind)
+    cols = sorted(kind.file_columns) if kind is not None else []
+    return {"drop_columns": cols} if cols else {}
+
+
 # How a config section becomes a stage's parameters (:attr:`mdp_core.declarations.contract.Stage.params`); any other
 # section: its ``model_dump()``; ``"section.key"``: ``{key: value}``.
 SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
@@ -269,6 +279,9 @@ SECTION_PARAMS: dict[str, Callable[[ReleaseFlowConfig], dict[str, Any]]] = {
     "release": lambda cfg: cfg.release.model_dump(mode="json", exclude_unset=True, exclude={"microdata"}),
     # eta as written, and the protection radius when eta is unset (the graph's eta is then at most the radius)
     # and [solve] all_pairs when set (the stretch is then 1 by certificate: graph.json's protection says so)
+    # the dataset's epsilon, and the columns of a user's universe file the export stage never publishes (its kind's
+    # file_columns: the export reads them here, not from every kind's declaration, so adding a kind moves no key)
+    "privacy.epsilon": lambda cfg: {"epsilon": cfg.privacy.epsilon} | _file_columns(cfg),
     "privacy.eta": lambda cfg: cfg.privacy.graph_params() | ({"all_pairs": True} if all_pairs(cfg) else {}),
 }
 
