@@ -233,7 +233,7 @@ class Certificate:
 
 def log_rows(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(N, |S|) ln z on the rows' common support S (the outputs every row gives a positive probability) and
-    (|S|,) S's output indices. InputError when S is empty or a row has no mass on it."""
+    (|S|,) S's output indices. InputError when S is empty."""
     z = np.asarray(z, dtype=np.float64)
     support = np.flatnonzero(np.all(z > 0, axis=0))
     if support.size == 0:
