@@ -1,7 +1,7 @@
 """People between records (issue 50): the interpolated mechanism (:mod:`mdp_core.release.interpolate`) against
 snapping and planar Laplace, per person, on the same tables.
 
-    python bench/interpolate.py [--tables helsinki,rome300,grid144] [--ratios 2.5,3,4] [--pairs 10000] [--refine]
+    python bench/interpolate.py [--tables helsinki,rome300,grid144] [--ratios 2.2,2.5,3] [--pairs 10000] [--refine]
 
 For each table, at the people's rate eps (the instance's eps per km):
 
@@ -192,7 +192,7 @@ def interpolated(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tables", default=",".join(TABLES))
-    ap.add_argument("--ratios", default="2.5,3,4")
+    ap.add_argument("--ratios", default="2.2,2.5,3")
     ap.add_argument("--pairs", type=int, default=10_000)
     ap.add_argument("--refine", action="store_true", help="re-solve once at a higher eps_r when L < 0.97 eps")
     args = ap.parse_args()
