@@ -213,6 +213,7 @@ def individuals(private: PrivateStore, params: dict[str, Any], inst, draw: Draw)
     """Each individual's secret record: the table the door sealed (the draw's version: the sealed rows' sha256,
     read back from ``private`` and checked against it and against ``params["table"]``, its keyed handle) mapped
     to records -- never the file, which may have changed since --, or simulated from the prior."""
+    from mdp_core.declarations.dataset_kinds import published_instance
     from mdp_core.problem import microdata
     from mdp_core.release import perturb
 
@@ -224,7 +225,10 @@ def individuals(private: PrivateStore, params: dict[str, Any], inst, draw: Draw)
     rows = private.sealed_table(draw.version)
     limit = params.get("max_distance")
     try:
-        return microdata.map_individuals(rows, inst, inst.eta if limit is None else float(limit)).record_ids
+        # against the published records (the export's, or the prior stage's ingested instance without its file
+        # columns): a key of the user's file is already a record id (flows.door)
+        public = published_instance(inst)
+        return microdata.map_individuals(rows, public, inst.eta if limit is None else float(limit)).record_ids
     except SecretTableError as exc:  # its rows are the sealed table's (sorted by its key), not the file's
         sealed = " (rows of the table as the door sealed it, sorted by its key; `mdp-release check` names the file's)"
         raise SecretTableError(str(exc), exc.detail + sealed) from None

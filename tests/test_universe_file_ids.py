@@ -42,7 +42,7 @@ def test_no_kind_publishes_a_users_file_ids():
         dataset_kinds.Kind("x", dataset_kinds.RoadParams, "m:f", public_columns=frozenset({"osmid"}), **road)
 
 
-def _road_release(root: Path, table: Path):
+def _road_release(root: Path, table: Path, **release):
     from flows.config import parse_config
 
     files = {"nodes": str(ROME / "nodes.csv"), "edges": str(ROME / "edges.csv")}
@@ -53,7 +53,8 @@ def _road_release(root: Path, table: Path):
             "privacy": {"epsilon": 5.0, "eta": 0.8, "max_stretch": 50.0},
             "solve": {"method": "lp"},
             "release": {"microdata": str(table), "population": "rome-by-osmid", "max_total_epsilon": 1000.0}
-            | {"max_distance": 0.6, "eps_counts": 1.0},
+            | {"max_distance": 0.6, "eps_counts": 1.0}
+            | release,
             "evaluate": {"baselines": [], "counts_eps": [1.0], "counts_seeds": 1},
         }
     )
@@ -75,12 +76,17 @@ def _numbers_in(path: Path) -> set[int]:
 
 
 @needs_rome
-def test_a_table_keyed_by_osmid_is_resolved_at_the_door_and_no_osmid_is_published(tmp_path):
+@pytest.mark.parametrize("prior", ["uniform", "dp"])
+def test_a_table_keyed_by_osmid_is_resolved_at_the_door_and_no_osmid_is_published(tmp_path, prior):
+    """With ``prior = "dp"`` too: the prior stage maps the sealed record ids against the records without the
+    file's ids, as the measure stage does (it matched them against the osmids: every row unreadable, after the
+    charge)."""
     from artifacts.store import Store
     from mdp_core.problem import microdata
     from mdp_core.problem.datasets.road import road
 
-    cfg = _road_release(tmp_path / "store", tmp_path / "people.csv")
+    dp = {"prior": "dp", "eps_prior": 0.5} if prior == "dp" else {}
+    cfg = _road_release(tmp_path / "store", tmp_path / "people.csv", **dp)
     inst = road(**cfg.dataset.loader_params())  # the ingested instance: the road file's ids are there
     people = rome_people(400, 9)
     ids = microdata.locate(people, inst).record_ids
