@@ -387,7 +387,7 @@ def _cancelled(ctx: FlowRunContext | None, exc: Interrupted) -> State[Any]:
     words = operate_ui.stop_words(run_id, str(exc))  # the runner's SIGTERM of a run cancelled in the UI: says so
     if words != str(exc):
         exc = type(exc)(words, exc.stage, exc.reason, exc.state)
-    state: State[Any] = Cancelled(message=words, data=exc)
+    state: State[Any] = Cancelled(message=words, data=_final(exc))
     if ctx is not None and ctx.flow_run is not None:
         operate_ui.record_failure(ctx.flow_run, state, "cancelled")
     return state
@@ -398,14 +398,23 @@ class _EndNotCrash(logging.Filter):
     Refused (``prefect.engine`` and ``flow_engine.run_flow``, the entry of a served or worker-run process, ask for
     the flow's result, which raises a Cancelled or Failed state's exception: "Engine execution exited with
     unexpected exception ... Skipped"). The run's end is said already, in one line: Prefect's INFO "Finished in
-    state Cancelled('skipped: ...')" and, for a refusal, ``refused: ...``. Only the exceptions
-    :func:`release_flow` made its final state (:func:`_cancelled`, :func:`_refused`); a stage timeout (TimedOut)
-    and every other error keep their traceback."""
+    state Cancelled('skipped: ...')" and, for a refusal, ``refused: ...``. Only the exception objects
+    :func:`release_flow` made its final state (:func:`_cancelled`, :func:`_refused` mark them with :data:`_FINAL`;
+    the mark survives pickling): a stage timeout (TimedOut), a ledger's tamper error raised anywhere else, and every
+    other error keep their traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.levelno >= logging.ERROR and record.exc_info else None
-        ended = isinstance(exc, (Interrupted, PrivacyError)) and not isinstance(exc, StageTimeout)
-        return not ended
+        return not getattr(exc, _FINAL, False)
+
+
+_FINAL = "mdp_release_final_state"  # the attribute marking an exception release_flow made its run's final state
+
+
+def _final(exc: BaseException) -> BaseException:
+    """``exc``, marked as the one its run's final state carries (:class:`_EndNotCrash`)."""
+    setattr(exc, _FINAL, True)
+    return exc
 
 
 def _ends_are_not_crashes() -> None:
@@ -422,7 +431,7 @@ def _refused(ctx: FlowRunContext | None, exc: PrivacyError) -> State[Any]:
     refusal's one-line message and the exception as its data (``release_flow(...)`` raises it to its caller),
     after one log line and the failure record (:func:`flows.operate_ui.record_failure`, kind "refused"; the
     ``on_failure`` hook then finds it written). No traceback: a refusal is a verdict, not a crash."""
-    state: State[Any] = Failed(name="Refused", message=str(exc), data=exc)
+    state: State[Any] = Failed(name="Refused", message=str(exc), data=_final(exc))
     if ctx is not None and ctx.flow_run is not None:
         get_run_logger().error("refused: %s", exc)
         operate_ui.record_failure(ctx.flow_run, state, "refused")
