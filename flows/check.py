@@ -447,6 +447,7 @@ def _advise(rep: Report, cfg: Any, inst: Any) -> None:
         remap_people=a["planar_laplace_remap"],
         rate=rate,
         load=load,
+        cores=os.cpu_count() or 1,
     )
     advice: dict[str, Any] = {
         "kind": cfg.dataset.kind,

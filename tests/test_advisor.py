@@ -235,3 +235,24 @@ def test_check_says_it_has_no_prediction_for_another_loss(tmp_path: Path) -> Non
     rep = run_check(config)
     assert rep.sections["advice"] == {"kind": "grid", "loss": "travel"}
     assert "no prediction of the solve's time or the release's error for loss 'travel'" in render(rep)
+
+
+def test_the_rate_term_is_not_extrapolated_and_the_load_is_this_machines() -> None:
+    """Review: with runs at two rates the slope may carry what else differs between them (for road, the city), so a
+    rate beyond the measured ones is predicted as the nearest measured one; the load now is shared by this
+    machine's cores, not those of the machine the runs were measured on."""
+    runs = tuple(
+        Measured("r", 1, 1, r, 1e-6 * r * (rate / 20) ** -1.5, 0.1, 0.2, "grid", rate=rate)
+        for r in (10**5, 10**6, 10**7)
+        for rate in (6.0, 20.0)
+    )
+    at = {rate: advisor.predict(10**6, 0.3, kind="grid", points=runs, rate=rate).seconds for rate in (1.0, 6.0, 20, 80)}
+    assert at[1.0] == pytest.approx(at[6.0]) and at[80] == pytest.approx(at[20])
+    assert at[6.0] > at[20]
+    idle = advisor.predict(10**6, 0.3, kind="grid", points=runs, rate=6.0).seconds
+    assert advisor.predict(10**6, 0.3, kind="grid", points=runs, rate=6.0, load=8.0, cores=2).seconds == pytest.approx(
+        4 * idle
+    )
+    assert advisor.predict(10**6, 0.3, kind="grid", points=runs, rate=6.0, load=8.0, cores=8).seconds == pytest.approx(
+        idle
+    )

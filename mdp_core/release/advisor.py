@@ -446,9 +446,16 @@ def _design(points: tuple[Measured, ...]) -> np.ndarray:
     uneven = np.array([p.prior != "uniform" for p in points], dtype=np.float64)
     if 0 < uneven.sum() < len(points):
         x.append(uneven)
-    if len({p.rate for p in points}) > 1:
+    if _rated(points):
         x.append(np.log([p.rate for p in points]))
     return np.column_stack(x)
+
+
+def _rated(points: tuple[Measured, ...]) -> bool:
+    """Whether the fits take log(eps x eta) as a regressor: with two measured rates at least. With two, the slope
+    may also carry whatever else differs between the two settings (for road, the city), so :func:`_row` never
+    extrapolates it beyond the measured rates."""
+    return len({p.rate for p in points}) >= 2
 
 
 def _row(points: tuple[Measured, ...], privacy_rows: float, uneven: bool, rate: float | None) -> np.ndarray:
@@ -457,15 +464,16 @@ def _row(points: tuple[Measured, ...], privacy_rows: float, uneven: bool, rate: 
     x = [1.0, math.log(max(privacy_rows, 1))]
     if 0 < sum(p.prior != "uniform" for p in points) < len(points):
         x.append(float(uneven))
-    if len({p.rate for p in points}) > 1:
-        x.append(math.log(rate if rate else float(np.median([p.rate for p in points]))))
+    if _rated(points):  # clamped to the measured rates: no extrapolation of the slope
+        rates = [p.rate for p in points]
+        x.append(math.log(min(max(rate, min(rates)), max(rates)) if rate else float(np.median(rates))))
     return np.array(x)
 
 
-def load_share(load: float | None) -> float:
-    """How many times slower a solve runs at the 1-minute ``load`` average than on an idle machine: the load over
-    :data:`CORES` once it exceeds them (each runnable process's share of the cores), 1 below (None: idle)."""
-    return max(1.0, float(load) / CORES) if load is not None and math.isfinite(load) else 1.0
+def load_share(load: float | None, cores: int = CORES) -> float:
+    """How many times slower a solve runs at the 1-minute ``load`` average than on an idle machine of ``cores``
+    cores: the load over the cores once it exceeds them (each runnable process's share), 1 below (None: idle)."""
+    return max(1.0, float(load) / max(cores, 1)) if load is not None and math.isfinite(load) else 1.0
 
 
 def time_fit(points: tuple[Measured, ...] = MEASURED) -> tuple[np.ndarray, float]:
@@ -518,12 +526,14 @@ def predict(
     remap_people: float | None = None,
     rate: float | None = None,
     load: float | None = None,
+    cores: int = CORES,
 ) -> Prediction:
     """The prediction for an instance of dataset ``kind`` with ``privacy_rows`` = 2 E K, planar Laplace's expected
     distance remapped at the records ``remap`` at the release's rate, the people's mean move to their record
     ``snap``, the floor from the person ``floor`` and planar Laplace remapped at the person ``remap_people`` (each
     for people spread as the prior), the prior ``uneven`` (not uniform), ``rate`` its eps x eta (None: the runs'
-    median), ``load`` the machine's load average now (the time scaled by :func:`load_share`; None: idle). The
+    median, clamped to the runs' rates), ``load`` the load average now of the machine of ``cores`` cores (the time
+    scaled by :func:`load_share`; None: idle). The
     range holds for every kind with the distance loss: the optimal mechanism's error from the records is at most
     planar Laplace's remapped one (a feasible mechanism) times (1 + ``gap``), and a person's error is at most that
     plus their move to the record (triangle inequality), at least the floor. For a kind with runs (:func:`kinds`;
@@ -535,7 +545,7 @@ def predict(
     if kind not in kinds(points):
         return Prediction(None, 1.0, None, low, high, len(mine))
     coef, factor = time_fit(mine)
-    seconds = math.exp(float(coef @ _row(mine, privacy_rows, uneven, rate))) * load_share(load)
+    seconds = math.exp(float(coef @ _row(mine, privacy_rows, uneven, rate))) * load_share(load, cores)
     fit = error_fit(mine)
     if fit is None or remap_people is None:
         return Prediction(seconds, factor * LOAD_MARGIN, None, low, high, len(mine))
