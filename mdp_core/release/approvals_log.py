@@ -3,7 +3,8 @@
 A re-run whose released content is that of a release already published publishes nothing new (one release, one
 folder: ``flows.manifest.publish_run``), so a second approval of the same plan -- a ``required`` release run again,
 a policy envelope approved again -- changed no published byte. It is appended to the release folder's
-``approvals.json`` (append only: an entry is never rewritten or removed; 0644):
+``approvals.json`` (an entry is never rewritten or removed; entries are kept oldest first by decision time, so
+one decided earlier but published later is inserted in its place, under the folder's lock; 0644):
 
     {"format": "mdp-release-approvals", "version": 1, "release": <folder name>,
      "manifest_sha256": sha256 of the folder's manifest.json (the release the approvals are of),
