@@ -46,6 +46,7 @@ ROUNDING = 1e-6  # relative margin on the certified rate for the floating-point 
 LOG_TOL = 1e-9  # absolute tolerance on a log ratio for evaluating p_x in floating point (the pair check's)
 MARGIN = 0.05  # the lattice bound's slack, at most this share of D_T (finer lattices up to LATTICE_MAX)
 LATTICE_MAX = 400  # subdivisions of a triangle's side at most (the slack is then whatever it is, still a bound)
+LATTICE_CHUNK = 2048  # lattice points per block of triangle_rate (memory: 2048 x |S| floats a block)
 _CHUNK = 1 << 22  # (point, output) entries evaluated at once
 KM_PER_RAD = EARTH_RADIUS_KM  # km of a meridian per radian of latitude
 
@@ -185,7 +186,8 @@ def locate(mesh: Mesh, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(n,) the triangle and (n, 3) the barycentric weights (of its ``simplices`` row) of ``points`` (n, 2) in
     the instance's coordinates, a point outside the hull first sent to its projection onto the hull."""
     xy = to_plane(mesh.pl, points)
-    t = np.asarray(mesh.tri.find_simplex(xy), dtype=np.int64)
+    # brute force where the directed walk fails: a point inside the hull is never sent to its boundary
+    t = np.asarray(mesh.tri.find_simplex(xy, bruteforce=True), dtype=np.int64)
     w = np.zeros((xy.shape[0], 3))
     inside = t >= 0
     ti = t[inside]
@@ -259,10 +261,13 @@ def triangle_rate(f3: np.ndarray, inverse: np.ndarray, corners: np.ndarray) -> f
     diam = float(cdist(g, g).max())
     longest = max(float(np.linalg.norm(corners[a] - corners[b])) for a, b in ((0, 1), (1, 2), (0, 2)))
     m = int(min(LATTICE_MAX, max(1, math.ceil(diam * longest / (4 * MARGIN)))))
-    big = _lattice(m) @ f3  # (P, |S|)
-    p = np.exp(big - big.max(axis=1, keepdims=True))
-    mean = (p @ g) / p.sum(axis=1, keepdims=True)  # (P, 2) E_{p_x} g at the lattice points
-    sampled = float(np.sqrt(((g[None, :, :] - mean[:, None, :]) ** 2).sum(axis=2)).max())
+    lattice, sampled, g2 = _lattice(m), 0.0, (g * g).sum(axis=1)
+    for at in range(0, lattice.shape[0], LATTICE_CHUNK):  # (chunk, |S|) at a time: bounded memory at any m
+        big = lattice[at : at + LATTICE_CHUNK] @ f3
+        p = np.exp(big - big.max(axis=1, keepdims=True))
+        mean = (p @ g) / p.sum(axis=1, keepdims=True)  # (chunk, 2) E_{p_x} g at the lattice points
+        sq = g2[None, :] - 2 * (mean @ g.T) + (mean * mean).sum(axis=1)[:, None]  # |g_y - mean|^2
+        sampled = max(sampled, float(np.sqrt(np.maximum(sq, 0.0)).max()))
     return min(diam, sampled + diam * diam / 4 * longest / m)
 
 
