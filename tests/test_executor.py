@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -130,6 +129,7 @@ def _benders_on_the_cluster(address: str) -> float:
 
 @pytest.mark.slow
 @pytest.mark.flow
+@pytest.mark.timeout(600)
 def test_dask_task_runner_and_dask_executor_share_one_single_thread_cluster(prefect_server):
     """The flow's Dask task runner and ``executor = "dask"`` on ONE cluster of single-threaded workers:
     two tasks hold both threads while their Benders subproblems need actors on the same workers. The
@@ -149,10 +149,8 @@ def test_dask_task_runner_and_dask_executor_share_one_single_thread_cluster(pref
             futures = [solve_task.submit(address), solve_task.submit(address)]
             return [f.result() for f in futures]
 
-        t0 = time.monotonic()
         with temporary_settings(updates={PREFECT_API_URL: prefect_server["url"]}):
-            got = both()
-        assert time.monotonic() - t0 < 60.0
+            got = both()  # a deadlock hangs here: the test's timeout (pytest-timeout) ends it failed
     assert got == [want, want]
 
 
