@@ -129,7 +129,6 @@ def _benders_on_the_cluster(address: str) -> float:
 
 @pytest.mark.slow
 @pytest.mark.flow
-@pytest.mark.timeout(600)
 def test_dask_task_runner_and_dask_executor_share_one_single_thread_cluster(prefect_server):
     """The flow's Dask task runner and ``executor = "dask"`` on ONE cluster of single-threaded workers:
     two tasks hold both threads while their Benders subproblems need actors on the same workers. The
@@ -150,7 +149,7 @@ def test_dask_task_runner_and_dask_executor_share_one_single_thread_cluster(pref
             return [f.result() for f in futures]
 
         with temporary_settings(updates={PREFECT_API_URL: prefect_server["url"]}):
-            got = both()  # a deadlock hangs here: the test's timeout (pytest-timeout) ends it failed
+            got = both()  # a deadlock hangs here: the ops tier's timeout (pytest-timeout) ends it failed
     assert got == [want, want]
 
 
