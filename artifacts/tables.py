@@ -92,8 +92,9 @@ class Tables(PrivateFolder):
             other = self.similar_population(people, population)
             if other is not None:
                 return other
-            mine = sketch(people, self._key())
             old = dict(self._sketches()).get(population)
+            # at least the population's size: merging a smaller version never folds its people away
+            mine = sketch(people, self._key(), 0 if old is None else len(old.records))
             merged: Sketch = mine if old is None else old.merged(mine)
             write_private(
                 self._sketch_path(population), json_bytes({"population": population, "sketch": merged.as_dict()})

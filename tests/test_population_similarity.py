@@ -198,3 +198,29 @@ def test_monthly_versions_stay_one_population_for_two_years(tmp_path):
         assert found is not None and min(found.new, found.old) >= 0.95, (month, found)
         assert table_is_version(tmp_path, people, FIRST) and VERSION_SHARE == 0.8
         assert store.claim_table(people, FIRST) is None
+
+
+def test_a_version_half_the_size_keeps_the_other_people(tmp_path):
+    """A version of 1,300 people after a population of 2,700 (filters of 4 KB against 8 KB): folding the
+    population onto the version's filters set more than MAX_FILL of their bits, so the sketch became the version
+    alone and the other 1,400 people were forgotten -- released as another population they were admitted (a fresh
+    budget). The version is built at the population's size: they stay on record and are refused."""
+    from mdp_core.release.similarity import MAX_FILL, _fill, _fold
+
+    rng = np.random.default_rng(4949)
+    box = ([41.88, 12.47], [41.92, 12.52])
+    records = rng.uniform(*box, size=(400, 2))
+    table = rng.uniform(*box, size=(2700, 2))
+    store = PrivateStore(tmp_path)
+    assert store.claim_table(_people(table, records), FIRST) is None
+    version, others = table[:1300], table[1300:]
+    assert store.claim_table(_people(version, records), FIRST) is None  # a version of the population's table
+    own = store.own_overlap(_people(others, records), FIRST)
+    assert own is not None and own.new > 0.99, own  # every person on record is still found
+    refused = store.claim_table(_people(others, records), SECOND)
+    assert refused is not None and refused[0] == FIRST and refused[1] > 0.99, refused
+    # the premise: on its own the version's filters are half the population's, and the population's people
+    # folded onto them set more than MAX_FILL of their bits (what made the merge start again from the version)
+    small, full = (sketch(_people(p, records), b"k" * 32) for p in (version, table))
+    assert 2 * len(small.records) == len(full.records)
+    assert _fill(_fold(full.cells, len(small.cells))) > MAX_FILL

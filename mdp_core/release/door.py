@@ -411,11 +411,28 @@ def resolved_rows(rows: Any, inst: Any) -> Any:
     return sealed_rows(pd.DataFrame({"record": pd.Series(ids, dtype=object)}), published_instance(inst))
 
 
+def _universe_degrees(points: Any, inst: Any, cols: list[str]) -> Any:
+    """The (n, 2) people ``points`` given in a grid's own km (x0 east, x1 north) in lat, lon degrees, by the
+    grid's own map (:func:`mdp_core.problem.datasets.grid.grid_latlon` at its anchor, the one its records'
+    lat, lon come from): what the universe test compares with the file's (lat, lon) points ``cols``. A
+    SecretTableError naming the columns to give (nothing charged) for an instance with no such exact map."""
+    anchor = (inst.provenance.get("parameters") or {}).get("anchor_sw")
+    if inst.provenance.get("dataset") != "grid" or anchor is None or points.shape[1] != 2:
+        raise SecretTableError(
+            "the secret table gives the people in the instance's own coordinates, which cannot be compared "
+            f"with the universe file's points ({', '.join(cols)}, degrees) for rule 5: give them as lat, lon"
+        )
+    from mdp_core.problem.datasets.grid import grid_latlon
+
+    return grid_latlon(points, (float(anchor[0]), float(anchor[1])))
+
+
 def universe_facts(people: People, inst: Any) -> UniverseTest | None:
     """The universe test of ``people`` against the points of the user's file ``inst``'s records come from: its
     kind's :attr:`~mdp_core.declarations.dataset_kinds.Kind.universe_points` when ``inst`` carries them (the
-    grid's snapped road nodes, not its cell centres), else the records' coordinates. None for a table keyed
-    by record (its people are their records, nothing to test)."""
+    grid's snapped road nodes, not its cell centres; people given in the grid's km are brought into lat, lon
+    by the grid's own map first, so a table's verdict does not depend on the columns it gives), else the
+    records' coordinates. None for a table keyed by record (its people are their records, nothing to test)."""
     if people.points is None:
         return None
     import numpy as np
@@ -428,7 +445,8 @@ def universe_facts(people: People, inst: Any) -> UniverseTest | None:
     points = [list(k.universe_points) for k in DECLARED.values() if k.universe_points]
     at = next((cols for cols in points if set(cols) <= names), None)
     if at is not None:
-        return universe_test(people.points, recs[at].to_numpy(dtype=np.float64), True)
+        pts = people.points if people.geo else _universe_degrees(people.points, inst, at)
+        return universe_test(pts, recs[at].to_numpy(dtype=np.float64), True)
     coords = recs[["lat", "lon"]].to_numpy(dtype=np.float64) if people.geo else np.asarray(inst.record_points())
     return universe_test(people.points, coords, people.geo)
 

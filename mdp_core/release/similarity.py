@@ -22,7 +22,8 @@ records alone either share above 0.9 (two independent populations over the same 
 their histograms by chance). A month's version of a table moves about 1 % of its people: far above both.
 
 A population's sketch is the union of its versions' (:meth:`Sketch.merged`: filters of any two power-of-two
-sizes, folded onto the smaller), counted as its latest version's people, so a version is compared with every
+sizes, folded onto the smaller; a new version's are built at least at the population's size, so they are
+never smaller), counted as its latest version's people, so a version is compared with every
 person on record, not with the first table: the shares of a monthly version stay those of one month's change
 (docs/privacy.md, rule 6, "Versions over time"); a union more than :data:`MAX_FILL` set starts again from the
 latest version.
@@ -162,7 +163,9 @@ class Sketch:
         onto a smaller one, :func:`_fold`), counted as ``other``'s people and cells (the latest version is the
         one a new table's ``old`` share is measured against); ``other`` alone when the union would set more than
         :data:`MAX_FILL` of its bits (a false match per lookup above MAX_FILL ** HASHES: the versions outgrew
-        the filter; the population then starts again from its latest version)."""
+        the filter; the population then starts again from its latest version). The claim builds ``other`` at
+        least at this sketch's size (:func:`sketch`'s ``nbytes``), so the union is never folded below it: a
+        smaller version cannot fill it past MAX_FILL by folding and forget the population's other people."""
         nbytes = min(len(self.records), len(other.records))
         cells = _fold(self.cells, nbytes) | _fold(other.cells, nbytes)
         recs = _fold(self.records, nbytes) | _fold(other.records, nbytes)
@@ -197,10 +200,13 @@ def _member(key: bytes, label: bytes, tag: bytes, bits: np.ndarray) -> bool:
     return bool(all(bits[p] for p in _positions(key, label, tag, bits.size)))
 
 
-def sketch(people: People, key: bytes) -> Sketch:
-    """The keyed sketch of ``people`` under ``key`` (the store key)."""
+def sketch(people: People, key: bytes, nbytes: int = 0) -> Sketch:
+    """The keyed sketch of ``people`` under ``key`` (the store key), its filters of at least ``nbytes`` bytes
+    (rounded up to a power of two; the claim passes the population's current size, so the merge of a smaller
+    version never folds the population's people onto the smaller version's filters)."""
     n = int(people.records.shape[0])
-    nbytes = 1 << max(7, math.ceil(math.log2(max(1.0, n * BITS_PER_TAG / 8))))  # a power of two: versions merge
+    need = max(1.0, n * BITS_PER_TAG / 8, float(nbytes))
+    nbytes = 1 << max(7, math.ceil(math.log2(need)))  # a power of two: versions merge
     cells = [] if people.points is None else _cells(people.points, people.geo)
     return Sketch(
         n,

@@ -99,9 +99,18 @@ def _cell_centres(
     """((N, 2) cell centres x, y in km from the SW corner, record columns lat, lon (degrees), row, col)."""
     r, c = np.divmod(np.arange(rows * cols), cols)
     xy = np.column_stack([(c + 0.5) * cell_km, (r + 0.5) * cell_km])
+    latlon = grid_latlon(xy, anchor)
+    return xy, {"lat": latlon[:, 0], "lon": latlon[:, 1], "row": r.astype(np.int64), "col": c.astype(np.int64)}
+
+
+def grid_latlon(xy: np.ndarray, anchor: tuple[float, float]) -> np.ndarray:
+    """(n, 2) lat, lon (degrees) of the (n, 2) points ``xy`` (x0 east, x1 north, km from the grid's south-west
+    corner ``anchor`` (lat, lon degrees)): the grid's own map from its km to degrees (an equirectangular
+    projection at the anchor's latitude), the one its cell centres' lat, lon come from."""
+    xy = np.asarray(xy, dtype=np.float64)
     lat = anchor[0] + xy[:, 1] / KM_PER_DEG_LAT
     lon = anchor[1] + xy[:, 0] / (KM_PER_DEG_LAT * np.cos(np.radians(anchor[0])))
-    return xy, {"lat": lat, "lon": lon, "row": r.astype(np.int64), "col": c.astype(np.int64)}
+    return np.column_stack([lat, lon])
 
 
 def _destination_distances(
