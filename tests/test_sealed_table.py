@@ -258,13 +258,19 @@ def test_no_path_or_value_of_the_table_reaches_prefect_the_store_or_a_failure_re
     assert found_in(home, find) == []  # the database, its WAL, stored results, logs
 
 
-def test_a_grid_table_given_in_the_grids_own_km_is_read_in_that_space():
-    """A grid's records carry x0, x1 (km) and lat, lon: a table that gives x0, x1 is read in km (it raised
-    KeyError 'lat' before), and its people and their records are in the same space."""
+def test_a_grid_table_given_in_the_grids_own_km_is_the_same_people_as_in_lat_lon():
+    """A grid's records carry x0, x1 (km) and lat, lon: a table that gives x0, x1 (it raised KeyError 'lat') is
+    brought into lat, lon by the grid's own map, so the universe test and the population sketch see the same
+    people as when the same table gives lat, lon (in km, a sketch kept in lat, lon matched none of them)."""
+    from mdp_core.problem.datasets.grid import grid_latlon
+
     inst = grid(5, 6, n_outputs=30, seed=0)
-    pts = inst.record_points()[[0, 7, 29]] + 0.05
-    people = people_of(pd.DataFrame({"x0": pts[:, 0], "x1": pts[:, 1]}))
-    assert not people.geo
-    assert people.points is not None and people.points.shape == (3, 2)
-    assert np.allclose(people.points, pts)
-    assert np.allclose(people.records, inst.record_points()[[0, 7, 29]])
+    km = inst.record_points()[[0, 7, 29]] + 0.05
+    latlon = grid_latlon(km, (41.66, 12.24))
+    by_km = people_of(pd.DataFrame({"x0": km[:, 0], "x1": km[:, 1]}))
+    by_deg = people_of(pd.DataFrame({"lat": latlon[:, 0], "lon": latlon[:, 1]}))
+    assert by_km.geo and by_deg.geo
+    assert by_km.points is not None and by_deg.points is not None
+    assert np.allclose(by_km.points, by_deg.points, rtol=0, atol=1e-12)
+    assert np.allclose(by_km.records, by_deg.records, rtol=0, atol=1e-12)
+    assert np.allclose(by_km.records, inst.records[["lat", "lon"]].to_numpy()[[0, 7, 29]])

@@ -384,7 +384,26 @@ def table_people(frame: Any, inst: Any, located: Any) -> People:
     df = canonical_frame(frame)
     pts = np.column_stack([pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64) for c in cols])
     pts[np.asarray(located.bad, dtype=bool)] = np.nan
+    anchor = _grid_anchor(inst)
+    if not geo and anchor is not None and recs is not None and {"lat", "lon"} <= set(recs.columns):
+        # a grid's km, brought into lat, lon by the grid's own map: the universe test and the population sketch
+        # see the same people whichever columns the table gives (in km, a sketch in lat, lon missed them all)
+        from mdp_core.problem.datasets.grid import grid_latlon
+
+        latlon = recs[["lat", "lon"]].to_numpy(dtype=np.float64)
+        at = np.full((ids.size, 2), np.nan)
+        at[ids >= 0] = latlon[ids[ids >= 0]]
+        return People(grid_latlon(pts, anchor), at, True)
     return People(pts, at, geo)
+
+
+def _grid_anchor(inst: Any) -> tuple[float, float] | None:
+    """The (lat, lon) south-west corner of a grid instance whose km (x0, x1) map exactly to its records' lat, lon
+    (:func:`mdp_core.problem.datasets.grid.grid_latlon`); None for any other instance."""
+    anchor = (inst.provenance.get("parameters") or {}).get("anchor_sw")
+    if inst.provenance.get("dataset") != "grid" or anchor is None or len(inst.coordinate_columns()) != 2:
+        return None
+    return float(anchor[0]), float(anchor[1])
 
 
 def resolved_rows(rows: Any, inst: Any) -> Any:
@@ -416,15 +435,15 @@ def _universe_degrees(points: Any, inst: Any, cols: list[str]) -> Any:
     grid's own map (:func:`mdp_core.problem.datasets.grid.grid_latlon` at its anchor, the one its records'
     lat, lon come from): what the universe test compares with the file's (lat, lon) points ``cols``. A
     SecretTableError naming the columns to give (nothing charged) for an instance with no such exact map."""
-    anchor = (inst.provenance.get("parameters") or {}).get("anchor_sw")
-    if inst.provenance.get("dataset") != "grid" or anchor is None or points.shape[1] != 2:
+    anchor = _grid_anchor(inst)
+    if anchor is None or points.shape[1] != 2:
         raise SecretTableError(
             "the secret table gives the people in the instance's own coordinates, which cannot be compared "
             f"with the universe file's points ({', '.join(cols)}, degrees) for rule 5: give them as lat, lon"
         )
     from mdp_core.problem.datasets.grid import grid_latlon
 
-    return grid_latlon(points, (float(anchor[0]), float(anchor[1])))
+    return grid_latlon(points, anchor)
 
 
 def universe_facts(people: People, inst: Any) -> UniverseTest | None:
