@@ -187,7 +187,9 @@ def check_approvals_file(d: Path, manifest: dict) -> list[str]:
         findings += _check_later(f"{where} approvals[{i}]", e, plan)
     times = [str(_obj(e).get("at")) for e in entries]
     if times != sorted(times):
-        findings.append(f"{where}: approvals are not oldest first by decision time (an entry was moved or its time edited)")
+        findings.append(
+            f"{where}: approvals are not oldest first by decision time (an entry was moved or its time edited)"
+        )
     return findings
 
 
