@@ -64,7 +64,6 @@ Layout under ``<store>/private/``:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
@@ -93,6 +92,7 @@ from artifacts.private_folder import (
 )
 from mdp_core.declarations import budget as exact
 from mdp_core.errors import InputError, PrivacyError
+from mdp_core.runtime.files import exclusive_lock
 
 GENESIS_PREV = "0" * 64
 KINDS = ("genesis", "cap", "lower", "raise", "charge", "new-budget", "rename", "renamed-from")
@@ -301,13 +301,8 @@ class Ledger(PrivateFolder):
     def _lock(self, population: str) -> Iterator[Path]:
         """The population's folder, under its exclusive flock (every ledger write holds it)."""
         folder = mkdir_private(self._pop_dir(population))
-        fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(folder / ".lock", mode=FILE_MODE):
             yield folder
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def _append(
         self,

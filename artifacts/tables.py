@@ -15,11 +15,9 @@ Layout under ``<store>/private/``:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +32,7 @@ from artifacts.private_folder import (
     write_private,
 )
 from mdp_core.errors import InputError
+from mdp_core.runtime.files import exclusive_lock
 
 if TYPE_CHECKING:
     from mdp_core.release.similarity import Overlap, People, Sketch
@@ -84,10 +83,7 @@ class Tables(PrivateFolder):
         from mdp_core.release.similarity import sketch
 
         check_population(population)
-        folder = mkdir_private(self.root / "tables")
-        fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(mkdir_private(self.root / "tables") / ".lock", mode=FILE_MODE):
             self._key()  # made now if missing (no ledger yet): the sketch is keyed
             other = self.similar_population(people, population)
             if other is not None:
@@ -100,9 +96,6 @@ class Tables(PrivateFolder):
                 self._sketch_path(population), json_bytes({"population": population, "sketch": merged.as_dict()})
             )
             return None
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def own_overlap(self, people: People, population: str) -> Overlap | None:
         """How much ``people`` have in common with ``population``'s own sketch (the versions of its table on
@@ -196,10 +189,7 @@ class Tables(PrivateFolder):
         Idempotent. Returns True when a sketch was moved."""
         check_population(old)
         check_population(new)
-        folder = mkdir_private(self.root / "tables")
-        fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(mkdir_private(self.root / "tables") / ".lock", mode=FILE_MODE):
             if not (self.root / "store.key").is_file():
                 return False
             sketches = dict(self._sketches())
@@ -209,6 +199,3 @@ class Tables(PrivateFolder):
             write_private(self._sketch_path(new), json_bytes({"population": new, "sketch": merged.as_dict()}))
             self._sketch_path(old).unlink()
             return True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)

@@ -42,8 +42,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -297,21 +296,13 @@ def write_envelope(root: str | Path, name: str, plan: PrivacyPlan, answer: Polic
         return write_json(envelope_path(root, name), record)
 
 
-@contextmanager
-def _locked(root: str | Path) -> Iterator[None]:
-    """The approvals' lock (``<store>/approvals/.lock``, the folder made owner-only): one writer of envelopes."""
-    import fcntl
-    import os
+def _locked(root: str | Path) -> AbstractContextManager[Path]:
+    """The approvals' lock (``<store>/approvals/.lock``, 0600, the folder made owner-only): one writer of envelopes."""
+    from mdp_core.runtime.files import exclusive_lock
 
     folder = Path(root) / APPROVALS
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+    return exclusive_lock(folder / ".lock")
 
 
 def take_run(root: str | Path, name: str, approved_at: Any) -> dict[str, Any] | None:

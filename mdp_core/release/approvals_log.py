@@ -17,24 +17,22 @@ JSON (sorted keys, no whitespace) of every key but the two signature fields. Onl
 decision (a decision's ``by`` and ``at`` already in the manifest or the file is not appended again: a policy run
 inside the envelope the manifest's approval recorded adds nothing). :func:`mdp_core.release.audit_approval.
 check_approvals_file` checks the file. Everything in it is public: names and notes a person typed to be published. One writer at a time:
-an append holds an exclusive ``flock`` of the release folder itself (:func:`_locked`: no lock file beside the
-published ones), so two runs approved at once both land, neither overwrites the other's, each in its place by
-decision time (``at``: a run decided first may publish second).
+an append holds an exclusive ``flock`` of the release folder itself (:func:`mdp_core.runtime.files.exclusive_lock`
+with ``folder=True``: no lock file beside the published ones), so two runs approved at once both land, neither
+overwrites the other's, each in its place by decision time (``at``: a run decided first may publish second).
 """
 
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mdp_core.errors import PrivacyError
+from mdp_core.runtime.files import atomic_write, exclusive_lock
 
 APPROVALS_FILE = "approvals.json"
 FORMAT = "mdp-release-approvals"
@@ -65,28 +63,14 @@ def append_approval(folder: str | Path, approval: dict[str, Any], flow_run_id: s
     first = manifest.get("approval") if isinstance(manifest.get("approval"), dict) else {}
     if approval.get("mode") not in PERSON or approval.get("plan_sha256") != first.get("plan_sha256"):
         return False
-    with _locked(d):  # read, verify, append and write as one: a concurrent append waits
+    with exclusive_lock(d, folder=True):  # read, verify, append and write as one: a concurrent append waits
         return _append(d, data, first, approval, flow_run_id, key)
 
 
-@contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """The release ``folder`` under an exclusive ``flock`` of its own directory (the ledger's lock pattern,
-    ``artifacts.ledger``, without a lock file: the folder's files are published): one writer of approvals.json."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
 def _append(d: Path, data: bytes, first: dict[str, Any], approval: dict[str, Any], flow_run_id: str, key: Any) -> bool:
-    """:func:`append_approval`'s read-modify-write, under :func:`_locked` (``data``: the manifest's bytes,
+    """:func:`append_approval`'s read-modify-write, under the folder's lock (``data``: the manifest's bytes,
     ``first``: its approval)."""
     from mdp_core.release import signing
-    from mdp_core.runtime.files import atomic_write
 
     record = read_approvals(d) or {
         "format": FORMAT,

@@ -1,4 +1,5 @@
-"""File helpers that need no numerical library: atomic writes, deterministic JSON, sha256 of a file.
+"""File helpers that need no numerical library: atomic writes, deterministic JSON, sha256 of a file, and the
+one exclusive ``flock`` every single-writer section of the store holds (:func:`exclusive_lock`).
 
 Split from :mod:`mdp_core.problem.io` (which re-exports them) so the artifact store, the release flow and the
 publication check can use them without importing numpy, pandas and pyarrow: a fully cached
@@ -7,11 +8,14 @@ publication check can use them without importing numpy, pandas and pyarrow: a fu
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +66,32 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+@contextmanager
+def exclusive_lock(path: str | Path, *, folder: bool = False, mode: int = 0o600) -> Iterator[Path]:
+    """Hold an exclusive ``flock`` of ``path`` for the ``with`` block; yields ``path``.
+
+    Blocking: a second holder -- another process, or another open of the same path in this one -- waits until
+    the first leaves the block. Released (unlocked, then closed) on exit, also when the block raises; the kernel
+    releases it too when the holder dies. Advisory: it excludes only the code that takes it.
+
+    ``path``: a lock file (its folder must exist), created with ``mode`` (default 0600: owner only) if missing,
+    left in place after, and never opened through a symbolic link; or, with ``folder=True``, an existing folder,
+    locked itself, nothing created (for a folder whose files are all published). An ``OSError`` of the same kind
+    (same ``errno``) naming ``path`` and saying what could not be done when it cannot be opened.
+    """
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_DIRECTORY if folder else os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        kind = "folder" if folder else "lock file"
+        why = "a symbolic link, refused" if exc.errno == errno.ELOOP and not folder else exc.strerror
+        raise OSError(exc.errno, f"cannot open this {kind} to lock it ({why})", str(path)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
