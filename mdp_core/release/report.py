@@ -587,7 +587,15 @@ def _people_error_sentence(c: dict) -> str:
         f"record alone averages {_g(a['snap'], '.4g')} {unit}; from the records themselves the error is "
         f"{_g(a['from_records'], '.4g')} {unit}. The figure holds for people spread as the public prior over the "
         f"records, each anywhere in the area that would be mapped to their record ({cell}); it is computed from "
-        "public geometry, not from the people's table." + counts
+        "public geometry, not from the people's table."
+        + (
+            " This table's own people may stand nearer to or farther from their records than that: their own figure "
+            "is not measured (the released counts do not say where people stand within a cell; a measurement "
+            "would be charged to the budget)."
+            if a["snap"]
+            else ""
+        )
+        + counts
     )
 
 
