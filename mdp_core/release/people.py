@@ -39,9 +39,10 @@ with the prior over cells):
 * the floor: min_k d(x, o_k), no mechanism releasing these outputs does better even knowing x.
 
 The figure holds for people spread as the prior (within each cell uniformly); for the agency's actual people it
-is an estimate. Weighting the cells by the release's own published counts does not make it theirs: on four
-tables the people's figure stayed 5-9 % off on road data even with their *true* per-record counts, the rest being
-where people stand within their cells, which no public geometry or released count says (bench/HISTORY.md,
+is an estimate. Weighting the cells by the release's own published counts does not make it theirs: on three road
+releases (two made-up Rome tables, Helsinki's) the figure stayed 5-8 % off their people's own even with their
+*true* per-record counts, the rest being where people stand within their cells, which no public geometry or
+released count says (bench/HISTORY.md,
 "The table's own people"). The figure for the table's people is a measurement of their locations:
 :func:`dp_mean_error` is that measurement, eps-DP for one person's change (n public), from the public bounds
 :func:`error_range` (not yet drawn by a release: it would be charged like any other measurement).
