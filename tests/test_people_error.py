@@ -346,3 +346,90 @@ def test_the_dp_mean_error_of_a_table_s_own_people_against_a_direct_computation(
         people.dp_mean_error(errors, hi, lo, 0.5)
     with pytest.raises(InputError):
         people.dp_mean_error(np.array([]), lo, hi, 0.5)
+
+
+def _clustered_people(path: Path, n: int = 400, seed: int = 50) -> pd.DataFrame:
+    """A secret table on conftest's 5 x 6 grid NOT spread as any prior: n people in two tight clusters, each a
+    few hundred metres to one side of a record (the cells' far corners stay empty); written to ``path`` (CSV)."""
+    from conftest import PEOPLE_GRID
+
+    from mdp_core.problem.datasets.grid import grid
+
+    params = PEOPLE_GRID["dataset"]["params"]
+    inst = grid(params["rows"], params["cols"], n_outputs=None, seed=params["seed"])
+    rng = np.random.default_rng(seed)
+    rec = inst.records[["lat", "lon"]].to_numpy()
+    home = rng.choice([3, 17], size=n, p=[0.7, 0.3])
+    pts = rec[home] + np.array([0.003, 0.004]) + rng.normal(0, 0.0008, size=(n, 2))  # ~0.45 km north-east
+    df = pd.DataFrame({"lat": pts[:, 0], "lon": pts[:, 1]})
+    df.to_csv(path, index=False)
+    return df
+
+
+def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(tmp_path: Path) -> None:
+    """Issue 50, "a DP estimate of it, charged like any measurement": a real release with prior = "dp" of a
+    clustered table (people far from where the prior would put them in their cells) publishes the DP mean of its
+    people's own error (eps_error auto: 6 / (0.01 n) capped at 1), within 10 of its stated noise scales of a direct
+    computation from the true coordinates (haversine, written here) and the published mechanism; the charge is in
+    the private ledger, the guarantee's additive epsilon, its statement and the report; the audit is clean."""
+    from conftest import people_config, publish_release, run_stages
+
+    from artifacts.private import PrivateStore
+    from artifacts.store import Store
+
+    df = _clustered_people(tmp_path / "people.csv")
+    root = tmp_path / "store"
+    cfg = people_config(root, tmp_path / "people.csv", prior="dp", eps_prior=0.25)
+    run = publish_release(Store(root), run_stages(root, cfg), cfg=cfg)
+    assert audit.audit_release(run) == []
+    inst, z, _, prov = _published(run)
+    m = prov["people_error"]
+    assert prov["eps_error"] == m["epsilon"] == people.auto_error_epsilon(len(df)) == 1.0
+    rec = inst.records[["lat", "lon"]].to_numpy()  # people by lat/lon: great-circle km, as they were mapped
+    out = rec[inst.outputs["record_id"].to_numpy()]
+    lat, lon = np.radians(df["lat"].to_numpy())[:, None], np.radians(df["lon"].to_numpy())[:, None]
+
+    def km(points: np.ndarray) -> np.ndarray:  # great-circle km from each person to each of ``points`` (m, 2)
+        la, lo = np.radians(points[None, :, 0]), np.radians(points[None, :, 1])
+        h = np.sin((la - lat) / 2) ** 2 + np.cos(lat) * np.cos(la) * np.sin((lo - lon) / 2) ** 2
+        return 2 * 6371.0088 * np.arcsin(np.sqrt(h))
+
+    own = (z[km(rec).argmin(axis=1)] * km(out)).sum(axis=1)
+    assert m["lo"] <= own.min() and own.max() <= m["hi"]
+    assert m["noise_scale"] == pytest.approx(m["step"] * math.ceil((m["hi"] - m["lo"]) / m["step"]) / len(df))
+    assert abs(m["estimate"] - own.mean()) <= 10 * m["noise_scale"] + m["step"]
+    g = prov["guarantee"]
+    assert g["additive_epsilon"] == pytest.approx(1.0 + 0.25 + 1.0) and "counts, prior and mean error" in g["statement"]
+    charged = {e["detail"]["kind"]: e for e in PrivateStore(root).entries(prov["population"]) if e["kind"] == "charge"}
+    assert set(charged) == {"perturb", "counts", "prior", "error"}
+    page = (run / "report.md").read_text()
+    assert f"For this table's own {len(df)} people, DP-estimated at eps_error 1" in page
+    assert "+ eps_error 1 for the people's mean error" in page
+
+
+def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_error_is_refused(
+    released: Path, tmp_path: Path
+) -> None:
+    """Without a DP prior the error is not measured unless asked (the conftest release: no eps_error in its
+    provenance, the additive epsilon the counts' alone); eps_error set overrides auto, 0 turns it off; a bad value
+    is refused when the config is read, before the door or any charge."""
+    from conftest import people_config
+
+    from flows.plan import plan_run
+    from mdp_core.errors import InputError
+
+    prov = read_json(released / "release_provenance.json")
+    assert "eps_error" not in prov and "people_error" not in prov
+    assert prov["guarantee"]["additive_epsilon"] == prov["eps_counts"]
+    table = tmp_path / "people.csv"
+    _clustered_people(table, n=20)
+    root = tmp_path / "store"
+    terms = lambda **r: plan_run(people_config(root, table, **r)).privacy  # noqa: E731
+    assert terms().error_epsilon(20) is None and terms(eps_error=0.3).error_epsilon(20) == 0.3
+    assert terms(prior="dp", eps_error=0).error_epsilon(20) is None
+    assert terms(prior="dp", eps_error="auto").error_epsilon(20000) == 0.03 == people.auto_error_epsilon(20000)
+    assert terms(prior="dp").error_epsilon(None) == people.ERROR_EPS_CAP
+    for bad in (-0.1, float("nan"), "lots"):
+        with pytest.raises(InputError, match="eps_error"):
+            people_config(root, table, prior="dp", eps_error=bad)
+    assert not (root / "private").exists()

@@ -70,6 +70,9 @@ _CHUNK = 1 << 22  # distances per block
 STREET_STEP_KM = 0.01  # people along the streets: one point per piece of at most this length (more on a large map)
 STREET_OFFSET_KM = 0.02  # ... on either side of the street's centre line (a building's front, not the roadway)
 ERROR_STEP = 1e-3  # a person's error is summed in whole steps of this [the metric's unit]: 1 m on km data
+ERROR_TARGET = 0.01  # eps_error = "auto": the noise on the mean at most this share of the figure ...
+ERROR_WIDTH_RATIO = 6.0  # ... taking (hi - lo) / figure as this (3.3-5.6 on eight tables: bench/HISTORY.md)
+ERROR_EPS_CAP = 1.0  # ... and never above this
 
 
 @dataclass(frozen=True)
@@ -427,17 +430,43 @@ def people_rows(instance: Instance, z: np.ndarray | None, metric_epsilon: float,
     return rows + [row(REMAP, "remap", metric_epsilon), row(FLOOR, "floor", math.inf)]
 
 
-def error_range(instance: Instance, z: np.ndarray, max_distance: float) -> tuple[float, float]:
+def _error_space(instance: Instance, geo: bool) -> tuple[np.ndarray, np.ndarray, Callable[..., np.ndarray]]:
+    """(records (N, D'), outputs (K, D'), distance(a, b) -> (n, m)) of the metric a person's error is measured in:
+    the instance's own, or -- ``geo``: people given by lat/lon on an instance whose metric is another (a grid's
+    km coordinates) -- great-circle km between the records' and outputs' lat/lon, the metric they were mapped by."""
+    if not geo or instance.metric == "haversine":
+        rec = space_points(instance, instance.record_points())
+        out = space_points(instance, instance.output_points())
+        return rec, out, lambda a, b: metric_distance(instance, a, b)
+    recs, outs = instance.records, instance.outputs
+    if recs is None or not {"lat", "lon"} <= set(recs.columns):
+        raise InputError("people given by lat/lon need records with lat/lon columns")
+    ll = recs[["lat", "lon"]].to_numpy(dtype=np.float64)
+    if outs is not None and "record_id" in outs:
+        out_ll = ll[outs["record_id"].to_numpy()]
+    elif outs is not None and {"lat", "lon"} <= set(outs.columns):
+        out_ll = outs[["lat", "lon"]].to_numpy(dtype=np.float64)
+    else:
+        raise InputError("people given by lat/lon need outputs with lat/lon (or record_id)")
+
+    def great_circle(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        from scipy.spatial.distance import cdist
+
+        return 2 * EARTH_RADIUS_KM * np.arcsin(np.clip(cdist(a, b) / (2 * EARTH_RADIUS_KM), 0.0, 1.0))
+
+    return unit_sphere(ll), unit_sphere(out_ll), great_circle
+
+
+def error_range(instance: Instance, z: np.ndarray, max_distance: float, geo: bool = False) -> tuple[float, float]:
     """Public bounds [lo, hi] on any admitted person's expected release error e(p) = sum_k z_rk d(p, o_k), r the
     person's record, d(p, r) <= ``max_distance`` (the release refuses anyone farther): by the triangle inequality
     |d(p, o_k) - d(r, o_k)| <= d(p, r), so e(p) lies within ``max_distance`` of E_r = sum_k z_rk d(r, o_k); lo =
     max(0, min_r E_r - max_distance), hi = max_r E_r + max_distance. ``z`` (N, K); from the published mechanism
-    and public coordinates only."""
+    and public coordinates only; ``geo``: in great-circle km over lat/lon (:func:`_error_space`)."""
     if not (math.isfinite(max_distance) and max_distance >= 0):
         raise InputError(f"max_distance must be a finite number >= 0, got {max_distance}")
-    rec = space_points(instance, instance.record_points())
-    d = metric_distance(instance, rec, space_points(instance, instance.output_points()))
-    per_record = np.einsum("ik,ik->i", np.asarray(z, dtype=np.float64), d)
+    rec, out, dist = _error_space(instance, geo)
+    per_record = np.einsum("ik,ik->i", np.asarray(z, dtype=np.float64), dist(rec, out))
     return max(0.0, float(per_record.min()) - max_distance), float(per_record.max()) + max_distance
 
 
@@ -466,3 +495,67 @@ def dp_mean_error(
     total = int(np.rint((np.clip(e, lo, hi) - lo) / step).astype(np.int64).sum())
     noisy = (measure or discrete_laplace)(np.array([total], dtype=np.int64), width, float(epsilon))
     return lo + step * float(noisy.values[0]) / e.size, step * float(noisy.scale) / e.size
+
+
+def auto_error_epsilon(n_people: int) -> float:
+    """``eps_error = "auto"``: the budget of :func:`dp_mean_error` for ``n_people`` (public under the counts'
+    relation), sized before the mechanism exists, so from n alone: its noise on the mean, W / (eps n) with W =
+    hi - lo, is at most :data:`ERROR_TARGET` of the figure when W is at most :data:`ERROR_WIDTH_RATIO` times it
+    (measured 3.3-5.6 on eight tables, bench/HISTORY.md "The table's own people"); rounded up to two
+    significant digits, capped at :data:`ERROR_EPS_CAP`. The scale the release gets is published beside it."""
+    if n_people < 1:
+        raise InputError(f"eps_error = auto needs at least one person, got {n_people}")
+    eps = ERROR_WIDTH_RATIO / (ERROR_TARGET * n_people)
+    digits = 1 - math.floor(math.log10(eps))
+    return min(ERROR_EPS_CAP, math.ceil(eps * 10**digits) / 10**digits)
+
+
+def people_errors(
+    instance: Instance, z: np.ndarray, records: np.ndarray, points: np.ndarray | None, geo: bool = False
+) -> np.ndarray:
+    """(n,) each person's expected release error e(p) = sum_k z_{r(p)k} d(p, o_k) [the metric's unit]: ``records``
+    (n,) their records, ``points`` (n, D) their own coordinates (``geo``: lat, lon degrees, great-circle km;
+    else the instance's columns); None (people known only by their record: keys, simulated people) puts each at
+    their record. Secret."""
+    rec_ids = np.asarray(records, dtype=np.int64)
+    zz = np.asarray(z, dtype=np.float64)
+    rec, out, dist = _error_space(instance, geo)
+    if points is None:  # each record's error once, then per person
+        return np.einsum("ik,ik->i", zz, dist(rec, out))[rec_ids]
+    pts = np.asarray(points, dtype=np.float64)
+    at = unit_sphere(pts) if geo else space_points(instance, pts)
+    errors = np.empty(rec_ids.size)
+    step = max(1, _CHUNK // max(out.shape[0], 1))
+    for a in range(0, rec_ids.size, step):
+        b = min(rec_ids.size, a + step)
+        errors[a:b] = np.einsum("ik,ik->i", zz[rec_ids[a:b]], dist(at[a:b], out))
+    return errors
+
+
+def measured_error(
+    instance: Instance,
+    z: np.ndarray,
+    records: np.ndarray,
+    points: np.ndarray | None,
+    max_distance: float,
+    epsilon: float,
+    measure: Callable[[np.ndarray, int, float], Any] | None = None,
+    geo: bool = False,
+) -> dict[str, Any]:
+    """The release's ``people_error`` provenance block: :func:`dp_mean_error` of the table's people's errors
+    (:func:`people_errors`) in the public :func:`error_range` at ``epsilon`` (``measure``: the caller's noise,
+    drawn from the secret draw's store; OpenDP's by default). Published: the estimate, its noise scale, eps, the
+    bounds and the step (public), nothing else of the people. Call it only once ``epsilon`` is charged. ``geo``:
+    ``points`` are lat, lon (the metric the people were mapped by: great-circle km)."""
+    lo, hi = error_range(instance, z, max_distance, geo)
+    errors = people_errors(instance, z, records, points, geo)
+    estimate, scale = dp_mean_error(errors, lo, hi, epsilon, measure=measure)
+    return {
+        "estimate": estimate,
+        "noise_scale": scale,
+        "epsilon": float(epsilon),
+        "lo": lo,
+        "hi": hi,
+        "step": ERROR_STEP,
+        "unit": instance.distance_unit,
+    }
