@@ -587,8 +587,10 @@ def _print_manifest(manifest: dict) -> None:
         print(
             f"  guarantee: {rate} "
             f"(eps {g['epsilon_per_unit']:g} x stretch {g['stretch']:.4g}) + {g['additive_epsilon']:g} for the counts"
-            f"{' and prior' if privacy.get('prior_epsilon') else ''}; {who} {led.get('population')}: charged "
-            f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts); at that "
+            f"{' and prior' if privacy.get('prior_epsilon') else ''}"
+            f"{' and the mean error' if 'mean error' in str(g.get('statement')) else ''}; {who} "
+            f"{led.get('population')}: charged {led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} "
+            f"{unit} + the additive part); at that "
             f"release: total {led['total_so_far']:.4g}, {left} (now: mdp-release ledger)"
         )
     _print_people_error(manifest)

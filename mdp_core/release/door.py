@@ -76,8 +76,9 @@ class Settings:
     all_pairs: bool = False  # the mechanism is certified over every pair of a component in the metric (issue 51)
 
     def as_params(self) -> dict[str, Any]:
-        """The settings as a stage's JSON parameters (``Settings(**params)`` reads them back)."""
-        return dict(self.__dict__)
+        """The settings as a stage's JSON parameters (``Settings(**params)`` reads them back); ``eps_error`` only
+        when set, so a release without it keeps its stage parameters (and its cached measurement)."""
+        return {k: v for k, v in self.__dict__.items() if k != "eps_error" or v is not None}
 
     @property
     def radius(self) -> float:

@@ -484,12 +484,13 @@ def _rate_at(g: dict, d: float) -> float | None:
     return eps * (within if d <= radius * (1 + 1e-12) else anywhere)
 
 
-def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False) -> str:
+def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False, error: bool = False) -> str:
     """The guarantee in plain words (issue 50): by how much seeing the release can change the odds between two
     records, and between two people (each at most ``max_snap`` from their record: their records are at most
     d + 2 x max_snap apart), at a few distances up to the protection radius; the factor includes the counts'
-    (and DP prior's) share, exp(additive)."""
+    (and DP prior's, and the people's mean error's: ``error``) share, exp(additive)."""
     radius, add = _finite(g.get("protection_radius")), _finite(g.get("additive_epsilon"))
+    shares = "the counts" + (" and the DP prior" if prior else "") + (" and the people's mean error" if error else "")
     if radius is None or add is None or radius <= 0 or _rate_at(g, radius) is None:
         return ""
     unit = str(g.get("distance_unit", ""))
@@ -502,7 +503,7 @@ def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False) 
     text = (
         f" In plain words: seeing this release (microdata, counts and all) changes the odds between any two records "
         f"a person could have by at most {records} apart (1x: no change; {_g(_rate_at(g, radius), '.4g')} per {unit} "
-        f"within the protection radius; the counts{' and the DP prior' if prior else ''} account for a factor "
+        f"within the protection radius; {shares} account for a factor "
         f"{math.exp(add):.3g} of each)."
     )
     if max_snap is not None and max_snap > 0:
@@ -652,7 +653,8 @@ def summary_lines(c: dict) -> list[str]:
         f"about them. `aggregates.parquet`: noisy counts per output location ({c['n_outputs']}){zones} and the exact "
         f"total ({c['n_individuals']}).",
         _spend_sentence(c),
-        f"- **Guarantee.**{_odds_sentence(g, snap, c['prior_source'] == 'dp')} The formal statement is in the "
+        f"- **Guarantee.**{_odds_sentence(g, snap, c['prior_source'] == 'dp', bool(c.get('people_error')))} The "
+        "formal statement is in the "
         "appendix's details.",
         _people_error_sentence(c),
     ]
