@@ -371,8 +371,9 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     clustered table (people far from where the prior would put them in their cells) publishes the DP mean of its
     people's own error (eps_error auto: 6 / (0.01 n) capped at 1), within 10 of its stated noise scales of a direct
     computation from the true coordinates (haversine, written here) and the published mechanism; the charge is in
-    the private ledger, the guarantee's additive epsilon, its statement and the report; the audit is clean."""
-    from conftest import people_config, publish_release, run_stages
+    the private ledger, the guarantee's additive epsilon, its statement and the report; the audit is clean, and finds
+    the block edited."""
+    from conftest import edit, people_config, publish_release, run_stages
 
     from artifacts.private import PrivateStore
     from artifacts.store import Store
@@ -405,6 +406,11 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     page = (run / "report.md").read_text()
     assert f"For this table's own {len(df)} people, DP-estimated at eps_error 1" in page
     assert "+ eps_error 1 for the people's mean error" in page
+    # the audit holds the block to its charge: a smaller stated noise, or another epsilon, is a finding
+    edit(run, "release_provenance.json", lambda p: p["people_error"].update(noise_scale=m["noise_scale"] / 10))
+    assert any("people_error: noise_scale" in f for f in audit.audit_release(run))
+    edit(run, "release_provenance.json", lambda p: p["people_error"].update(epsilon=0.5))
+    assert any("people_error: epsilon 0.5" in f for f in audit.audit_release(run))
 
 
 def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_error_is_refused(

@@ -45,7 +45,8 @@ releases (two made-up Rome tables, Helsinki's) the figure stayed 5-8 % off their
 released count says (bench/HISTORY.md,
 "The table's own people"). The figure for the table's people is a measurement of their locations:
 :func:`dp_mean_error` is that measurement, eps-DP for one person's change (n public), from the public bounds
-:func:`error_range` (not yet drawn by a release: it would be charged like any other measurement).
+:func:`error_range`; :func:`measured_error` is what a release publishes (``[release] eps_error``: charged by the
+measuring stage before it is made, composed into the guarantee; docs/privacy.md).
 """
 
 from __future__ import annotations
