@@ -483,7 +483,7 @@ def _after_solve(rep: Report, cfg: Any, inst: Any) -> None:
 
 def _check_budget(rep: Report, run: RunPlan, plan: Any) -> None:
     """The population's budget in the run plan's store (read only; nothing is created): what the release
-    would charge (the door's plan: eps x stretch x protection radius + counts + prior) against what is left."""
+    would charge (the door's plan: eps x stretch x protection radius + counts + prior + the people's mean error) against what is left."""
     r, root = run.privacy, run.store_root
     charge = float(plan.charge)
     budget: dict[str, Any] = {"population": r.population, "charge": charge}

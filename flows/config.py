@@ -42,6 +42,7 @@ Example (every key optional; these are the defaults of the built-in release)::
     # n_individuals = 10000      # how many simulated people (only with simulate; unset: 10,000)
     eps_counts = 1.0             # budget of the released counts of the true data (discrete Laplace + CBDP)
     prior = "dataset"            # dataset | uniform | dp (DP histogram of the microdata, eps_prior) | a file
+    # eps_error = 0.25           # a DP mean of the people's own error (unset: auto with prior = dp, else 0)
     # approval = "required"      # required | policy | none: a person approves the plan before the first
     #                            # charge (unset, microdata: policy when deployed or served, none in a terminal)
     # approval_timeout = 3600    # seconds to wait for it; then the run ends Refused, nothing measured
@@ -460,6 +461,15 @@ class ReleaseConfig(BaseModel):
         "microdata, spending eps_prior) | a public .csv/.parquet file with a 'prior' column (N rows)",
     )
     eps_prior: float = Field(0.1, gt=0, allow_inf_nan=False, description="budget of the DP prior (prior = dp)")
+    eps_error: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="budget of a DP measurement of the table's own people's mean release error (the report's "
+        "figure for them, not for people spread as the prior; charged, composed into the guarantee); unset or "
+        '"auto": with prior = dp, sized from the number of people n for a noise of about 1 % of the figure '
+        "(6 / (0.01 n), capped at 1), otherwise 0; 0: not measured",
+    )
     max_total_epsilon: float | None = Field(
         None,
         gt=0,
@@ -486,11 +496,11 @@ class ReleaseConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _unset_approval_not_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """``approval`` / ``approval_timeout`` appear in a dump only when set: an unset value is a function of
-        the other keys (:func:`approval_mode`), so the configs written before them keep their hash, release
+        """``approval`` / ``approval_timeout`` / ``eps_error`` appear in a dump only when set: an unset value is a
+        function of the other keys (:func:`approval_mode`, :meth:`flows.plan.PrivacyTerms.error_epsilon`), so the configs written before them keep their hash, release
         key and published config."""
         data: dict[str, Any] = handler(self)
-        for key in ("approval", "approval_timeout"):
+        for key in ("approval", "approval_timeout", "eps_error"):
             if data.get(key, 0) is None:
                 del data[key]
         return data
@@ -498,6 +508,8 @@ class ReleaseConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_seed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("eps_error") == "auto":  # the same as unset
+            data = {k: v for k, v in data.items() if k != "eps_error"}
         if isinstance(data, dict) and "seed" in data:
             raise PydanticCustomError(
                 "seed_removed",

@@ -172,6 +172,9 @@ def plan_for(plan: RunPlan, inst: Any) -> Door:
     if isinstance(inst, Figures):
         raise ValueError("a secret table is read against the instance itself, not its figures")
     facts, people, loc, rows = read_secret_table(plan, inst, s.distance_limit)
+    s = p.settings(
+        s.epsilon, s.eta, facts.n_people or None
+    )  # eps_error = auto is sized from n, public (docs/privacy.md)
     return Door(plan_privacy(s, figures.graph, facts), people, loc, figures, rows)
 
 

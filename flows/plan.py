@@ -52,13 +52,28 @@ class PrivacyTerms:
     max_distance: float | None  # distance unit
     eps_counts: float
     eps_prior: float | None  # the DP prior's budget; None: the prior is not a DP histogram
+    eps_error: float | None  # [release] eps_error: the people's mean error's budget; None: auto (0: not measured)
     population: str | None  # the secret table's population; None: simulated people
     all_pairs: bool  # [solve] all_pairs: certified over every pair of a component (issue 51)
     microdata: str | None  # the secret table's path; None: simulated people
     max_total_epsilon: float | None  # the population's cap the config asks for
 
-    def settings(self, epsilon: float, eta: float) -> Settings:
-        """The door's settings (``epsilon``, ``eta``: the instance's, after the config's; distance unit)."""
+    def error_epsilon(self, n_people: int | None) -> float | None:
+        """The budget of the people's mean-error measurement (:func:`mdp_core.release.people.measured_error`) for
+        ``n_people`` (public under the counts' relation; None: not known yet, then the cap
+        :data:`mdp_core.release.people.ERROR_EPS_CAP` bounds it): ``eps_error`` when set (0: None, not measured);
+        unset (auto): :func:`mdp_core.release.people.auto_error_epsilon` with a DP prior, else None."""
+        from mdp_core.release import people
+
+        if self.eps_error is not None:
+            return float(self.eps_error) or None
+        if self.eps_prior is None:
+            return None
+        return people.ERROR_EPS_CAP if n_people is None else people.auto_error_epsilon(n_people)
+
+    def settings(self, epsilon: float, eta: float, n_people: int | None = None) -> Settings:
+        """The door's settings (``epsilon``, ``eta``: the instance's, after the config's; distance unit;
+        ``n_people``: the secret table's size once the door read it, for ``eps_error`` = auto)."""
         return Settings(
             epsilon=float(epsilon),
             eta=float(eta),
@@ -66,6 +81,7 @@ class PrivacyTerms:
             max_distance=self.max_distance,
             eps_counts=self.eps_counts,
             eps_prior=self.eps_prior,
+            eps_error=self.error_epsilon(n_people),
             max_stretch=self.max_stretch,
             allow_unprotected=self.allow_unprotected,
             population=self.population,
@@ -154,6 +170,7 @@ def plan_run(config: ReleaseFlowConfig) -> RunPlan:
         max_distance=r.max_distance,
         eps_counts=r.eps_counts,
         eps_prior=r.eps_prior if r.prior_source == "dp" else None,
+        eps_error=r.eps_error,
         population=r.population if r.microdata is not None else None,
         all_pairs=all_pairs(config),
         microdata=r.microdata,

@@ -536,12 +536,17 @@ def _proven(solve: dict) -> str:
 
 
 def _print_people_error(manifest: dict) -> None:
-    """The release's expected error per person beside planar Laplace's (issue 50), from its evaluation.parquet."""
+    """The release's expected error per person beside planar Laplace's (issue 50), from its evaluation.parquet; the
+    table's own people's DP-measured figure first when its provenance has one."""
+    from mdp_core.declarations.contract import PROVENANCE
     from mdp_core.release.report import evaluation_markdown, people_error_line
+    from mdp_core.runtime.files import read_json
 
-    path = Path(manifest["run_dir"]) / "evaluation.parquet"
+    path, prov = Path(manifest["run_dir"]) / "evaluation.parquet", Path(manifest["run_dir"]) / PROVENANCE
     unit = (manifest["privacy"].get("guarantee") or {}).get("distance_unit", "unit")
-    line = people_error_line(evaluation_markdown(path), manifest["solve"]["method"], unit) if path.is_file() else None
+    measured = read_json(prov).get("people_error") if prov.is_file() else None
+    method = manifest["solve"]["method"]
+    line = people_error_line(evaluation_markdown(path), method, unit, measured) if path.is_file() else None
     if line:
         print(f"  {line}")
 
@@ -582,8 +587,10 @@ def _print_manifest(manifest: dict) -> None:
         print(
             f"  guarantee: {rate} "
             f"(eps {g['epsilon_per_unit']:g} x stretch {g['stretch']:.4g}) + {g['additive_epsilon']:g} for the counts"
-            f"{' and prior' if privacy.get('prior_epsilon') else ''}; {who} {led.get('population')}: charged "
-            f"{led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} {unit} + counts); at that "
+            f"{' and prior' if privacy.get('prior_epsilon') else ''}"
+            f"{' and the mean error' if 'mean error' in str(g.get('statement')) else ''}; {who} "
+            f"{led.get('population')}: charged {led['this_release']:.4g} (eps x stretch x {g['protection_radius']:g} "
+            f"{unit} + the additive part); at that "
             f"release: total {led['total_so_far']:.4g}, {left} (now: mdp-release ledger)"
         )
     _print_people_error(manifest)

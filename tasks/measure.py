@@ -213,13 +213,20 @@ def individuals(private: PrivateStore, params: dict[str, Any], inst, draw: Draw)
     """Each individual's secret record: the table the door sealed (the draw's version: the sealed rows' sha256,
     read back from ``private`` and checked against it and against ``params["table"]``, its keyed handle) mapped
     to records -- never the file, which may have changed since --, or simulated from the prior."""
+    return located_individuals(private, params, inst, draw)[0]
+
+
+def located_individuals(private: PrivateStore, params: dict[str, Any], inst, draw: Draw):  # -> (ids, points, geo)
+    """:func:`individuals`, each one's own coordinates ((n, D) float64 in the columns they were mapped by, from the
+    sealed rows: secret; None for people known only by their record: a key column, simulated people) and whether
+    those are lat, lon."""
     from mdp_core.declarations.dataset_kinds import published_instance
     from mdp_core.problem import microdata
     from mdp_core.release import perturb
 
     handle = params.get("table")
     if handle is None:
-        return perturb.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals"))
+        return perturb.draw_individuals(inst.prior, int(params["n_individuals"]), draw.rng("individuals")), None, False
     if private.table_handle(draw.version) != handle:
         raise InputError("the sealed table is not this draw's table; run the release again")
     rows = private.sealed_table(draw.version)
@@ -228,10 +235,12 @@ def individuals(private: PrivateStore, params: dict[str, Any], inst, draw: Draw)
         # against the published records (the export's, or the prior stage's ingested instance without its file
         # columns): a key of the user's file is already a record id (flows.door)
         public = published_instance(inst)
-        return microdata.map_individuals(rows, public, inst.eta if limit is None else float(limit)).record_ids
+        ids = microdata.map_individuals(rows, public, inst.eta if limit is None else float(limit)).record_ids
     except SecretTableError as exc:  # its rows are the sealed table's (sorted by its key), not the file's
         sealed = " (rows of the table as the door sealed it, sorted by its key; `mdp-release check` names the file's)"
         raise SecretTableError(str(exc), exc.detail + sealed) from None
+    cols = [c for c in rows.columns if c != "record"]  # lat, lon; or the instance's x0..; or none (keys)
+    return ids, (rows[cols].to_numpy(dtype="float64") if cols else None), cols == ["lat", "lon"]
 
 
 def _zones(store: Store, inst, partition: ArtifactRef | None):  # -> (K,) int64
@@ -281,7 +290,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     plan = make.plan_release(inst, z, privacy)  # certifies z, refuses a deterministic row or a refused plan
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
-    records = individuals(private, params, inst, draw)
+    records, points, geo = located_individuals(private, params, inst, draw)
     zone = _zones(store, inst, upstream.get("partition"))
     mech_sha, inst_sha = upstream["mechanism"].files["mechanism.parquet"], upstream["instance"].files["instance.json"]
     limit = params.get("max_distance")
@@ -289,17 +298,22 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         "perturb": charge_key("perturb", draw, mech_sha, inst_sha, limit),
         "counts": charge_key("counts", draw, inst_sha, zone.tolist(), plan.eps_counts, limit),
     }
+    if settings.eps_error:  # the people's mean error: its own charge, measured from the sealed rows (issue 50)
+        keys["error"] = charge_key("error", draw, mech_sha, inst_sha, limit, settings.eps_error)
     # A stream per (mechanism, instance): two releases of the same draw through different mechanisms, or the
     # same mechanism bytes over other records, must not share their uniforms (the pair of inverse-CDF outputs
     # would pin u down); they are two charges, and the same mechanism, instance and draw give the same outputs,
     # which reveal nothing new.
     rng = draw.rng(f"perturb:{mech_sha}:{inst_sha}")
-    rel = charge_then_measure(  # charged first; then, and only then, drawn and measured
+    rel = charge_then_measure(  # charged first; then, and only then, drawn and measured (the error: its own key)
         private,
         draw,
         params,
         {keys[s.kind]: (s.kind, float(s.epsilon)) for s in plan.spends},
-        lambda: make.make_release(inst, z, records, zone, plan, rng, kept_measure(private, draw, keys["counts"])),
+        lambda: make.make_release(
+            *(inst, z, records, zone, plan, rng, kept_measure(private, draw, keys["counts"])),
+            make.ErrorMeasure(points, kept_measure(private, draw, keys["error"]), geo) if "error" in keys else None,
+        ),
     )
     at = private.position(draw.population, tuple(keys.values()))
     assert at is not None  # just charged (or charged before)

@@ -179,6 +179,8 @@ def test_the_grid_release_states_the_error_of_people_in_its_grid_cells(released:
     scale = float(agg.loc[agg["level"] == "output", "noise_scale"].iloc[0])
     page = (released / "report.md").read_text().split("# Appendix")[0]
     assert f"interval (ci_low, ci_high: about {half_width(0.95, scale)} people either side" in page
+    # for whom: people spread as the prior, not this table's own people (not measured: bench/HISTORY.md)
+    assert "people spread as the public prior" in page and "their own figure is not measured" in page
     # a person uniform in a square cell of side 2h is sqrt(2)/3 + ln(1 + sqrt(2))/3 times h from its centre
     assert rows[people.SNAP]["dist_loss_mean"] == pytest.approx(
         half * (math.sqrt(2) + math.log1p(math.sqrt(2))) / 3, rel=0.02
@@ -289,3 +291,151 @@ def test_a_road_s_people_live_along_its_streets_read_again_as_they_were(tmp_path
         f.write("\n")
     with pytest.raises(InputError, match="absent or changed"):
         people.cells(inst, 0.4)
+
+
+def _clustered_table(inst, limit: float, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A simulated secret table not spread as the prior: n people from 3 tight Gaussian clusters over the records'
+    box, each snapped to its nearest record by a full distance matrix, those farther than ``limit`` dropped;
+    (people (m, 2), their record (m,))."""
+    rng = np.random.default_rng(seed)
+    rec = inst.record_points()
+    centres = rng.uniform(rec.min(axis=0), rec.max(axis=0), size=(3, 2))
+    pts = centres[rng.integers(0, 3, size=n)] + rng.normal(scale=0.3, size=(n, 2))
+    d = np.sqrt(((pts[:, None, :] - rec[None, :, :]) ** 2).sum(axis=2))
+    keep = d.min(axis=1) <= limit
+    return pts[keep], d.argmin(axis=1)[keep]
+
+
+def _exact(true: np.ndarray, sensitivity: int, epsilon: float):
+    """A measure without noise (the sum itself) that keeps the stated sensitivity: the estimator's arithmetic."""
+    from mdp_core.release.noise import Measurement
+
+    return Measurement(np.asarray(true, dtype=np.int64), sensitivity / epsilon, sensitivity, epsilon)
+
+
+def test_the_dp_mean_error_of_a_table_s_own_people_against_a_direct_computation() -> None:
+    """The table's own people (clustered, not spread as the prior): every person's error lies in the public
+    range (triangle inequality from the published mechanism); without noise the estimate is their direct mean
+    within half a step; with OpenDP's discrete Laplace it is within 10 of its stated scales (fails with
+    probability e^-10); one person moved anywhere changes the noised sum by at most the stated sensitivity."""
+    from mdp_core.errors import InputError
+    from mdp_core.problem.datasets.synthetic import synthetic
+    from mdp_core.solvers.mechanisms import exponential
+
+    inst = synthetic(n_records=60, n_outputs=12, dim=2, sigma=1.0, eta=0.5, epsilon=4.0)
+    z, limit = exponential(inst), 0.4
+    pts, j = _clustered_table(inst, limit, 3000, seed=50)
+    out = inst.output_points()
+    d_out = np.sqrt(((pts[:, None, :] - out[None, :, :]) ** 2).sum(axis=2))
+    errors = (z[j] * d_out).sum(axis=1)  # each person's expected error from where they are
+    lo, hi = people.error_range(inst, z, limit)
+    assert 0 <= lo <= errors.min() and errors.max() <= hi
+    est, scale = people.dp_mean_error(errors, lo, hi, 0.5, measure=_exact)
+    width = math.ceil((hi - lo) / people.ERROR_STEP)
+    assert abs(est - errors.mean()) <= people.ERROR_STEP / 2
+    assert scale == pytest.approx(people.ERROR_STEP * width / (0.5 * errors.size))
+    est, scale = people.dp_mean_error(errors, lo, hi, 0.5)
+    assert abs(est - errors.mean()) <= 10 * scale + people.ERROR_STEP / 2
+    sums = []
+    for moved in (lo, hi):  # the first person replaced by one at either end of the range
+        other = errors.copy()
+        other[0] = moved
+        sums.append(people.dp_mean_error(other, lo, hi, 0.5, measure=_exact)[0] * errors.size / people.ERROR_STEP)
+    assert abs(sums[1] - sums[0]) <= width + 1e-6
+    with pytest.raises(InputError):
+        people.dp_mean_error(errors, hi, lo, 0.5)
+    with pytest.raises(InputError):
+        people.dp_mean_error(np.array([]), lo, hi, 0.5)
+
+
+def _clustered_people(path: Path, n: int = 400, seed: int = 50) -> pd.DataFrame:
+    """A secret table on conftest's 5 x 6 grid NOT spread as any prior: n people in two tight clusters, each a
+    few hundred metres to one side of a record (the cells' far corners stay empty); written to ``path`` (CSV)."""
+    from conftest import PEOPLE_GRID
+
+    from mdp_core.problem.datasets.grid import grid
+
+    params = PEOPLE_GRID["dataset"]["params"]
+    inst = grid(params["rows"], params["cols"], n_outputs=None, seed=params["seed"])
+    rng = np.random.default_rng(seed)
+    rec = inst.records[["lat", "lon"]].to_numpy()
+    home = rng.choice([3, 17], size=n, p=[0.7, 0.3])
+    pts = rec[home] + np.array([0.003, 0.004]) + rng.normal(0, 0.0008, size=(n, 2))  # ~0.45 km north-east
+    df = pd.DataFrame({"lat": pts[:, 0], "lon": pts[:, 1]})
+    df.to_csv(path, index=False)
+    return df
+
+
+def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(tmp_path: Path) -> None:
+    """Issue 50, "a DP estimate of it, charged like any measurement": a real release with prior = "dp" of a
+    clustered table (people far from where the prior would put them in their cells) publishes the DP mean of its
+    people's own error (eps_error auto: 6 / (0.01 n) capped at 1), within 10 of its stated noise scales of a direct
+    computation from the true coordinates (haversine, written here) and the published mechanism; the charge is in
+    the private ledger, the guarantee's additive epsilon, its statement and the report; the audit is clean, and finds
+    the block edited."""
+    from conftest import edit, people_config, publish_release, run_stages
+
+    from artifacts.private import PrivateStore
+    from artifacts.store import Store
+
+    df = _clustered_people(tmp_path / "people.csv")
+    root = tmp_path / "store"
+    cfg = people_config(root, tmp_path / "people.csv", prior="dp", eps_prior=0.25)
+    run = publish_release(Store(root), run_stages(root, cfg), cfg=cfg)
+    assert audit.audit_release(run) == []
+    inst, z, _, prov = _published(run)
+    m = prov["people_error"]
+    assert prov["eps_error"] == m["epsilon"] == people.auto_error_epsilon(len(df)) == 1.0
+    rec = inst.records[["lat", "lon"]].to_numpy()  # people by lat/lon: great-circle km, as they were mapped
+    out = rec[inst.outputs["record_id"].to_numpy()]
+    lat, lon = np.radians(df["lat"].to_numpy())[:, None], np.radians(df["lon"].to_numpy())[:, None]
+
+    def km(points: np.ndarray) -> np.ndarray:  # great-circle km from each person to each of ``points`` (m, 2)
+        la, lo = np.radians(points[None, :, 0]), np.radians(points[None, :, 1])
+        h = np.sin((la - lat) / 2) ** 2 + np.cos(lat) * np.cos(la) * np.sin((lo - lon) / 2) ** 2
+        return 2 * 6371.0088 * np.arcsin(np.sqrt(h))
+
+    own = (z[km(rec).argmin(axis=1)] * km(out)).sum(axis=1)
+    assert m["lo"] <= own.min() and own.max() <= m["hi"]
+    assert m["noise_scale"] == pytest.approx(m["step"] * math.ceil((m["hi"] - m["lo"]) / m["step"]) / len(df))
+    assert abs(m["estimate"] - own.mean()) <= 10 * m["noise_scale"] + m["step"]
+    g = prov["guarantee"]
+    assert g["additive_epsilon"] == pytest.approx(1.0 + 0.25 + 1.0) and "counts, prior and mean error" in g["statement"]
+    charged = {e["detail"]["kind"]: e for e in PrivateStore(root).entries(prov["population"]) if e["kind"] == "charge"}
+    assert set(charged) == {"perturb", "counts", "prior", "error"}
+    page = (run / "report.md").read_text()
+    assert f"For this table's own {len(df)} people, DP-estimated at eps_error 1" in page
+    assert "+ eps_error 1 for the people's mean error" in page
+    # the audit holds the block to its charge: a smaller stated noise, or another epsilon, is a finding
+    edit(run, "release_provenance.json", lambda p: p["people_error"].update(noise_scale=m["noise_scale"] / 10))
+    assert any("people_error: noise_scale" in f for f in audit.audit_release(run))
+    edit(run, "release_provenance.json", lambda p: p["people_error"].update(epsilon=0.5))
+    assert any("people_error: epsilon 0.5" in f for f in audit.audit_release(run))
+
+
+def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_error_is_refused(
+    released: Path, tmp_path: Path
+) -> None:
+    """Without a DP prior the error is not measured unless asked (the conftest release: no eps_error in its
+    provenance, the additive epsilon the counts' alone); eps_error set overrides auto, 0 turns it off; a bad value
+    is refused when the config is read, before the door or any charge."""
+    from conftest import people_config
+
+    from flows.plan import plan_run
+    from mdp_core.errors import InputError
+
+    prov = read_json(released / "release_provenance.json")
+    assert "eps_error" not in prov and "people_error" not in prov
+    assert prov["guarantee"]["additive_epsilon"] == prov["eps_counts"]
+    table = tmp_path / "people.csv"
+    _clustered_people(table, n=20)
+    root = tmp_path / "store"
+    terms = lambda **r: plan_run(people_config(root, table, **r)).privacy  # noqa: E731
+    assert terms().error_epsilon(20) is None and terms(eps_error=0.3).error_epsilon(20) == 0.3
+    assert terms(prior="dp", eps_error=0).error_epsilon(20) is None
+    assert terms(prior="dp", eps_error="auto").error_epsilon(20000) == 0.03 == people.auto_error_epsilon(20000)
+    assert terms(prior="dp").error_epsilon(None) == people.ERROR_EPS_CAP
+    for bad in (-0.1, float("nan"), "lots"):
+        with pytest.raises(InputError, match="eps_error"):
+            people_config(root, table, prior="dp", eps_error=bad)
+    assert not (root / "private").exists()

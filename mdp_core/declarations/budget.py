@@ -160,11 +160,11 @@ def mechanism_epsilon(epsilon_per_unit: float, stretch: float, protection_radius
 
 
 def additive_epsilon(prov: Mapping[str, Any]) -> float | None:
-    """eps_counts + eps_prior of a provenance record (exact sum, as a float); None when either is missing
-    or not a number."""
+    """eps_counts + eps_prior (+ eps_error, issue 50: absent in earlier releases, 0) of a provenance record
+    (exact sum, as a float); None when one is missing or not a number."""
     parts: list[float] = []
-    for key in ("eps_counts", "eps_prior"):
-        p = prov.get(key)
+    for key in ("eps_counts", "eps_prior", "eps_error"):
+        p = prov.get(key, 0.0) if key == "eps_error" else prov.get(key)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
             return None
         parts.append(p)
@@ -203,6 +203,18 @@ class Guarantee:
     stretch_within_radius: float | None = None  # None: the stretch (releases before issue 40)
     max_snap: float | None = None  # people's largest distance to their record (max_distance); None: not stated
     all_pairs: bool = False  # every pair of a component certified in the metric itself (stretch 1, issue 51)
+    with_error: bool = False  # the additive epsilon includes a DP mean of the people's error (eps_error, issue 50)
+
+    @property
+    def _released(self) -> str:
+        """What the factor covers beside the microdata: the counts, the DP prior, the people's mean error."""
+        return "counts" + (", prior" if self.with_prior else "") + (", mean error" if self.with_error else "")
+
+    @property
+    def _composed(self) -> str:
+        """The eps-DP measurements composed with the mechanism, in words."""
+        parts = ["counts"] + (["prior"] if self.with_prior else []) + (["mean error"] if self.with_error else [])
+        return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
 
     @property
     def radius_stretch(self) -> float:
@@ -218,7 +230,7 @@ class Guarantee:
         exp(eps stretch d(i, j)) in the data's metric d (stretch = max D_G / d, the graph's dilation:
         Chatzikokolakis et al. 2013; Bordenabe, Chatzikokolakis and Palamidessi, CCS 2014); the eps-DP counts
         (and DP prior) add ``additive_epsilon`` by sequential composition (Dwork and Roth 2014, Thm 3.16)."""
-        unit, prior = self.distance_unit, self.with_prior
+        unit = self.distance_unit
         if self.all_pairs:
             return self._every_pair() + self._people()
         within = ""
@@ -234,11 +246,11 @@ class Guarantee:
             within
             + (
                 f"for any individual and any two records r, r' in one component of the mDP graph, the probability of "
-                f"every possible release (microdata, counts{', prior' if prior else ''}) changes by at most a factor "
+                f"every possible release (microdata, {self._released}) changes by at most a factor "
                 f"exp({stated_metric(self.epsilon_per_unit, self.stretch)} * d(r, r') + {self.additive_epsilon:g}), d "
                 f"in {unit} in the data's own metric (eps {self.epsilon_per_unit:g} per {unit} of the certified "
                 f"mechanism x stretch {self.stretch:.6g} of the mDP graph, Chatzikokolakis et al. 2013 and Bordenabe et "
-                f"al. 2014, composed sequentially with the eps-DP counts{' and prior' if prior else ''}, Dwork and Roth "
+                f"al. 2014, composed sequentially with the eps-DP {self._composed}, Dwork and Roth "
                 f"2014 Thm 3.16); the budget is charged for records up to {self.protection_radius:g} {unit} apart (the "
                 f"factor includes the certificate's relative tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
             )
@@ -249,15 +261,15 @@ class Guarantee:
         """The statement of a mechanism certified over every two records of one component at their distance in the
         metric itself (:attr:`mdp_core.declarations.solver_options.SolverOptions.all_pairs`): one rate, no graph
         stretch (Chatzikokolakis et al. 2013 with the metric d itself)."""
-        unit, prior = self.distance_unit, self.with_prior
+        unit = self.distance_unit
         return (
             f"eps {self.epsilon_per_unit:g} per {unit} for any two records: for any individual and any two records r, "
             f"r' in one component of the mDP graph, the probability of every possible release (microdata, "
-            f"counts{', prior' if prior else ''}) changes by at most a factor "
+            f"{self._released}) changes by at most a factor "
             f"exp({stated_metric(self.epsilon_per_unit, self.stretch)} * d(r, r') + {self.additive_epsilon:g}), d in "
             f"{unit} in the data's own metric (every two records of a component certified at their distance d itself, "
             f"Chatzikokolakis et al. 2013: no graph stretch, stretch {self.stretch:.6g}; composed sequentially with the "
-            f"eps-DP counts{' and prior' if prior else ''}, Dwork and Roth 2014 Thm 3.16); the budget is charged for "
+            f"eps-DP {self._composed}, Dwork and Roth 2014 Thm 3.16); the budget is charged for "
             f"records up to {self.protection_radius:g} {unit} apart (the factor includes the certificate's relative "
             f"tolerance {CERTIFIED_RATIO_TOL:g}, rounded up)"
         )

@@ -252,7 +252,9 @@ PROVENANCE_KEYS_V2 = frozenset(
 )
 PROVENANCE_KEYS = PROVENANCE_KEYS_V2 | {"population", "protection"}
 # optional (releases before issue 49 have none): the sealed table's keyed handle, the plan figures' "table"
-PROVENANCE_KEYS_OPTIONAL = frozenset({"table"})
+# and (issue 50) the budget and result of the DP mean of the people's error (people.measured_error; null: none)
+PROVENANCE_KEYS_OPTIONAL = frozenset({"table", "eps_error", "people_error"})
+PEOPLE_ERROR_KEYS = frozenset("estimate noise_scale epsilon lo hi step unit".split())
 # the manifest's ``privacy`` block (flows.release.release_fields); v3 adds the optional keys
 PRIVACY_KEYS = frozenset(
     "mechanism_epsilon eta distance_unit certificate counts_epsilon prior_epsilon prior_source microdata_source "
@@ -347,8 +349,8 @@ CONFIG_KEYS: dict[str, frozenset[str]] = {
     "config.partition": frozenset(s.key for s in specs(PartitionOptions) if s.exposed),
     "config.solve": _solve_config_keys(),
     "config.release": frozenset(
-        "microdata population simulate max_distance n_individuals eps_counts prior eps_prior max_total_epsilon "
-        "approval approval_timeout".split()
+        "microdata population simulate max_distance n_individuals eps_counts prior eps_prior eps_error "
+        "max_total_epsilon approval approval_timeout".split()
     ),
     "config.evaluate": frozenset("baselines eps_factors counts_eps counts_seeds".split()),
     "config.run": frozenset("task_runner dask_address max_workers timeouts keep_releases".split()),

@@ -167,6 +167,7 @@ def signed_claims(facts: Record, solve: dict, prov: dict) -> Record:
         "prior_epsilon": prov.get("eps_prior"),
         "prior_source": prov.get("prior_source"),
         "additive_epsilon": additive_epsilon(prov),
+        "people_error": prov.get("people_error"),
         "guarantee": prov.get("guarantee"),
         "ledger": prov.get("ledger"),
         "protection": prov.get("protection"),

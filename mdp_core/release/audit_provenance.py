@@ -135,6 +135,7 @@ def door_plan(prov: dict, facts: Record, stretch: float, within: float) -> Priva
         max_distance=limit,
         eps_counts=cast(float, eps_counts),
         eps_prior=eps_prior if prov.get("prior_source") == "dp" else None,
+        eps_error=_num(prov.get("eps_error")) or None,
         max_stretch=cast(float, cap),
         allow_unprotected=bool(p.get("allow_unprotected")),
         population=None if prov.get("microdata_source") == "simulated" else str(prov.get("population")),
@@ -211,12 +212,34 @@ def _check_counts(prov: dict, facts: Record) -> list[str]:
         findings.append(f"{p}: prior_source {prov.get('prior_source')} is not one of {sorted(PRIOR_SOURCES)}")
     elif eps_prior is None or eps_prior < 0 or (prov["prior_source"] == "dp") != (eps_prior > 0):
         findings.append(f"{p}: eps_prior {prov.get('eps_prior')} does not fit prior_source {prov['prior_source']}")
+    findings += _check_people_error(prov)
     if prov.get("microdata_source") not in MICRODATA_SOURCES:
         findings.append(
             f"{p}: microdata_source {prov.get('microdata_source')} is not one of {sorted(MICRODATA_SOURCES)}"
         )
     if not (isinstance(prov.get("draw_commitment"), str) and re.fullmatch(r"[0-9a-f]{64}", prov["draw_commitment"])):
         findings.append(f"{p}: draw_commitment is not a sha256 hex commitment")
+    return findings
+
+
+def _check_people_error(prov: dict) -> list[str]:
+    """The DP mean of the people's error (issue 50): absent or null with eps_error 0; else its keys, its epsilon =
+    eps_error, lo <= hi, and its noise scale = step x ceil((hi - lo) / step) / (eps_error x n_individuals)."""
+    where, block, eps = f"{PROVENANCE} people_error", prov.get("people_error"), _num(prov.get("eps_error", 0.0))
+    if eps is None or eps < 0:
+        return [f"{PROVENANCE}: eps_error {prov.get('eps_error')} is not a number >= 0"]
+    if block is None:
+        return [] if eps == 0 else [f"{where}: missing, but eps_error {eps:g} was charged for it"]
+    b = _obj(block)
+    findings = _keys(where, b, contract.PEOPLE_ERROR_KEYS)
+    lo, hi, step, scale, n = (
+        _num(x) for x in (b.get("lo"), b.get("hi"), b.get("step"), b.get("noise_scale"), prov.get("n_individuals"))
+    )
+    findings += _compare(where, "epsilon", b.get("epsilon"), eps)
+    if lo is None or hi is None or step is None or n is None or not (0 <= lo <= hi and step > 0 and n > 0 < eps):
+        return findings + [f"{where}: its bounds, step, scale or n are not numbers with 0 <= lo <= hi"]
+    width = max(1, math.ceil((hi - lo) / step))
+    findings += _compare(where, "noise_scale", scale, step * width / (eps * n), RECOMPUTED)
     return findings
 
 

@@ -69,14 +69,16 @@ class Settings:
     max_distance: float | None = None
     eps_counts: float = 1.0
     eps_prior: float | None = None  # None: no DP prior (dataset, uniform or a public file)
+    eps_error: float | None = None  # a DP mean of the people's own error (issue 50); None: not measured
     max_stretch: float = 2.0
     allow_unprotected: bool = False
     population: str | None = None  # the agency's population (None: simulated people)
     all_pairs: bool = False  # the mechanism is certified over every pair of a component in the metric (issue 51)
 
     def as_params(self) -> dict[str, Any]:
-        """The settings as a stage's JSON parameters (``Settings(**params)`` reads them back)."""
-        return dict(self.__dict__)
+        """The settings as a stage's JSON parameters (``Settings(**params)`` reads them back); ``eps_error`` only
+        when set, so a release without it keeps its stage parameters (and its cached measurement)."""
+        return {k: v for k, v in self.__dict__.items() if k != "eps_error" or v is not None}
 
     @property
     def radius(self) -> float:
@@ -180,7 +182,7 @@ class PrivacyPlan:
         return compose(self.spends)
 
     def spend(self, kind: str) -> Spend:
-        """The planned spend of ``kind`` ("perturb", "counts", "prior")."""
+        """The planned spend of ``kind`` ("perturb", "counts", "prior", "error")."""
         return next(s for s in self.spends if s.kind == kind)
 
     def charges(self) -> dict[str, float]:
@@ -215,12 +217,14 @@ def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None
     stretch = graph.stretch if math.isfinite(graph.stretch) and graph.stretch >= 1 else 1.0
     within = min(max(graph.radius_stretch, 1.0), stretch) if math.isfinite(graph.radius_stretch) else stretch
     prior = s.eps_prior is not None
-    additive = compose([s.eps_counts, s.eps_prior or 0.0])
-    unit, every = graph.distance_unit, graph.all_pairs
-    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), unit, prior, within, limit, every)
+    additive = compose([s.eps_counts, s.eps_prior or 0.0, s.eps_error or 0.0])
+    unit, every, error = graph.distance_unit, graph.all_pairs, bool(s.eps_error)
+    guarantee = Guarantee(s.epsilon, stretch, radius, float(additive), unit, prior, within, limit, every, error)
     spends = [Spend.of("perturb", mechanism_epsilon(s.epsilon, within, radius)), Spend.of("counts", s.eps_counts)]
     if prior:
         spends.append(Spend.of("prior", float(s.eps_prior or 0.0)))
+    if error:
+        spends.append(Spend.of("error", float(s.eps_error or 0.0)))
     return PrivacyPlan(s.population, radius, limit, guarantee, tuple(spends), s, tuple(why), tuple(errors))
 
 

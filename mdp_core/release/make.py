@@ -46,28 +46,47 @@ from mdp_core.solvers.verify import verify
 @dataclass(frozen=True)
 class Plan:
     """What a release promises and costs, known before anything is drawn: its ``guarantee`` and its
-    ``spends`` (("perturb", eps x stretch x radius), ("counts", eps_counts)); the DP prior, if any, is
-    charged by the stage that measures it and enters only the guarantee's additive epsilon."""
+    ``spends`` (("perturb", eps x stretch x radius), ("counts", eps_counts), and ("error", eps_error) when the
+    people's mean error is measured); the DP prior, if any, is charged by the stage that measures it and enters
+    only the guarantee's additive epsilon."""
 
     guarantee: Guarantee
     eps_counts: float
     spends: tuple[Spend, ...]
 
     def spend(self, kind: str) -> Spend:
-        """The spend of ``kind`` ("perturb" or "counts")."""
+        """The spend of ``kind`` ("perturb", "counts" or "error")."""
         return next(s for s in self.spends if s.kind == kind)
+
+    @property
+    def eps_error(self) -> float:
+        """The budget of the people's mean-error measurement (0: not measured)."""
+        return next((float(s.epsilon) for s in self.spends if s.kind == "error"), 0.0)
+
+
+@dataclass(frozen=True)
+class ErrorMeasure:
+    """How :func:`make_release` measures the people's mean error (:func:`mdp_core.release.people.measured_error`):
+    their own coordinates ``points`` ((n, D) in the instance's columns, or lat, lon when ``geo``: the columns they
+    were mapped by; None: at their records) and the noise ``measure`` (the caller's, from its secret draw)."""
+
+    points: np.ndarray | None
+    measure: Measure = discrete_laplace
+    geo: bool = False
 
 
 @dataclass(frozen=True)
 class Release:
     """The released tables: ``microdata`` (output_id and the output's public coordinates, sorted by output),
     ``aggregates`` (:data:`mdp_core.release.postprocess.AGGREGATE_COLUMNS`), the counts' L1
-    ``counts_sensitivity`` and ``n_individuals``."""
+    ``counts_sensitivity``, ``n_individuals`` and ``people_error`` (the DP mean of the people's error:
+    :func:`mdp_core.release.people.measured_error`; None: not measured)."""
 
     microdata: pd.DataFrame
     aggregates: pd.DataFrame
     counts_sensitivity: int
     n_individuals: int
+    people_error: dict[str, Any] | None = None
 
 
 def certify(inst: Instance, z: np.ndarray, all_pairs: bool = False) -> None:
@@ -88,7 +107,7 @@ def plan_release(inst: Instance, z: np.ndarray, privacy: PrivacyPlan) -> Plan:
     certify(inst, z)
     privacy.admit()
     refuse_deterministic(z)
-    spends = tuple(s for s in privacy.spends if s.kind in ("perturb", "counts"))
+    spends = tuple(s for s in privacy.spends if s.kind in ("perturb", "counts", "error"))
     return Plan(privacy.guarantee, float(privacy.spend("counts").epsilon), spends)
 
 
@@ -100,14 +119,24 @@ def make_release(
     plan: Plan,
     rng: np.random.Generator,
     measure: Measure = discrete_laplace,
+    error: ErrorMeasure | None = None,
 ) -> Release:
     """Draw and measure, once ``plan.spends`` are charged: each individual's output from row
-    ``records[n]`` ((n,) int64 secret record ids) of ``z`` with ``rng``, and the counts per output cell and
-    per zone (``zone``: (K,) labels) by ``measure`` at ``plan.eps_counts``."""
+    ``records[n]`` ((n,) int64 secret record ids) of ``z`` with ``rng``, the counts per output cell and
+    per zone (``zone``: (K,) labels) by ``measure`` at ``plan.eps_counts``, and -- when the plan has an "error"
+    spend -- the people's mean error (``error``: their coordinates and its noise) at its epsilon."""
+    from mdp_core.release.people import measured_error
+
     outputs = perturb.perturb(z, records, rng)
     cells = np.bincount(cell_of_record(inst)[records], minlength=inst.n_outputs).astype(np.int64)
     table, meas = release_counts(cells, zone, plan.eps_counts, measure)
-    return Release(perturb.perturbed_microdata(inst, outputs), table, int(meas.sensitivity), int(records.shape[0]))
+    mean = None
+    if plan.eps_error:
+        error = error or ErrorMeasure(None)
+        limit = plan.guarantee.max_snap if plan.guarantee.max_snap is not None else inst.eta
+        mean = measured_error(inst, z, records, error.points, limit, plan.eps_error, error.measure, error.geo)
+    microdata = perturb.perturbed_microdata(inst, outputs)
+    return Release(microdata, table, int(meas.sensitivity), int(records.shape[0]), mean)
 
 
 def published_protection(
@@ -163,7 +192,8 @@ def provenance_fields(
     ledger: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The provenance record's figures of a release (beside the files' sha256s, the format and version, and
-    the caller's population, microdata_source and draw_commitment)."""
+    the caller's population, microdata_source and draw_commitment); ``eps_error`` and ``people_error`` only when
+    the people's mean error was measured (a release without it keeps the provenance it had)."""
     return {
         "n_individuals": release.n_individuals,
         "eps_counts": plan.eps_counts,
@@ -173,10 +203,11 @@ def provenance_fields(
         "protection": dict(protection),
         "guarantee": plan.guarantee.record(),
         "ledger": dict(ledger),
-    }
+    } | ({"eps_error": plan.eps_error, "people_error": release.people_error} if release.people_error else {})
 
 
 __all__ = [
+    "ErrorMeasure",
     "Plan",
     "Release",
     "certify",

@@ -194,15 +194,24 @@ def against_laplace(c: dict, evaluation_md: str) -> dict[str, float] | None:
     return {k: float(v) for k, v in out.items() if v is not None}
 
 
-def people_error_line(evaluation_md: str, method: str, unit: str) -> str | None:
+def people_error_line(evaluation_md: str, method: str, unit: str, measured: dict[str, Any] | None = None) -> str | None:
     """One line for ``mdp-release run`` (issue 50): the release's expected error per person beside planar
-    Laplace's at the person, from the evaluation table's markdown (``method``: the released one); None for a
-    table without the people's rows."""
+    Laplace's at the person, from the evaluation table's markdown (``method``: the released one; ``measured``: the
+    provenance's ``people_error``, the table's own people's DP-estimated figure, shown first); None for a table
+    without the people's rows."""
     rows = {r.get("method"): r for r in _markdown_rows(evaluation_md)}
     mine = _cell(rows.get(method, {}).get("dist_loss_mean"))
     a = against_laplace({"dist_loss_mean": mine}, evaluation_md) if mine is not None else None
     if not a or not a.get("people"):
         return None
+    if measured:  # this table's own people (issue 50): the DP estimate first, the prior's figure beside it
+        return (
+            f"expected error for this table's people, DP-estimated at eps_error {measured['epsilon']:g}: "
+            f"{_g(measured['estimate'], '.4g')} {unit} +- {_g(measured['noise_scale'], '.2g')}; planar Laplace at "
+            f"{_g(a['metric_epsilon'], '.4g')} per {unit}: {_g(a['continuous'], '.4g')} continuous (exact); for "
+            f"people spread as the prior {_g(a['release'], '.4g')} (snap alone {_g(a['snap'], '.4g')}), planar Laplace "
+            f"remapped {_g(a['remap'], '.4g')}"
+        )
     return (
         f"expected error per person (people spread as the prior, snapping included): {_g(a['release'], '.4g')} {unit} "
         f"(the snap to the record alone {_g(a['snap'], '.4g')}, from the records {_g(a['from_records'], '.4g')}); "
@@ -365,6 +374,7 @@ def release_claims(
         "count_noise_scale": float(count_scale),
         "prior_epsilon": prov["eps_prior"],
         "prior_source": prov["prior_source"],
+        "people_error": prov.get("people_error"),
         "additive_epsilon": prov["guarantee"]["additive_epsilon"],
         "guarantee": prov["guarantee"],
         "ledger": prov["ledger"],
@@ -435,6 +445,8 @@ def _spend_sentence(c: dict) -> str:
     """The budget bullet: what this release is charged to whose budget, and what is left."""
     led, g, unit = c["ledger"], c["guarantee"], c["distance_unit"]
     prior = f" + eps_prior {c['prior_epsilon']:g} for the DP prior" if c["prior_source"] == "dp" else ""
+    if c.get("people_error"):
+        prior += f" + eps_error {c['people_error']['epsilon']:g} for the people's mean error"
     if c.get("population") is None:  # a provenance v2 release (before populations)
         limit = led.get("max_total_epsilon")
         return (
@@ -472,12 +484,13 @@ def _rate_at(g: dict, d: float) -> float | None:
     return eps * (within if d <= radius * (1 + 1e-12) else anywhere)
 
 
-def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False) -> str:
+def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False, error: bool = False) -> str:
     """The guarantee in plain words (issue 50): by how much seeing the release can change the odds between two
     records, and between two people (each at most ``max_snap`` from their record: their records are at most
     d + 2 x max_snap apart), at a few distances up to the protection radius; the factor includes the counts'
-    (and DP prior's) share, exp(additive)."""
+    (and DP prior's, and the people's mean error's: ``error``) share, exp(additive)."""
     radius, add = _finite(g.get("protection_radius")), _finite(g.get("additive_epsilon"))
+    shares = "the counts" + (" and the DP prior" if prior else "") + (" and the people's mean error" if error else "")
     if radius is None or add is None or radius <= 0 or _rate_at(g, radius) is None:
         return ""
     unit = str(g.get("distance_unit", ""))
@@ -490,7 +503,7 @@ def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False) 
     text = (
         f" In plain words: seeing this release (microdata, counts and all) changes the odds between any two records "
         f"a person could have by at most {records} apart (1x: no change; {_g(_rate_at(g, radius), '.4g')} per {unit} "
-        f"within the protection radius; the counts{' and the DP prior' if prior else ''} account for a factor "
+        f"within the protection radius; {shares} account for a factor "
         f"{math.exp(add):.3g} of each)."
     )
     if max_snap is not None and max_snap > 0:
@@ -581,14 +594,45 @@ def _people_error_sentence(c: dict) -> str:
             + (f" within {_g(limit, '.3g')} {unit}" if limit is not None else "")
         )
     )
+    lead = "- **Expected error, for people.**"
+    if c.get("people_error"):  # this table's own people first (issue 50), the prior-spread figure beside it
+        lead += own_people_sentence(c) + " For people spread as the prior:"
     return (
-        f"- **Expected error, for people.** A released location lies on average {_g(a['release'], '.4g')} {unit} "
+        f"{lead} A released location lies on average {_g(a['release'], '.4g')} {unit} "
         f"from where the person is (standard error {_g(a['release_se'], '.2g')}). Of this, the move to the nearest "
         f"record alone averages {_g(a['snap'], '.4g')} {unit}; from the records themselves the error is "
         f"{_g(a['from_records'], '.4g')} {unit}. The figure holds for people spread as the public prior over the "
         f"records, each anywhere in the area that would be mapped to their record ({cell}); it is computed from "
-        "public geometry, not from the people's table." + counts
+        "public geometry, not from the people's table." + own_people_sentence(c) + counts
     )
+
+
+def own_people_sentence(c: dict) -> str:
+    """For this table's own people (issue 50): their DP-measured mean error (``c["people_error"]``, the provenance's
+    :func:`mdp_core.release.people.measured_error`) against continuous planar Laplace at the stated rate (exact,
+    wherever a person is: its dimension / rate); without it, that their figure is not measured (with snapping)."""
+    a, m, unit = c.get("against_laplace") or {}, c.get("people_error"), c["distance_unit"]
+    if not m:
+        if not a.get("snap"):
+            return ""
+        return (
+            " This table's own people may stand nearer to or farther from their records than that: their own figure "
+            "is not measured (the released counts do not say where people stand within a cell; [release] eps_error "
+            "measures it, charged to the budget)."
+        )
+    text = (
+        f" For this table's own {c['n_individuals']} people, DP-estimated at eps_error {m['epsilon']:g} (charged, in "
+        f"the guarantee): {_g(m['estimate'], '.4g')} {unit}, +- {_g(m['noise_scale'], '.2g')} (the noise's scale; "
+        "95 % of draws within 3 of it)"
+    )
+    if a.get("continuous"):
+        cont = a["continuous"]
+        side = "below" if m["estimate"] <= cont else "above"
+        text += (
+            f", {_percent(abs(m['estimate'] / cont - 1))} {side} continuous planar Laplace at the same rate "
+            f"({_g(cont, '.4g')} {unit}, exact wherever the person is)"
+        )
+    return text + "."
 
 
 def summary_lines(c: dict) -> list[str]:
@@ -609,7 +653,8 @@ def summary_lines(c: dict) -> list[str]:
         f"about them. `aggregates.parquet`: noisy counts per output location ({c['n_outputs']}){zones} and the exact "
         f"total ({c['n_individuals']}).",
         _spend_sentence(c),
-        f"- **Guarantee.**{_odds_sentence(g, snap, c['prior_source'] == 'dp')} The formal statement is in the "
+        f"- **Guarantee.**{_odds_sentence(g, snap, c['prior_source'] == 'dp', bool(c.get('people_error')))} The "
+        "formal statement is in the "
         "appendix's details.",
         _people_error_sentence(c),
     ]
