@@ -486,6 +486,8 @@ def wait_gone(pids: set[int], within: float) -> set[int]:
     return {p for p in pids if alive(p)}
 
 
+# a long dense solve to interrupt: the graph's LP (all_pairs = false; every pair would make lp's full LP hold
+# s (s - 1) K rows, about 9 M here)
 DENSE_RUN_CONFIG = """
 store = "{store}"
 [dataset]
@@ -496,6 +498,7 @@ epsilon = 10.0
 eta = 2.0
 [solve]
 method = "lp"
+all_pairs = false
 [release]
 simulate = true
 n_individuals = 300
