@@ -656,9 +656,10 @@ def _render_laplace(s: dict[str, Any], out: list[str]) -> None:
     """Append the comparison with planar Laplace (its expected errors; the release's own after the solve)."""
     if "against_laplace" in s:
         a, u = s["against_laplace"], s["against_laplace"]["unit"]
+        rate = "for any two records" if s.get("privacy", {}).get("all_pairs") else "within the protection radius"
         out.append(
-            f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee within the "
-            f"protection radius), applied where the person is: continuous {a['planar_laplace']:.3g} {u}, remapped to "
+            f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee {rate}), "
+            f"applied where the person is: continuous {a['planar_laplace']:.3g} {u}, remapped to "
             f"these outputs {a['planar_laplace_remap']:.3g} {u}; the outputs' own floor (no privacy) "
             f"{a['nearest_output']:.3g} {u}; the move to a record alone {a.get('snap', 0.0):.3g} {u} on average "
             "(people spread as the prior in the records' cells) -- the release's expected error per person is in its "
