@@ -467,8 +467,8 @@ class ReleaseConfig(BaseModel):
         allow_inf_nan=False,
         description="budget of a DP measurement of the table's own people's mean release error (the report's "
         "figure for them, not for people spread as the prior; charged, composed into the guarantee); unset or "
-        '"auto": with prior = dp, sized from the number of people n for a noise of about 1 % of the figure '
-        "(6 / (0.01 n), capped at 1), otherwise 0; 0: not measured",
+        '"auto": with prior = dp, the smallest of 0.1, 0.25, 0.5, 1 giving a noise of about 1 % of the figure for '
+        "the number of people n (n >= 6000: 0.1; >= 2400: 0.25; >= 1200: 0.5; else 1), otherwise 0; 0: not measured",
     )
     max_total_epsilon: float | None = Field(
         None,

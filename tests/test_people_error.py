@@ -369,7 +369,7 @@ def _clustered_people(path: Path, n: int = 400, seed: int = 50) -> pd.DataFrame:
 def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(tmp_path: Path) -> None:
     """Issue 50, "a DP estimate of it, charged like any measurement": a real release with prior = "dp" of a
     clustered table (people far from where the prior would put them in their cells) publishes the DP mean of its
-    people's own error (eps_error auto: 6 / (0.01 n) capped at 1), within 10 of its stated noise scales of a direct
+    people's own error (eps_error auto: 1 for 400 people), within 10 of its stated noise scales of a direct
     computation from the true coordinates (haversine, written here) and the published mechanism; the charge is in
     the private ledger, the guarantee's additive epsilon, its statement and the report; the audit is clean, and finds
     the block edited."""
@@ -405,6 +405,15 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     assert set(charged) == {"perturb", "counts", "prior", "error"}
     page = (run / "report.md").read_text()
     assert f"For this table's own {len(df)} people, DP-estimated at eps_error 1" in page
+    # the measured figure once, in the opening; then the prior-spread figure, in lower case after the colon
+    assert page.count("DP-estimated at eps_error") == 1 and "For people spread as the prior: a released" in page
+    assert "their own figure is not measured" not in page
+    from mdp_core.release.report import evaluation_markdown, people_error_line
+
+    method, evaluation = read_json(run / "solve.json")["method"], evaluation_markdown(run / "evaluation.parquet")
+    line = people_error_line(evaluation, method, "km", m)
+    assert line is not None and line.startswith("expected error for this table's people, DP-estimated at eps_error 1:")
+    assert f"{m['estimate']:.4g} km +- {m['noise_scale']:.2g}" in line
     assert "+ eps_error 1 for the people's mean error" in page
     # the audit holds the block to its charge: a smaller stated noise, or another epsilon, is a finding
     edit(run, "release_provenance.json", lambda p: p["people_error"].update(noise_scale=m["noise_scale"] / 10))
@@ -433,9 +442,55 @@ def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_err
     terms = lambda **r: plan_run(people_config(root, table, **r)).privacy  # noqa: E731
     assert terms().error_epsilon(20) is None and terms(eps_error=0.3).error_epsilon(20) == 0.3
     assert terms(prior="dp", eps_error=0).error_epsilon(20) is None
-    assert terms(prior="dp", eps_error="auto").error_epsilon(20000) == 0.03 == people.auto_error_epsilon(20000)
+    assert terms(prior="dp", eps_error="auto").error_epsilon(20000) == 0.1 == people.auto_error_epsilon(20000)
+    # auto: coarse fixed levels from public n alone, so a table's size rarely moves the charge
+    sizes = (1, 1199, 1200, 2399, 2400, 5999, 6000, 10**6)
+    assert [people.auto_error_epsilon(n) for n in sizes] == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.1, 0.1]
     assert terms(prior="dp").error_epsilon(None) == people.ERROR_EPS_CAP
     for bad in (-0.1, float("nan"), "lots"):
         with pytest.raises(InputError, match="eps_error"):
             people_config(root, table, prior="dp", eps_error=bad)
     assert not (root / "private").exists()
+
+
+def _as_main_rendered(run: Path) -> str:
+    """report.md of ``run`` as the code before issue 50 rendered it: claims without ``people_error`` and no sentence
+    about the table's own people (checked against main's renderer when this was written); written and rehashed."""
+    import json
+    import re
+
+    from conftest import edit_report
+
+    def old(text: str) -> str:
+        claims = json.loads(re.search(r"<!-- mdp-release-claims (\{.*\}) -->", text).group(1))
+        assert claims.pop("people_error") is None
+        text = re.sub(
+            r"<!-- mdp-release-claims \{.*\} -->",
+            f"<!-- mdp-release-claims {json.dumps(claims, sort_keys=True)} -->",
+            text,
+        )
+        sentence = re.search(r" This table's own people may stand nearer[^.]*\.", text)
+        assert sentence is not None
+        return text.replace(sentence.group(0), "")
+
+    edit_report(run, old)
+    return (run / "report.md").read_text()
+
+
+def test_a_report_made_before_issue_50_re_renders_unchanged_and_audits_clean(run: Path) -> None:
+    """Issue 50's review: the audit re-renders report.md from its claims; a report made before issue 50 (claims
+    without ``people_error``, no sentence about the table's own people) renders as it was and audits clean; the
+    new wording needs the key (a report made now always carries it, null when not measured)."""
+    from conftest import claims_of
+
+    from mdp_core.release.report import render_report
+
+    assert (
+        claims_of(run)["people_error"] is None and "their own figure is not measured" in (run / "report.md").read_text()
+    )
+    text = _as_main_rendered(run)
+    assert "This table's own people" not in text
+    assert audit.audit_release(run) == []
+    figures = frozenset(p.name for p in run.glob("*.png"))
+    evaluation = __import__("mdp_core.release.report", fromlist=["x"]).evaluation_markdown(run / "evaluation.parquet")
+    assert render_report(claims_of(run), evaluation, figures) == text

@@ -73,7 +73,8 @@ STREET_OFFSET_KM = 0.02  # ... on either side of the street's centre line (a bui
 ERROR_STEP = 1e-3  # a person's error is summed in whole steps of this [the metric's unit]: 1 m on km data
 ERROR_TARGET = 0.01  # eps_error = "auto": the noise on the mean at most this share of the figure ...
 ERROR_WIDTH_RATIO = 6.0  # ... taking (hi - lo) / figure as this (3.3-5.6 on eight tables: bench/HISTORY.md)
-ERROR_EPS_CAP = 1.0  # ... and never above this
+ERROR_LEVELS = (0.1, 0.25, 0.5, 1.0)  # ... at the smallest of these fixed levels reaching it (the last: the cap)
+ERROR_EPS_CAP = ERROR_LEVELS[-1]
 
 
 @dataclass(frozen=True)
@@ -500,15 +501,15 @@ def dp_mean_error(
 
 def auto_error_epsilon(n_people: int) -> float:
     """``eps_error = "auto"``: the budget of :func:`dp_mean_error` for ``n_people`` (public under the counts'
-    relation), sized before the mechanism exists, so from n alone: its noise on the mean, W / (eps n) with W =
-    hi - lo, is at most :data:`ERROR_TARGET` of the figure when W is at most :data:`ERROR_WIDTH_RATIO` times it
-    (measured 3.3-5.6 on eight tables, bench/HISTORY.md "The table's own people"); rounded up to two
-    significant digits, capped at :data:`ERROR_EPS_CAP`. The scale the release gets is published beside it."""
+    relation), sized before the mechanism exists, so from n alone: the smallest of the coarse levels
+    :data:`ERROR_LEVELS` whose noise on the mean, W / (eps n) with W = hi - lo, is at most :data:`ERROR_TARGET` of
+    the figure when W is :data:`ERROR_WIDTH_RATIO` times it (measured 3.3-5.6 on eight tables, bench/HISTORY.md "The
+    table's own people"): n >= 6000 -> 0.1, >= 2400 -> 0.25, >= 1200 -> 0.5, else 1. Fixed levels, so a table's size
+    rarely moves the charge. The scale the release gets is published beside it."""
     if n_people < 1:
         raise InputError(f"eps_error = auto needs at least one person, got {n_people}")
-    eps = ERROR_WIDTH_RATIO / (ERROR_TARGET * n_people)
-    digits = 1 - math.floor(math.log10(eps))
-    return min(ERROR_EPS_CAP, math.ceil(eps * 10**digits) / 10**digits)
+    need = ERROR_WIDTH_RATIO / ERROR_TARGET  # eps x n must reach this (600)
+    return next((e for e in ERROR_LEVELS if n_people * e >= need * (1 - 1e-12)), ERROR_LEVELS[-1])
 
 
 def people_errors(
