@@ -497,12 +497,15 @@ class ReleaseConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _unset_approval_not_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """``approval`` / ``approval_timeout`` / ``eps_error`` appear in a dump only when set: an unset value is a
-        function of the other keys (:func:`approval_mode`, :meth:`flows.plan.PrivacyTerms.error_epsilon`), so the configs written before them keep their hash, release
-        key and published config."""
+        function of the other keys (:func:`approval_mode`, :meth:`flows.plan.PrivacyTerms.error_epsilon`), so the
+        configs written before them keep their hash, release key and published config; ``eps_error = 0`` with a
+        public prior is the same as unset (not measured either way), so it is not written either."""
         data: dict[str, Any] = handler(self)
         for key in ("approval", "approval_timeout", "eps_error"):
             if data.get(key, 0) is None:
                 del data[key]
+        if data.get("eps_error") == 0 and self.prior != "dp":
+            del data["eps_error"]
         return data
 
     @model_validator(mode="before")

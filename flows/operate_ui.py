@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from flows.ledger_cli import epsilon_text  # the one rule of every view
+from flows.ledger_cli import KIND_WORDS, epsilon_text  # the one rule of every view
 from mdp_core.release.report_approval import PERSON as DECIDED  # the modes in which a person decided
 from mdp_core.release.report_approval import markdown_text  # typed text (names, notes) shown literally
 
@@ -335,7 +335,7 @@ BUDGET_EVENT = "mdp-release.budget.low"  # the event of a budget that no longer 
 BUDGET_RESOURCE = "mdp-release.population."  # its resource: the population
 EPOCH_LABEL = "mdp-release.budget-epoch"  # its resource label: the ledger entry that armed the warning
 SENT_PREFIX = "mdp-release-budget-low-"  # Prefect variable per population: the warning already sent
-_KINDS = {"perturb": "perturbation", "counts": "counts", "prior": "prior"}  # a charge's detail.kind, as shown
+_KINDS = {"perturb": "perturbation", "counts": "counts", "prior": "prior"} | KIND_WORDS  # a charge's kind, as shown
 
 
 def population_slug(population: str) -> str:

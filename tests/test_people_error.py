@@ -12,6 +12,7 @@ release on real Rome streets (lat/lon, Voronoi cells within max_distance) and th
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -316,10 +317,12 @@ def _exact(true: np.ndarray, sensitivity: int, epsilon: float):
 def test_the_dp_mean_error_of_a_table_s_own_people_against_a_direct_computation() -> None:
     """The table's own people (clustered, not spread as the prior): every person's error lies in the public
     range (triangle inequality from the published mechanism); without noise the estimate is their direct mean
-    within half a step; with OpenDP's discrete Laplace it is within 10 of its stated scales (fails with
-    probability e^-10); one person moved anywhere changes the noised sum by at most the stated sensitivity."""
+    within half a step (relative to the bounds: (hi - lo) / 2^20); with OpenDP's discrete Laplace it is within 10 of
+    its stated scales (fails with probability e^-10); one person replaced by any value -- outside [lo, hi] too,
+    clipped -- changes the noised sum by at most the stated sensitivity."""
     from mdp_core.errors import InputError
     from mdp_core.problem.datasets.synthetic import synthetic
+    from mdp_core.release.noise import discrete_laplace
     from mdp_core.solvers.mechanisms import exponential
 
     inst = synthetic(n_records=60, n_outputs=12, dim=2, sigma=1.0, eta=0.5, epsilon=4.0)
@@ -330,22 +333,54 @@ def test_the_dp_mean_error_of_a_table_s_own_people_against_a_direct_computation(
     errors = (z[j] * d_out).sum(axis=1)  # each person's expected error from where they are
     lo, hi = people.error_range(inst, z, limit)
     assert 0 <= lo <= errors.min() and errors.max() <= hi
-    est, scale = people.dp_mean_error(errors, lo, hi, 0.5, measure=_exact)
-    width = math.ceil((hi - lo) / people.ERROR_STEP)
-    assert abs(est - errors.mean()) <= people.ERROR_STEP / 2
-    assert scale == pytest.approx(people.ERROR_STEP * width / (0.5 * errors.size))
-    est, scale = people.dp_mean_error(errors, lo, hi, 0.5)
-    assert abs(est - errors.mean()) <= 10 * scale + people.ERROR_STEP / 2
+    step = people.error_step(lo, hi)
+    width = math.ceil((hi - lo) / step)
+    assert width == people.ERROR_STEPS and step == (hi - lo) / 2**20
+    est, scale = people.dp_mean_error(errors, lo, hi, 0.5, _exact)
+    assert abs(est - errors.mean()) <= step / 2
+    assert scale == pytest.approx(step * width / (0.5 * errors.size))
+    est, scale = people.dp_mean_error(errors, lo, hi, 0.5, discrete_laplace)
+    assert abs(est - errors.mean()) <= 10 * scale + step / 2
     sums = []
-    for moved in (lo, hi):  # the first person replaced by one at either end of the range
+    for moved in (0.0, lo, hi, 10 * hi + 3.0):  # the first person replaced: below, at either end of, above the range
         other = errors.copy()
         other[0] = moved
-        sums.append(people.dp_mean_error(other, lo, hi, 0.5, measure=_exact)[0] * errors.size / people.ERROR_STEP)
-    assert abs(sums[1] - sums[0]) <= width + 1e-6
+        sums.append(people.dp_mean_error(other, lo, hi, 0.5, _exact)[0] * errors.size / step)
+    assert max(sums) - min(sums) <= width + 1e-6 and max(sums) - min(sums) >= width - 1e-6  # clipped: exactly W
     with pytest.raises(InputError):
-        people.dp_mean_error(errors, hi, lo, 0.5)
+        people.dp_mean_error(errors, hi, lo, 0.5, _exact)
     with pytest.raises(InputError):
-        people.dp_mean_error(np.array([]), lo, hi, 0.5)
+        people.dp_mean_error(np.array([]), lo, hi, 0.5, _exact)
+
+
+def test_the_error_s_bounds_come_before_the_charge_and_its_measure_is_required() -> None:
+    """Issue 50's review: with an "error" spend, plan_release computes the public bounds (before the measuring
+    stage charges anything): people by lat/lon on an instance without lat/lon are refused there; make_release
+    refuses a plan that charges the error without its measure (no fresh, unkept noise)."""
+    from mdp_core.errors import InputError
+    from mdp_core.problem.datasets.synthetic import synthetic
+    from mdp_core.release import make
+    from mdp_core.release.door import GraphFacts, Settings, plan_privacy
+    from mdp_core.release.noise import discrete_laplace
+    from mdp_core.solvers.mechanisms import exponential
+
+    inst = synthetic(n_records=30, n_outputs=8, dim=2, sigma=1.0, eta=3.0, epsilon=1.0)
+    z = exponential(inst)
+    graph, _ = GraphFacts.recomputed(inst, inst.eta)
+    settings = Settings(epsilon=inst.epsilon, eta=inst.eta, max_distance=0.4, eps_error=0.5, max_stretch=100.0)
+    privacy = plan_privacy(settings, graph)
+    with pytest.raises(InputError, match="lat/lon"):
+        make.plan_release(inst, z, privacy, geo=True)
+    plan = make.plan_release(inst, z, privacy)
+    assert plan.eps_error == 0.5 and plan.error_bounds == people.error_range(inst, z, 0.4)
+    records, zone = np.arange(inst.n_records), np.zeros(inst.n_outputs, dtype=np.int64)
+    with pytest.raises(InputError, match="give its measure"):
+        make.make_release(inst, z, records, zone, plan, np.random.default_rng(0), discrete_laplace)
+    rel = make.make_release(
+        inst, z, records, zone, plan, np.random.default_rng(0), discrete_laplace, make.ErrorMeasure(None, _exact)
+    )
+    m = rel.people_error
+    assert m is not None and (m["people_at"], m["lo"], m["hi"]) == ("records", *plan.error_bounds)
 
 
 def _clustered_people(path: Path, n: int = 400, seed: int = 50) -> pd.DataFrame:
@@ -381,7 +416,8 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     df = _clustered_people(tmp_path / "people.csv")
     root = tmp_path / "store"
     cfg = people_config(root, tmp_path / "people.csv", prior="dp", eps_prior=0.25)
-    run = publish_release(Store(root), run_stages(root, cfg), cfg=cfg)
+    refs = run_stages(root, cfg)
+    run = publish_release(Store(root), refs, cfg=cfg)
     assert audit.audit_release(run) == []
     inst, z, _, prov = _published(run)
     m = prov["people_error"]
@@ -415,11 +451,31 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     assert line is not None and line.startswith("expected error for this table's people, DP-estimated at eps_error 1:")
     assert f"{m['estimate']:.4g} km +- {m['noise_scale']:.2g}" in line
     assert "+ eps_error 1 for the people's mean error" in page
-    # the audit holds the block to its charge: a smaller stated noise, or another epsilon, is a finding
-    edit(run, "release_provenance.json", lambda p: p["people_error"].update(noise_scale=m["noise_scale"] / 10))
-    assert any("people_error: noise_scale" in f for f in audit.audit_release(run))
-    edit(run, "release_provenance.json", lambda p: p["people_error"].update(epsilon=0.5))
-    assert any("people_error: epsilon 0.5" in f for f in audit.audit_release(run))
+    assert m["people_at"] == "lat_lon" and "measured in great-circle km from each person's lat/lon" in page
+    # the audit recomputes the bounds from the published instance, mechanism and max_distance (great-circle: from
+    # people_at), and holds the block to its charge: each edit below is a finding
+    for change, finding in (
+        ({"noise_scale": m["noise_scale"] / 10}, "people_error: noise_scale"),
+        ({"lo": m["lo"] + 0.01 * (m["hi"] - m["lo"])}, "people_error: lo"),
+        ({"hi": m["hi"] * 1.1}, "people_error: hi"),
+        ({"step": m["step"] * 2}, "people_error: step"),
+        ({"unit": "m"}, "people_error: unit"),
+        ({"people_at": "nowhere"}, "people_error: people_at"),
+        ({"epsilon": 0.5}, "people_error: epsilon 0.5"),
+    ):
+        edit(run, "release_provenance.json", lambda p, c=change: p.update(people_error=m | c))
+        found = audit.audit_release(run)
+        assert any(finding in f for f in found), [f[:300] for f in found]
+    edit(run, "release_provenance.json", lambda p: p.update(people_error=m))
+    edit(run, "manifest.json", lambda mf: mf["config"]["release"].update(eps_error=0.5))  # auto gave 1
+    assert any("config release.eps_error" in f for f in audit.audit_release(run))
+    # a re-run recomputing the measurement (its stored object gone, as --refresh recomputes) keeps the estimate
+    # (the kept measurement of the same charge key) and charges nothing new
+    shutil.rmtree(Store(root).object_dir("measure", refs["measure"].key))
+    again = read_json(Store(root).path(run_stages(root, cfg)["measure"], "release_provenance.json"))
+    assert again["people_error"] == m
+    entries = [e for e in PrivateStore(root).entries(prov["population"]) if e["kind"] == "charge"]
+    assert sorted(e["detail"]["kind"] for e in entries) == sorted(charged)
 
 
 def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_error_is_refused(
@@ -442,6 +498,14 @@ def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_err
     terms = lambda **r: plan_run(people_config(root, table, **r)).privacy  # noqa: E731
     assert terms().error_epsilon(20) is None and terms(eps_error=0.3).error_epsilon(20) == 0.3
     assert terms(prior="dp", eps_error=0).error_epsilon(20) is None
+    # eps_error = 0 with a public prior is unset (not measured either way): the same config hash and release key
+    from flows.config import config_hash
+    from flows.plan import release_key
+
+    unset, zero = people_config(root, table), people_config(root, table, eps_error=0)
+    assert (config_hash(zero), release_key(zero)) == (config_hash(unset), release_key(unset))
+    dp_zero, dp_auto = people_config(root, table, prior="dp", eps_error=0), people_config(root, table, prior="dp")
+    assert release_key(dp_zero) != release_key(dp_auto)  # with a DP prior, 0 turns off what unset turns on
     assert terms(prior="dp", eps_error="auto").error_epsilon(20000) == 0.1 == people.auto_error_epsilon(20000)
     # auto: coarse fixed levels from public n alone, so a table's size rarely moves the charge
     sizes = (1, 1199, 1200, 2399, 2400, 5999, 6000, 10**6)

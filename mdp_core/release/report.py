@@ -625,6 +625,10 @@ def own_people_sentence(c: dict) -> str:
         f"the guarantee): {_g(m['estimate'], '.4g')} {unit}, +- {_g(m['noise_scale'], '.2g')} (the noise's scale; "
         "95 % of draws within 3 of it)"
     )
+    text += {  # from where (the block's people_at): the metric the bounds were computed in
+        "records": ", the error from their records (people known by their record stand at it: no snapping)",
+        "lat_lon": f", measured in great-circle {unit} from each person's lat/lon (the metric they were mapped by)",
+    }.get(m.get("people_at"), "")
     if a.get("continuous"):
         cont = a["continuous"]
         side = "below" if m["estimate"] <= cont else "above"
