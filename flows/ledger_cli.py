@@ -147,7 +147,7 @@ class Paid:
 
     def breakdown(self) -> str:
         """``perturb 5.42 + counts 1 + prior 0.5 = 6.92``."""
-        parts = " + ".join(f"{c['kind']} {_fmt(c['epsilon'])}" for c in self.charges)
+        parts = " + ".join(f"{KIND_WORDS.get(c['kind'], c['kind'])} {_fmt(c['epsilon'])}" for c in self.charges)
         return f"{parts} = {_fmt(float(self.cost))}" if len(self.charges) > 1 else parts
 
     def as_dict(self) -> dict[str, Any]:

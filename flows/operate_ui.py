@@ -335,7 +335,7 @@ BUDGET_EVENT = "mdp-release.budget.low"  # the event of a budget that no longer 
 BUDGET_RESOURCE = "mdp-release.population."  # its resource: the population
 EPOCH_LABEL = "mdp-release.budget-epoch"  # its resource label: the ledger entry that armed the warning
 SENT_PREFIX = "mdp-release-budget-low-"  # Prefect variable per population: the warning already sent
-_KINDS = {"perturb": "perturbation", "counts": "counts", "prior": "prior"} | KIND_WORDS  # a charge's kind, as shown
+_KINDS = {"perturb": "perturbation", "counts": "counts", "prior": "prior"}  # a charge's detail.kind, as shown
 
 
 def population_slug(population: str) -> str:
@@ -382,7 +382,7 @@ def _status_text(population: str, row: dict[str, Any]) -> str:
 def _charge_rows(view: Any) -> list[str]:
     """The releases table: each release's charges by what they paid for, every budget, newest last."""
     kinds = list(_KINDS) + sorted({str(c["kind"]) for p in view.paid for c in p.charges} - set(_KINDS))
-    head = ["#", "budget", "release", *(_KINDS.get(k) or k for k in kinds), "total"]
+    head = ["#", "budget", "release", *(_KINDS.get(k) or KIND_WORDS.get(k) or k for k in kinds), "total"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     current = sum(e["kind"] == "new-budget" for e in view.entries)
     for p in view.paid:

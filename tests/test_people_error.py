@@ -401,7 +401,7 @@ def _clustered_people(path: Path, n: int = 400, seed: int = 50) -> pd.DataFrame:
     return df
 
 
-def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(tmp_path: Path) -> None:
+def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(tmp_path: Path, capsys) -> None:
     """Issue 50, "a DP estimate of it, charged like any measurement": a real release with prior = "dp" of a
     clustered table (people far from where the prior would put them in their cells) publishes the DP mean of its
     people's own error (eps_error auto: 1 for 400 people), within 10 of its stated noise scales of a direct
@@ -476,6 +476,18 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     assert again["people_error"] == m
     entries = [e for e in PrivateStore(root).entries(prov["population"]) if e["kind"] == "charge"]
     assert sorted(e["detail"]["kind"] for e in entries) == sorted(charged)
+    # the ledger and the officer's summary name the charge "mean error", not a bare "error"
+    from flows.approval import summary_markdown
+    from flows.ledger_cli import _entries
+    from flows.plan import plan_run
+    from mdp_core.release.door import GraphFacts, plan_privacy
+
+    assert _entries(root, prov["population"], False) == 0
+    out = capsys.readouterr().out
+    assert " mean error " in out and "+ mean error 1 =" in out and "+ error" not in out
+    settings = plan_run(cfg).privacy.settings(2.0, 1.5, len(df))
+    md = summary_markdown("x", plan_privacy(settings, GraphFacts(30, (30,), 1.0, "km")), None, "0" * 64, "")
+    assert "mean error 1" in md and ", error " not in md
 
 
 def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_error_is_refused(
@@ -558,3 +570,21 @@ def test_a_report_made_before_issue_50_re_renders_unchanged_and_audits_clean(run
     figures = frozenset(p.name for p in run.glob("*.png"))
     evaluation = __import__("mdp_core.release.report", fromlist=["x"]).evaluation_markdown(run / "evaluation.parquet")
     assert render_report(claims_of(run), evaluation, figures) == text
+
+
+def test_a_dp_prior_release_made_before_issue_50_audits_clean(tmp_path: Path) -> None:
+    """A prior = "dp" release made before eps_error existed: no eps_error in its config or provenance (made here
+    with eps_error = 0, then its config written as it was then): the audit accepts it (nothing measured, charged or
+    claimed for the mean error)."""
+    from conftest import edit, people_config
+
+    from artifacts.store import Store
+
+    _clustered_people(tmp_path / "people.csv", n=120)
+    root = tmp_path / "store"
+    cfg = people_config(root, tmp_path / "people.csv", prior="dp", eps_prior=0.25, eps_error=0)
+    run = publish_release(Store(root), run_stages(root, cfg), cfg=cfg)
+    prov = read_json(run / "release_provenance.json")
+    assert "eps_error" not in prov and audit.audit_release(run) == []
+    edit(run, "manifest.json", lambda m: m["config"]["release"].pop("eps_error"))  # re-signed by another key
+    assert [f for f in audit.audit_release(run) if not f.startswith("public_key.pem")] == []

@@ -474,11 +474,14 @@ def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list
 
 def _check_config_error(release: dict, prov: dict, prior_source: str) -> list[str]:
     """The config's ``eps_error`` (issue 50) = the provenance's: set, equal (0: not measured, absent); unset,
-    the auto level of the published n with a DP prior (:func:`mdp_core.release.people.auto_error_epsilon`), absent
-    otherwise."""
+    the auto level of the published n with a DP prior (:func:`mdp_core.release.people.auto_error_epsilon`) -- or
+    absent, a DP-prior release made before issue 50 (nothing measured, nothing charged for it, nothing claimed) --,
+    absent otherwise."""
     from mdp_core.release.people import auto_error_epsilon
 
     stated, n = prov.get("eps_error"), _num(prov.get("n_individuals"))
+    if release.get("eps_error") is None and prior_source == "dp" and "eps_error" not in prov:
+        return []
     if release.get("eps_error") is not None:
         want = _num(release["eps_error"])
     elif prior_source == "dp" and n is not None and n >= 1:
