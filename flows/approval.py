@@ -216,7 +216,9 @@ def _cell(text: Any) -> str:
 def summary_markdown(name: str, plan: PrivacyPlan, view: BudgetView | None, sha: str, how: str) -> str:
     """The officer's summary of the plan (public figures only), ending with ``how`` to decide."""
     g = plan.guarantee
-    charges = ", ".join(f"{k} {_eps(v)}" for k, v in plan.charges().items())
+    from flows.ledger_cli import KIND_WORDS
+
+    charges = ", ".join(f"{KIND_WORDS.get(k, k)} {_eps(v)}" for k, v in plan.charges().items())
     who = f"population `{plan.population}`" if plan.population else "SIMULATED people (nobody's data)"
     lines = [
         f"# Release `{name}` waits for your approval",

@@ -491,8 +491,8 @@ class ReleaseConfig(BaseModel):
         allow_inf_nan=False,
         description="budget of a DP measurement of the table's own people's mean release error (the report's "
         "figure for them, not for people spread as the prior; charged, composed into the guarantee); unset or "
-        '"auto": with prior = dp, sized from the number of people n for a noise of about 1 % of the figure '
-        "(6 / (0.01 n), capped at 1), otherwise 0; 0: not measured",
+        '"auto": with prior = dp, the smallest of 0.1, 0.25, 0.5, 1 giving a noise of about 1 % of the figure for '
+        "the number of people n (n >= 6000: 0.1; >= 2400: 0.25; >= 1200: 0.5; else 1), otherwise 0; 0: not measured",
     )
     max_total_epsilon: float | None = Field(
         None,
@@ -521,12 +521,15 @@ class ReleaseConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _unset_approval_not_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """``approval`` / ``approval_timeout`` / ``eps_error`` appear in a dump only when set: an unset value is a
-        function of the other keys (:func:`approval_mode`, :meth:`flows.plan.PrivacyTerms.error_epsilon`), so the configs written before them keep their hash, release
-        key and published config."""
+        function of the other keys (:func:`approval_mode`, :meth:`flows.plan.PrivacyTerms.error_epsilon`), so the
+        configs written before them keep their hash, release key and published config; ``eps_error = 0`` with a
+        public prior is the same as unset (not measured either way), so it is not written either."""
         data: dict[str, Any] = handler(self)
         for key in ("approval", "approval_timeout", "eps_error"):
             if data.get(key, 0) is None:
                 del data[key]
+        if data.get("eps_error") == 0 and self.prior != "dp":
+            del data["eps_error"]
         return data
 
     @model_validator(mode="before")

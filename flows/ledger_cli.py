@@ -35,6 +35,8 @@ from typing import Any
 from mdp_core.declarations.budget import Epsilon, compose
 from mdp_core.errors import InputError, PrivacyError
 
+KIND_WORDS = {"error": "mean error"}  # a charge's detail.kind, shown in words where the bare kind misleads (issue 50)
+
 
 def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
     """The options every form takes (in a sub-action: SUPPRESS defaults, so they do not override values
@@ -145,7 +147,7 @@ class Paid:
 
     def breakdown(self) -> str:
         """``perturb 5.42 + counts 1 + prior 0.5 = 6.92``."""
-        parts = " + ".join(f"{c['kind']} {_fmt(c['epsilon'])}" for c in self.charges)
+        parts = " + ".join(f"{KIND_WORDS.get(c['kind'], c['kind'])} {_fmt(c['epsilon'])}" for c in self.charges)
         return f"{parts} = {_fmt(float(self.cost))}" if len(self.charges) > 1 else parts
 
     def as_dict(self) -> dict[str, Any]:
@@ -364,7 +366,7 @@ def _entry_rows(entries: list[dict[str, Any]], paid: list[Paid]) -> list[list[st
                 str(e["seq"]),
                 _when(e.get("created_at")),
                 e["kind"],
-                str(d.get("kind") or "?") if charge else "",
+                KIND_WORDS.get(str(d.get("kind")), str(d.get("kind") or "?")) if charge else "",
                 _fmt(e.get("epsilon")) if charge else "",
                 _fmt(e.get("spent")),
                 _fmt(e.get("cap")),

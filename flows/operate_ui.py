@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from flows.ledger_cli import epsilon_text  # the one rule of every view
+from flows.ledger_cli import KIND_WORDS, epsilon_text  # the one rule of every view
 from mdp_core.release.report_approval import PERSON as DECIDED  # the modes in which a person decided
 from mdp_core.release.report_approval import markdown_text  # typed text (names, notes) shown literally
 
@@ -382,7 +382,7 @@ def _status_text(population: str, row: dict[str, Any]) -> str:
 def _charge_rows(view: Any) -> list[str]:
     """The releases table: each release's charges by what they paid for, every budget, newest last."""
     kinds = list(_KINDS) + sorted({str(c["kind"]) for p in view.paid for c in p.charges} - set(_KINDS))
-    head = ["#", "budget", "release", *(_KINDS.get(k) or k for k in kinds), "total"]
+    head = ["#", "budget", "release", *(_KINDS.get(k) or KIND_WORDS.get(k) or k for k in kinds), "total"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     current = sum(e["kind"] == "new-budget" for e in view.entries)
     for p in view.paid:

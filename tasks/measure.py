@@ -287,10 +287,11 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     limits = (settings.max_stretch, settings.allow_unprotected, privacy.max_distance)
     protection = make.published_protection(prot.as_dict(), privacy.radius, *limits)
     eps_prior = float(params["eps_prior"]) if params["prior_source"] == "dp" else 0.0
-    plan = make.plan_release(inst, z, privacy)  # certifies z, refuses a deterministic row or a refused plan
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
-    records, points, geo = located_individuals(private, params, inst, draw)
+    records, points, geo = located_individuals(private, params, inst, draw)  # mapped, not measured: nothing charged
+    # certifies z, refuses a deterministic row or a refused plan; the people's error's bounds, before any charge
+    plan = make.plan_release(inst, z, privacy, geo)
     zone = _zones(store, inst, upstream.get("partition"))
     mech_sha, inst_sha = upstream["mechanism"].files["mechanism.parquet"], upstream["instance"].files["instance.json"]
     limit = params.get("max_distance")
@@ -312,7 +313,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
         {keys[s.kind]: (s.kind, float(s.epsilon)) for s in plan.spends},
         lambda: make.make_release(
             *(inst, z, records, zone, plan, rng, kept_measure(private, draw, keys["counts"])),
-            make.ErrorMeasure(points, kept_measure(private, draw, keys["error"]), geo) if "error" in keys else None,
+            make.ErrorMeasure(points, kept_measure(private, draw, keys["error"])) if "error" in keys else None,
         ),
     )
     at = private.position(draw.population, tuple(keys.values()))

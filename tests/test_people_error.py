@@ -12,6 +12,7 @@ release on real Rome streets (lat/lon, Voronoi cells within max_distance) and th
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -316,10 +317,12 @@ def _exact(true: np.ndarray, sensitivity: int, epsilon: float):
 def test_the_dp_mean_error_of_a_table_s_own_people_against_a_direct_computation() -> None:
     """The table's own people (clustered, not spread as the prior): every person's error lies in the public
     range (triangle inequality from the published mechanism); without noise the estimate is their direct mean
-    within half a step; with OpenDP's discrete Laplace it is within 10 of its stated scales (fails with
-    probability e^-10); one person moved anywhere changes the noised sum by at most the stated sensitivity."""
+    within half a step (relative to the bounds: (hi - lo) / 2^20); with OpenDP's discrete Laplace it is within 10 of
+    its stated scales (fails with probability e^-10); one person replaced by any value -- outside [lo, hi] too,
+    clipped -- changes the noised sum by at most the stated sensitivity."""
     from mdp_core.errors import InputError
     from mdp_core.problem.datasets.synthetic import synthetic
+    from mdp_core.release.noise import discrete_laplace
     from mdp_core.solvers.mechanisms import exponential
 
     inst = synthetic(n_records=60, n_outputs=12, dim=2, sigma=1.0, eta=0.5, epsilon=4.0)
@@ -330,22 +333,54 @@ def test_the_dp_mean_error_of_a_table_s_own_people_against_a_direct_computation(
     errors = (z[j] * d_out).sum(axis=1)  # each person's expected error from where they are
     lo, hi = people.error_range(inst, z, limit)
     assert 0 <= lo <= errors.min() and errors.max() <= hi
-    est, scale = people.dp_mean_error(errors, lo, hi, 0.5, measure=_exact)
-    width = math.ceil((hi - lo) / people.ERROR_STEP)
-    assert abs(est - errors.mean()) <= people.ERROR_STEP / 2
-    assert scale == pytest.approx(people.ERROR_STEP * width / (0.5 * errors.size))
-    est, scale = people.dp_mean_error(errors, lo, hi, 0.5)
-    assert abs(est - errors.mean()) <= 10 * scale + people.ERROR_STEP / 2
+    step = people.error_step(lo, hi)
+    width = math.ceil((hi - lo) / step)
+    assert width == people.ERROR_STEPS and step == (hi - lo) / 2**20
+    est, scale = people.dp_mean_error(errors, lo, hi, 0.5, _exact)
+    assert abs(est - errors.mean()) <= step / 2
+    assert scale == pytest.approx(step * width / (0.5 * errors.size))
+    est, scale = people.dp_mean_error(errors, lo, hi, 0.5, discrete_laplace)
+    assert abs(est - errors.mean()) <= 10 * scale + step / 2
     sums = []
-    for moved in (lo, hi):  # the first person replaced by one at either end of the range
+    for moved in (0.0, lo, hi, 10 * hi + 3.0):  # the first person replaced: below, at either end of, above the range
         other = errors.copy()
         other[0] = moved
-        sums.append(people.dp_mean_error(other, lo, hi, 0.5, measure=_exact)[0] * errors.size / people.ERROR_STEP)
-    assert abs(sums[1] - sums[0]) <= width + 1e-6
+        sums.append(people.dp_mean_error(other, lo, hi, 0.5, _exact)[0] * errors.size / step)
+    assert max(sums) - min(sums) <= width + 1e-6 and max(sums) - min(sums) >= width - 1e-6  # clipped: exactly W
     with pytest.raises(InputError):
-        people.dp_mean_error(errors, hi, lo, 0.5)
+        people.dp_mean_error(errors, hi, lo, 0.5, _exact)
     with pytest.raises(InputError):
-        people.dp_mean_error(np.array([]), lo, hi, 0.5)
+        people.dp_mean_error(np.array([]), lo, hi, 0.5, _exact)
+
+
+def test_the_error_s_bounds_come_before_the_charge_and_its_measure_is_required() -> None:
+    """Issue 50's review: with an "error" spend, plan_release computes the public bounds (before the measuring
+    stage charges anything): people by lat/lon on an instance without lat/lon are refused there; make_release
+    refuses a plan that charges the error without its measure (no fresh, unkept noise)."""
+    from mdp_core.errors import InputError
+    from mdp_core.problem.datasets.synthetic import synthetic
+    from mdp_core.release import make
+    from mdp_core.release.door import GraphFacts, Settings, plan_privacy
+    from mdp_core.release.noise import discrete_laplace
+    from mdp_core.solvers.mechanisms import exponential
+
+    inst = synthetic(n_records=30, n_outputs=8, dim=2, sigma=1.0, eta=3.0, epsilon=1.0)
+    z = exponential(inst)
+    graph, _ = GraphFacts.recomputed(inst, inst.eta)
+    settings = Settings(epsilon=inst.epsilon, eta=inst.eta, max_distance=0.4, eps_error=0.5, max_stretch=100.0)
+    privacy = plan_privacy(settings, graph)
+    with pytest.raises(InputError, match="lat/lon"):
+        make.plan_release(inst, z, privacy, geo=True)
+    plan = make.plan_release(inst, z, privacy)
+    assert plan.eps_error == 0.5 and plan.error_bounds == people.error_range(inst, z, 0.4)
+    records, zone = np.arange(inst.n_records), np.zeros(inst.n_outputs, dtype=np.int64)
+    with pytest.raises(InputError, match="give its measure"):
+        make.make_release(inst, z, records, zone, plan, np.random.default_rng(0), discrete_laplace)
+    rel = make.make_release(
+        inst, z, records, zone, plan, np.random.default_rng(0), discrete_laplace, make.ErrorMeasure(None, _exact)
+    )
+    m = rel.people_error
+    assert m is not None and (m["people_at"], m["lo"], m["hi"]) == ("records", *plan.error_bounds)
 
 
 def _clustered_people(path: Path, n: int = 400, seed: int = 50) -> pd.DataFrame:
@@ -366,10 +401,10 @@ def _clustered_people(path: Path, n: int = 400, seed: int = 50) -> pd.DataFrame:
     return df
 
 
-def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(tmp_path: Path) -> None:
+def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(tmp_path: Path, capsys) -> None:
     """Issue 50, "a DP estimate of it, charged like any measurement": a real release with prior = "dp" of a
     clustered table (people far from where the prior would put them in their cells) publishes the DP mean of its
-    people's own error (eps_error auto: 6 / (0.01 n) capped at 1), within 10 of its stated noise scales of a direct
+    people's own error (eps_error auto: 1 for 400 people), within 10 of its stated noise scales of a direct
     computation from the true coordinates (haversine, written here) and the published mechanism; the charge is in
     the private ledger, the guarantee's additive epsilon, its statement and the report; the audit is clean, and finds
     the block edited."""
@@ -381,7 +416,8 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     df = _clustered_people(tmp_path / "people.csv")
     root = tmp_path / "store"
     cfg = people_config(root, tmp_path / "people.csv", prior="dp", eps_prior=0.25)
-    run = publish_release(Store(root), run_stages(root, cfg), cfg=cfg)
+    refs = run_stages(root, cfg)
+    run = publish_release(Store(root), refs, cfg=cfg)
     assert audit.audit_release(run) == []
     inst, z, _, prov = _published(run)
     m = prov["people_error"]
@@ -405,12 +441,53 @@ def test_a_dp_prior_release_measures_its_own_people_s_error_charged_and_stated(t
     assert set(charged) == {"perturb", "counts", "prior", "error"}
     page = (run / "report.md").read_text()
     assert f"For this table's own {len(df)} people, DP-estimated at eps_error 1" in page
+    # the measured figure once, in the opening; then the prior-spread figure, in lower case after the colon
+    assert page.count("DP-estimated at eps_error") == 1 and "For people spread as the prior: a released" in page
+    assert "their own figure is not measured" not in page
+    from mdp_core.release.report import evaluation_markdown, people_error_line
+
+    method, evaluation = read_json(run / "solve.json")["method"], evaluation_markdown(run / "evaluation.parquet")
+    line = people_error_line(evaluation, method, "km", m)
+    assert line is not None and line.startswith("expected error for this table's people, DP-estimated at eps_error 1:")
+    assert f"{m['estimate']:.4g} km +- {m['noise_scale']:.2g}" in line
     assert "+ eps_error 1 for the people's mean error" in page
-    # the audit holds the block to its charge: a smaller stated noise, or another epsilon, is a finding
-    edit(run, "release_provenance.json", lambda p: p["people_error"].update(noise_scale=m["noise_scale"] / 10))
-    assert any("people_error: noise_scale" in f for f in audit.audit_release(run))
-    edit(run, "release_provenance.json", lambda p: p["people_error"].update(epsilon=0.5))
-    assert any("people_error: epsilon 0.5" in f for f in audit.audit_release(run))
+    assert m["people_at"] == "lat_lon" and "measured in great-circle km from each person's lat/lon" in page
+    # the audit recomputes the bounds from the published instance, mechanism and max_distance (great-circle: from
+    # people_at), and holds the block to its charge: each edit below is a finding
+    for change, finding in (
+        ({"noise_scale": m["noise_scale"] / 10}, "people_error: noise_scale"),
+        ({"lo": m["lo"] + 0.01 * (m["hi"] - m["lo"])}, "people_error: lo"),
+        ({"hi": m["hi"] * 1.1}, "people_error: hi"),
+        ({"step": m["step"] * 2}, "people_error: step"),
+        ({"unit": "m"}, "people_error: unit"),
+        ({"people_at": "nowhere"}, "people_error: people_at"),
+        ({"epsilon": 0.5}, "people_error: epsilon 0.5"),
+    ):
+        edit(run, "release_provenance.json", lambda p, c=change: p.update(people_error=m | c))
+        found = audit.audit_release(run)
+        assert any(finding in f for f in found), [f[:300] for f in found]
+    edit(run, "release_provenance.json", lambda p: p.update(people_error=m))
+    edit(run, "manifest.json", lambda mf: mf["config"]["release"].update(eps_error=0.5))  # auto gave 1
+    assert any("config release.eps_error" in f for f in audit.audit_release(run))
+    # a re-run recomputing the measurement (its stored object gone, as --refresh recomputes) keeps the estimate
+    # (the kept measurement of the same charge key) and charges nothing new
+    shutil.rmtree(Store(root).object_dir("measure", refs["measure"].key))
+    again = read_json(Store(root).path(run_stages(root, cfg)["measure"], "release_provenance.json"))
+    assert again["people_error"] == m
+    entries = [e for e in PrivateStore(root).entries(prov["population"]) if e["kind"] == "charge"]
+    assert sorted(e["detail"]["kind"] for e in entries) == sorted(charged)
+    # the ledger and the officer's summary name the charge "mean error", not a bare "error"
+    from flows.approval import summary_markdown
+    from flows.ledger_cli import _entries
+    from flows.plan import plan_run
+    from mdp_core.release.door import GraphFacts, plan_privacy
+
+    assert _entries(root, prov["population"], False) == 0
+    out = capsys.readouterr().out
+    assert " mean error " in out and "+ mean error 1 =" in out and "+ error" not in out
+    settings = plan_run(cfg).privacy.settings(2.0, 1.5, len(df))
+    md = summary_markdown("x", plan_privacy(settings, GraphFacts(30, (30,), 1.0, "km")), None, "0" * 64, "")
+    assert "mean error 1" in md and ", error " not in md
 
 
 def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_error_is_refused(
@@ -433,9 +510,81 @@ def test_a_public_prior_charges_nothing_for_the_people_s_error_and_a_bad_eps_err
     terms = lambda **r: plan_run(people_config(root, table, **r)).privacy  # noqa: E731
     assert terms().error_epsilon(20) is None and terms(eps_error=0.3).error_epsilon(20) == 0.3
     assert terms(prior="dp", eps_error=0).error_epsilon(20) is None
-    assert terms(prior="dp", eps_error="auto").error_epsilon(20000) == 0.03 == people.auto_error_epsilon(20000)
+    # eps_error = 0 with a public prior is unset (not measured either way): the same config hash and release key
+    from flows.config import config_hash
+    from flows.plan import release_key
+
+    unset, zero = people_config(root, table), people_config(root, table, eps_error=0)
+    assert (config_hash(zero), release_key(zero)) == (config_hash(unset), release_key(unset))
+    dp_zero, dp_auto = people_config(root, table, prior="dp", eps_error=0), people_config(root, table, prior="dp")
+    assert release_key(dp_zero) != release_key(dp_auto)  # with a DP prior, 0 turns off what unset turns on
+    assert terms(prior="dp", eps_error="auto").error_epsilon(20000) == 0.1 == people.auto_error_epsilon(20000)
+    # auto: coarse fixed levels from public n alone, so a table's size rarely moves the charge
+    sizes = (1, 1199, 1200, 2399, 2400, 5999, 6000, 10**6)
+    assert [people.auto_error_epsilon(n) for n in sizes] == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.1, 0.1]
     assert terms(prior="dp").error_epsilon(None) == people.ERROR_EPS_CAP
     for bad in (-0.1, float("nan"), "lots"):
         with pytest.raises(InputError, match="eps_error"):
             people_config(root, table, prior="dp", eps_error=bad)
     assert not (root / "private").exists()
+
+
+def _as_main_rendered(run: Path) -> str:
+    """report.md of ``run`` as the code before issue 50 rendered it: claims without ``people_error`` and no sentence
+    about the table's own people (checked against main's renderer when this was written); written and rehashed."""
+    import json
+    import re
+
+    from conftest import edit_report
+
+    def old(text: str) -> str:
+        claims = json.loads(re.search(r"<!-- mdp-release-claims (\{.*\}) -->", text).group(1))
+        assert claims.pop("people_error") is None
+        text = re.sub(
+            r"<!-- mdp-release-claims \{.*\} -->",
+            f"<!-- mdp-release-claims {json.dumps(claims, sort_keys=True)} -->",
+            text,
+        )
+        sentence = re.search(r" This table's own people may stand nearer[^.]*\.", text)
+        assert sentence is not None
+        return text.replace(sentence.group(0), "")
+
+    edit_report(run, old)
+    return (run / "report.md").read_text()
+
+
+def test_a_report_made_before_issue_50_re_renders_unchanged_and_audits_clean(run: Path) -> None:
+    """Issue 50's review: the audit re-renders report.md from its claims; a report made before issue 50 (claims
+    without ``people_error``, no sentence about the table's own people) renders as it was and audits clean; the
+    new wording needs the key (a report made now always carries it, null when not measured)."""
+    from conftest import claims_of
+
+    from mdp_core.release.report import render_report
+
+    assert (
+        claims_of(run)["people_error"] is None and "their own figure is not measured" in (run / "report.md").read_text()
+    )
+    text = _as_main_rendered(run)
+    assert "This table's own people" not in text
+    assert audit.audit_release(run) == []
+    figures = frozenset(p.name for p in run.glob("*.png"))
+    evaluation = __import__("mdp_core.release.report", fromlist=["x"]).evaluation_markdown(run / "evaluation.parquet")
+    assert render_report(claims_of(run), evaluation, figures) == text
+
+
+def test_a_dp_prior_release_made_before_issue_50_audits_clean(tmp_path: Path) -> None:
+    """A prior = "dp" release made before eps_error existed: no eps_error in its config or provenance (made here
+    with eps_error = 0, then its config written as it was then): the audit accepts it (nothing measured, charged or
+    claimed for the mean error)."""
+    from conftest import edit, people_config
+
+    from artifacts.store import Store
+
+    _clustered_people(tmp_path / "people.csv", n=120)
+    root = tmp_path / "store"
+    cfg = people_config(root, tmp_path / "people.csv", prior="dp", eps_prior=0.25, eps_error=0)
+    run = publish_release(Store(root), run_stages(root, cfg), cfg=cfg)
+    prov = read_json(run / "release_provenance.json")
+    assert "eps_error" not in prov and audit.audit_release(run) == []
+    edit(run, "manifest.json", lambda m: m["config"]["release"].pop("eps_error"))  # re-signed by another key
+    assert [f for f in audit.audit_release(run) if not f.startswith("public_key.pem")] == []

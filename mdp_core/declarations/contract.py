@@ -254,7 +254,7 @@ PROVENANCE_KEYS = PROVENANCE_KEYS_V2 | {"population", "protection"}
 # optional (releases before issue 49 have none): the sealed table's keyed handle, the plan figures' "table"
 # and (issue 50) the budget and result of the DP mean of the people's error (people.measured_error; null: none)
 PROVENANCE_KEYS_OPTIONAL = frozenset({"table", "eps_error", "people_error"})
-PEOPLE_ERROR_KEYS = frozenset("estimate noise_scale epsilon lo hi step unit".split())
+PEOPLE_ERROR_KEYS = frozenset("estimate noise_scale epsilon lo hi step unit people_at".split())
 # the manifest's ``privacy`` block (flows.release.release_fields); v3 adds the optional keys
 PRIVACY_KEYS = frozenset(
     "mechanism_epsilon eta distance_unit certificate counts_epsilon prior_epsilon prior_source microdata_source "

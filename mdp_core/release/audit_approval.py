@@ -43,7 +43,9 @@ WHERE = "manifest.json approval"
 MODES = ("required", "policy", "none")  # = flows.config's [release] approval choices
 ALWAYS_RECORDED = 4  # = flows.manifest.MANIFEST_VERSION from which every release records its approval
 PERSON = ("required", "policy")  # the modes in which a person decided
-SETTINGS_EXACT = ("epsilon", "eta", "eps_counts", "eps_prior", "max_stretch", "allow_unprotected", "population")
+SETTINGS_EXACT = (
+    *("epsilon", "eta", "eps_counts", "eps_prior", "eps_error", "max_stretch", "allow_unprotected", "population"),
+)  # eps_error (issue 50): in the settings only when measured (Settings.as_params), as in the plan approved
 
 
 def printable(text: object, newlines: bool = False) -> bool:
@@ -145,9 +147,9 @@ def check_plan_figures(plan: dict, prov: dict, facts: Record) -> list[str]:
         findings += _compare(where, key, plan.get(key), value, RECOMPUTED)
     settings, recomputed = _obj(plan.get("settings")), door.settings.as_params()
     for key in SETTINGS_EXACT:
-        if not _agrees(settings.get(key), recomputed[key], RECOMPUTED):
+        if not _agrees(settings.get(key), recomputed.get(key), RECOMPUTED):
             findings.append(
-                f"{where}: settings {key} {_show(settings.get(key))} but the release gives {_show(recomputed[key])}"
+                f"{where}: settings {key} {_show(settings.get(key))} but the release gives {_show(recomputed.get(key))}"
             )
     for key, value in (("protection_radius", door.radius), ("max_distance", door.max_distance)):
         if settings.get(key) is not None:  # unset: eta, which the radius / max_distance figures state

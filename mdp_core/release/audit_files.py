@@ -261,6 +261,7 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
     eta, distance_unit, n_records, n_outputs, n_edges), ``objective`` and one entry per :data:`TABLE_FACTS`
     file (None when absent or unreadable)."""
     from mdp_core.problem.io import read_instance, read_mechanism
+    from mdp_core.release.people import error_range
     from mdp_core.release.report import loss_of
     from mdp_core.solvers.verify import objective, verify
 
@@ -291,6 +292,8 @@ def _check_content(d: Path, actual: dict[str, str]) -> tuple[Record | None, list
         "stretch": graph["stretch"],
         "stretch_within": graph["stretch_within"],
         "evaluation_markdown": None,
+        # the public bounds of the people's error (issue 50): (max_distance, great-circle?) -> (lo, hi)
+        "error_range": lambda limit, geo: error_range(inst, z, limit, geo),
     }
     for name, read in TABLE_FACTS.items():
         facts[name] = None

@@ -212,7 +212,7 @@ def _check_counts(prov: dict, facts: Record) -> list[str]:
         findings.append(f"{p}: prior_source {prov.get('prior_source')} is not one of {sorted(PRIOR_SOURCES)}")
     elif eps_prior is None or eps_prior < 0 or (prov["prior_source"] == "dp") != (eps_prior > 0):
         findings.append(f"{p}: eps_prior {prov.get('eps_prior')} does not fit prior_source {prov['prior_source']}")
-    findings += _check_people_error(prov)
+    findings += _check_people_error(prov, facts)
     if prov.get("microdata_source") not in MICRODATA_SOURCES:
         findings.append(
             f"{p}: microdata_source {prov.get('microdata_source')} is not one of {sorted(MICRODATA_SOURCES)}"
@@ -222,9 +222,14 @@ def _check_counts(prov: dict, facts: Record) -> list[str]:
     return findings
 
 
-def _check_people_error(prov: dict) -> list[str]:
+def _check_people_error(prov: dict, facts: Record) -> list[str]:
     """The DP mean of the people's error (issue 50): absent or null with eps_error 0; else its keys, its epsilon =
-    eps_error, lo <= hi, and its noise scale = step x ceil((hi - lo) / step) / (eps_error x n_individuals)."""
+    eps_error, its unit the instance's, its bounds [lo, hi] = :func:`mdp_core.release.people.error_range` of the
+    published instance and mechanism at protection.max_distance (the instance's eta without one), in great-circle
+    km when ``people_at`` is "lat_lon"; its step (hi - lo) / ERROR_STEPS and its noise scale = step x ceil((hi -
+    lo) / step) / (eps_error x n_individuals)."""
+    from mdp_core.release.people import PEOPLE_AT, error_step
+
     where, block, eps = f"{PROVENANCE} people_error", prov.get("people_error"), _num(prov.get("eps_error", 0.0))
     if eps is None or eps < 0:
         return [f"{PROVENANCE}: eps_error {prov.get('eps_error')} is not a number >= 0"]
@@ -232,12 +237,20 @@ def _check_people_error(prov: dict) -> list[str]:
         return [] if eps == 0 else [f"{where}: missing, but eps_error {eps:g} was charged for it"]
     b = _obj(block)
     findings = _keys(where, b, contract.PEOPLE_ERROR_KEYS)
-    lo, hi, step, scale, n = (
-        _num(x) for x in (b.get("lo"), b.get("hi"), b.get("step"), b.get("noise_scale"), prov.get("n_individuals"))
-    )
     findings += _compare(where, "epsilon", b.get("epsilon"), eps)
-    if lo is None or hi is None or step is None or n is None or not (0 <= lo <= hi and step > 0 and n > 0 < eps):
-        return findings + [f"{where}: its bounds, step, scale or n are not numbers with 0 <= lo <= hi"]
+    findings += _compare(where, "unit", b.get("unit"), facts["instance"]["distance_unit"])
+    if b.get("people_at") not in PEOPLE_AT:
+        return findings + [f"{where}: people_at {_show(b.get('people_at'))} is not one of {list(PEOPLE_AT)}"]
+    limit = _num(_obj(prov.get("protection")).get("max_distance"))
+    try:
+        lo, hi = facts["error_range"](facts["instance"]["eta"] if limit is None else limit, b["people_at"] == "lat_lon")
+    except MdpError as exc:
+        return findings + [f"{where}: its bounds cannot be recomputed: {_first_line(exc)}"]
+    findings += _compare(where, "lo", b.get("lo"), lo, RECOMPUTED) + _compare(where, "hi", b.get("hi"), hi, RECOMPUTED)
+    step, scale, n = error_step(lo, hi), _num(b.get("noise_scale")), _num(prov.get("n_individuals"))
+    findings += _compare(where, "step", b.get("step"), step, RECOMPUTED)
+    if n is None or not n > 0 < eps:
+        return findings + [f"{where}: n_individuals or eps_error is not a positive number"]
     width = max(1, math.ceil((hi - lo) / step))
     findings += _compare(where, "noise_scale", scale, step * width / (eps * n), RECOMPUTED)
     return findings
@@ -447,6 +460,7 @@ def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list
         findings += _compare(
             "manifest.json", "config release.eps_prior", release.get("eps_prior"), prov.get("eps_prior")
         )
+    findings += _check_config_error(release, prov, source)
     simulated = release.get("microdata") is None
     findings += _compare(
         "manifest.json", "config microdata source", "simulated" if simulated else "file", prov.get("microdata_source")
@@ -456,6 +470,29 @@ def _check_config(manifest: dict, prov: dict, solve: dict, inst: Record) -> list
             "manifest.json", "config release.n_individuals", release["n_individuals"], prov.get("n_individuals")
         )
     return findings
+
+
+def _check_config_error(release: dict, prov: dict, prior_source: str) -> list[str]:
+    """The config's ``eps_error`` (issue 50) = the provenance's: set, equal (0: not measured, absent); unset,
+    the auto level of the published n with a DP prior (:func:`mdp_core.release.people.auto_error_epsilon`) -- or
+    absent, a DP-prior release made before issue 50 (nothing measured, nothing charged for it, nothing claimed) --,
+    absent otherwise."""
+    from mdp_core.release.people import auto_error_epsilon
+
+    stated, n = prov.get("eps_error"), _num(prov.get("n_individuals"))
+    if release.get("eps_error") is None and prior_source == "dp" and "eps_error" not in prov:
+        return []
+    if release.get("eps_error") is not None:
+        want = _num(release["eps_error"])
+    elif prior_source == "dp" and n is not None and n >= 1:
+        want = auto_error_epsilon(int(n))
+    else:
+        want = None if prior_source == "dp" else 0.0
+    if want is None:
+        return ["manifest.json: config release eps_error: auto, but n_individuals is not a count"]
+    if want == 0 and stated is None:  # not measured: the provenance has no eps_error
+        return []
+    return _compare("manifest.json", "config release.eps_error", stated, want)
 
 
 def _check_config_v3(cfg: dict, prov: dict) -> list[str]:

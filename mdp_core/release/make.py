@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from mdp_core.declarations.budget import Budget, Guarantee, Spend
-from mdp_core.errors import PrivacyError
+from mdp_core.errors import InputError, PrivacyError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.microdata import cell_of_record
 from mdp_core.release import perturb
@@ -53,6 +53,8 @@ class Plan:
     guarantee: Guarantee
     eps_counts: float
     spends: tuple[Spend, ...]
+    error_bounds: tuple[float, float] | None = None  # the people's error's public [lo, hi] (with an "error" spend)
+    error_geo: bool = False  # ... measured in great-circle km from the people's lat/lon
 
     def spend(self, kind: str) -> Spend:
         """The spend of ``kind`` ("perturb", "counts" or "error")."""
@@ -67,12 +69,12 @@ class Plan:
 @dataclass(frozen=True)
 class ErrorMeasure:
     """How :func:`make_release` measures the people's mean error (:func:`mdp_core.release.people.measured_error`):
-    their own coordinates ``points`` ((n, D) in the instance's columns, or lat, lon when ``geo``: the columns they
-    were mapped by; None: at their records) and the noise ``measure`` (the caller's, from its secret draw)."""
+    their own coordinates ``points`` ((n, D) in the instance's columns, or lat, lon when the plan's ``error_geo``:
+    the columns they were mapped by; None: at their records) and the noise ``measure`` (the caller's, from its
+    secret draw: no default, no fresh noise)."""
 
     points: np.ndarray | None
-    measure: Measure = discrete_laplace
-    geo: bool = False
+    measure: Measure
 
 
 @dataclass(frozen=True)
@@ -100,15 +102,24 @@ def certify(inst: Instance, z: np.ndarray, all_pairs: bool = False) -> None:
         )
 
 
-def plan_release(inst: Instance, z: np.ndarray, privacy: PrivacyPlan) -> Plan:
+def plan_release(inst: Instance, z: np.ndarray, privacy: PrivacyPlan, geo: bool = False) -> Plan:
     """Certify ``z`` and take the release's guarantee and spends from the privacy door's plan
     (:func:`mdp_core.release.door.plan_privacy`: PrivacyError when it refuses); a deterministic row of ``z``
-    is refused too. The DP prior, if any, is charged by the stage that measures it."""
+    is refused too. The DP prior, if any, is charged by the stage that measures it. With an "error" spend, the
+    public bounds of the people's error (:func:`mdp_core.release.people.error_range`, in great-circle km when
+    ``geo``: people by lat/lon) are computed here, before anything is charged: an instance without usable
+    coordinates is refused (InputError) with nothing charged."""
+    from mdp_core.release.people import error_range
+
     certify(inst, z)
     privacy.admit()
     refuse_deterministic(z)
     spends = tuple(s for s in privacy.spends if s.kind in ("perturb", "counts", "error"))
-    return Plan(privacy.guarantee, float(privacy.spend("counts").epsilon), spends)
+    bounds = None
+    if any(s.kind == "error" for s in spends):
+        limit = privacy.guarantee.max_snap
+        bounds = error_range(inst, z, limit if limit is not None else inst.eta, geo)
+    return Plan(privacy.guarantee, float(privacy.spend("counts").epsilon), spends, bounds, geo and bounds is not None)
 
 
 def make_release(
@@ -132,9 +143,10 @@ def make_release(
     table, meas = release_counts(cells, zone, plan.eps_counts, measure)
     mean = None
     if plan.eps_error:
-        error = error or ErrorMeasure(None)
-        limit = plan.guarantee.max_snap if plan.guarantee.max_snap is not None else inst.eta
-        mean = measured_error(inst, z, records, error.points, limit, plan.eps_error, error.measure, error.geo)
+        if error is None or plan.error_bounds is None or (plan.error_geo and error.points is None):
+            raise InputError("the plan charges the people's mean error: give its measure (ErrorMeasure) and bounds")
+        args = (error.points, plan.error_bounds, plan.eps_error, error.measure, plan.error_geo)
+        mean = measured_error(inst, z, records, *args)
     microdata = perturb.perturbed_microdata(inst, outputs)
     return Release(microdata, table, int(meas.sensitivity), int(records.shape[0]), mean)
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -63,6 +63,9 @@ from mdp_core.errors import InputError
 from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import EARTH_RADIUS_KM, unit_sphere
 
+if TYPE_CHECKING:
+    from mdp_core.release.postprocess import Measure
+
 PEOPLE_SEED = 2050  # public and fixed: where sampled people stand in their cells (no person's data)
 PEOPLE_BUDGET = 1 << 25  # person-to-output distances evaluated in all (the per-record samples follow)
 PEOPLE_MIN, PEOPLE_MAX = 16, 256  # sampled people per record: at least, at most
@@ -70,10 +73,12 @@ RELEASE, SNAP = "release_per_person", "snap_to_record"  # the rows evaluation.pa
 _CHUNK = 1 << 22  # distances per block
 STREET_STEP_KM = 0.01  # people along the streets: one point per piece of at most this length (more on a large map)
 STREET_OFFSET_KM = 0.02  # ... on either side of the street's centre line (a building's front, not the roadway)
-ERROR_STEP = 1e-3  # a person's error is summed in whole steps of this [the metric's unit]: 1 m on km data
+ERROR_STEPS = 2**20  # a person's error is summed in whole steps of (hi - lo) / this (:func:`error_step`)
+PEOPLE_AT = ("lat_lon", "coordinates", "records")  # where each person's error is measured from (:func:`measured_error`)
 ERROR_TARGET = 0.01  # eps_error = "auto": the noise on the mean at most this share of the figure ...
 ERROR_WIDTH_RATIO = 6.0  # ... taking (hi - lo) / figure as this (3.3-5.6 on eight tables: bench/HISTORY.md)
-ERROR_EPS_CAP = 1.0  # ... and never above this
+ERROR_LEVELS = (0.1, 0.25, 0.5, 1.0)  # ... at the smallest of these fixed levels reaching it (the last: the cap)
+ERROR_EPS_CAP = ERROR_LEVELS[-1]
 
 
 @dataclass(frozen=True)
@@ -471,44 +476,44 @@ def error_range(instance: Instance, z: np.ndarray, max_distance: float, geo: boo
     return max(0.0, float(per_record.min()) - max_distance), float(per_record.max()) + max_distance
 
 
-def dp_mean_error(
-    errors: np.ndarray,
-    lo: float,
-    hi: float,
-    epsilon: float,
-    step: float = ERROR_STEP,
-    measure: Callable[[np.ndarray, int, float], Any] | None = None,
-) -> tuple[float, float]:
-    """An eps-DP estimate of the mean of ``errors`` (n,) [unit], each a person's error in [``lo``, ``hi``]
-    (:func:`error_range`; clipped to it), n public: the sum of the errors in whole ``step``s above lo, plus
-    discrete Laplace noise (``measure``: :func:`mdp_core.release.noise.discrete_laplace` by default) at L1
-    sensitivity W = ceil((hi - lo) / step) -- one person's record and location changing moves one term within
-    [0, W] (the counts' neighbour relation, docs/privacy.md) -- divided by n. Returns (the estimate, the noise's
-    scale on the mean [unit]: step W / (eps n)); rounding to steps moves the mean by at most step / 2."""
-    from mdp_core.release.noise import discrete_laplace
+def error_step(lo: float, hi: float) -> float:
+    """The step [the metric's unit] a person's error is summed in: (hi - lo) / :data:`ERROR_STEPS` (exact in binary
+    floating point, so the sensitivity ceil((hi - lo) / step) is ERROR_STEPS), relative to the public bounds and so
+    right in any unit; 1 when hi = lo (every error is lo)."""
+    return (hi - lo) / ERROR_STEPS if hi > lo else 1.0
 
+
+def dp_mean_error(errors: np.ndarray, lo: float, hi: float, epsilon: float, measure: Measure) -> tuple[float, float]:
+    """An eps-DP estimate of the mean of ``errors`` (n,) [unit], each a person's error in [``lo``, ``hi``]
+    (:func:`error_range`; clipped to it), n public: the sum of the errors in whole steps s = :func:`error_step`
+    above lo, plus discrete Laplace noise (``measure``: the caller's, e.g. the secret draw's kept
+    :func:`mdp_core.release.noise.discrete_laplace`) at L1 sensitivity W = ceil((hi - lo) / s) -- one person's
+    record and location changing moves one term within [0, W] (the counts' neighbour relation, docs/privacy.md) --
+    divided by n. Returns (the estimate, the noise's scale on the mean [unit]: s W / (eps n)); rounding to steps
+    moves the mean by at most s / 2."""
     e = np.asarray(errors, dtype=np.float64)
     if e.ndim != 1 or e.size == 0 or not np.all(np.isfinite(e)):
         raise InputError("the people's errors must be a non-empty 1-D array of finite numbers")
-    if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi and step > 0):
-        raise InputError(f"the bounds must satisfy 0 <= lo <= hi and step > 0, got {lo}, {hi}, {step}")
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
+        raise InputError(f"the bounds must satisfy 0 <= lo <= hi, got {lo}, {hi}")
+    step = error_step(lo, hi)
     width = max(1, math.ceil((hi - lo) / step))
     total = int(np.rint((np.clip(e, lo, hi) - lo) / step).astype(np.int64).sum())
-    noisy = (measure or discrete_laplace)(np.array([total], dtype=np.int64), width, float(epsilon))
+    noisy = measure(np.array([total], dtype=np.int64), width, float(epsilon))
     return lo + step * float(noisy.values[0]) / e.size, step * float(noisy.scale) / e.size
 
 
 def auto_error_epsilon(n_people: int) -> float:
     """``eps_error = "auto"``: the budget of :func:`dp_mean_error` for ``n_people`` (public under the counts'
-    relation), sized before the mechanism exists, so from n alone: its noise on the mean, W / (eps n) with W =
-    hi - lo, is at most :data:`ERROR_TARGET` of the figure when W is at most :data:`ERROR_WIDTH_RATIO` times it
-    (measured 3.3-5.6 on eight tables, bench/HISTORY.md "The table's own people"); rounded up to two
-    significant digits, capped at :data:`ERROR_EPS_CAP`. The scale the release gets is published beside it."""
+    relation), sized before the mechanism exists, so from n alone: the smallest of the coarse levels
+    :data:`ERROR_LEVELS` whose noise on the mean, W / (eps n) with W = hi - lo, is at most :data:`ERROR_TARGET` of
+    the figure when W is :data:`ERROR_WIDTH_RATIO` times it (measured 3.3-5.6 on eight tables, bench/HISTORY.md "The
+    table's own people"): n >= 6000 -> 0.1, >= 2400 -> 0.25, >= 1200 -> 0.5, else 1. Fixed levels, so a table's size
+    rarely moves the charge. The scale the release gets is published beside it."""
     if n_people < 1:
         raise InputError(f"eps_error = auto needs at least one person, got {n_people}")
-    eps = ERROR_WIDTH_RATIO / (ERROR_TARGET * n_people)
-    digits = 1 - math.floor(math.log10(eps))
-    return min(ERROR_EPS_CAP, math.ceil(eps * 10**digits) / 10**digits)
+    need = ERROR_WIDTH_RATIO / ERROR_TARGET  # eps x n must reach this (600)
+    return next((e for e in ERROR_LEVELS if n_people * e >= need * (1 - 1e-12)), ERROR_LEVELS[-1])
 
 
 def people_errors(
@@ -538,25 +543,28 @@ def measured_error(
     z: np.ndarray,
     records: np.ndarray,
     points: np.ndarray | None,
-    max_distance: float,
+    bounds: tuple[float, float],
     epsilon: float,
-    measure: Callable[[np.ndarray, int, float], Any] | None = None,
+    measure: Measure,
     geo: bool = False,
 ) -> dict[str, Any]:
     """The release's ``people_error`` provenance block: :func:`dp_mean_error` of the table's people's errors
-    (:func:`people_errors`) in the public :func:`error_range` at ``epsilon`` (``measure``: the caller's noise,
-    drawn from the secret draw's store; OpenDP's by default). Published: the estimate, its noise scale, eps, the
-    bounds and the step (public), nothing else of the people. Call it only once ``epsilon`` is charged. ``geo``:
-    ``points`` are lat, lon (the metric the people were mapped by: great-circle km)."""
-    lo, hi = error_range(instance, z, max_distance, geo)
+    (:func:`people_errors`) in the public ``bounds`` (:func:`error_range`, computed before the charge) at
+    ``epsilon`` (``measure``: the caller's noise, drawn from the secret draw's store). Published: the estimate, its
+    noise scale, eps, the bounds, the step and unit, and ``people_at`` (:data:`PEOPLE_AT`: "lat_lon", great-circle
+    km from each person's lat/lon; "coordinates", the instance's metric from theirs; "records", people known only
+    by their record, at it), so the bounds are recomputable; nothing else of the people. Call it only once
+    ``epsilon`` is charged. ``geo``: ``points`` are lat, lon (the metric the people were mapped by)."""
+    lo, hi = bounds
     errors = people_errors(instance, z, records, points, geo)
-    estimate, scale = dp_mean_error(errors, lo, hi, epsilon, measure=measure)
+    estimate, scale = dp_mean_error(errors, lo, hi, epsilon, measure)
     return {
         "estimate": estimate,
         "noise_scale": scale,
         "epsilon": float(epsilon),
         "lo": lo,
         "hi": hi,
-        "step": ERROR_STEP,
+        "step": error_step(lo, hi),
         "unit": instance.distance_unit,
+        "people_at": "records" if points is None else ("lat_lon" if geo else "coordinates"),
     }

@@ -594,16 +594,16 @@ def _people_error_sentence(c: dict) -> str:
             + (f" within {_g(limit, '.3g')} {unit}" if limit is not None else "")
         )
     )
-    lead = "- **Expected error, for people.**"
-    if c.get("people_error"):  # this table's own people first (issue 50), the prior-spread figure beside it
-        lead += own_people_sentence(c) + " For people spread as the prior:"
+    lead, after = "- **Expected error, for people.** A", own_people_sentence(c)
+    if c.get("people_error"):  # this table's own people first (issue 50), once; the prior-spread figure beside it
+        lead, after = f"- **Expected error, for people.**{after} For people spread as the prior: a", ""
     return (
-        f"{lead} A released location lies on average {_g(a['release'], '.4g')} {unit} "
+        f"{lead} released location lies on average {_g(a['release'], '.4g')} {unit} "
         f"from where the person is (standard error {_g(a['release_se'], '.2g')}). Of this, the move to the nearest "
         f"record alone averages {_g(a['snap'], '.4g')} {unit}; from the records themselves the error is "
         f"{_g(a['from_records'], '.4g')} {unit}. The figure holds for people spread as the public prior over the "
         f"records, each anywhere in the area that would be mapped to their record ({cell}); it is computed from "
-        "public geometry, not from the people's table." + own_people_sentence(c) + counts
+        "public geometry, not from the people's table." + after + counts
     )
 
 
@@ -612,8 +612,8 @@ def own_people_sentence(c: dict) -> str:
     :func:`mdp_core.release.people.measured_error`) against continuous planar Laplace at the stated rate (exact,
     wherever a person is: its dimension / rate); without it, that their figure is not measured (with snapping)."""
     a, m, unit = c.get("against_laplace") or {}, c.get("people_error"), c["distance_unit"]
-    if not m:
-        if not a.get("snap"):
+    if not m:  # claims without the key: a report made before issue 50, re-rendered unchanged by the audit
+        if not a.get("snap") or "people_error" not in c:
             return ""
         return (
             " This table's own people may stand nearer to or farther from their records than that: their own figure "
@@ -625,6 +625,10 @@ def own_people_sentence(c: dict) -> str:
         f"the guarantee): {_g(m['estimate'], '.4g')} {unit}, +- {_g(m['noise_scale'], '.2g')} (the noise's scale; "
         "95 % of draws within 3 of it)"
     )
+    text += {  # from where (the block's people_at): the metric the bounds were computed in
+        "records": ", the error from their records (people known by their record stand at it: no snapping)",
+        "lat_lon": f", measured in great-circle {unit} from each person's lat/lon (the metric they were mapped by)",
+    }.get(m.get("people_at"), "")
     if a.get("continuous"):
         cont = a["continuous"]
         side = "below" if m["estimate"] <= cont else "above"
