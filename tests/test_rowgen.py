@@ -571,6 +571,8 @@ def test_the_softened_closure_is_verified_and_never_costs_more_than_the_plain_on
     assert verify(inst, cz).passed and ub == pytest.approx(objective(inst, cz))
     assert ub <= plain and ub <= objective(inst, soft) + slack(ub)
     assert ub < plain - 1e-6
+    far = rowgen._closure(inst, z, lower=0.5 * plain)[0]  # a round far from closing: the plain closure only
+    assert np.array_equal(far, smooth_to_mdp(inst, z)[0])
 
 
 def test_a_softened_row_is_the_exact_optimum_of_its_piecewise_linear_problem():

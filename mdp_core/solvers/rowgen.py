@@ -594,9 +594,13 @@ def _metric_support(metric: MetricPairs, best: np.ndarray, k: int, cut: float) -
     return mask
 
 
-def _closure(instance: Instance, z: np.ndarray, metric: MetricPairs | None = None) -> tuple[np.ndarray, float]:
+def _closure(
+    instance: Instance, z: np.ndarray, metric: MetricPairs | None = None, lower: float | None = None
+) -> tuple[np.ndarray, float]:
     """The upper bound of one round: the cheapest of the closures of the LP point z (N, K), of :func:`softened`
-    z (on the mDP graph, without ``metric``) and, with a non-uniform prior, of :func:`lowered` z, among those
+    z (on the mDP graph, without ``metric``, and unless the plain closure is more than :data:`LOOSE_GAP` above
+    the proven bound ``lower``: a round 1, where softening saves little and would delay the restart of round 2's
+    LP, :func:`method`) and, with a non-uniform prior, of :func:`lowered` z, among those
     that pass :func:`mdp_core.solvers.verify.passes` (the closure of z is kept when none does: ``certify``
     decides); and its cost. With ``metric`` every closure is the one over every pair of a component in the
     metric (:meth:`MetricPairs.majorant`).
@@ -612,7 +616,8 @@ def _closure(instance: Instance, z: np.ndarray, metric: MetricPairs | None = Non
     best, _ = smooth_to_mdp(instance, z, metric=metric)
     ub = objective(instance, best)
     ok = passes(instance, best, all_pairs=every)
-    points = [] if every else [softened(instance, z)]
+    far = lower is not None and ub - lower > LOOSE_GAP * abs(ub)
+    points = [] if every or far else [softened(instance, z)]
     if np.ptp(instance.prior) > 1e-12 * float(instance.prior.max()):
         points.append(lowered(instance, z, metric))
     for point in points:
@@ -756,7 +761,7 @@ def _bounds(
     that round cannot close (:func:`out_of_reach`: it is loose and takes no Lagrangian rows).
     ``notify(bound, upper, evaluations)`` hears each better Lagrangian bound as it is found; ``metric``: the
     closure over every pair in the metric (all pairs)."""
-    cz, ub = _closure(instance, z, metric)
+    cz, ub = _closure(instance, z, metric, lb)
     target = min(ub, best_ub)
     if lag is None or gap_closed(target, lb, params.gap_abs, params.gap_rel):
         return cz, ub, None
