@@ -548,7 +548,66 @@ def test_a_light_records_spike_is_cut_not_spread_and_the_closure_stays_verified(
     assert verify(inst, cz).passed and ub == pytest.approx(objective(inst, cz))
     assert ub < objective(inst, plain) - 1e-6
     uniform = inst.replace(prior=np.full(inst.n_records, 1.0 / inst.n_records))
-    assert np.array_equal(rowgen._closure(uniform, z)[0], smooth_to_mdp(uniform, z)[0])  # one closure, as before
+    cu, ubu = rowgen._closure(uniform, z)  # no cut with a uniform prior: the plain or the softened closure
+    assert verify(uniform, cu).passed and ubu <= objective(uniform, smooth_to_mdp(uniform, z)[0])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_softened_closure_is_verified_and_never_costs_more_than_the_plain_one(seed):
+    """A spike of an LP point (HiGHS's optimum, a record's mass moved where no neighbour has any, as rowgen's
+    points have in rows they do not hold, issue 51): the round's upper bound is a verified mechanism, no dearer
+    than the plain closure, and here strictly cheaper: the softened point spreads less than the spike."""
+    inst = synthetic(n_records=60, n_outputs=12, epsilon=4.0, seed=seed)
+    z = solve(inst, "lp").z.copy()
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(inst.n_records, 3, replace=False):
+        far = int(np.argmax(inst.costs[i]))
+        z[i] *= 0.6
+        z[i, far] += 0.4
+    plain = objective(inst, smooth_to_mdp(inst, z)[0])
+    soft, _ = smooth_to_mdp(inst, rowgen.softened(inst, z))
+    assert verify(inst, soft).passed
+    cz, ub = rowgen._closure(inst, z)
+    assert verify(inst, cz).passed and ub == pytest.approx(objective(inst, cz))
+    assert ub <= plain and ub <= objective(inst, soft) + slack(ub)
+    assert ub < plain - 1e-6
+    far = rowgen._closure(inst, z, lower=0.5 * plain)[0]  # a round far from closing: the plain closure only
+    assert np.array_equal(far, smooth_to_mdp(inst, z)[0])
+
+
+def test_a_softened_row_is_the_exact_optimum_of_its_piecewise_linear_problem():
+    """:func:`rowgen._soft_row` against HiGHS on the same LP: min w_i . x + sum_jk W_jk u_jk, u_jk >= x_k / g_j - z_jk,
+    u >= 0, x_k >= max_j z_jk / g_j, sum x = 1."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        j, k = int(rng.integers(1, 6)), int(rng.integers(2, 7))
+        z = rng.dirichlet(np.full(k, 0.5), size=j + 1) * (rng.random((j + 1, k)) > 0.3)
+        weighted = rng.random((j + 1, k))
+        g = np.exp(rng.uniform(0.05, 3.0, j))
+        nb = np.arange(1, j + 1)
+        x = rowgen._soft_row(z, weighted, 0, nb, g)
+        lo = np.max(z[nb] / g[:, None], axis=0)
+        if x is None:
+            assert lo.sum() >= 1.0
+            continue
+        cost = np.r_[weighted[0], weighted[nb].ravel()]
+        a_ub = np.hstack([_raise_rows(g, k), -np.eye(j * k)])  # x_k / g_j - u_jk <= z_jk, (j, k) row-major
+        b_ub = z[nb].ravel()
+        bounds = [(lo_k, None) for lo_k in lo] + [(0, None)] * (j * k)
+        a_eq = np.r_[np.ones(k), np.zeros(j * k)][None, :]
+        ref = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs")
+        assert ref.status == 0
+        u = np.maximum(x[None, :] / g[:, None] - z[nb], 0.0)
+        got = float(weighted[0] @ x + np.sum(weighted[nb] * u))
+        assert np.all(x >= lo - 1e-12) and x.sum() == pytest.approx(1.0)
+        assert got == pytest.approx(ref.fun, rel=1e-9, abs=1e-12)
+
+
+def _raise_rows(g: np.ndarray, k: int) -> np.ndarray:
+    """(J K, K): row j K + k is x_k / g_j."""
+    return np.kron(1.0 / g[:, None], np.eye(k))
 
 
 def test_a_support_whose_held_rows_are_infeasible_grows_to_every_pair():
