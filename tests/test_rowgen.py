@@ -575,6 +575,27 @@ def test_the_softened_closure_is_verified_and_never_costs_more_than_the_plain_on
     assert np.array_equal(far, smooth_to_mdp(inst, z)[0])
 
 
+def test_a_closure_that_fails_verification_gives_no_upper_bound():
+    """A rough point (sparse rows far from summing to 1, small eps) whose closure does not pass verify within
+    smooth_to_mdp's rounds, nor does its softened point's: the round's upper bound is inf, not the cost of an
+    unverified mechanism (a gap or OPTIMAL from an infeasible point); the point is still returned for certify."""
+    inst = grid(8, 8, n_outputs=10, epsilon=0.1)
+    rng = np.random.default_rng(0)
+    z = rng.dirichlet(np.full(10, 0.01), size=inst.n_records) * rng.uniform(0.01, 100, (inst.n_records, 1))
+    cz, ub = rowgen._closure(inst, z)
+    assert not verify(inst, cz).passed
+    assert ub == np.inf
+
+
+def test_the_softening_sweeps_stop_at_the_deadline():
+    inst = synthetic(n_records=60, n_outputs=12, epsilon=4.0, seed=0)
+    z = solve(inst, "lp").z.copy()
+    z[0] *= 0.6
+    z[0, int(np.argmax(inst.costs[0]))] += 0.4
+    assert not np.array_equal(rowgen.softened(inst, z), z)
+    assert np.array_equal(rowgen.softened(inst, z, deadline=0.0), z)  # past it: the point as it came
+
+
 def test_a_softened_row_is_the_exact_optimum_of_its_piecewise_linear_problem():
     """:func:`rowgen._soft_row` against HiGHS on the same LP: min w_i . x + sum_jk W_jk u_jk, u_jk >= x_k / g_j - z_jk,
     u >= 0, x_k >= max_j z_jk / g_j, sum x = 1."""

@@ -602,15 +602,21 @@ def _metric_support(metric: MetricPairs, best: np.ndarray, k: int, cut: float) -
 
 
 def _closure(
-    instance: Instance, z: np.ndarray, metric: MetricPairs | None = None, lower: float | None = None
+    instance: Instance,
+    z: np.ndarray,
+    metric: MetricPairs | None = None,
+    lower: float | None = None,
+    deadline: float = np.inf,
 ) -> tuple[np.ndarray, float]:
     """The upper bound of one round: the cheapest of the closures of the LP point z (N, K), of :func:`softened`
     z (on the mDP graph, without ``metric``, and unless the plain closure is more than :data:`LOOSE_GAP` above
     the proven bound ``lower``: a round 1, where softening saves little and would delay the restart of round 2's
     LP, :func:`method`) and, with a non-uniform prior, of :func:`lowered` z, among those
-    that pass :func:`mdp_core.solvers.verify.passes` (the closure of z is kept when none does: ``certify``
-    decides); and its cost. With ``metric`` every closure is the one over every pair of a component in the
-    metric (:meth:`MetricPairs.majorant`).
+    that pass :func:`mdp_core.solvers.verify.passes`; and its cost, inf when none passes (the closure of z is
+    then returned unverified, no upper bound: ``certify`` decides). The softened point gets at most
+    :data:`SOFT_ROUNDS` rounds of :func:`smooth_to_mdp` and its sweeps stop at ``deadline``
+    (``time.perf_counter()``): a point it does not close there is dropped. With ``metric`` every closure is
+    the one over every pair of a component in the metric (:meth:`MetricPairs.majorant`).
 
     Why (issue 51): the LP puts mass in rows it does not hold (a spike), and the closure then raises every
     neighbour up to that spike at their own weights. Rome N = 1,000 round 4: one record's spike was 81 % of the
@@ -624,25 +630,28 @@ def _closure(
     ub = objective(instance, best)
     ok = passes(instance, best, all_pairs=every)
     far = lower is not None and ub - lower > LOOSE_GAP * abs(ub)
-    points = [] if every or far else [softened(instance, z)]
+    points = [] if every or far else [(softened(instance, z, deadline=deadline), SOFT_ROUNDS)]
     if np.ptp(instance.prior) > 1e-12 * float(instance.prior.max()):
-        points.append(lowered(instance, z, metric))
-    for point in points:
-        cand, _ = smooth_to_mdp(instance, point, metric=metric)
+        points.append((lowered(instance, z, metric), 50))
+    for point, rounds in points:
+        cand, _ = smooth_to_mdp(instance, point, max_rounds=rounds, metric=metric)
         cost = objective(instance, cand)
         if passes(instance, cand, all_pairs=every) and (cost < ub or not ok):
             best, ub, ok = cand, cost, True
-    return best, ub
+    return best, ub if ok else np.inf
 
 
 SOFT_SWEEPS = 2  # softened's Gauss-Seidel sweeps (rome1000 round 4: 0.157 % -> 0.086 %, 0.078 %, 0.076 % after 1-3)
+SOFT_ROUNDS = 8  # smooth_to_mdp's rounds for the softened point (Newton needs 4-5 on LP points); else dropped
+SOFT_CHECK_ROWS = 64  # softened checks for a stop request and its deadline every this many rows
 
 
-def softened(instance: Instance, z: np.ndarray, sweeps: int = SOFT_SWEEPS) -> np.ndarray:
+def softened(instance: Instance, z: np.ndarray, sweeps: int = SOFT_SWEEPS, deadline: float = np.inf) -> np.ndarray:
     """z (N, K) >= 0 with the rows of the records whose entries the closure raises from (:func:`_majorant`'s
     roots, largest raise cost first) re-optimised one at a time (:func:`_soft_row`), ``sweeps`` times, the
     roots found again before each sweep. Rows sum to 1 where changed. Only a point to close: the upper bound
-    is its closure, verified, kept when cheaper (:func:`_closure`)."""
+    is its closure, verified, kept when cheaper (:func:`_closure`). Stops where it is (the point so far) at
+    ``deadline`` (``time.perf_counter()``), checked every :data:`SOFT_CHECK_ROWS` rows with a stop request."""
     w = np.array(z, dtype=np.float64)
     n, k = w.shape
     if instance.n_edges == 0:
@@ -658,7 +667,11 @@ def softened(instance: Instance, z: np.ndarray, sweeps: int = SOFT_SWEEPS) -> np
         m, src = _majorant(instance, w, roots=True)
         assert src is not None
         cost = np.bincount(src.ravel(), weights=(weighted * (m - w)).ravel(), minlength=n)
-        for i in np.argsort(-cost, kind="stable")[: int(np.count_nonzero(cost > 0))]:
+        for j, i in enumerate(np.argsort(-cost, kind="stable")[: int(np.count_nonzero(cost > 0))]):
+            if j % SOFT_CHECK_ROWS == 0:
+                control.check("rowgen's softened closure point")
+                if time.perf_counter() >= deadline:
+                    return w
             sl = slice(start[i], start[i + 1])
             row = _soft_row(w, weighted, int(i), b[sl], g[sl])
             if row is not None:
@@ -768,9 +781,9 @@ def _bounds(
     that round cannot close (:func:`out_of_reach`: it is loose and takes no Lagrangian rows).
     ``notify(bound, upper, evaluations)`` hears each better Lagrangian bound as it is found; ``metric``: the
     closure over every pair in the metric (all pairs)."""
-    cz, ub = _closure(instance, z, metric, lb)
+    cz, ub = _closure(instance, z, metric, lb, deadline)
     target = min(ub, best_ub)
-    if lag is None or gap_closed(target, lb, params.gap_abs, params.gap_rel):
+    if lag is None or not np.isfinite(target) or gap_closed(target, lb, params.gap_abs, params.gap_rel):
         return cz, ub, None
     if params.lagrangian_rows and out_of_reach(params, target, lb, tol):
         return cz, ub, None  # the next round waits for the ascent and would not take its rows (loose)
@@ -953,8 +966,8 @@ def _rounds(
                 solve_lp, h, rows, params, it + 1, (ei, ki, priced, c), (tol, again, ei.size >= limit), known, asc_now
             )
         cz, ub, asc = ready if ready is not None else _closure_result(upper, it, nxt if more else None)
-        if ub < best_ub:
-            best_z, best_ub = cz, ub
+        if ub < best_ub or not np.isfinite(best_ub):  # best_ub from verified closures only (inf: none passed)
+            best_z, best_ub = cz, min(ub, best_ub)
         lag_note = ""
         if asc is not None:
             lb = max(lb, asc.bound)
