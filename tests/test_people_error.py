@@ -252,6 +252,24 @@ def test_run_prints_the_error_for_people(released: Path) -> None:
     assert people_error_line("| method |\n|---|\n| x |", method, "km") is None
 
 
+def test_a_measured_people_error_is_stated_even_without_the_people_s_rows() -> None:
+    """A charged eps_error buys a figure: the report's bullet and ``mdp-release run``'s line state it even when
+    the evaluation has no people's rows (no coordinates to compare against planar Laplace); claims without the
+    people_error key (a report made before issue 50) render as before."""
+    from mdp_core.release.report import _people_error_sentence, people_error_line
+
+    measured = {"epsilon": 0.5, "estimate": 0.321, "noise_scale": 0.012, "people_at": "records"}
+    line = people_error_line("| method |\n|---|\n| x |", "x", "km", measured)
+    assert line is not None and "DP-estimated at eps_error 0.5: 0.321 km +- 0.012" in line
+    assert people_error_line("| method |\n|---|\n| x |", "x", "km") is None
+    c = {"distance_unit": "km", "dist_loss_mean": 0.25, "count_noise_scale": 2.0, "n_individuals": 40}
+    old = _people_error_sentence(c)
+    assert "DP-estimated" not in old and old == _people_error_sentence(c | {"people_error": None})
+    text = _people_error_sentence(c | {"people_error": measured})
+    assert "own 40 people, DP-estimated at eps_error 0.5 (charged, in the guarantee): 0.321 km, +- 0.012" in text
+    assert text.startswith(old.split(" Each published count")[0])
+
+
 @pytest.mark.skipif(not ROME.is_dir(), reason=f"{ROME} is absent (real OSM data; see ../shared/data/README)")
 def test_a_road_s_people_live_along_its_streets_read_again_as_they_were(tmp_path: Path) -> None:
     """The street model reads the network the instance's provenance names and hashes: every person lies within

@@ -198,10 +198,16 @@ def people_error_line(evaluation_md: str, method: str, unit: str, measured: dict
     """One line for ``mdp-release run`` (issue 50): the release's expected error per person beside planar
     Laplace's at the person, from the evaluation table's markdown (``method``: the released one; ``measured``: the
     provenance's ``people_error``, the table's own people's DP-estimated figure, shown first); None for a table
-    without the people's rows."""
+    without the people's rows, unless ``measured`` (charged: then stated alone)."""
     rows = {r.get("method"): r for r in _markdown_rows(evaluation_md)}
     mine = _cell(rows.get(method, {}).get("dist_loss_mean"))
     a = against_laplace({"dist_loss_mean": mine}, evaluation_md) if mine is not None else None
+    if measured and not (a and a.get("people")):  # charged and measured: stated even without the people's rows
+        return (
+            f"expected error for this table's people, DP-estimated at eps_error {measured['epsilon']:g}: "
+            f"{_g(measured['estimate'], '.4g')} {unit} +- {_g(measured['noise_scale'], '.2g')} (the evaluation has no "
+            "people's rows to compare with planar Laplace)"
+        )
     if not a or not a.get("people"):
         return None
     if measured:  # this table's own people (issue 50): the DP estimate first, the prior's figure beside it
@@ -571,7 +577,8 @@ def _protection_sentence(c: dict) -> str | None:
 def _people_error_sentence(c: dict) -> str:
     """The headline (issue 50): the expected error for people -- from where a person is, snapping included, for
     people spread as the prior in each record's cell -- with the snap alone and the records' figure beside it;
-    a release made before issue 50 (no people's rows): the records' figure, said to be from the record."""
+    a release made before issue 50 (no people's rows): the records' figure, said to be from the record, and the
+    table's own people's measured figure when the claims carry one (:func:`own_people_sentence`)."""
     a, unit = c.get("against_laplace") or {}, c["distance_unit"]
     counts = (
         f" Each published count is off by {mean_abs_error(c['count_noise_scale']):.3g} people on average before it "
@@ -582,7 +589,9 @@ def _people_error_sentence(c: dict) -> str:
     if not a.get("people"):
         return (
             f"- **Expected error.** A released location lies on average {_g(c['dist_loss_mean'], '.4g')} {unit} from "
-            f"the person's record (not from the person: the move to the record is not counted)." + counts
+            f"the person's record (not from the person: the move to the record is not counted)."
+            + own_people_sentence(c)  # a measured (charged) figure, stated here too; "" without it
+            + counts
         )
     limit = (c.get("protection") or {}).get("max_distance")
     cell = (
