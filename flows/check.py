@@ -208,10 +208,12 @@ def _check_door(rep: Report, run: RunPlan, inst: Any, has_table: bool) -> Any:
         return None
     try:
         door = plan_for(run, inst)
-    except InputError as exc:
-        rep.reasons.append(str(exc))
+    except InputError as exc:  # on this terminal only: with its detail (SecretTableError.detail)
+        rep.reasons.append(str(getattr(exc, "detail", exc)))
         return None
     rep.reasons.extend(door.plan.reasons)
+    # the table's figures behind the refusals (the door's messages carry none); rows and counts: _check_mapping
+    rep.hints.extend(d for d in door.plan.details if not d.startswith("microdata:"))
     g = door.plan.guarantee
     rep.sections["privacy"] |= {"protection_radius": g.protection_radius, "stretch_within_radius": g.radius_stretch}
     if g.all_pairs:  # every pair certified in the metric ([solve] all_pairs): one rate, stretch 1 (issue 51)

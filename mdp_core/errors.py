@@ -11,9 +11,9 @@ class InputError(MdpError, ValueError):
 
 class SecretTableError(InputError):
     """A problem of the secret table (the agency's microdata) found while a release runs. ``str()`` is the
-    public message -- how many people, what kind of problem, and where to look (``mdp-release check``) --
-    which reaches the terminal, Prefect's state message and logs, and the failure record; never which rows
-    or values. ``detail``: the same with the row numbers, for the operator only (``mdp-release check``'s
+    public message -- what kind of problem and where to look (``mdp-release check``) --
+    which reaches the terminal, Prefect's state message and logs, and the failure record; never how many
+    people, which rows or values. ``detail``: the same with the counts and row numbers, for the operator only (``mdp-release check``'s
     terminal, ``<store>/private/failures/``). A pickled copy (Prefect's persisted results) keeps only the
     public message."""
 

@@ -48,7 +48,7 @@ from artifacts.store import ArtifactRef, ObjectWriter, Store
 from mdp_core.declarations import contract
 from mdp_core.declarations.budget import compose
 from mdp_core.errors import InputError, PrivacyError, SecretTableError
-from mdp_core.release.door import SIMULATED_PREFIX
+from mdp_core.release.door import SIMULATED_PREFIX, same_population
 from tasks.common import instance_of, output_zones, run_stage
 
 if TYPE_CHECKING:
@@ -202,11 +202,7 @@ def claim_table(store: Store, people: People | None, population: str) -> None:
         raise ValueError("an agency's table without its people: the door did not read it")
     other = PrivateStore(store.root).claim_table(people, population)
     if other is not None:
-        raise PrivacyError(
-            f"release refused: this table shares {other[1]:.0%} of its people with population {other[0]!r} in this "
-            "store (rule 6, one population by similarity): the same people belong to one population (its budget); "
-            f"release it as population = {other[0]!r}"
-        )
+        raise PrivacyError(f"release refused: {same_population(other[0])}")
 
 
 def individuals(private: PrivateStore, params: dict[str, Any], inst, draw: Draw):  # -> (n,) int64 record ids

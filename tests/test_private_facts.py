@@ -1,7 +1,7 @@
 """Nothing derived from the true records outside ``private/`` (issue 39, finding 8; issue 41).
 
-1. An error about the secret table raised on the run path says how many people and what kind of problem,
-   never which rows: not in the exception's text (the terminal, Prefect's state message and logs, its
+1. An error about the secret table (the door's, or raised on the run path) says what kind of problem and where to
+   look, never how many people nor which rows: not in the exception's text (the terminal, Prefect's state message and logs, its
    persisted result), not in ``runs/*-failed/FAILED.txt`` / ``record.json``; the row numbers go to
    ``<store>/private/failures/`` (0600 in 0700) and to ``mdp-release check``'s terminal.
 2. A manifest names the secret table by its role, never by its path; ``run --from-manifest`` takes the path
@@ -75,14 +75,14 @@ def run_path_error(root: Path, table: Path) -> SecretTableError:
 
 
 # ----------------------------------------------------------------------------- 1. which people
-def test_a_run_path_error_counts_people_and_keeps_their_rows_private(tmp_path, far_table):
+def test_a_run_path_error_keeps_its_count_and_rows_private(tmp_path, far_table):
     from prefect.states import format_exception
 
     from tasks.cache import ArtifactRefSerializer
 
     exc = run_path_error(tmp_path / "store", far_table)
     public = str(exc)
-    assert f"1 of {N_PEOPLE} individual(s) lie farther than max_distance" in public
+    assert "some individual(s) lie farther than max_distance" in public and f"{N_PEOPLE}" not in public
     assert "mdp-release check --config" in public
     no_row(public)
     no_row(format_exception(exc))  # what Prefect's state message holds
@@ -91,6 +91,53 @@ def test_a_run_path_error_counts_people_and_keeps_their_rows_private(tmp_path, f
     assert isinstance(copy, SecretTableError) and str(copy) == public
     no_row(copy.detail)
     assert "data row(s) " in exc.detail  # the operator's detail names the row (of the sealed, sorted table)
+    assert f"1 of {N_PEOPLE} individual(s) lie farther" in exc.detail  # and counts them
+
+
+FAR, UNREADABLE = 7, 13  # the attacker's table: counts no public message may carry
+
+
+@pytest.fixture()
+def attacker_table(tmp_path: Path) -> Path:
+    """The conftest people with :data:`FAR` of them moved to Milan and :data:`UNREADABLE` without a latitude."""
+    path = tmp_path / "people.csv"
+    df = people_table(path)
+    df.loc[100 : 100 + FAR - 1, ["lat", "lon"]] = MILAN
+    df.loc[200 : 200 + UNREADABLE - 1, "lat"] = float("nan")
+    df.to_csv(path, index=False)
+    return path
+
+
+def no_count(text: str) -> None:
+    """No number in ``text`` but max_distance's setting: neither the table's size nor any count of its people."""
+    assert re.search(r"\d", re.sub(r"max_distance = [0-9.]+", "", text)) is None, text
+
+
+def test_the_doors_refusals_carry_no_count_of_the_table(tmp_path, attacker_table):
+    """The door's errors for 7 people far from every record and 13 unreadable rows (a real table located on the
+    grid, the door's own plan): the SecretTableError's message (the terminal, Prefect's state, logs) names the
+    rule and the remedy with no count; its detail (the private failure record) and `check`'s terminal count them."""
+    from flows.check import run_check
+    from mdp_core.problem import microdata
+    from mdp_core.problem.datasets import grid
+    from mdp_core.release.door import GraphFacts, Settings, plan_privacy, table_facts
+
+    inst = grid(5, 6, n_outputs=30, seed=0)
+    loc = microdata.locate(microdata.read_secret(attacker_table)[0].frame, inst)
+    settings = Settings(epsilon=2.0, eta=1.5, population=POPULATION)
+    plan = plan_privacy(settings, GraphFacts.recomputed(inst)[0], table_facts(loc, inst.n_records, 1.5))
+    assert len(plan.errors) == 2 and "have NaN" in plan.errors[0] and "farther than" in plan.errors[1]
+    with pytest.raises(SecretTableError) as info:
+        plan.admit()
+    for text in (str(info.value), pickle.loads(pickle.dumps(info.value)).detail, *plan.reasons):
+        no_count(text)
+        assert "mdp-release check --config" in text
+    assert f"{UNREADABLE} of {N_PEOPLE} row(s)" in info.value.detail and f"{FAR} of {N_PEOPLE}" in info.value.detail
+    (tmp_path / "release.toml").write_text(people_toml("attack", tmp_path / "store", attacker_table))
+    rep = run_check(tmp_path / "release.toml")  # the pointer holds: check's terminal counts and names them
+    assert sum(r.startswith("microdata: some") for r in rep.reasons) == 2, rep.reasons
+    assert any(h.startswith(f"microdata: {UNREADABLE} row(s) with NaN") for h in rep.hints), rep.hints
+    assert any(h.startswith(f"microdata: {FAR} of {N_PEOPLE} individual(s) lie farther") for h in rep.hints)
 
 
 def test_a_malformed_row_is_not_named_on_the_run_path(tmp_path):
@@ -126,7 +173,7 @@ def test_the_failure_record_is_public_and_the_rows_are_private(tmp_path, far_tab
     failed, record = (folder / "FAILED.txt").read_text(), (folder / "record.json").read_text()
     for text in (failed, record):
         no_row(text)
-    assert failed.startswith(f"measure: SecretTableError: microdata: 1 of {N_PEOPLE} individual(s)")
+    assert failed.startswith("measure: SecretTableError: microdata: some individual(s)")
     private = store / json.loads(record)["private_detail"]
     assert private.parent == store / "private" / "failures" and str(private) in failed
     assert "data row(s) " in private.read_text() and "as the door sealed it" in private.read_text()
@@ -140,7 +187,8 @@ def test_a_release_of_a_table_with_a_far_person_names_no_row(tmp_path, far_table
     with pytest.raises(MdpError) as info:
         run_stages(tmp_path / "store", people_config(tmp_path / "store", far_table))
     no_row(str(info.value))
-    assert "1 of" in str(info.value)
+    no_count(str(info.value))
+    assert "some individual(s) lie farther" in str(info.value)
 
 
 # ----------------------------------------------------------------------------- 2. the table's path

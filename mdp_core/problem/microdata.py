@@ -25,8 +25,8 @@ from the recognised set (``lat``, ``lon``, ``x<i>``, ``record``, or an alias of 
 and counts -- never a cell value, a distance, a byte of the file, or a header that is not a recognised
 name (a headerless file's "header" is a person). Errors reach the terminal, Prefect's database and
 FAILED.txt, so an error about *which* people (1-based data rows, the header not counted) is a
-:class:`~mdp_core.errors.SecretTableError`: its message says how many and what is wrong and points to
-``mdp-release check --config FILE``; the row numbers are only in its ``detail`` (``check``'s terminal, the
+:class:`~mdp_core.errors.SecretTableError`: its message says what is wrong (never how many) and points to
+``mdp-release check --config FILE``; the counts and row numbers are only in its ``detail`` (``check``'s terminal, the
 store's ``private/failures/``).
 """
 
@@ -510,8 +510,8 @@ def map_individuals(df: pd.DataFrame, inst: Instance, max_distance: float) -> Ma
     """Each individual's secret record (nearest under the instance's metric, or by key).
 
     ``max_distance`` (in the instance's ``distance_unit``; km for ``lat``/``lon``) bounds how far an
-    individual may sit from its record. Raises :class:`SecretTableError` for anything unmappable: counts
-    in its message, the row numbers only in its ``detail``; InputError when the columns do not fit.
+    individual may sit from its record. Raises :class:`SecretTableError` for anything unmappable: no count
+    in its message, the counts and row numbers only in its ``detail``; InputError when the columns do not fit.
     """
     if not (np.isfinite(max_distance) and max_distance >= 0):
         raise InputError(f"max_distance must be a finite number >= 0, got {max_distance}")
@@ -519,18 +519,18 @@ def map_individuals(df: pd.DataFrame, inst: Instance, max_distance: float) -> Ma
     n = loc.record_ids.size
     if loc.bad.any():
         rows = np.flatnonzero(loc.bad)
-        what = f"microdata: {rows.size} of {n} individual(s) {loc.bad_reason}"
-        raise SecretTableError(f"{what} ({CHECK_HINT})", f"{what}: {rows_text(rows)}")
+        what = f"microdata: {rows.size} of {n} individual(s) {loc.bad_reason}"  # counts: the detail only
+        raise SecretTableError(
+            f"microdata: some individual(s) {loc.bad_reason} ({CHECK_HINT})", f"{what}: {rows_text(rows)}"
+        )
     far = loc.distances > max_distance
     if far.any():
         rows = np.flatnonzero(far)
-        what = (
-            f"microdata: {rows.size} of {n} individual(s) lie farther than max_distance = {max_distance:g} {loc.unit}"
-        )
+        what = f"lie farther than max_distance = {max_distance:g} {loc.unit}"
         fix = "check the coordinates or raise [release] max_distance"
-        raise SecretTableError(
-            f"{what} from every record; {fix} ({CHECK_HINT}, with the distances)",
-            f"{what} from every record: {rows_text(rows)}; {fix}",
+        raise SecretTableError(  # counts and rows: the detail only
+            f"microdata: some individual(s) {what} from every record; {fix} ({CHECK_HINT}, with the distances)",
+            f"microdata: {rows.size} of {n} individual(s) {what} from every record: {rows_text(rows)}; {fix}",
         )
     return Mapping(loc.record_ids, loc.by, float(loc.distances.max(initial=0.0)), loc.unit, loc.distances)
 

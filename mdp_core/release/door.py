@@ -37,8 +37,11 @@ The rules (each with its reason):
    within a cell of 11 m, or the records they locate to) is refused, naming that population; a
    population named ``simulated-...`` is reserved for simulated people.
 7. **Every person mapped**: rows that cannot be read or mapped, and people farther than max_distance, are
-   counted and refused before any charge (``mdp-release check`` shows which rows, on the operator's
+   refused before any charge (``mdp-release check`` shows how many and which rows, on the operator's
    terminal only).
+
+No refusal or error names a figure of the secret table (a count, a share): they reach Prefect's database and
+logs; the figures are in :attr:`PrivacyPlan.details`, for ``check``'s terminal and the private failure record.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ if TYPE_CHECKING:  # numpy and scipy: imported where used (a cached release's do
     from mdp_core.release.universe import UniverseTest
 
 SIMULATED_PREFIX = "simulated-"
+CHECK_ROWS = "`mdp-release check --config F` shows how many and which, on your terminal only"
+CHECK_FIGURES = "`mdp-release check --config F` shows the figures, on your terminal only"
 DETERMINISTIC = 1.0 - 1e-12  # a mechanism row whose largest entry is at least this is deterministic
 
 
@@ -166,6 +171,9 @@ class PrivacyPlan:
     refusals: tuple[str, ...] = field(default=())
     errors: tuple[str, ...] = field(default=())  # the secret table's own problems (bad rows, people too far)
     table: str | None = None  # the sealed table's keyed handle, set by the run once it sealed the table
+    # the secret table's figures behind its errors and refusals (counts, shares): for the operator's terminal
+    # (`mdp-release check`) and SecretTableError.detail (the private failure record) only, never a message
+    details: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def accepted(self) -> bool:
@@ -193,7 +201,7 @@ class PrivacyPlan:
         """This plan; or, nothing measured or charged, a SecretTableError (an InputError: the table is bad, a
         failure to fix) naming its errors, else a PrivacyError (a refusal) naming every refusal."""
         if self.errors:
-            raise SecretTableError("; ".join(self.errors))
+            raise SecretTableError("; ".join(self.errors), "; ".join(self.errors + self.details))
         if self.refusals:
             raise PrivacyError("release refused: " + "; ".join(self.refusals))
         return self
@@ -211,9 +219,11 @@ def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None
             f"graph's facts were computed {'with' if graph.all_pairs else 'without'} it"
         )
     errors: list[str] = []
+    details: list[str] = []
     if table is not None:
         why += _table_rules(s, table)
         errors += _table_errors(table, limit, graph.distance_unit)
+        details += _table_details(table, limit, graph.distance_unit)
     stretch = graph.stretch if math.isfinite(graph.stretch) and graph.stretch >= 1 else 1.0
     within = min(max(graph.radius_stretch, 1.0), stretch) if math.isfinite(graph.radius_stretch) else stretch
     prior = s.eps_prior is not None
@@ -225,7 +235,9 @@ def plan_privacy(settings: Settings, graph: GraphFacts, table: TableFacts | None
         spends.append(Spend.of("prior", float(s.eps_prior or 0.0)))
     if error:
         spends.append(Spend.of("error", float(s.eps_error or 0.0)))
-    return PrivacyPlan(s.population, radius, limit, guarantee, tuple(spends), s, tuple(why), tuple(errors))
+    return PrivacyPlan(
+        s.population, radius, limit, guarantee, tuple(spends), s, tuple(why), tuple(errors), details=tuple(details)
+    )
 
 
 def _settings_rules(s: Settings, radius: float, limit: float) -> list[str]:
@@ -287,6 +299,16 @@ def _graph_rules(s: Settings, g: GraphFacts) -> list[str]:
     return why
 
 
+def same_population(population: str) -> str:
+    """Rule 6's refusal (a table sharing most of its people with ``population``): the rule, its threshold and the
+    remedy, never the measured share (a figure of the secret table: ``mdp-release check`` shows it, terminal only)."""
+    return (
+        f"this table shares most of its people with population {population!r} in this store (rule 6, one population "
+        "by similarity: more than half of its people found there, or nearly all of that population's): the same "
+        f"people belong to one population (its budget); release it as population = {population!r}"
+    )
+
+
 def _table_rules(s: Settings, t: TableFacts) -> list[str]:
     why = []
     if t.universe_bytes:
@@ -296,31 +318,46 @@ def _table_rules(s: Settings, t: TableFacts) -> list[str]:
             "from public data (a road network, a grid, a public list of places)"
         )
     elif t.universe is not None and t.universe.built_from_people:
-        why.append(t.universe.reason())
-    if t.other_population is not None and t.other_population != s.population:
         why.append(
-            f"this table shares {t.other_share:.0%} of its people with population {t.other_population!r} in this "
-            "store (rule 6, one population by similarity): the same people belong to one population (its budget); "
-            f"release it as population = {t.other_population!r}"
+            f"the public universe is built from the people (rule 5, the universe test at delta = "
+            f"{t.universe.delta:.3g}): the people lie closer to its records than a universe independent of them "
+            "explains, so its records would publish the people's locations; build the universe from public data "
+            f"(a road network, a grid, a public list of places) ({CHECK_FIGURES})"
         )
+    if t.other_population is not None and t.other_population != s.population:
+        why.append(same_population(t.other_population))
     return why
 
 
 def _table_errors(t: TableFacts, limit: float, unit: str) -> list[str]:
     why = []
     if t.n_unreadable:
-        why.append(
-            f"microdata: {t.n_unreadable} of {t.n_people} row(s) {t.unreadable} "
-            "(`mdp-release check --config F` shows which, on your terminal only)"
-        )
+        why.append(f"microdata: some row(s) {t.unreadable} ({CHECK_ROWS})")
     if t.n_far:
         why.append(
-            f"microdata: {t.n_far} of {t.n_people} individual(s) lie farther than max_distance = {limit:g} {unit} "
-            "from every record (`mdp-release check --config F` shows which, on your terminal only)"
+            f"microdata: some individual(s) lie farther than max_distance = {limit:g} {unit} from every record; "
+            f"check the coordinates or raise [release] max_distance ({CHECK_ROWS})"
         )
     if t.n_people == 0:
         why.append("microdata: the table holds no individual")
     return why
+
+
+def _table_details(t: TableFacts, limit: float, unit: str) -> list[str]:
+    """The table's figures behind its errors and refusals (counts, shares): for the operator's terminal
+    (``mdp-release check``) and the private failure record only, never a message."""
+    out = []
+    if t.n_unreadable:
+        out.append(f"microdata: {t.n_unreadable} of {t.n_people} row(s) {t.unreadable}")
+    if t.n_far:
+        out.append(
+            f"microdata: {t.n_far} of {t.n_people} individual(s) lie farther than max_distance = {limit:g} {unit}"
+        )
+    if t.universe is not None and t.universe.built_from_people:
+        out.append(t.universe.reason())
+    if t.other_population is not None:
+        out.append(f"rule 6: {t.other_share:.0%} of this table's people found in population {t.other_population!r}")
+    return out
 
 
 def table_facts(
@@ -502,6 +539,7 @@ __all__ = [
     "plan_privacy",
     "refuse_deterministic",
     "resolved_rows",
+    "same_population",
     "table_facts",
     "table_people",
     "universe_facts",
