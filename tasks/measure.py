@@ -276,7 +276,7 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     if settings.all_pairs:  # the solve's own certificate (solve.json, beside the mechanism) must be over every pair
         every_pair(True, read_json(store.path(upstream["mechanism"], "solve.json")).get("certificate"))
     # first: a mechanism that fails its certificate (over every pair when the plan claims them) is refused
-    make.certify(inst, z, all_pairs=settings.all_pairs)
+    certified = make.certify(inst, z, all_pairs=settings.all_pairs)
     # from the instance itself, never a stage's file
     graph, prot = GraphFacts.recomputed(inst, settings.radius, settings.all_pairs)
     privacy = plan_privacy(settings, graph)  # the door's rules again, on what is drawn from
@@ -286,8 +286,8 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
     records, points, geo = located_individuals(private, params, inst, draw)  # mapped, not measured: nothing charged
-    # certifies z, refuses a deterministic row or a refused plan; the people's error's bounds, before any charge
-    plan = make.plan_release(inst, z, privacy, geo)
+    # refuses a deterministic row or a refused plan (z certified above: not again); the error's bounds, uncharged
+    plan = make.plan_release(inst, z, privacy, geo, certified)
     zone = _zones(store, inst, upstream.get("partition"))
     mech_sha, inst_sha = upstream["mechanism"].files["mechanism.parquet"], upstream["instance"].files["instance.json"]
     limit = params.get("max_distance")
