@@ -189,7 +189,8 @@ def _compute(
         sweep.append(entry)
         if row is not None:
             rows.append(row)
-    figures = _against_laplace(store, upstream.get("measure"), inst, z, rows, w.file("against_laplace.png"))
+    every = (info.get("certificate") or {}).get("pairs") == "all"  # the rate is for any two records (issue 51)
+    figures = _against_laplace(store, upstream.get("measure"), inst, z, rows, w.file("against_laplace.png"), every)
     table = ev.evaluation_table(rows)
     write_published(w.file("evaluation.parquet"), table, "evaluation.parquet")
     w.meta["ui_table"] = ui_records(table)  # what publish_report shows in the UI on every run, without pandas
@@ -247,7 +248,7 @@ def _approval(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _against_laplace(
-    store: Store, post: ArtifactRef | None, inst, z: np.ndarray, rows: list[dict], png: Path
+    store: Store, post: ArtifactRef | None, inst, z: np.ndarray, rows: list[dict], png: Path, every: bool = False
 ) -> list[tuple[str, str]]:
     """Issues 40 and 50, the honest comparison, for people: appends to ``rows`` (the released mechanism's first,
     measured from the records) the rows of :func:`mdp_core.release.people.people_rows` -- the release ``z`` from
@@ -256,7 +257,8 @@ def _against_laplace(
     record's cell of the released area (``max_distance`` of the provenance's protection, else eta; public
     geometry and a fixed public seed: the secret table is not read) -- sets the compared rate on the released
     row (``metric_epsilon``), draws the bar figure ``png``; returns [(its title, its name)] (none without
-    coordinates). The rate is what the release promises within its protection radius, eps x the stretch there
+    coordinates; ``every``: the figure's title says the rate is for any two records, issue 51). The rate is what the
+    release promises within its protection radius, eps x the stretch there
     (the provenance's ``guarantee``; :func:`mdp_core.release.baseline.compared_rate`): the requirement both
     mechanisms then meet. Without a guarantee (a run that releases nothing) eps x the stretch the graph stage
     measures (:func:`mdp_core.release.protection.graph_protection`, public records only)."""
@@ -278,7 +280,7 @@ def _against_laplace(
         return []
     added = people.people_rows(inst, z, float(stated), cells)
     rows += added
-    if not added or report.plot_against_laplace(rows, people.RELEASE, inst.distance_unit, png) is None:
+    if not added or report.plot_against_laplace(rows, people.RELEASE, inst.distance_unit, png, every) is None:
         return []
     by = {r["method"]: r["dist_loss_mean"] for r in added}
     logger().info(

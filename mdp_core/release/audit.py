@@ -186,6 +186,7 @@ def signed_claims(facts: Record, solve: dict, prov: dict) -> Record:
         "certificate_violations": cert.get("n_violations"),
         "certificate_ratio_tol": cert.get("ratio_tol"),
         "max_realised_epsilon": cert.get("max_realised_epsilon"),
+        "every_pair": cert.get("pairs") == "all",
         "dist_loss_mean": row.get("dist_loss_mean"),
         "adversary_error": row.get("adversary_error"),
         "expected_loss": row.get("expected_loss"),

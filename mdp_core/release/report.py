@@ -258,7 +258,7 @@ def laplace_sentence(c: dict) -> str | None:
     form = "" if dim == 2 else f", in its {dim}-dimensional form for {dim}-dimensional records"
     if a.get("people"):
         return (
-            f"- **Against planar Laplace.** At the same rate, {eps} per {unit} within the protection radius, planar "
+            f"- **Against planar Laplace.** At the same rate, {eps} per {unit} {_scope(c)}, planar "
             f"Laplace (Andres et al. 2013{form}) applied where the person is moves them {_g(a['continuous'], '.4g')} "
             f"{unit} on average (exactly {dim} / {eps}); sent to the nearest of the same {c['n_outputs']} outputs, "
             f"{_g(a['remap'], '.4g')} {unit} (standard error {_g(a['remap_se'], '.2g')}). This release: "
@@ -266,8 +266,9 @@ def laplace_sentence(c: dict) -> str | None:
             f"than {_g(a['floor'], '.4g')} {unit} (each person's nearest output, no privacy)."
         )
     return (
-        f"- **Against planar Laplace.** At the same guarantee, {eps} per {unit} for two records within the "
-        f"protection radius{_beyond(c, a)}, the "
+        f"- **Against planar Laplace.** At the same guarantee, {eps} per {unit} "
+        + ("for any two records" if every_pair(c) else f"for two records within the protection radius{_beyond(c, a)}")
+        + ", the "
         f"mechanism an analyst would write instead, planar Laplace (Andres et al. 2013{form}), moves a person "
         f"{_g(a['continuous'], '.4g')} {unit} on average (exactly {dim} / {eps}); sent to the nearest of the same "
         f"{c['n_outputs']} outputs, {_g(a['remap'], '.4g')} {unit} (Monte Carlo, {a['samples']:.0f} samples per "
@@ -277,6 +278,20 @@ def laplace_sentence(c: dict) -> str | None:
         "person's expected distance from their record to what is released, averaged over the instance's public "
         "prior (the people's own histogram is secret and is not used)."
     )
+
+
+def every_pair(c: dict) -> bool:
+    """Whether the release's mechanism is certified over every two records of a component in the metric itself
+    (claim ``every_pair``, the certificate's ``pairs`` "all": ``[solve] all_pairs``, issue 51): its plain words then
+    say "for any two records", as provenance and ``check`` do. A report whose claims predate the key (absent)
+    keeps the words it was rendered with."""
+    return bool(c.get("every_pair"))
+
+
+def _scope(c: dict) -> str:
+    """The pairs the stated rate is for, in plain words: any two records (:func:`every_pair`), else two records
+    within the protection radius (what the release was asked for and is charged at)."""
+    return "for any two records" if every_pair(c) else "within the protection radius"
 
 
 def _beyond(c: dict, a: dict[str, float]) -> str:
@@ -314,8 +329,9 @@ def against_laplace_caption(c: dict) -> str:
         )
     return (
         f"Expected distance in {unit} from a person's record to what is released (lower is better), averaged over "
-        f"the instance's public prior, at the same guarantee of {_g(a['metric_epsilon'], '.4g')} per {unit} within "
-        f"the protection radius{_beyond(c, a)}: "
+        f"the instance's public prior, at the same guarantee of {_g(a['metric_epsilon'], '.4g')} per {unit} "
+        + ("for any two records" if every_pair(c) else f"within the protection radius{_beyond(c, a)}")
+        + ": "
         f"this release {_g(a['release'], '.4g')}, planar Laplace sent to the same outputs {_g(a['remap'], '.4g')} "
         f"(the line: two Monte Carlo standard errors each way), continuous planar Laplace "
         f"{_g(a['continuous'], '.4g')}, each record's nearest output {_g(a['floor'], '.4g')} (no privacy). The "
@@ -400,6 +416,7 @@ def release_claims(
         "certificate_violations": cert["n_violations"],
         "certificate_ratio_tol": cert["ratio_tol"],
         "max_realised_epsilon": cert["max_realised_epsilon"],
+        "every_pair": cert.get("pairs") == "all",
         "dist_loss_mean": _finite(row.get("dist_loss_mean")),
         "adversary_error": _finite(row.get("adversary_error")),
         "expected_loss": float(row["expected_loss"]),
@@ -490,11 +507,14 @@ def _rate_at(g: dict, d: float) -> float | None:
     return eps * (within if d <= radius * (1 + 1e-12) else anywhere)
 
 
-def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False, error: bool = False) -> str:
+def _odds_sentence(
+    g: dict, max_snap: float | None = None, prior: bool = False, error: bool = False, every: bool = False
+) -> str:
     """The guarantee in plain words (issue 50): by how much seeing the release can change the odds between two
     records, and between two people (each at most ``max_snap`` from their record: their records are at most
     d + 2 x max_snap apart), at a few distances up to the protection radius; the factor includes the counts'
-    (and DP prior's, and the people's mean error's: ``error``) share, exp(additive)."""
+    (and DP prior's, and the people's mean error's: ``error``) share, exp(additive); ``every``: the rate is for any
+    two records (:func:`every_pair`)."""
     radius, add = _finite(g.get("protection_radius")), _finite(g.get("additive_epsilon"))
     shares = "the counts" + (" and the DP prior" if prior else "") + (" and the people's mean error" if error else "")
     if radius is None or add is None or radius <= 0 or _rate_at(g, radius) is None:
@@ -509,7 +529,7 @@ def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False, 
     text = (
         f" In plain words: seeing this release (microdata, counts and all) changes the odds between any two records "
         f"a person could have by at most {records} apart (1x: no change; {_g(_rate_at(g, radius), '.4g')} per {unit} "
-        f"within the protection radius; {shares} account for a factor "
+        f"{'for any two records' if every else 'within the protection radius'}; {shares} account for a factor "
         f"{math.exp(add):.3g} of each)."
     )
     if max_snap is not None and max_snap > 0:
@@ -519,6 +539,11 @@ def _odds_sentence(g: dict, max_snap: float | None = None, prior: bool = False, 
             f"{unit}) to their distance: at most {people} apart."
         )
     return text
+
+
+def _odds_of(c: dict) -> tuple[bool, bool, bool]:
+    """:func:`_odds_sentence`'s flags from the claims: a DP prior, the people's mean error measured, every pair."""
+    return c["prior_source"] == "dp", bool(c.get("people_error")), every_pair(c)
 
 
 def _history_sentence(history: object) -> str:
@@ -666,16 +691,14 @@ def summary_lines(c: dict) -> list[str]:
         f"about them. `aggregates.parquet`: noisy counts per output location ({c['n_outputs']}){zones} and the exact "
         f"total ({c['n_individuals']}).",
         _spend_sentence(c),
-        f"- **Guarantee.**{_odds_sentence(g, snap, c['prior_source'] == 'dp', bool(c.get('people_error')))} The "
-        "formal statement is in the "
-        "appendix's details.",
+        f"- **Guarantee.**{_odds_sentence(g, snap, *_odds_of(c))} The formal statement is in the appendix's details.",
         _people_error_sentence(c),
     ]
     lines += [s] if (s := laplace_sentence(c)) else []
     lines.append(
         f"- **Checks.** `{c['method_run']}` solved the mechanism ({c['status']}, gap {_g(c['gap'])}); the "
         f"privacy certificate {'PASSED' if c['certificate_passed'] else 'FAILED'} on all {c['certificate_pairs']} "
-        f"neighbour pairs (realised eps {rounded_to_tolerance(c['max_realised_epsilon'], c['certificate_ratio_tol'])} "
+        f"neighbour pairs{' and every other pair of one component, in the metric' if every_pair(c) else ''} (realised eps {rounded_to_tolerance(c['max_realised_epsilon'], c['certificate_ratio_tol'])} "
         f"per {unit} (checked to a relative tolerance of {c['certificate_ratio_tol']:g}), "
         f"{c['certificate_violations']} violations)."
     )
@@ -806,6 +829,7 @@ __all__ = [
     "bounds_title",
     "count_error_curve",
     "evaluation_markdown",
+    "every_pair",
     "markdown_table",
     "nearest_edges",
     "plot_against_laplace",
