@@ -208,8 +208,8 @@ def _check_door(rep: Report, run: RunPlan, inst: Any, has_table: bool) -> Any:
         return None
     try:
         door = plan_for(run, inst)
-    except InputError as exc:  # on this terminal only: with its detail (SecretTableError.detail)
-        rep.reasons.append(str(getattr(exc, "detail", exc)))
+    except InputError as exc:
+        rep.reasons.append(str(exc))
         return None
     rep.reasons.extend(door.plan.reasons)
     # the table's figures behind the refusals (the door's messages carry none); rows and counts: _check_mapping
