@@ -217,7 +217,11 @@ def _check_door(rep: Report, run: RunPlan, inst: Any, has_table: bool) -> Any:
     g = door.plan.guarantee
     rep.sections["privacy"] |= {"protection_radius": g.protection_radius, "stretch_within_radius": g.radius_stretch}
     if g.all_pairs:  # every pair certified in the metric ([solve] all_pairs): one rate, stretch 1 (issue 51)
-        rep.sections["privacy"] |= {"stretch": g.stretch, "metric_epsilon": g.epsilon_per_unit * g.stretch}
+        rep.sections["privacy"] |= {
+            "stretch": g.stretch,
+            "metric_epsilon": g.epsilon_per_unit * g.stretch,
+            "all_pairs": True,
+        }
     return door.plan
 
 
@@ -621,7 +625,14 @@ def _render_graph(s: dict[str, Any], u: str, out: list[str]) -> None:
             f"mDP graph at eta = {g['eta']:g} {u}: {g['n_edges']} edges, {g['components']} component(s) "
             f"(sizes {g['sizes']}{', ...' if g['components'] > 10 else ''}){extra}"
         )
-    if "stretch" in s.get("privacy", {}):
+    if s.get("privacy", {}).get("all_pairs"):
+        pv = s["privacy"]
+        out.append(
+            f"guarantee: eps {pv['metric_epsilon']:.4g} per {u} for any two records (one rate: every pair of a "
+            f"component certified in the data's metric, eps {pv['epsilon']:g} x stretch {pv['stretch']:.4g}; charged "
+            f"within the protection radius {pv['protection_radius']:g} {u}; opt out: [solve] all_pairs = false)"
+        )
+    elif "stretch" in s.get("privacy", {}):
         pv = s["privacy"]
         within = ""
         if "stretch_within_radius" in pv:
@@ -647,9 +658,10 @@ def _render_laplace(s: dict[str, Any], out: list[str]) -> None:
     """Append the comparison with planar Laplace (its expected errors; the release's own after the solve)."""
     if "against_laplace" in s:
         a, u = s["against_laplace"], s["against_laplace"]["unit"]
+        rate = "for any two records" if s.get("privacy", {}).get("all_pairs") else "within the protection radius"
         out.append(
-            f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee within the "
-            f"protection radius), applied where the person is: continuous {a['planar_laplace']:.3g} {u}, remapped to "
+            f"against planar Laplace at eps {a['metric_epsilon']:.4g} per {u} (this release's guarantee {rate}), "
+            f"applied where the person is: continuous {a['planar_laplace']:.3g} {u}, remapped to "
             f"these outputs {a['planar_laplace_remap']:.3g} {u}; the outputs' own floor (no privacy) "
             f"{a['nearest_output']:.3g} {u}; the move to a record alone {a.get('snap', 0.0):.3g} {u} on average "
             "(people spread as the prior in the records' cells) -- the release's expected error per person is in its "

@@ -27,6 +27,7 @@ Example (every key optional; these are the defaults of the built-in release)::
     method = "auto"     # a method of mdp_core.declarations.methods.REGISTRY (docs/methods.md)
     solver = "simplex"  # simplex | ipm  (every method: mdp_core.declarations.solver_options)
     threads = 0
+    # all_pairs = false   # unset: eps certified for every two records (one rate) where the method can (issue 51)
     # time_limit = 600.0  # seconds; unset: none
     max_mix = 0.01      # largest uniform-mixing weight the exact repair may use
     # gap_rel = 1e-2    # the chosen method's own options (mdp_core.declarations.methods), unset: its default
@@ -338,6 +339,28 @@ def method_option_specs(method: str) -> list[Spec]:
     return [s for s in specs(REGISTRY[method].options) if s.exposed and s.name not in skip]
 
 
+def release_all_pairs(method: str, given: bool | None) -> bool:
+    """``[solve] all_pairs`` of a release: as ``given``; unset (None), on for a method that can certify every pair of
+    a component in the metric (:attr:`mdp_core.declarations.methods.Method.all_pairs`: auto, lp, rowgen and the
+    baselines private for every pair by construction), off for the others (issue 51). Every dataset kind's records
+    carry coordinates of its metric (grid and road: lat, lon in haversine km; points, synthetic and text: x0..
+    Euclidean), so a release states one rate, eps for any two records, unless it opts out (``all_pairs = false``)."""
+    return REGISTRY[method].all_pairs if given is None else given
+
+
+def _common_field(s: Spec) -> tuple[Any, Any]:
+    """(type, Field) of an option every method shares in [solve]: its declaration's, but ``all_pairs``, whose
+    release default depends on the method (:func:`release_all_pairs`; unset: None)."""
+    if s.name != "all_pairs":
+        return _field(s)
+    help_ = (
+        f"{s.help}; unset in a release: true for a method that can certify every pair "
+        f"({', '.join(n for n, m in REGISTRY.items() if m.all_pairs)}), false for the others; false: certified on the "
+        "mDP graph's edges only (eps within them, eps x the graph's stretch beyond)"
+    )
+    return bool | None, Field(None, description=help_)
+
+
 def _method_fields() -> dict[str, tuple[Any, Any]]:
     """Every method's options as optional [solve] fields (unset: the chosen method's own default); one
     field for a name several methods declare, its description naming each one's default."""
@@ -372,10 +395,11 @@ class _SolveBase(BaseModel):
 
     def solver_settings(self) -> dict[str, Any]:
         """The HiGHS settings given or defaulted here (an unset time limit: none), as ``SolverOptions(**...)`` takes;
-        ``all_pairs`` only when set (off, the solve's parameters -- its cache key -- are those of a release before
-        the option existed)."""
+        ``all_pairs`` (:func:`release_all_pairs`) only when on (off, the solve's parameters -- its cache key -- are
+        those of a release before the option existed)."""
         given = self._given(s.name for s in specs(SolverOptions) if s.exposed)
-        return {k: v for k, v in given.items() if not (k == "all_pairs" and v is False)}
+        every = release_all_pairs(self.method, given.pop("all_pairs", None))
+        return given | ({"all_pairs": True} if every else {})
 
     def solver_options(self) -> SolverOptions:
         return SolverOptions(**self.solver_settings())
@@ -417,7 +441,7 @@ else:
         "SolveConfig",
         __base__=_SolveBase,
         __doc__=_SolveBase.__doc__,
-        **{s.name: _field(s) for cls in _COMMON for s in specs(cls) if s.exposed},
+        **{s.name: _common_field(s) for cls in _COMMON for s in specs(cls) if s.exposed},
         **_method_fields(),
     )
 

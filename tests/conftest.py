@@ -200,7 +200,10 @@ def run_stages(root, cfg) -> dict:
 # The release every audit / signing test tampers with: the stage tasks' ``.fn`` (real HiGHS, real store, no
 # Prefect server), published through ``tasks.publish.publish.fn`` -- the code the flow's ``publish`` runs.
 def release_config(root: Path):
-    """A 4 x 5 grid release (eps = 3 / km, eta = 2 km, K = 6, 2 subsets, 200 simulated individuals)."""
+    """A 4 x 5 grid release (eps = 3 / km, eta = 2 km, K = 6, 2 subsets, 200 simulated individuals), opted out of
+    every pair's certificate (``[solve] all_pairs = false``): certified on the mDP graph's edges, so its stretch is
+    above 1 and the audit tests have a stretch to forge; tests/test_all_pairs_release.py publishes and audits the
+    release default, every pair certified."""
     from flows.config import parse_config
 
     return parse_config(
@@ -208,6 +211,7 @@ def release_config(root: Path):
             "store": str(root),
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
             "privacy": {"epsilon": 3.0, "eta": 2.0},
+            "solve": {"all_pairs": False},
             "partition": {"subsets": 2},
             "release": {"simulate": True, "n_individuals": 200},
             "evaluate": {"eps_factors": [1.0], "baselines": ["exp"]},
@@ -482,6 +486,8 @@ def wait_gone(pids: set[int], within: float) -> set[int]:
     return {p for p in pids if alive(p)}
 
 
+# a long dense solve to interrupt: the graph's LP (all_pairs = false; every pair would make lp's full LP hold
+# s (s - 1) K rows, about 9 M here)
 DENSE_RUN_CONFIG = """
 store = "{store}"
 [dataset]
@@ -492,6 +498,7 @@ epsilon = 10.0
 eta = 2.0
 [solve]
 method = "lp"
+all_pairs = false
 [release]
 simulate = true
 n_individuals = 300

@@ -1,4 +1,5 @@
-"""A release certified over every pair in the metric (``[solve] all_pairs = true``, issue 51), end to end: the
+"""A release certified over every pair in the metric (a release's default, ``[solve] all_pairs`` unset; issue 51), end
+to end: the
 graph stage, the privacy door and the ledger at stretch 1 (eps x 1 x radius), the provenance's and report's one
 rate, the audit verifying every pair; a mechanism certified on the graph only is refused by the measuring stage
 when the plan claims every pair (nothing charged), and an edited certificate claiming every pair over such a
@@ -33,15 +34,17 @@ from tasks import evaluate
 EPS, ETA = 3.0, 1.2  # per km; the grid's cells are ~1 km apart: the diagonals (~1.41 km) are not edges
 
 
-def config(root: Path, all_pairs: bool = True):
+def config(root: Path, all_pairs: bool | None = None, method: str = "lp"):
     """A 4 x 5 grid release (eps = 3 / km, eta = 1.2 km: the graph's stretch is above 1), the exact LP over
-    every pair of a component in the metric, 200 simulated individuals, planar Laplace and constopt (which cannot certify every pair) among the baselines."""
+    every pair of a component in the metric (``all_pairs`` unset: the release's default), 200 simulated
+    individuals, planar Laplace and constopt (which cannot certify every pair) among the baselines."""
+    solve = {"method": method} | ({} if all_pairs is None else {"all_pairs": all_pairs})
     return parse_config(
         {
             "store": str(root),
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 6, "seed": 2}},
             "privacy": {"epsilon": EPS, "eta": ETA},
-            "solve": {"method": "lp", "all_pairs": all_pairs},
+            "solve": solve,
             "release": {"simulate": True, "n_individuals": 200},
             "evaluate": {"eps_factors": [1.0], "baselines": ["exp", "laplace", "constopt"]},
         }
@@ -75,9 +78,14 @@ def release(tmp_path_factory) -> dict:
 
 
 def test_the_option_reaches_the_graph_stage_and_its_cache_key(tmp_path):
-    """all_pairs is a graph stage parameter only when set (the cache keys of other releases stay)."""
-    assert stage_params(config(tmp_path))["graph"]["all_pairs"] is True
-    assert "all_pairs" not in stage_params(config(tmp_path, all_pairs=False))["graph"]
+    """all_pairs is on by default for a method that can certify every pair, and a graph and solve stage parameter
+    only when on (the opt-out's cache keys are those of a release before the option existed)."""
+    for on in (config(tmp_path), config(tmp_path, True), config(tmp_path, method="auto")):
+        params = stage_params(on)
+        assert params["graph"]["all_pairs"] is True and params["solve"]["solver"]["all_pairs"] is True
+    for off in (config(tmp_path, False), config(tmp_path, method="benders"), config(tmp_path, method="constopt")):
+        params = stage_params(off)  # opted out, or a method that cannot certify every pair: the graph's edges
+        assert "all_pairs" not in params["graph"] and "all_pairs" not in params["solve"]["solver"]
 
 
 def test_one_rate_published_and_charged(release):
@@ -119,11 +127,30 @@ def test_the_audit_passes(release):
     assert main(["audit", str(release["folder"])]) == 0
 
 
-def test_a_certificate_claiming_every_pair_over_a_graph_only_mechanism_is_caught(released: Path, tmp_path):
-    """conftest's release (eta 2 km on its grid: certified on the graph's edges) with both recorded certificates
-    edited to claim every pair: the audit verifies every pair, and the mechanism fails there."""
+@pytest.fixture(scope="module")
+def opted_out(tmp_path_factory) -> Path:
+    """The published folder of :func:`config` opted out (``all_pairs = false``: certified on the graph's edges)."""
+    root = tmp_path_factory.mktemp("store")
+    cfg = config(root, all_pairs=False)
+    state = stage_loop(root, cfg)
+    return publish_release(Store(str(root)), state.refs, cfg=cfg, approval=state.approval or unattended(state.plan))
+
+
+def test_the_opt_out_states_eps_within_the_edges_and_the_stretch_beyond(opted_out):
+    g = read_json(opted_out / audit.PROVENANCE)["guarantee"]
+    assert g["stretch"] > 1.0 and g["stretch_within_radius"] == 1.0 and not g.get("all_pairs", False)
+    assert g["metric_epsilon_per_unit"] == pytest.approx(EPS * g["stretch"])
+    assert "farther apart" in g["statement"] and "for any two records" not in g["statement"].split(";")[0]
+    assert f"x stretch {g['stretch']:.6g} of the mDP graph" in g["statement"]
+    assert "One rate" not in (opted_out / "report.md").read_text()
+    assert audit.audit_release(opted_out) == []
+
+
+def test_a_certificate_claiming_every_pair_over_a_graph_only_mechanism_is_caught(opted_out: Path, tmp_path):
+    """The opted-out release (certified on the graph's edges) with both recorded certificates edited to claim
+    every pair: the audit verifies every pair, and the mechanism fails there."""
     run = tmp_path / "run"
-    shutil.copytree(released, run)
+    shutil.copytree(opted_out, run)
     assert audit.audit_release(run) == []
 
     def claim_all(cert: dict) -> None:
@@ -139,14 +166,19 @@ def test_a_certificate_claiming_every_pair_over_a_graph_only_mechanism_is_caught
 
 
 def test_check_states_the_one_rate(tmp_path, capsys):
-    """``mdp-release check`` states the door's guarantee: with all_pairs eps over any distance (stretch 1)."""
+    """``mdp-release check`` states the door's guarantee: by default eps over any distance (stretch 1); opted out
+    (``all_pairs = false``), eps within the graph's edges and eps x the graph's stretch beyond."""
     toml = tmp_path / "release.toml"
     toml.write_text(
         f'store = "{tmp_path / "store"}"\n[dataset]\nkind = "grid"\n'
         "params = {rows = 4, cols = 5, n_outputs = 6, seed = 2}\n"
-        f'[privacy]\nepsilon = {EPS}\neta = {ETA}\n[solve]\nmethod = "lp"\nall_pairs = true\n'
+        f'[privacy]\nepsilon = {EPS}\neta = {ETA}\n[solve]\nmethod = "lp"\n'
         "[release]\nsimulate = true\nn_individuals = 200\n"
     )
     main(["check", "--config", str(toml)])
     out = capsys.readouterr().out
-    assert f"eps {EPS:g} per km in the data's metric over any distance (eps {EPS:g} x stretch 1;" in out, out
+    assert f"guarantee: eps {EPS:g} per km for any two records (one rate:" in out and "x stretch 1;" in out, out
+    toml.write_text(toml.read_text().replace('method = "lp"\n', 'method = "lp"\nall_pairs = false\n'))
+    main(["check", "--config", str(toml)])
+    out = capsys.readouterr().out
+    assert "for any two records" not in out and "in the data's metric over any distance (eps 3 x stretch" in out, out

@@ -94,6 +94,8 @@ def test_every_method_releases_every_kind(kind: str, method: str, store_of) -> N
     solved = read_json(folder / "solve.json")
     assert solved["method"] == method and solved["certificate"]["passed"], solved["certificate"]
     declared = methods.REGISTRY[method]
+    # every kind's records have coordinates of its metric: every pair certified by default where the method can
+    assert solved["certificate"]["pairs"] == ("all" if declared.all_pairs else "graph"), solved["certificate"]
     if declared.baseline:
         assert solved["lower_bound"] is None  # a baseline proves no bound
     else:

@@ -221,13 +221,18 @@ def test_an_unset_eta_follows_a_smaller_protection_radius_so_the_stretch_there_i
     assert rep.sections["graph"]["eta"] == 1.0 and rep.sections["privacy"]["stretch_within_radius"] == 1.0
     params = stage_params(load_config(write("protection_radius = 1.0")))["graph"]
     assert (
-        params == {"eta": None, "protection_radius": 1.0} and graph_eta(None, 2.0, params["protection_radius"]) == 1.0
+        params == {"eta": None, "protection_radius": 1.0, "all_pairs": True}  # every pair: the release's default
+        and graph_eta(None, 2.0, params["protection_radius"]) == 1.0
     )
-    assert stage_params(load_config(write("eta = 2.0\nprotection_radius = 1.0")))["graph"] == {"eta": 2.0}
+    assert stage_params(load_config(write("eta = 2.0\nprotection_radius = 1.0")))["graph"] == {
+        "eta": 2.0,
+        "all_pairs": True,
+    }
     assert not run_check(write("eta = 2.0\nprotection_radius = 1.0")).accepted  # a written eta is kept, and refused
     assert stage_params(load_config(write("protection_radius = 3.0")))["graph"] == {
         "eta": None,
         "protection_radius": 3.0,
+        "all_pairs": True,
     }
     assert graph_eta(None, 2.0, 3.0) == 3.0 and graph_eta(0.5, 2.0, 1.0) == 0.5  # a larger radius: eta follows it too
     wide = run_check(write("protection_radius = 3.0"))  # issue 50: the rate asked for is the rate charged

@@ -256,8 +256,9 @@ def test_each_method_option_is_declared_once_and_read_everywhere():
     fields = SolveConfig.model_fields
     methods = {s.name for n in REGISTRY for s in method_option_specs(n)}
     assert set(fields) == {"method"} | {s.name for s in common} | methods
-    for s in common:
-        assert fields[s.name].default == (None if s.default == float("inf") else s.default), s.name
+    for s in common:  # all_pairs: unset in a release, on for a method that can (flows.config.release_all_pairs)
+        expected = None if s.default == float("inf") or s.name == "all_pairs" else s.default
+        assert fields[s.name].default == expected, s.name
     assert all(fields[n].default is None for n in methods)  # unset: the chosen method's declared default
     declared = {s.key: s.default for s in specs(PartitionOptions)}
     assert declared == {k: f.default for k, f in PartitionConfig.model_fields.items()}
@@ -289,8 +290,9 @@ def test_solve_options_the_method_does_not_take_are_errors_and_the_rest_reach_it
         "executor": "serial",
         "gap_rel": RELEASE_GAP_REL,
     }  # a release's gap
-    assert cfg.solve.solver_settings() == {"solver": "simplex", "threads": 0, "time_limit": 60.0}
-    assert load_config(None).solve.solver_settings() == {"solver": "simplex", "threads": 0}  # no time limit
+    assert cfg.solve.solver_settings() == {"solver": "simplex", "threads": 0, "time_limit": 60.0}  # benders: graph
+    every = {"solver": "simplex", "threads": 0, "all_pairs": True}  # no time limit; every pair (issue 51)
+    assert load_config(None).solve.solver_settings() == every
     with pytest.raises(InputError, match=r"max_iterations is not an option of method 'lp'"):
         parse_config({"solve": {"method": "lp", "max_iterations": 5}}, "c")
     with pytest.raises(InputError, match=r"solve.max_iterations: Input should be greater than or equal to 1"):

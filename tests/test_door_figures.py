@@ -28,19 +28,28 @@ from mdp_core.errors import PrivacyError
 from mdp_core.problem.datasets import grid
 from tasks.common import DOOR_FIGURES, door_figures, instance_with_graph
 
-# (eta, protection_radius, max_stretch, allow_unprotected, epsilon) -> admitted: admitted and refused doors
+# (eta, protection_radius, max_stretch, allow_unprotected, epsilon[, all_pairs]) -> admitted: admitted and refused
+# doors (all_pairs unset: the release's default, every pair certified, stretch 1)
 CASES = [
     ((2.0, None, 2.0, False, 2.0), True),
     ((1.2, 3.0, 2.0, False, None), True),  # a wider radius, epsilon from the dataset
-    ((1.2, 3.0, 1.0, False, 2.0), False),  # stretch 1.414 above max_stretch
-    ((1.2, 3.0, 1.0, True, 2.0), True),  # ... allowed
+    ((1.2, 3.0, 1.0, False, 2.0), True),  # every pair certified: stretch 1, within any max_stretch
+    ((1.2, 3.0, 1.0, False, 2.0, False), False),  # opted out: the graph's stretch 1.414 above max_stretch
+    ((1.2, 3.0, 1.0, True, 2.0, False), True),  # ... allowed
     ((0.05, None, 2.0, True, 2.0), False),  # every record alone, whatever allow_unprotected says
     ((2.0, 1.0, 2.0, False, 2.0), False),  # radius below eta
 ]
 
 
 def _config(
-    root: Path, eta: float, radius: float | None, max_stretch: float, allow: bool, eps: float | None, **release
+    root: Path,
+    eta: float,
+    radius: float | None,
+    max_stretch: float,
+    allow: bool,
+    eps: float | None,
+    all_pairs: bool | None = None,
+    **release,
 ):
     privacy: dict[str, Any] = {"eta": eta, "max_stretch": max_stretch, "allow_unprotected": allow}
     privacy |= {"protection_radius": radius} if radius is not None else {}
@@ -50,6 +59,7 @@ def _config(
             "store": str(root),
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 20, "seed": 0}},
             "privacy": privacy,
+            "solve": {} if all_pairs is None else {"all_pairs": all_pairs},
             "release": release or {"simulate": True, "n_individuals": 50},
         }
     )
@@ -125,7 +135,7 @@ def test_the_memo_holds_public_figures_keyed_by_their_sources(tmp_path, monkeypa
     memo = json.loads(_memo(store).read_text())
     assert set(memo) == {"key", "figures"} and set(memo["figures"]) == {"3.0"}
     assert set(memo["figures"]["3.0"]) == {"epsilon", "eta", "radius", "graph"}
-    graph_keys = {"n_records", "component_sizes", "stretch", "distance_unit", "stretch_within"}
+    graph_keys = {"n_records", "component_sizes", "stretch", "distance_unit", "stretch_within", "all_pairs"}
     assert set(memo["figures"]["3.0"]["graph"]) == graph_keys
     graph = store.load_ref("graph", _keys(store)["graph"])
     assert DOOR_FIGURES not in graph.files and store.is_valid(graph)  # not one of the object's files

@@ -39,12 +39,13 @@ def people(n: int = N_PEOPLE, seed: int = 11) -> pd.DataFrame:
     return pd.DataFrame({"person": [f"p{k:05d}" for k in range(n)], "lat": pts[:, 0], "lon": pts[:, 1]})
 
 
-def config(root: Path, table: Path, privacy: dict | None = None, **release):
+def config(root: Path, table: Path, privacy: dict | None = None, solve: dict | None = None, **release):
     return parse_config(
         {
             "store": str(root),
             "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 20, "seed": 0}},
             "privacy": {"epsilon": 2.0, "eta": 1.5} | (privacy or {}),
+            "solve": solve or {},
             "release": {"microdata": str(table), "population": POPULATION, "eps_counts": 1.0} | release,
             "evaluate": {"eps_factors": [1.0], "baselines": ["exp"], "counts_eps": [1.0], "counts_seeds": 1},
         }
@@ -503,12 +504,13 @@ def test_the_charge_pays_the_stretch_within_the_radius(table, tmp_path):
     """Issue 40's first cause: a move within the protection radius is what the budget is charged for, so the
     charge pays the stretch over the pairs within the radius (1 when the radius is eta: every such pair is an
     edge), not the whole graph's. Checked on the released mechanism: every pair within the radius realises at
-    most eps x d."""
+    most eps x d. A release opted out of every pair's certificate (``all_pairs = false``): by default the stretch
+    is 1 everywhere (tests/test_all_pairs_release.py)."""
     from mdp_core.problem.io import read_instance, read_mechanism
     from mdp_core.problem.metrics import pairwise
 
     path, _ = table
-    refs = run_stages(tmp_path, config(tmp_path, path, max_total_epsilon=100.0))
+    refs = run_stages(tmp_path, config(tmp_path, path, solve={"all_pairs": False}, max_total_epsilon=100.0))
     g, led = provenance(tmp_path, refs)["guarantee"], provenance(tmp_path, refs)["ledger"]
     assert g["stretch"] > 1.0 and g["stretch_within_radius"] == 1.0 and g["protection_radius"] == 1.5
     assert led["this_release"] == pytest.approx(2.0 * 1.0 * 1.5 + 1.0, rel=2e-9)

@@ -195,18 +195,21 @@ def test_graph_stage_records_protection(tmp_path):
     from flows.release import stage_params
     from tasks import graph, ingest
 
-    cfg = parse_config(
-        {
-            "store": str(tmp_path),
-            "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 8, "cell_km": 1.0}},
-            "privacy": {"epsilon": 3.0, "eta": 1.0},
-            "release": {"simulate": True, "n_individuals": 10},
-        }
-    )
-    p = stage_params(cfg)
-    ref = graph.graph.fn(str(tmp_path), p["graph"], ingest.ingest.fn(str(tmp_path), p["ingest"]))
-    stats = json.loads(Store(tmp_path).path(ref, "graph.json").read_text())
-    prot = stats["protection"]
-    assert prot["stretch"] == pytest.approx(math.sqrt(2)) and prot["connected"] is True
-    assert prot["component_sizes"] == [20] and stats["n_components"] == 1 and stats["largest_component"] == 20
-    assert ref.meta["protection"] == prot
+    # by default every pair is certified in the metric (stretch 1); opted out, the graph's own stretch: sqrt(2)
+    for solve, stretch in (({}, 1.0), ({"all_pairs": False}, math.sqrt(2))):
+        cfg = parse_config(
+            {
+                "store": str(tmp_path),
+                "dataset": {"kind": "grid", "params": {"rows": 4, "cols": 5, "n_outputs": 8, "cell_km": 1.0}},
+                "privacy": {"epsilon": 3.0, "eta": 1.0},
+                "solve": solve,
+                "release": {"simulate": True, "n_individuals": 10},
+            }
+        )
+        p = stage_params(cfg)
+        ref = graph.graph.fn(str(tmp_path), p["graph"], ingest.ingest.fn(str(tmp_path), p["ingest"]))
+        stats = json.loads(Store(tmp_path).path(ref, "graph.json").read_text())
+        prot = stats["protection"]
+        assert prot["stretch"] == pytest.approx(stretch) and prot["connected"] is True
+        assert prot["component_sizes"] == [20] and stats["n_components"] == 1 and stats["largest_component"] == 20
+        assert ref.meta["protection"] == prot and ref.meta["pairs"] == ("graph" if solve else "all")

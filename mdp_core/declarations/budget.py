@@ -282,11 +282,16 @@ class Guarantee:
         if self.max_snap is None:
             return ""
         s, unit = self.max_snap, self.distance_unit
+        within = (
+            ""  # every pair certified: one rate, so one factor
+            if self.all_pairs
+            else f"exp({stated_metric(self.epsilon_per_unit, self.radius_stretch)} * (d(p, p') + 2 x {s:g}) + "
+            f"{self.additive_epsilon:g}) while their records are within the protection radius, and "
+        )
         return (
             f"; for people's own coordinates: each person is mapped to a record at most {s:g} {unit} away (max_distance) "
-            f"before the mechanism, so for two people p, p' the factor is at most exp({stated_metric(self.epsilon_per_unit, self.radius_stretch)}"
-            f" * (d(p, p') + 2 x {s:g}) + {self.additive_epsilon:g}) while their records are within the protection "
-            f"radius, and exp({stated_metric(self.epsilon_per_unit, self.stretch)} * (d(p, p') + 2 x {s:g}) + "
+            f"before the mechanism, so for two people p, p' the factor is at most {within}"
+            f"exp({stated_metric(self.epsilon_per_unit, self.stretch)} * (d(p, p') + 2 x {s:g}) + "
             f"{self.additive_epsilon:g}) in one component (d(r, r') <= d(p, p') + s(p) + s(p'), s: a person's "
             "distance to their record)"
         )

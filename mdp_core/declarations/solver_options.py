@@ -36,7 +36,9 @@ class SolverOptions(Options):
     any two records (stretch 1). Needs record coordinates of the metric; taken by the methods that declare it
     (:attr:`mdp_core.declarations.methods.Method.all_pairs`: lp over every pair, rowgen lazily, and the
     baselines that are private for every pair by construction). Not a HiGHS setting, but every method and the
-    certify gate read it, so it lives with them here.
+    certify gate read it, so it lives with them here. Off here (the papers' instances, the library and the command
+    line solve the mDP graph's LP); a release's ``[solve] all_pairs`` is on unless set or the method cannot
+    (:func:`flows.config.release_all_pairs`).
     """
 
     solver: str = option("simplex", "LP algorithm: dual simplex or interior point", choices=SOLVERS)
@@ -50,8 +52,9 @@ class SolverOptions(Options):
         "certify eps against the metric distance of every two records of a component, not only the mDP graph's "
         "edges within eta: the release then states and is charged at one rate, eps x d(r, r') for any two records "
         "of a component (stretch 1, no graph stretch: Chatzikokolakis et al. 2013 with the metric itself; "
-        "docs/privacy.md). Needs record coordinates; off by default (at the release size, 500 x 500 records and "
-        "outputs, about 1.3x the graph's CPU seconds for +0.003 percent error: bench/HISTORY.md)",
+        "docs/privacy.md). Needs record coordinates; off in the library, on in a release (at the release size, 500 x "
+        "500 records and outputs, with rowgen's far_rows_per_round = 1: the graph's CPU seconds, +0.04 percent "
+        "error; bench/HISTORY.md)",
     )
 
     def __post_init__(self) -> None:
