@@ -103,8 +103,9 @@ class RowgenOptions(GapOptions):
     )
     far_rows_per_round: int = option(
         0,
-        "with all_pairs: rows of pairs beyond the edges added per round, largest deficit first"
-        " (0 = max(2000, rows_per_round's count / 10))",
+        "with all_pairs: rows of pairs beyond the edges added per round, largest deficit first (0 = max(2000,"
+        " rows_per_round's count / 10) when the metric closure adds more than a tenth of the requested gap or no"
+        " edge row is violated, else 1: mdp_core.solvers.rowgen.far_count)",
         ge=0,
     )
     max_rounds: int = option(100, "LP solves at most", ge=1)
