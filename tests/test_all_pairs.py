@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mdp_core.declarations.methods import RowgenOptions
 from mdp_core.declarations.solver_options import SolverOptions
 from mdp_core.errors import InputError
 from mdp_core.problem.datasets import grid, registry, synthetic
@@ -22,11 +23,11 @@ from mdp_core.problem.instance import Instance
 from mdp_core.problem.metrics import pairwise
 from mdp_core.release.protection import graph_protection, metric_epsilon
 from mdp_core.solvers import rowgen
-from mdp_core.solvers.mechanisms import smooth_to_mdp
+from mdp_core.solvers.mechanisms import column_majorant, smooth_to_mdp
 from mdp_core.solvers.metric_pairs import MetricPairs
 from mdp_core.solvers.result import Status
 from mdp_core.solvers.solve import solve
-from mdp_core.solvers.verify import certify, repair, verify, write_mechanism
+from mdp_core.solvers.verify import certify, objective, repair, verify, write_mechanism
 
 ROME = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "rome_center"
 needs_rome = pytest.mark.skipif(not (ROME / "nodes.csv").is_file(), reason="shared Rome data absent")
@@ -62,6 +63,12 @@ def rome(n: int, k: int, seed: int = 0) -> Instance:
             seed=seed,
         ),
     )
+
+
+def skewed(inst: Instance, seed: int = 3) -> Instance:
+    """``inst`` with a skewed prior, as a DP histogram of people gives: seeded lognormal weights (sigma 1.2)."""
+    w = np.exp(np.random.default_rng(seed).normal(0.0, 1.2, inst.n_records))
+    return inst.replace(prior=w / w.sum())
 
 
 def triangle() -> Instance:
@@ -119,6 +126,7 @@ def test_repair_over_every_pair_passes_the_brute_force_check():
     "inst",
     [
         pytest.param(grid(6, 6, n_outputs=10, eta=1.5, epsilon=2.0), id="grid"),
+        pytest.param(skewed(grid(6, 6, n_outputs=10, eta=1.5, epsilon=2.0)), id="grid-skewed-prior"),
         pytest.param(synthetic(n_records=40, n_outputs=8, sigma=1.0, eta=1.0, epsilon=3.0, seed=1), id="components"),
         pytest.param(synthetic(n_records=50, n_outputs=10, eta=1.0, epsilon=4.0, seed=5), id="synthetic"),
     ],
@@ -175,6 +183,29 @@ def test_far_rows_are_chosen_once_and_held_rows_are_skipped():
     assert again.size == 0
     few, _ = rowgen.far_violated(z * 1.0, rowgen._Rows.of(inst, all_pairs=True), 1e-12, 3)
     assert few.size == 3
+
+
+def test_far_rows_come_in_bulk_where_the_far_pairs_are_worth_the_gap():
+    """far_count: a point that meets every edge but not every pair at a low rate (the graph-only optimum of a city
+    grid, skewed prior) gets the bulk of far rows; a point private over every pair gets the few, unless no edge row
+    is left (then only far rows can raise the bound); a gap target far above what the far pairs are worth, the few."""
+    inst = skewed(grid(6, 7, n_outputs=42, eta=2.0, epsilon=2.0, cell_km=1.0, loss="distance"))
+    metric = MetricPairs.of(inst)
+    params = RowgenOptions(gap_rel=1e-2)
+    bulk, few, limit = max(rowgen.FAR_ROWS_MIN, 20_000 // rowgen.FAR_ROWS_SHARE), rowgen.FAR_ROWS_FEW, 20_000
+    graph = solve(inst, "lp").z
+    every = solve(inst, "lp", ALL).z
+    assert worst_excess(inst, graph) > 1e-3 and worst_excess(inst, every) <= 1e-9
+
+    def count(z: np.ndarray, p: RowgenOptions, edges_violated: bool = True) -> int:
+        return rowgen.far_count(inst, z, column_majorant(inst, z), metric, p, limit, edges_violated)
+
+    worth = float(np.sum(inst.prior[:, None] * inst.costs * (metric.majorant(graph)[0] - graph)))
+    assert worth > rowgen.FAR_COST_SHARE * 1e-2 * objective(inst, graph)  # the far pairs matter at a 1 % gap
+    assert count(graph, params) == bulk
+    assert count(every, params) == few
+    assert count(every, params, edges_violated=False) == bulk
+    assert count(graph, RowgenOptions(gap_rel=10 * worth / objective(inst, graph))) == few
 
 
 def test_all_pairs_is_refused_where_it_cannot_be_certified(tmp_path):

@@ -102,10 +102,10 @@ class RowgenOptions(GapOptions):
         1e-12, "a violated row enters only when z_ak / g_ab - z_bk exceeds this (probability mass)", ge=0
     )
     far_rows_per_round: int = option(
-        1,
-        "with all_pairs: rows of pairs beyond the edges added per round, largest deficit first, while an edge's"
-        " row is violated; once the edges hold (and with 0) max(2000, a tenth of the round's rows) (the metric"
-        " closure certifies every pair whatever their number)",
+        0,
+        "with all_pairs: rows of pairs beyond the edges added per round, largest deficit first (0 = max(2000,"
+        " rows_per_round's count / 10) when the metric closure adds more than a tenth of the requested gap or no"
+        " edge row is violated, else 1: mdp_core.solvers.rowgen.far_count)",
         ge=0,
     )
     max_rounds: int = option(100, "LP solves at most", ge=1)

@@ -97,9 +97,9 @@ neighbours' weights: each round's upper bound is therefore the cheaper verified 
 Every pair in the metric (``SolverOptions.all_pairs``, issue 51; :mod:`mdp_core.solvers.metric_pairs`). The
 rows of every two records of one component that are not an edge are found lazily too (:func:`far_violated`:
 pairs whose log rows differ by more than ln g, and only rows the graph majorant of z breaks as well, since the
-edges' rows mend the others), at most ``far_rows_per_round`` a round (default 1: the metric closure of the
-graph's own LP points certifies every pair within the release gap; more rows buy little and cost LP time,
-bench/HISTORY.md "Every pair at the release size"); they take pair ids after the 2E edges
+edges' rows mend the others), at most ``far_rows_per_round`` a round (by default many when they are worth a tenth
+of the requested gap to the upper bound, else one while an edge row is violated: :func:`far_count`); they take
+pair ids after the 2E edges
 (:meth:`_Rows.far_ids`), so the held keys, the bound and the support treat them as any row. The closure is
 the metric one (:meth:`mdp_core.solvers.metric_pairs.MetricPairs.majorant`), the support estimate is made
 from the metric (:func:`_metric_support`), and the bound stays valid: every held row is a row of the
@@ -143,6 +143,8 @@ CHUNK = 1 << 22  # (directed edge, output) pairs examined at once
 ACCEPT = frozenset({Status.OPTIMAL, Status.TIME_LIMIT, Status.ITERATION_LIMIT})
 RETRIES = highs.SWITCH_ALGORITHM + highs.COLD_NO_PRESOLVE
 FAR_ROWS_MIN, FAR_ROWS_SHARE = 2_000, 10  # rows beyond the edges per round: max(MIN, edge rows' limit / SHARE)
+FAR_ROWS_FEW = 1  # ... or this many while an edge row is violated and the far pairs are worth little (far_count)
+FAR_COST_SHARE = 0.1  # far pairs matter when the metric closure adds more than this share of the requested gap
 LOOSE_GAP = 0.05  # a round is loosened only after a relative gap above this (round_tolerance)
 GAP_RATIO = 70.0  # the next round can close only when this gap is within GAP_RATIO x the target (round_tolerance)
 
@@ -402,23 +404,48 @@ def _violated_rows(
     instance: Instance, z: np.ndarray, rows: _Rows, params: RowgenOptions, limit: int, share: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """(pair ids, outputs): :func:`violated`'s rows (at most ``limit``), then with all pairs :func:`far_violated`'s
-    among the rows that the graph majorant of z breaks too, at most ``far_rows_per_round`` (default 1) while an
-    edge row is violated, else (and with 0) max(:data:`FAR_ROWS_MIN`, ``limit`` / :data:`FAR_ROWS_SHARE`): once
-    the edges hold, only rows beyond them can raise the bound (a tight gap needs them); counted in
-    ``rows.far_found``. Why few while the edges' rows move the point:
-    romeR150 (2 shared cores, gap 1e-2), far rows at the edges' limit (20,000) made round 2's LP 2.3x slower
-    and the solve 44-69 s, at 2,000 it took 26.6 s against the graph-only 27.6 s in the same rounds
-    (bench/HISTORY.md, "Every pair in the metric"); at the release size (romeR500) 12,500 a round cost 1.3x the
-    graph's CPU seconds, 1 a round the graph's, in the same 3 rounds, +0.04 % expected distance ("Every pair at
-    the release size")."""
+    among the rows that the graph majorant of z breaks too, at most ``far_rows_per_round``, or with 0 (the
+    default) :func:`far_count`'s; counted in ``rows.far_found``. Why fewer than the edges' limit: romeR150
+    (2 shared cores, gap 1e-2), far rows at the edges' limit (20,000) made round 2's LP 2.3x slower and the solve
+    44-69 s, at 2,000 it took 26.6 s against the graph-only 27.6 s in the same rounds (bench/HISTORY.md, "Every
+    pair in the metric")."""
     ei, ki = violated(z, rows, params.min_deficit, limit, share)
     if rows.metric is None:
         return ei, ki
-    bulk = max(FAR_ROWS_MIN, limit // FAR_ROWS_SHARE)
-    far_limit = params.far_rows_per_round if ei.size and params.far_rows_per_round else bulk
-    fe, fk = far_violated(z, rows, params.min_deficit, far_limit, column_majorant(instance, z))
+    ref = column_majorant(instance, z)
+    far_limit = params.far_rows_per_round or far_count(instance, z, ref, rows.metric, params, limit, ei.size > 0)
+    fe, fk = far_violated(z, rows, params.min_deficit, far_limit, ref)
     rows.far_found += int(fe.size)
     return np.r_[ei, fe], np.r_[ki, fk]
+
+
+def far_count(
+    instance: Instance,
+    z: np.ndarray,
+    ref: np.ndarray,
+    metric: MetricPairs,
+    params: RowgenOptions,
+    limit: int,
+    edges_violated: bool,
+) -> int:
+    """Rows beyond the edges for the next round (``far_rows_per_round`` 0): max(:data:`FAR_ROWS_MIN`, ``limit`` /
+    :data:`FAR_ROWS_SHARE`) when the far pairs matter at the requested gap, else :data:`FAR_ROWS_FEW` while an edge
+    row is still violated (``edges_violated``). They matter when no edge row is violated (only rows beyond
+    them can raise the bound then) or when the metric closure of ``ref`` (z's graph majorant, (N, K)) costs more
+    than :data:`FAR_COST_SHARE` x the requested gap (relative to z's cost, or ``gap_abs``) above ``ref``: what
+    the all-pair rows still to add are worth to the upper bound.
+
+    Why (bench/HISTORY.md, "Far rows by their worth"): on roads the far pairs are worth +0.04 % at the release
+    size and a few rows a round cost what the graph costs (romeR500: 1 a round, the graph's CPU seconds; 12,500,
+    1.3x); on the city grid at 2 per km (1.5 km cells) they are worth 2.9 %, and 1 a round froze both bounds
+    (13 rounds, gap 2.79 %) where the bulk certifies in 2 rounds."""
+    bulk = max(FAR_ROWS_MIN, limit // FAR_ROWS_SHARE)
+    if not edges_violated:
+        return bulk
+    weighted = instance.prior[:, None] * instance.costs
+    worth = float(np.sum(weighted * (metric.majorant(ref)[0] - ref)))
+    target = max(params.gap_rel * abs(float(np.sum(weighted * np.maximum(z, 0.0)))), params.gap_abs)
+    return bulk if worth > FAR_COST_SHARE * target else FAR_ROWS_FEW
 
 
 def far_violated(
