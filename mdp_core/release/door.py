@@ -305,7 +305,8 @@ def same_population(population: str) -> str:
     remedy, never the measured share (a figure of the secret table: ``mdp-release check`` shows it, terminal only)."""
     return (
         f"this table shares most of its people with population {population!r} in this store (rule 6, one population "
-        "by similarity: more than half of its people found there, or nearly all of that population's): the same "
+        "by similarity: more than half of its people found there, or nearly all of that population's; a table "
+        "keyed by record, by the records both locate to: either share above 0.9): the same "
         f"people belong to one population (its budget); release it as population = {population!r}"
     )
 
