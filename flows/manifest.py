@@ -35,7 +35,8 @@ from mdp_core.runtime.files import file_sha256
 MANIFEST_VERSION = 4  # 2 (2026-11-27): a release config's dataset loss defaults to distance (before: the loader's,
 # travel); 3 (2026-11-28): a release's solve gap defaults to 1e-2 (before: 1e-3); flows.manifest_read.manifest_config
 # re-runs an older manifest with the loss and the gap it was made with; 4 (2026-11-29): a release's manifest
-# always carries its ``approval`` record (mode "none": nobody was asked), which the audit then requires
+# always carries its ``approval`` record (mode "none": nobody was asked), which the audit then requires. No version
+# for ``[solve] all_pairs`` (issue 51): a manifest without the key predates it and is re-run with it off (the graph)
 RELEASE_FORMAT = "mdp-release-manifest"  # the release flow's manifests (flows/release.py)
 # What a manifest's config says in place of the secret table's path: its role, never where it is (re-run with
 # ``mdp-release run --from-manifest M --microdata PATH``).

@@ -34,7 +34,10 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
 
     A manifest written before ``[release] simulate`` existed records ``n_individuals = 10000`` beside
     ``microdata`` (the old default, which does not mean simulated people): it is read as that release
-    meant it -- simulated without microdata, the file's people with it (which then need a population)."""
+    meant it -- simulated without microdata, the file's people with it (which then need a population). One
+    written before ``[solve] all_pairs`` existed (no such key) was certified on the mDP graph: it is re-run with
+    ``all_pairs = false``, not the release default (every pair, issue 51); a recorded null (the session-25 default
+    and today's) keeps its meaning, on where the method can (:func:`flows.config.release_all_pairs`)."""
     from mdp_core.runtime.files import read_json
 
     m = read_json(path)
@@ -46,6 +49,9 @@ def manifest_config(path: str | Path) -> ReleaseFlowConfig:
         data["dataset"] = _pinned_loss(data.get("dataset"))
     if version < 3:  # made before a release's gap defaulted to flows.config.RELEASE_GAP_REL: the gap it was solved to
         data["solve"] = _pinned_gap(data.get("solve"), version)
+    solve = data.get("solve")
+    if solve is None or (isinstance(solve, dict) and "all_pairs" not in solve):  # before all_pairs: the graph's
+        data["solve"] = (solve or {}) | {"all_pairs": False}
     rel = data.get("release")
     if isinstance(rel, dict) and "simulate" not in rel:  # written before simulate existed
         rel = dict(rel)

@@ -743,7 +743,7 @@ def record_failure(flow_run: Any, state: Any, kind: str = "failed") -> Path | No
     of it or nothing), once per flow run; and a markdown artifact ``<name>-failure`` on the run.
 
     The reason is the exception's type and message: messages of this project name stages, columns and
-    counts, never a secret value nor which people (the privacy errors' contract); nothing else of the run
+    public counts (never the secret table's: no count nor share of its people), never a secret value nor which people (the privacy errors' contract); nothing else of the run
     (parameters, inputs) is written. A :class:`~mdp_core.errors.SecretTableError`'s ``detail`` (the row
     numbers, the secret table's path) goes to ``<store>/private/failures/<record>.txt`` only (:func:`keep_private_detail`), which
     ``FAILED.txt`` names. ``kind``: "failed", "crashed", "cancelled" or "refused" (prefixed ``refused at``;

@@ -16,8 +16,8 @@ kept in the private store so a re-run reproduces it. The cache key holds the sea
 (an HMAC under the store key), never its path or hash.
 
 Order, so that nothing is measured before the budget accepts it:
-  1. the mechanism is certified from its bytes (:func:`mdp_core.solvers.verify.verify`, exact tolerance,
-     graph against the metric): a mechanism planted in the store is never drawn from;
+  1. the mechanism is certified from its bytes (:func:`mdp_core.release.make.plan_release`: exact tolerance,
+     graph against the metric, every pair when the plan claims them): a mechanism planted in the store is never drawn from;
   2. the release's two measurements -- the perturbation (charge key: draw, mechanism sha256) and the
      counts (charge key: draw, instance, zones, eps_counts) -- are charged to the population's ledger
      (:meth:`artifacts.private.PrivateStore.charge`, refused above the population's cap);
@@ -275,8 +275,6 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     settings = Settings(**params["door"])
     if settings.all_pairs:  # the solve's own certificate (solve.json, beside the mechanism) must be over every pair
         every_pair(True, read_json(store.path(upstream["mechanism"], "solve.json")).get("certificate"))
-    # first: a mechanism that fails its certificate (over every pair when the plan claims them) is refused
-    certified = make.certify(inst, z, all_pairs=settings.all_pairs)
     # from the instance itself, never a stage's file
     graph, prot = GraphFacts.recomputed(inst, settings.radius, settings.all_pairs)
     privacy = plan_privacy(settings, graph)  # the door's rules again, on what is drawn from
@@ -286,8 +284,9 @@ def _compute(w: ObjectWriter, store: Store, params: dict[str, Any], upstream: di
     private = PrivateStore(store.root)
     draw = private.load(params["draw"])
     records, points, geo = located_individuals(private, params, inst, draw)  # mapped, not measured: nothing charged
-    # refuses a deterministic row or a refused plan (z certified above: not again); the error's bounds, uncharged
-    plan = make.plan_release(inst, z, privacy, geo, certified)
+    # certifies z (every pair when the plan claims them), refuses a deterministic row or a refused plan; the
+    # people's error's bounds -- all before any charge
+    plan = make.plan_release(inst, z, privacy, geo)
     zone = _zones(store, inst, upstream.get("partition"))
     mech_sha, inst_sha = upstream["mechanism"].files["mechanism.parquet"], upstream["instance"].files["instance.json"]
     limit = params.get("max_distance")

@@ -150,32 +150,10 @@ def test_the_library_refuses_an_uncertified_mechanism(grid_small) -> None:
         plan_release(grid_small, z, door)
 
 
-def test_a_certify_receipt_spares_the_second_verify_only_for_the_same_bytes_instance_and_pairs(grid_small) -> None:
-    """The measure stage certifies first and hands plan_release its receipt: the same instance object and
-    mechanism bytes over at least the claimed pairs are not verified again; anything else is."""
-    from mdp_core.problem.datasets import grid
-    from mdp_core.release.door import GraphFacts, Settings, plan_privacy
-    from mdp_core.release.make import certify, plan_release
-
-    z = np.full((grid_small.n_records, grid_small.n_outputs), 1.0 / grid_small.n_outputs)
-    receipt = certify(grid_small, z)
-    assert receipt.covers(grid_small, z.copy(), all_pairs=False)  # the bytes, not the array object
-    assert not receipt.covers(grid_small, z, all_pairs=True)  # a graph certificate for a claim over every pair
-    assert not receipt.covers(grid(4, 5, n_outputs=6), z, all_pairs=False)  # an equal instance, another object
-    bad = z.copy()
-    bad[0] = 0.0
-    bad[0, 1] = 1.0  # record 0 always released as output 1, its neighbours spread: fails the certificate
-    assert not receipt.covers(grid_small, bad, all_pairs=False)
-    door = plan_privacy(Settings(epsilon=grid_small.epsilon, eta=grid_small.eta), GraphFacts.recomputed(grid_small)[0])
-    with pytest.raises(PrivacyError, match="fails its mDP certificate"):
-        plan_release(grid_small, bad, door, certified=receipt)  # a receipt of other bytes is not trusted
-    assert plan_release(grid_small, z, door, certified=receipt).spends == plan_release(grid_small, z, door).spends
-
-
 def test_plan_release_certifies_every_pair_when_the_plan_claims_them() -> None:
     """Three records 0 -- 1 -- 2 (edges of 1 km, 0 and 2 at 1.732 km): a mechanism tight on both edges spends
     eps x 2 km between 0 and 2. It passes the graph's certificate, so a plan over the graph admits it; a plan
-    claiming every pair (all_pairs) refuses it, and a graph-only receipt does not spare that check."""
+    claiming every pair (all_pairs) refuses it, even after a graph-only certify of the same array."""
     from mdp_core.problem.datasets.common import from_points
     from mdp_core.problem.metrics import pairwise
     from mdp_core.release.door import GraphFacts, Settings, plan_privacy
@@ -187,8 +165,7 @@ def test_plan_release_certifies_every_pair_when_the_plan_claims_them() -> None:
     z = np.column_stack([col / 4, 1.0 - col / 4])
     graph = plan_privacy(Settings(epsilon=2.0, eta=1.2), GraphFacts.recomputed(inst)[0])
     every = plan_privacy(Settings(epsilon=2.0, eta=1.2, all_pairs=True), GraphFacts.recomputed(inst, all_pairs=True)[0])
-    receipt = certify(inst, z)
-    assert plan_release(inst, z, graph, certified=receipt).guarantee == graph.guarantee
-    for certified in (None, receipt):
-        with pytest.raises(PrivacyError, match="fails its mDP certificate"):
-            plan_release(inst, z, every, certified=certified)
+    certify(inst, z)  # passes over the graph
+    assert plan_release(inst, z, graph).guarantee == graph.guarantee
+    with pytest.raises(PrivacyError, match="fails its mDP certificate"):
+        plan_release(inst, z, every)

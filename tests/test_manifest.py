@@ -120,3 +120,28 @@ def test_a_release_solves_to_one_percent_and_an_older_manifest_to_its_own_gap(tm
     named = parse_config({"release": {"simulate": True}, "solve": {"method": "rowgen", "gap_rel": 1e-5}})
     assert named.solve.method_args() == {"gap_rel": 1e-5}
     assert parse_config({"release": {"simulate": True}, "solve": {"method": "exp"}}).solve.method_args() == {}
+
+
+def test_a_manifest_from_before_all_pairs_re_runs_on_the_graph_and_a_recorded_null_stays_on(tmp_path) -> None:
+    """A manifest written before ``[solve] all_pairs`` existed (no such key) was certified on the mDP graph's
+    edges: re-running it must not take the every-pair release default (another mechanism, another charge key).
+    A recorded null (session 25's default and today's: on where the method can) keeps its meaning."""
+    from flows.config import parse_config
+    from flows.manifest import public_config
+    from flows.manifest_read import manifest_config
+
+    path = tmp_path / "manifest.json"
+    minimal = {"release": {"simulate": True}, "solve": {"method": "rowgen"}}  # an old manifest's minimal config
+    path.write_text(json.dumps({"format": "mdp-release-manifest", "version": 4, "config": minimal}))
+    off = parse_config({"release": {"simulate": True}, "solve": {"method": "rowgen", "all_pairs": False}})
+    assert manifest_config(path).solve.solver_settings() == off.solve.solver_settings()
+    assert "all_pairs" not in off.solve.solver_settings()  # the solve's key of a release before the option
+    path.write_text(
+        json.dumps({"format": "mdp-release-manifest", "version": 4, "config": {"release": {"simulate": True}}})
+    )
+    assert manifest_config(path).solve.all_pairs is False  # no [solve] at all: before the option too
+    now = parse_config({"release": {"simulate": True}, "solve": {"method": "rowgen"}})
+    dumped = public_config(now)
+    assert dumped["solve"]["all_pairs"] is None and now.solve.solver_settings()["all_pairs"] is True
+    path.write_text(json.dumps({"format": "mdp-release-manifest", "version": 4, "config": dumped}))
+    assert manifest_config(path).solve.solver_settings() == now.solve.solver_settings()  # null: on, as it ran

@@ -9,6 +9,7 @@ from ``../shared/data`` (skipped when absent).
 
 from __future__ import annotations
 
+import re
 import stat
 import sys
 from pathlib import Path
@@ -132,6 +133,8 @@ def test_the_same_people_under_a_second_population_are_refused(first, version):
     why = _rule6(folder, path, SECOND)
     assert len(why) == 1 and f"population {FIRST!r}" in why[0], why
     assert "RID" not in why[0] and f"{df['lat'].iloc[0]:.5f}" not in why[0]
+    bare = why[0].replace("rule 6", "").replace("0.9", "")  # the rule's number and threshold: no share, no count
+    assert "%" not in why[0] and re.search(r"\d", bare) is None, why[0]
     assert _claim(folder, path, SECOND)[0] == FIRST  # the claim refuses it too (two first runs)
     assert not _rule6(folder, path, FIRST)  # its own population: a version, admitted
 

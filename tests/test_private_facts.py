@@ -36,7 +36,7 @@ from conftest import (
     server_env,
 )
 
-from mdp_core.errors import InputError, MdpError, SecretTableError
+from mdp_core.errors import InputError, MdpError, PrivacyError, SecretTableError
 
 FAR_ROW = 337  # the 1-based data row of the person far from every record: no public text may name it
 MILAN = (45.4642, 9.19)  # ~480 km from every record of the Rome grid
@@ -138,6 +138,38 @@ def test_the_doors_refusals_carry_no_count_of_the_table(tmp_path, attacker_table
     assert sum(r.startswith("microdata: some") for r in rep.reasons) == 2, rep.reasons
     assert any(h.startswith(f"microdata: {UNREADABLE} row(s) with NaN") for h in rep.hints), rep.hints
     assert any(h.startswith(f"microdata: {FAR} of {N_PEOPLE} individual(s) lie farther") for h in rep.hints)
+
+
+def test_rule_6_names_no_share_at_the_door_nor_at_the_claim(tmp_path):
+    """Rule 6 refuses a table sharing most of its people with another population, at the door (the measured
+    share in its TableFacts) and at the measure stage's claim (``tasks.measure.claim_table``, a real keyed
+    sketch): both PrivacyErrors name the population, the rule's thresholds and the remedy, never the share
+    (no "%", no digit but the rule's number and its 0.9 threshold); the door's details (check's terminal) keep the share."""
+    import numpy as np
+
+    from artifacts.private import PrivateStore
+    from artifacts.store import Store
+    from mdp_core.problem.datasets import grid
+    from mdp_core.release.door import GraphFacts, Settings, TableFacts, plan_privacy
+    from mdp_core.release.similarity import People
+    from tasks.measure import claim_table
+
+    inst = grid(5, 6, n_outputs=30, seed=0)
+    facts = TableFacts(n_people=N_PEOPLE, n_records=inst.n_records, other_population="earlier", other_share=0.97)
+    plan = plan_privacy(Settings(epsilon=2.0, eta=1.5, population=POPULATION), GraphFacts.recomputed(inst)[0], facts)
+    with pytest.raises(PrivacyError) as door:
+        plan.admit()
+    assert any("97%" in d for d in plan.details), plan.details
+    rng = np.random.default_rng(3)
+    box = ([41.88, 12.47], [41.92, 12.52])
+    people = People(rng.uniform(*box, size=(600, 2)), rng.uniform(*box, size=(600, 2)), True)
+    store = Store(tmp_path / "store")
+    assert PrivateStore(store.root).claim_table(people, "earlier") is None
+    with pytest.raises(PrivacyError) as claim:
+        claim_table(store, people, POPULATION)  # the same people under another name
+    for text in (str(door.value), str(claim.value)):
+        assert "rule 6" in text and "population 'earlier'" in text and "%" not in text, text
+        assert re.search(r"\d", text.replace("0.9", "").replace("rule 6", "")) is None, text
 
 
 def test_a_malformed_row_is_not_named_on_the_run_path(tmp_path):

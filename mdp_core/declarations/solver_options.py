@@ -52,9 +52,10 @@ class SolverOptions(Options):
         "certify eps against the metric distance of every two records of a component, not only the mDP graph's "
         "edges within eta: the release then states and is charged at one rate, eps x d(r, r') for any two records "
         "of a component (stretch 1, no graph stretch: Chatzikokolakis et al. 2013 with the metric itself; "
-        "docs/privacy.md). Needs record coordinates; off in the library, on in a release (at the release size, 500 x "
-        "500 records and outputs, with rowgen's far_rows_per_round = 1: the graph's CPU seconds, +0.04 percent "
-        "error; bench/HISTORY.md)",
+        "docs/privacy.md). Needs record coordinates; off in the library, on in a release (rowgen's rows beyond the "
+        "edges by their worth, far_rows_per_round = 0: rowgen.far_count, 1 a round on roads, where the far pairs are "
+        "worth under a tenth of the gap; at the release size, 500 x 500 records and outputs on Rome's roads: the "
+        "graph's CPU seconds, +0.04 percent error; bench/HISTORY.md)",
     )
 
     def __post_init__(self) -> None:

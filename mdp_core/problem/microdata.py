@@ -153,16 +153,15 @@ class Table:
 
 def _names(raw: list[str], what: str, name: str) -> tuple[list[str], dict[str, str], tuple[str, ...], int]:
     """(new column names, aliases, recognised, n_other) of a header; InputError for duplicated columns
-    (named when recognised, else counted)."""
+    (named when recognised, else neither named nor counted: a headerless file's first row is a person's)."""
     canon = [canonical(c) for c in raw]
     new = [c if c is not None else str(r).strip() for c, r in zip(canon, raw, strict=True)]
     dup_known = sorted({c for c, k in Counter(c for c in canon if c is not None).items() if k > 1})
     if dup_known:
         raise InputError(f"{name}: the {what} table has duplicated column(s) {dup_known} (aliases count as the same)")
     others = [n for c, n in zip(canon, new, strict=True) if c is None]
-    n_dup = sum(k - 1 for k in Counter(others).values() if k > 1)
-    if n_dup:
-        raise InputError(f"{name}: the {what} table has {n_dup} duplicated column name(s) outside {EXPECTED}")
+    if len(set(others)) < len(others):
+        raise InputError(f"{name}: the {what} table has duplicated column names outside {EXPECTED}")
     aliases = {str(r).strip(): c for c, r in zip(canon, raw, strict=True) if c is not None and str(r).strip() != c}
     recognised = tuple(c for c in canon if c is not None)
     return new, aliases, recognised, len(others)

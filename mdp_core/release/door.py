@@ -41,7 +41,8 @@ The rules (each with its reason):
    terminal only).
 
 No refusal or error names a figure of the secret table (a count, a share): they reach Prefect's database and
-logs; the figures are in :attr:`PrivacyPlan.details`, for ``check``'s terminal and the private failure record.
+logs; the figures are in :attr:`PrivacyPlan.details`, for ``check``'s terminal, and (rule 7's errors only, a
+SecretTableError's ``detail``) the private failure record; a refusal by rule 5 or 6 alone records none.
 """
 
 from __future__ import annotations
@@ -304,7 +305,8 @@ def same_population(population: str) -> str:
     remedy, never the measured share (a figure of the secret table: ``mdp-release check`` shows it, terminal only)."""
     return (
         f"this table shares most of its people with population {population!r} in this store (rule 6, one population "
-        "by similarity: more than half of its people found there, or nearly all of that population's): the same "
+        "by similarity: more than half of its people found there, or nearly all of that population's; a table "
+        "keyed by record, by the records both locate to: either share above 0.9): the same "
         f"people belong to one population (its budget); release it as population = {population!r}"
     )
 
@@ -345,7 +347,7 @@ def _table_errors(t: TableFacts, limit: float, unit: str) -> list[str]:
 
 def _table_details(t: TableFacts, limit: float, unit: str) -> list[str]:
     """The table's figures behind its errors and refusals (counts, shares): for the operator's terminal
-    (``mdp-release check``) and the private failure record only, never a message."""
+    (``mdp-release check``) and, with rule 7's errors, the private failure record; never a message."""
     out = []
     if t.n_unreadable:
         out.append(f"microdata: {t.n_unreadable} of {t.n_people} row(s) {t.unreadable}")

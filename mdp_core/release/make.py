@@ -7,8 +7,7 @@ accepts (the release's privacy contract: :mod:`mdp_core.declarations.budget`, ``
 
   1. :func:`plan_release` certifies the mechanism from the array about to be drawn from
      (:func:`mdp_core.solvers.verify.verify`, exact tolerance, graph against the metric, every pair when the plan
-     claims them: PrivacyError, nothing drawn, when it fails; once: a :func:`certify` receipt of the same bytes
-     is not verified again) and returns the :class:`Plan` of the privacy door's verdict
+     claims them: PrivacyError, nothing drawn, when it fails) and returns the :class:`Plan` of the privacy door's verdict
      (:func:`mdp_core.release.door.plan_privacy`): the :class:`~mdp_core.declarations.budget.Guarantee` and the two
      spends -- "perturb" (eps x stretch x protection radius, exact) and "counts" (eps_counts);
   2. the caller charges ``plan.spends`` (a ledger, or :meth:`mdp_core.declarations.budget.Budget.admits`);
@@ -92,46 +91,20 @@ class Release:
     people_error: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
-class Certified:
-    """The receipt of :func:`certify`: the mechanism's bytes (sha256 of ``z`` as C-contiguous float64), the
-    instance object it was certified against and whether over every pair of a component (``all_pairs``)."""
-
-    z_sha256: str
-    instance: Instance
-    all_pairs: bool
-
-    def covers(self, inst: Instance, z: np.ndarray, all_pairs: bool) -> bool:
-        """True when this receipt is for the same instance object and mechanism bytes, over at least the pairs
-        ``all_pairs`` asks for (every pair's certificate includes the graph's: :func:`mdp_core.solvers.verify.verify`
-        checks the edges in both)."""
-        return self.instance is inst and (self.all_pairs or not all_pairs) and self.z_sha256 == _sha256(z)
-
-
-def _sha256(z: np.ndarray) -> str:
-    import hashlib
-
-    return hashlib.sha256(np.ascontiguousarray(z, dtype=np.float64).tobytes()).hexdigest()
-
-
-def certify(inst: Instance, z: np.ndarray, all_pairs: bool = False) -> Certified:
+def certify(inst: Instance, z: np.ndarray, all_pairs: bool = False) -> None:
     """PrivacyError unless ``z`` (N, K) passes its mDP certificate against ``inst`` (exact tolerance;
-    ``all_pairs``: over every two records of a component at their metric distance, issue 51); its receipt."""
+    ``all_pairs``: over every two records of a component at their metric distance, issue 51)."""
     cert = verify(inst, z, all_pairs=all_pairs)
     if not cert.passed:
         raise PrivacyError(
             "the mechanism stored for this release fails its mDP certificate at the moment of drawing "
             f"({cert.n_violations} violation(s), max row-sum error {cert.max_row_sum_error:.3g}); nothing is drawn"
         )
-    return Certified(_sha256(z), inst, bool(all_pairs))
 
 
-def plan_release(
-    inst: Instance, z: np.ndarray, privacy: PrivacyPlan, geo: bool = False, certified: Certified | None = None
-) -> Plan:
-    """Certify ``z`` (over every pair when the plan claims them, ``privacy.settings.all_pairs``; not again when
-    ``certified``, the caller's :func:`certify` receipt, covers the same instance, bytes and pairs) and take the
-    release's guarantee and spends from the privacy door's plan
+def plan_release(inst: Instance, z: np.ndarray, privacy: PrivacyPlan, geo: bool = False) -> Plan:
+    """Certify ``z`` (over every pair when the plan claims them, ``privacy.settings.all_pairs``), always, from the
+    array about to be drawn from, and take the release's guarantee and spends from the privacy door's plan
     (:func:`mdp_core.release.door.plan_privacy`: PrivacyError when it refuses); a deterministic row of ``z``
     is refused too. The DP prior, if any, is charged by the stage that measures it. With an "error" spend, the
     public bounds of the people's error (:func:`mdp_core.release.people.error_range`, in great-circle km when
@@ -139,8 +112,7 @@ def plan_release(
     coordinates is refused (InputError) with nothing charged."""
     from mdp_core.release.people import error_range
 
-    if certified is None or not certified.covers(inst, z, privacy.settings.all_pairs):
-        certify(inst, z, privacy.settings.all_pairs)
+    certify(inst, z, privacy.settings.all_pairs)
     privacy.admit()
     refuse_deterministic(z)
     spends = tuple(s for s in privacy.spends if s.kind in ("perturb", "counts", "error"))
@@ -248,7 +220,6 @@ def provenance_fields(
 
 
 __all__ = [
-    "Certified",
     "ErrorMeasure",
     "Plan",
     "Release",
