@@ -185,6 +185,7 @@ def test_far_rows_are_chosen_once_and_held_rows_are_skipped():
     assert few.size == 3
 
 
+@pytest.mark.slow  # a release's or a solve's seconds (docs/development.md: over ~3 s)
 def test_far_rows_come_in_bulk_where_the_far_pairs_are_worth_the_gap():
     """far_count: a point that meets every edge but not every pair at a low rate (the graph-only optimum of a city
     grid, skewed prior) gets the bulk of far rows; a point private over every pair gets the few, unless no edge row

@@ -179,6 +179,7 @@ def _people(points: np.ndarray, records: np.ndarray) -> People:
     return People(points, records[cKDTree(records).query(points)[1]], True)
 
 
+@pytest.mark.slow  # a release's or a solve's seconds (docs/development.md: over ~3 s)
 def test_monthly_versions_stay_one_population_for_two_years(tmp_path):
     """24 unattended monthly versions, each moving 1 % of the people, the first with 100 more than the rest (so
     its filters are twice as large): each is a version of the population's table, and its overlap with the

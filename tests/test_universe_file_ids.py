@@ -76,6 +76,7 @@ def _numbers_in(path: Path) -> set[int]:
     return {int(t) for t in re.findall(rb"\d+", path.read_bytes())}
 
 
+@pytest.mark.slow  # a release's or a solve's seconds (docs/development.md: over ~3 s)
 @needs_rome
 @pytest.mark.parametrize("prior", ["uniform", "dp"])
 def test_a_table_keyed_by_osmid_is_resolved_at_the_door_and_no_osmid_is_published(tmp_path, prior):
